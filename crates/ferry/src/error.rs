@@ -1,0 +1,75 @@
+//! The one error type of ferry. Every variant names what went wrong.
+
+use crate::id::{EndpointId, TeamId};
+use std::io;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The team at the other end died or closed the channel; the operation cannot finish.
+    #[error("peer team {peer} is gone")]
+    PeerGone { peer: TeamId },
+    /// An `Immediate` send found the queue full (the message was not sent).
+    #[error("queue to {to} is full")]
+    WouldBlock { to: EndpointId },
+    /// The operation's deadline passed before it finished.
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+    /// The operation was cancelled.
+    #[error("cancelled")]
+    Cancelled,
+    /// The destination team exists but has no such endpoint (never had, or it was closed).
+    #[error("no endpoint {0}")]
+    NoSuchEndpoint(EndpointId),
+    /// The destination team cannot be reached (no live team with that id on this node).
+    #[error("no live team {0}")]
+    NoSuchTeam(TeamId),
+    /// No name is bound to this string in the name plane.
+    #[error("name {0:?} is not registered")]
+    NameNotFound(String),
+    /// The name is bound by a live team already.
+    #[error("name {name:?} is already bound to {owner}")]
+    NameTaken { name: String, owner: EndpointId },
+    /// Names are 1..=200 bytes of `[A-Za-z0-9._-]`, not starting with a dot.
+    #[error("invalid name {0:?}: use 1-200 characters of A-Z a-z 0-9 . _ - not starting with '.'")]
+    InvalidName(String),
+    /// A message is larger than the configured maximum.
+    #[error("message of {len} bytes exceeds the maximum of {max} bytes")]
+    TooLarge { len: usize, max: usize },
+    /// A payload could not be encoded or decoded.
+    #[error("codec: {0}")]
+    Codec(String),
+    /// A peer sent something that breaks the protocol; its channel is closed.
+    #[error("protocol violation by {peer}: {what}")]
+    Protocol { peer: TeamId, what: String },
+    /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// A task or handler panicked; the text is its panic message.
+    #[error("panicked: {0}")]
+    Panicked(String),
+    /// This team has shut down.
+    #[error("team is shut down")]
+    Shutdown,
+    /// An operating-system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(context: &'static str) -> impl FnOnce(io::Error) -> Error {
+        move |source| Error::Io { context, source }
+    }
+}
+
+impl From<rustix::io::Errno> for Error {
+    fn from(e: rustix::io::Errno) -> Self {
+        Error::Io { context: "system call", source: e.into() }
+    }
+}

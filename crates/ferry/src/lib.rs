@@ -1,0 +1,24 @@
+//! ferry: one family of communication primitives — ports, RPC, links,
+//! groups, remote memory, fifos, signals, bulk transfer, remote activation,
+//! names — each carried by the cheapest mechanism the placement of its two
+//! ends allows: task hand-off in one process, shared memory between
+//! processes of one machine, TCP between machines.
+//!
+//! Layers, bottom up: [`wire`] (frames and codec) → [`transport`] (frame
+//! pipes: inproc, shm) → [`runtime`] (teams, tasks, progress) → primitives
+//! ([`port`]) and [`names`].
+
+pub mod error;
+pub mod id;
+pub mod names;
+pub mod port;
+pub mod runtime;
+pub(crate) mod sys;
+pub mod transport;
+pub mod wire;
+
+pub use error::{Error, Result};
+pub use id::{EndpointId, TeamId};
+pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select, Sender};
+pub use runtime::{Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
+pub use wire::Checkpoint;

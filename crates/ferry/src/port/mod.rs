@@ -1,0 +1,363 @@
+//! Ports (DESIGN §1, StarMod §4.2): named, typed queuing points for
+//! messages, not bound to a task. A send picks its completion checkpoint.
+
+mod select;
+
+pub use select::Select;
+
+use crate::error::{Error, Result};
+use crate::id::EndpointId;
+use crate::runtime::inbox::{Inbox, Incoming};
+use crate::runtime::{idle, Delivery, Team, TeamInner};
+use crate::runtime::channel::Channel;
+use crate::wire::{codec, Checkpoint, Header, NackReason};
+use serde::{de::DeserializeOwned, Serialize};
+use std::future::{poll_fn, Future};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+impl Team {
+    /// Opens an unnamed port for messages of type `T`.
+    pub fn open_port<T>(&self) -> Result<Port<T>> {
+        Ok(Port { raw: self.open_raw_port()?, _t: PhantomData })
+    }
+
+    /// Opens a port and binds `name` to it in the node name plane.
+    pub fn open_named_port<T>(&self, name: &str) -> Result<Port<T>> {
+        Ok(Port { raw: self.open_named_raw_port(name)?, _t: PhantomData })
+    }
+
+    /// Opens an unnamed raw-bytes port (no codec).
+    pub fn open_raw_port(&self) -> Result<RawPort> {
+        let (id, inbox) = self.inner.open_endpoint()?;
+        Ok(RawPort { team: self.inner.clone(), id, inbox, name: None })
+    }
+
+    pub fn open_named_raw_port(&self, name: &str) -> Result<RawPort> {
+        let mut port = self.open_raw_port()?;
+        self.inner.register_name(name, port.id)?;
+        port.name = Some(name.to_string());
+        Ok(port)
+    }
+
+    /// A sender of `T` messages to the endpoint `to`.
+    pub fn sender<T>(&self, to: EndpointId) -> Sender<T> {
+        Sender { raw: self.raw_sender(to), _t: PhantomData }
+    }
+
+    pub fn raw_sender(&self, to: EndpointId) -> RawSender {
+        RawSender { team: self.inner.clone(), to, timeout: None }
+    }
+
+    /// Looks `name` up and returns a sender to it.
+    pub fn connect<T>(&self, name: &str) -> Result<Sender<T>> {
+        Ok(self.sender(self.lookup(name)?))
+    }
+}
+
+/// A port receiving raw byte messages.
+pub struct RawPort {
+    team: Arc<TeamInner>,
+    id: EndpointId,
+    inbox: Arc<Inbox>,
+    name: Option<String>,
+}
+
+impl RawPort {
+    pub fn id(&self) -> EndpointId {
+        self.id
+    }
+
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// Messages waiting in the port.
+    pub fn len(&self) -> usize {
+        self.inbox.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Receives the next message.
+    pub fn recv(&self) -> impl Future<Output = Result<RawMessage>> + '_ {
+        poll_fn(move |cx| match self.inbox.poll_pop(cx) {
+            Poll::Ready(Some(m)) => Poll::Ready(Ok(take(&self.team, m))),
+            Poll::Ready(None) => Poll::Ready(Err(Error::Shutdown)),
+            Poll::Pending => Poll::Pending,
+        })
+    }
+
+    /// Receives the next message, blocking this thread (spin, then park).
+    pub fn recv_blocking(&self) -> Result<RawMessage> {
+        idle::block_on(&self.team, self.recv())
+    }
+
+    /// Receives with a time limit: `DeadlineExceeded` when it passes.
+    pub fn recv_timeout(&self, limit: Duration) -> Result<RawMessage> {
+        let sleep = crate::runtime::Sleep::new(&self.team, limit);
+        idle::block_on(&self.team, race(self.recv(), sleep))
+    }
+
+    /// Takes a message if one is waiting.
+    pub fn try_recv(&self) -> Option<RawMessage> {
+        self.inbox.try_pop().map(|m| take(&self.team, m))
+    }
+
+    pub(crate) fn inbox(&self) -> &Arc<Inbox> {
+        &self.inbox
+    }
+
+    pub(crate) fn team(&self) -> &Arc<TeamInner> {
+        &self.team
+    }
+}
+
+impl Drop for RawPort {
+    fn drop(&mut self) {
+        if let Some(name) = &self.name {
+            self.team.unregister_name(name);
+        }
+        self.team.close_endpoint(self.id);
+    }
+}
+
+/// Runs `fut` unless `timeout` completes first.
+async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Output = ()>) -> Result<T> {
+    let mut fut = std::pin::pin!(fut);
+    let mut timeout = std::pin::pin!(timeout);
+    poll_fn(|cx| {
+        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return Poll::Ready(v);
+        }
+        timeout.as_mut().poll(cx).map(|()| Err(Error::DeadlineExceeded))
+    })
+    .await
+}
+
+/// Turns a message taken from an inbox into what the receiver sees,
+/// acknowledging it if the sender asked for `OnDelivery`.
+pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
+    let from = m.header.src;
+    match m.header.checkpoint() {
+        Checkpoint::OnDelivery => team.ack(&m.channel, &m.header, Checkpoint::OnDelivery),
+        Checkpoint::OnReturn => {
+            let reply = Responder { team: team.clone(), to: Some((m.header, m.channel)) };
+            return RawMessage { payload: m.payload, from, reply: Some(reply) };
+        }
+        _ => {}
+    }
+    RawMessage { payload: m.payload, from, reply: None }
+}
+
+/// A received raw message.
+pub struct RawMessage {
+    payload: Vec<u8>,
+    from: EndpointId,
+    reply: Option<Responder>,
+}
+
+impl RawMessage {
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+    pub fn into_payload(self) -> Vec<u8> {
+        self.payload
+    }
+    /// The sending endpoint.
+    pub fn from(&self) -> EndpointId {
+        self.from
+    }
+    /// Whether the sender waits for a reply (`OnReturn`).
+    pub fn wants_reply(&self) -> bool {
+        self.reply.is_some()
+    }
+    /// Takes the reply handle, to answer later or from elsewhere.
+    pub fn responder(&mut self) -> Option<Responder> {
+        self.reply.take()
+    }
+    /// Replies to an `OnReturn` send; a no-op for other checkpoints.
+    pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
+        match self.reply.take() {
+            Some(r) => r.reply(bytes),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The obligation to answer an `OnReturn` send. Dropping it unanswered
+/// tells the sender (`Refused`), so it never waits forever.
+pub struct Responder {
+    team: Arc<TeamInner>,
+    to: Option<(Header, Arc<Channel>)>,
+}
+
+impl Responder {
+    pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
+        let (h, ch) = self.to.take().unwrap();
+        self.team.reply(&ch, &h, bytes)
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if let Some((h, ch)) = self.to.take() {
+            self.team.nack(&ch, &h, NackReason::NoReply, "message dropped without a reply");
+        }
+    }
+}
+
+/// Sends raw bytes to one endpoint.
+#[derive(Clone)]
+pub struct RawSender {
+    team: Arc<TeamInner>,
+    to: EndpointId,
+    timeout: Option<Duration>,
+}
+
+impl RawSender {
+    pub fn to(&self) -> EndpointId {
+        self.to
+    }
+
+    /// The same sender, with a time limit on every send that waits for a checkpoint.
+    pub fn with_timeout(mut self, limit: Duration) -> RawSender {
+        self.timeout = Some(limit);
+        self
+    }
+
+    /// Sends now; the returned future resolves at `checkpoint` (for
+    /// `OnReturn`, to the reply). An `Immediate` send on a full channel
+    /// fails with `WouldBlock`.
+    pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
+        let src = self.team.id.endpoint(0).unwrap();
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        self.team.send(src, self.to, bytes, checkpoint, deadline)
+    }
+
+    /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
+    pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
+        let d = self.send_async(bytes, checkpoint);
+        idle::block_on(&self.team, d)
+    }
+
+    /// `OnReturn` send: blocks for the reply.
+    pub fn call(&self, bytes: &[u8]) -> Result<Vec<u8>> {
+        self.send(bytes, Checkpoint::OnReturn)
+    }
+}
+
+/// A port receiving messages of type `T` (MessagePack-encoded).
+pub struct Port<T> {
+    raw: RawPort,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A received typed message.
+pub struct Message<T> {
+    pub value: T,
+    raw: RawMessage,
+}
+
+impl<T> Message<T> {
+    pub fn from(&self) -> EndpointId {
+        self.raw.from
+    }
+    pub fn wants_reply(&self) -> bool {
+        self.raw.wants_reply()
+    }
+    /// Replies to an `OnReturn` send with any serializable value.
+    pub fn reply<R: Serialize>(self, value: &R) -> Result<()> {
+        self.raw.reply(&codec::encode(value)?)
+    }
+    pub fn into_value(self) -> T {
+        self.value
+    }
+}
+
+impl<T: DeserializeOwned> Port<T> {
+    pub fn id(&self) -> EndpointId {
+        self.raw.id
+    }
+    pub fn as_raw(&self) -> &RawPort {
+        &self.raw
+    }
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// Decodes a raw message received from this port (e.g. through [`Select`]).
+    /// A message that does not decode is refused to its sender and is a `Codec` error here.
+    pub fn decode(raw: RawMessage) -> Result<Message<T>> {
+        match codec::decode(&raw.payload) {
+            Ok(value) => Ok(Message { value, raw }),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn recv(&self) -> Result<Message<T>> {
+        Self::decode(self.raw.recv().await?)
+    }
+    pub fn recv_blocking(&self) -> Result<Message<T>> {
+        Self::decode(self.raw.recv_blocking()?)
+    }
+    pub fn recv_timeout(&self, limit: Duration) -> Result<Message<T>> {
+        Self::decode(self.raw.recv_timeout(limit)?)
+    }
+    pub fn try_recv(&self) -> Option<Result<Message<T>>> {
+        self.raw.try_recv().map(Self::decode)
+    }
+}
+
+/// Sends messages of type `T` to one endpoint.
+pub struct Sender<T> {
+    raw: RawSender,
+    _t: PhantomData<fn(T)>,
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        Sender { raw: self.raw.clone(), _t: PhantomData }
+    }
+}
+
+impl<T: Serialize> Sender<T> {
+    pub fn to(&self) -> EndpointId {
+        self.raw.to
+    }
+    pub fn as_raw(&self) -> &RawSender {
+        &self.raw
+    }
+    pub fn with_timeout(self, limit: Duration) -> Sender<T> {
+        Sender { raw: self.raw.with_timeout(limit), _t: PhantomData }
+    }
+
+    /// Sends and blocks until `checkpoint` is reached.
+    pub fn send(&self, value: &T, checkpoint: Checkpoint) -> Result<()> {
+        self.raw.send(&codec::encode(value)?, checkpoint).map(drop)
+    }
+
+    /// Sends now; the future resolves at `checkpoint`.
+    pub fn send_async(&self, value: &T, checkpoint: Checkpoint) -> impl Future<Output = Result<()>> {
+        let d = codec::encode(value).map(|b| self.raw.send_async(&b, checkpoint));
+        async move { d?.await.map(drop) }
+    }
+
+    /// `OnReturn` send decoding the reply as `R`, blocking.
+    pub fn call<R: DeserializeOwned>(&self, value: &T) -> Result<R> {
+        codec::decode(&self.raw.call(&codec::encode(value)?)?)
+    }
+
+    /// `OnReturn` send; the future resolves to the decoded reply.
+    pub fn call_async<R: DeserializeOwned>(&self, value: &T) -> impl Future<Output = Result<R>> {
+        let d = codec::encode(value).map(|b| self.raw.send_async(&b, Checkpoint::OnReturn));
+        async move { codec::decode(&d?.await?) }
+    }
+}

@@ -1,0 +1,99 @@
+//! A channel: this team's end of a transport to one peer team, plus the
+//! state the runtime keeps for it (piece reassembly, a backlog of control
+//! frames, whether the peer is gone).
+
+use crate::id::TeamId;
+use crate::transport::{SendError, Transport};
+use crate::wire::Header;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub(crate) struct Channel {
+    pub peer: TeamId,
+    pub transport: Box<dyn Transport>,
+    /// Held for the whole of one message, so pieces of two messages never interleave.
+    pub tx: Mutex<()>,
+    /// The receive side; `try_lock`ed so one thread at a time drains it.
+    pub rx: Mutex<RxState>,
+    /// Acks and nacks that found the transport busy or full; sent before anything else is received.
+    pub backlog: Mutex<VecDeque<(Header, Vec<u8>)>>,
+    /// The peer died or broke the protocol: no more sends; receive until empty, then finalize.
+    pub gone: AtomicBool,
+    /// Finalized: pending operations failed, removed from the team.
+    pub finished: AtomicBool,
+    /// The bind socket, kept open only so its hang-up tells us the peer died.
+    pub socket: Option<UnixStream>,
+}
+
+#[derive(Default)]
+pub(crate) struct RxState {
+    /// A message being put back together from pieces: its first header and the bytes so far.
+    pub assembling: Option<(Header, Vec<u8>)>,
+    /// A whole reassembled message its destination refused (full port); offered again first.
+    pub ready: Option<(Header, Vec<u8>)>,
+}
+
+impl Channel {
+    pub fn new(peer: TeamId, transport: Box<dyn Transport>, socket: Option<UnixStream>) -> Channel {
+        Channel {
+            peer,
+            transport,
+            tx: Mutex::new(()),
+            rx: Mutex::new(RxState::default()),
+            backlog: Mutex::new(VecDeque::new()),
+            gone: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            socket,
+        }
+    }
+
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    pub fn mark_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.transport.close();
+    }
+
+    /// Sends a small control frame from the progress loop, which must never
+    /// wait: if the transport is busy or full, the frame joins the backlog.
+    pub fn send_control(&self, header: Header, payload: Vec<u8>) {
+        if self.is_gone() {
+            return;
+        }
+        let mut backlog = self.backlog.lock();
+        if backlog.is_empty() {
+            if let Some(_tx) = self.tx.try_lock() {
+                match self.transport.try_send(&header, &payload) {
+                    Ok(()) | Err(SendError::Closed) => return,
+                    Err(SendError::Full) | Err(SendError::TooLarge) => {}
+                }
+            }
+        }
+        backlog.push_back((header, payload));
+    }
+
+    /// Sends what the backlog holds, in order, as far as the transport takes it.
+    pub fn flush_backlog(&self) {
+        let mut backlog = self.backlog.lock();
+        if backlog.is_empty() {
+            return;
+        }
+        let Some(_tx) = self.tx.try_lock() else { return };
+        while let Some((h, p)) = backlog.front() {
+            match self.transport.try_send(h, p) {
+                Ok(()) => {
+                    backlog.pop_front();
+                }
+                Err(SendError::Closed) => {
+                    backlog.clear();
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}

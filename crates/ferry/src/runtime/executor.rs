@@ -1,0 +1,151 @@
+//! Tasks: futures run by the team's processors.
+
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The ready queue shared by the team's processors.
+pub(crate) struct Executor {
+    ready: Mutex<VecDeque<Arc<Task>>>,
+    /// Processors asleep on the doorbell; a new ready task must wake one.
+    pub parked: AtomicUsize,
+    pub doorbell: Arc<crate::transport::doorbell::Doorbell>,
+}
+
+pub(crate) struct Task {
+    future: Mutex<Option<BoxFuture>>,
+    scheduled: AtomicBool,
+    exec: Weak<Executor>,
+}
+
+impl Wake for Task {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            if let Some(exec) = self.exec.upgrade() {
+                exec.push(self.clone());
+            }
+        }
+    }
+}
+
+impl Executor {
+    pub fn new(doorbell: Arc<crate::transport::doorbell::Doorbell>) -> Arc<Executor> {
+        Arc::new(Executor { ready: Mutex::new(VecDeque::new()), parked: AtomicUsize::new(0), doorbell })
+    }
+
+    fn push(&self, task: Arc<Task>) {
+        self.ready.lock().push_back(task);
+        if self.parked.load(Ordering::SeqCst) != 0 {
+            self.doorbell.ring_now();
+        }
+    }
+
+    pub fn has_ready(&self) -> bool {
+        !self.ready.lock().is_empty()
+    }
+
+    pub fn spawn<F>(self: &Arc<Self>, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let slot = Arc::new(Mutex::new(JoinSlot { result: None, waker: None }));
+        let out = slot.clone();
+        let wrapped = async move {
+            let result = CatchUnwind(AssertUnwindSafe(Box::pin(fut))).await;
+            let mut s = out.lock();
+            s.result = Some(result);
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        };
+        let task = Arc::new(Task {
+            future: Mutex::new(Some(Box::pin(wrapped))),
+            scheduled: AtomicBool::new(true),
+            exec: Arc::downgrade(self),
+        });
+        self.push(task);
+        JoinHandle { slot }
+    }
+
+    /// Runs one ready task if there is one.
+    pub fn run_one(&self) -> bool {
+        let Some(task) = self.ready.lock().pop_front() else { return false };
+        task.scheduled.store(false, Ordering::Release);
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut slot = task.future.lock();
+        if let Some(fut) = slot.as_mut() {
+            if fut.as_mut().poll(&mut cx).is_ready() {
+                *slot = None;
+            }
+        }
+        true
+    }
+
+    /// Drops every task (at shutdown), breaking cycles through their wakers.
+    pub fn clear(&self) {
+        let tasks: Vec<_> = self.ready.lock().drain(..).collect();
+        for t in tasks {
+            t.future.lock().take();
+        }
+    }
+}
+
+struct JoinSlot<T> {
+    result: Option<std::thread::Result<T>>,
+    waker: Option<Waker>,
+}
+
+/// Awaits a spawned task's output. A task that panicked yields `Error::Panicked`.
+pub struct JoinHandle<T> {
+    slot: Arc<Mutex<JoinSlot<T>>>,
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = Result<T>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let mut s = self.slot.lock();
+        match s.result.take() {
+            Some(Ok(v)) => Poll::Ready(Ok(v)),
+            Some(Err(p)) => Poll::Ready(Err(Error::Panicked(panic_message(&p)))),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// Polls the inner future, turning a panic into `Err`.
+struct CatchUnwind<F>(AssertUnwindSafe<Pin<Box<F>>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(p) => Poll::Ready(Err(p)),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! What a thread does when it has nothing to do: poll the team's channels,
+//! fire timers, spin a bounded time, then sleep on the team's doorbell.
+//! Both `block_on` (threads outside the runtime) and processors use it.
+
+use super::TeamInner;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
+
+/// Counts this thread as a poller of the team's channels while alive.
+pub(crate) struct Idle<'a> {
+    team: &'a TeamInner,
+    spin_started: Option<Instant>,
+    spins: u32,
+}
+
+impl<'a> Idle<'a> {
+    pub fn new(team: &'a TeamInner) -> Idle<'a> {
+        team.doorbell.enter_polling();
+        Idle { team, spin_started: None, spins: 0 }
+    }
+
+    /// One step of waiting: returns after doing some work, after a spin, or
+    /// after sleeping. `ready()` must be true when the caller can go on; it
+    /// is checked again after this thread has announced it will sleep, and
+    /// `parked(true)`/`parked(false)` bracket the sleep, so wakers know to ring.
+    pub fn step(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool)) {
+        let team = self.team;
+        if team.progress() || team.timers.fire() {
+            self.spin_started = None;
+            return;
+        }
+        self.spins = self.spins.wrapping_add(1);
+        let spin = team.cfg.spin;
+        if !spin.is_zero() {
+            // Read the clock only every 64 spins: it costs as much as a few polls.
+            let started = *self.spin_started.get_or_insert_with(Instant::now);
+            if self.spins % 64 != 0 || started.elapsed() < spin {
+                std::hint::spin_loop();
+                return;
+            }
+        }
+        parked(true);
+        let ticket = team.doorbell.prepare_park();
+        if ready() || team.progress() || team.is_shut_down() {
+            team.doorbell.cancel_park();
+        } else {
+            team.doorbell.park(ticket, team.timers.until_next(team.cfg.park_timeout));
+        }
+        parked(false);
+        self.spin_started = None;
+    }
+}
+
+impl Drop for Idle<'_> {
+    fn drop(&mut self) {
+        self.team.doorbell.leave_polling();
+    }
+}
+
+/// Wakes a thread blocked in `block_on`.
+struct ThreadWaker {
+    woken: AtomicBool,
+    parked: AtomicBool,
+    doorbell: Arc<crate::transport::doorbell::Doorbell>,
+}
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) {
+            self.doorbell.ring_now();
+        }
+    }
+}
+
+/// Runs `fut` to completion on this thread, driving the team's channels
+/// while it waits (spin, then park).
+pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
+    let tw = Arc::new(ThreadWaker {
+        woken: AtomicBool::new(false),
+        parked: AtomicBool::new(false),
+        doorbell: team.doorbell.clone(),
+    });
+    let waker = Waker::from(tw.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = pin!(fut);
+    let mut idle = Idle::new(team);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        while !tw.woken.swap(false, Ordering::AcqRel) {
+            idle.step(&|| tw.woken.load(Ordering::SeqCst), &|p| tw.parked.store(p, Ordering::SeqCst));
+        }
+    }
+}
+
+/// A processor: runs ready tasks; when there are none, idles.
+pub(crate) fn processor_loop(team: Arc<TeamInner>) {
+    let exec = team.exec.clone();
+    while !team.is_shut_down() {
+        if exec.run_one() {
+            continue;
+        }
+        let mut idle = Idle::new(&team);
+        while !exec.has_ready() && !team.is_shut_down() {
+            idle.step(&|| exec.has_ready(), &|p| {
+                if p {
+                    exec.parked.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    exec.parked.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        }
+    }
+}

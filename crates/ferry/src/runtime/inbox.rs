@@ -1,0 +1,94 @@
+//! An inbox: the bounded queue of messages behind one endpoint (a port, a
+//! service). The progress loop offers messages; receivers pop them.
+
+use super::channel::Channel;
+use crate::wire::Header;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+/// A message as it arrived: its header (source, call id, checkpoint,
+/// deadline), its payload, and the channel it came on (for acks and replies).
+pub(crate) struct Incoming {
+    pub header: Header,
+    pub payload: Vec<u8>,
+    pub channel: Arc<Channel>,
+}
+
+pub(crate) struct Inbox {
+    state: Mutex<State>,
+    capacity: usize,
+}
+
+struct State {
+    queue: VecDeque<Incoming>,
+    waiters: Vec<Waker>,
+    closed: bool,
+}
+
+pub(crate) enum Offer {
+    Accepted,
+    Full,
+    Closed,
+}
+
+impl Inbox {
+    pub fn new(capacity: usize) -> Inbox {
+        Inbox { state: Mutex::new(State { queue: VecDeque::new(), waiters: Vec::new(), closed: false }), capacity }
+    }
+
+    /// Queues the message `make` builds, if there is room.
+    pub fn offer(&self, make: impl FnOnce() -> Incoming) -> Offer {
+        let mut s = self.state.lock();
+        if s.closed {
+            return Offer::Closed;
+        }
+        if s.queue.len() >= self.capacity {
+            return Offer::Full;
+        }
+        s.queue.push_back(make());
+        let waiters = std::mem::take(&mut s.waiters);
+        drop(s);
+        for w in waiters {
+            w.wake();
+        }
+        Offer::Accepted
+    }
+
+    pub fn try_pop(&self) -> Option<Incoming> {
+        self.state.lock().queue.pop_front()
+    }
+
+    /// Pops a message, or registers `cx`'s waker; `Ready(None)` once closed and empty.
+    pub fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<Option<Incoming>> {
+        let mut s = self.state.lock();
+        if let Some(m) = s.queue.pop_front() {
+            return Poll::Ready(Some(m));
+        }
+        if s.closed {
+            return Poll::Ready(None);
+        }
+        if !s.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            s.waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.lock().queue.len()
+    }
+
+    /// Refuses further messages, wakes every waiter, and returns what was queued.
+    pub fn close(&self) -> Vec<Incoming> {
+        let mut s = self.state.lock();
+        s.closed = true;
+        let waiters = std::mem::take(&mut s.waiters);
+        let left = s.queue.drain(..).collect();
+        drop(s);
+        for w in waiters {
+            w.wake();
+        }
+        left
+    }
+}

@@ -1,0 +1,879 @@
+//! The runtime of one team: processors running tasks, the progress loop that
+//! drains channels into inboxes, the send path, and peer-death handling.
+//!
+//! Communication and scheduling are one piece (the lesson of URPC and LYNX):
+//! a thread with nothing to run polls the channels itself, spins a bounded
+//! time, and only then sleeps, so while both sides are busy a round trip
+//! makes no system call.
+
+pub(crate) mod channel;
+mod executor;
+pub(crate) mod idle;
+pub(crate) mod inbox;
+mod reactor;
+mod timer;
+
+pub use executor::JoinHandle;
+
+use crate::error::{Error, Result};
+use crate::id::{EndpointId, TeamId};
+use crate::names::{NodeNames, RuntimeDir, TeamLease};
+use crate::transport::doorbell::Doorbell;
+use crate::transport::{inproc, shm, Recv, SendError};
+use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
+use channel::Channel;
+use executor::Executor;
+use inbox::{Inbox, Incoming, Offer};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant, SystemTime};
+use timer::Timers;
+
+/// Team numbers above every possible pid: used when the pid is taken (a
+/// second team in the same process).
+const EXTRA_TEAMS: u32 = 1 << 22;
+
+/// Settings of a team. Build with [`Team::builder`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node: u16,
+    pub processors: usize,
+    pub spin: Duration,
+    pub park_timeout: Duration,
+    pub ring_bytes: usize,
+    pub max_ring_bytes: usize,
+    pub inbox_capacity: usize,
+    pub max_message: usize,
+    pub runtime_dir: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node: std::env::var("FERRY_NODE").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+            processors: 1,
+            spin: Duration::from_micros(20),
+            park_timeout: Duration::from_millis(50),
+            ring_bytes: 64 * 1024,
+            max_ring_bytes: 64 * 1024 * 1024,
+            inbox_capacity: 1024,
+            max_message: 64 * 1024 * 1024,
+            runtime_dir: None,
+        }
+    }
+}
+
+/// Builds a [`Team`].
+#[derive(Clone, Debug, Default)]
+pub struct TeamBuilder {
+    cfg: Config,
+}
+
+impl TeamBuilder {
+    /// This machine's node number (default: `$FERRY_NODE`, else 0).
+    pub fn node(mut self, node: u16) -> Self {
+        self.cfg.node = node;
+        self
+    }
+    /// OS threads that run tasks (default 1). With 0, only threads blocked in
+    /// ferry's blocking calls drive the team's channels.
+    pub fn processors(mut self, n: usize) -> Self {
+        self.cfg.processors = n;
+        self
+    }
+    /// How long an idle thread polls before it sleeps (default 20 µs).
+    pub fn spin(mut self, d: Duration) -> Self {
+        self.cfg.spin = d;
+        self
+    }
+    /// Pure blocking mode for machines with few cores: never spin, sleep at once.
+    pub fn blocking(self) -> Self {
+        self.spin(Duration::ZERO)
+    }
+    /// Longest sleep without looking around (default 50 ms). Bounds how late a
+    /// sleeper notices anything whose wake-up was lost, a dead peer included.
+    pub fn park_timeout(mut self, d: Duration) -> Self {
+        self.cfg.park_timeout = d.max(Duration::from_micros(100));
+        self
+    }
+    /// Bytes of each ring (one per direction) of a shared-memory channel this
+    /// team opens; rounded up to a power of two, at least 4 KiB (default 64 KiB:
+    /// a channel pair costs 132 KiB of shared memory).
+    pub fn ring_bytes(mut self, n: usize) -> Self {
+        self.cfg.ring_bytes = n.max(shm::MIN_RING).next_power_of_two();
+        self
+    }
+    /// Messages an endpoint queues before the sender is pushed back (default 1024).
+    pub fn inbox_capacity(mut self, n: usize) -> Self {
+        self.cfg.inbox_capacity = n.max(1);
+        self
+    }
+    /// Largest message sent or accepted (default 64 MiB).
+    pub fn max_message(mut self, n: usize) -> Self {
+        self.cfg.max_message = n;
+        self
+    }
+    /// Directory of the node name plane (default `$FERRY_RUNTIME_DIR`, see `RuntimeDir::from_env`).
+    pub fn runtime_dir(mut self, p: impl Into<PathBuf>) -> Self {
+        self.cfg.runtime_dir = Some(p.into());
+        self
+    }
+
+    pub fn start(self) -> Result<Team> {
+        TeamInner::start(self.cfg)
+    }
+}
+
+/// A team: this process's presence in ferry. Clones share it; when the last
+/// clone is dropped (or on [`Team::shutdown`]) the team leaves: its channels
+/// close, its names disappear, its files are removed.
+#[derive(Clone)]
+pub struct Team {
+    pub(crate) inner: Arc<TeamInner>,
+    _owner: Arc<ShutdownOnDrop>,
+}
+
+struct ShutdownOnDrop(Arc<TeamInner>);
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+impl Team {
+    pub fn builder() -> TeamBuilder {
+        TeamBuilder::default()
+    }
+
+    /// A team with the default settings.
+    pub fn start() -> Result<Team> {
+        Team::builder().start()
+    }
+
+    pub fn id(&self) -> TeamId {
+        self.inner.id
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// Runs a task on the team's processors.
+    pub fn spawn<F>(&self, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.exec.spawn(fut)
+    }
+
+    /// Runs `fut` on this thread until it completes, driving the team's
+    /// channels meanwhile: the blocking API for code with no runtime.
+    pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
+        idle::block_on(&self.inner, fut)
+    }
+
+    /// A future that completes after `d`.
+    pub fn sleep(&self, d: Duration) -> Sleep {
+        Sleep::new(&self.inner, d)
+    }
+
+    /// The node name plane this team registers in.
+    pub fn names(&self) -> &NodeNames {
+        &self.inner.names
+    }
+
+    /// Looks a name up in the node name plane.
+    pub fn lookup(&self, name: &str) -> Result<EndpointId> {
+        self.inner.names.lookup(name)
+    }
+
+    /// Leaves now: fails what waits on this team with `Shutdown`, closes channels, removes files.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+/// A pending send waiting for its checkpoint (an ack, a reply or a nack).
+pub(crate) struct Completion {
+    channel: *const Channel,
+    state: Mutex<(Option<Result<Vec<u8>>>, Option<Waker>)>,
+}
+
+// SAFETY: `channel` is only compared as an address, never dereferenced.
+unsafe impl Send for Completion {}
+unsafe impl Sync for Completion {}
+
+impl Completion {
+    fn finish(&self, r: Result<Vec<u8>>) {
+        let mut s = self.state.lock();
+        if s.0.is_none() {
+            s.0 = Some(r);
+        }
+        if let Some(w) = s.1.take() {
+            drop(s);
+            w.wake();
+        }
+    }
+
+    pub fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
+        let mut s = self.state.lock();
+        match s.0.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+pub(crate) struct TeamInner {
+    pub id: TeamId,
+    pub cfg: Config,
+    pub doorbell: Arc<Doorbell>,
+    pub names: NodeNames,
+    lease: Mutex<Option<TeamLease>>,
+    pub exec: Arc<Executor>,
+    pub timers: Timers,
+    inboxes: RwLock<HashMap<u32, Arc<Inbox>>>,
+    next_slot: AtomicU32,
+    /// Every channel the progress loop drains, the loop-back first.
+    channels: RwLock<Vec<Arc<Channel>>>,
+    /// The channel used to send to each peer team.
+    peers: Mutex<HashMap<u32, Arc<Channel>>>,
+    connecting: Mutex<()>,
+    loopback: Arc<Channel>,
+    pending: Mutex<HashMap<u64, Arc<Completion>>>,
+    next_call: AtomicU64,
+    shut_down: AtomicBool,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    reactor: reactor::Reactor,
+}
+
+impl TeamInner {
+    fn start(cfg: Config) -> Result<Team> {
+        let dir = match &cfg.runtime_dir {
+            Some(p) => RuntimeDir::at(p.clone())?,
+            None => RuntimeDir::from_env()?,
+        };
+        let lease = claim_team_number(&dir)?;
+        let id = TeamId { node: cfg.node, team: lease.team() };
+        let doorbell = Arc::new(Doorbell::create()?);
+        let reactor = reactor::Reactor::new(&dir.team_socket(id.team))?;
+        let loopback = Arc::new(Channel::new(
+            id,
+            Box::new(inproc::loopback(cfg.ring_bytes, doorbell.clone())),
+            None,
+        ));
+        let inner = Arc::new(TeamInner {
+            id,
+            names: NodeNames::new(dir),
+            lease: Mutex::new(Some(lease)),
+            exec: Executor::new(doorbell.clone()),
+            doorbell,
+            timers: Timers::new(),
+            inboxes: RwLock::new(HashMap::new()),
+            next_slot: AtomicU32::new(1),
+            channels: RwLock::new(vec![loopback.clone()]),
+            peers: Mutex::new(HashMap::new()),
+            connecting: Mutex::new(()),
+            loopback,
+            pending: Mutex::new(HashMap::new()),
+            next_call: AtomicU64::new(1),
+            shut_down: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            reactor,
+            cfg,
+        });
+        let mut threads = Vec::new();
+        let r = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("ferry-reactor-{}", id.team))
+                .spawn(move || reactor::run(r))
+                .map_err(Error::io("spawn reactor thread"))?,
+        );
+        for i in 0..inner.cfg.processors {
+            let t = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("ferry-proc-{i}"))
+                    .spawn(move || idle::processor_loop(t))
+                    .map_err(Error::io("spawn processor thread"))?,
+            );
+        }
+        *inner.threads.lock() = threads;
+        tracing::debug!(team = %id, "team started");
+        Ok(Team { _owner: Arc::new(ShutdownOnDrop(inner.clone())), inner })
+    }
+
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
+    fn bind_config(&self) -> shm::BindConfig {
+        shm::BindConfig {
+            me: self.id,
+            doorbell: self.doorbell.clone(),
+            ring_bytes: self.cfg.ring_bytes,
+            max_ring_bytes: self.cfg.max_ring_bytes,
+        }
+    }
+
+    // ---- endpoints ----
+
+    /// Opens a new endpoint with its inbox.
+    pub fn open_endpoint(&self) -> Result<(EndpointId, Arc<Inbox>)> {
+        if self.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        let id = self.id.endpoint(slot).ok_or(Error::Refused("endpoint slots exhausted".into()))?;
+        let inbox = Arc::new(Inbox::new(self.cfg.inbox_capacity));
+        self.inboxes.write().insert(slot, inbox.clone());
+        Ok((id, inbox))
+    }
+
+    /// Closes an endpoint: later messages are refused; queued ones are nacked.
+    pub fn close_endpoint(&self, id: EndpointId) {
+        let inbox = self.inboxes.write().remove(&id.slot());
+        if let Some(inbox) = inbox {
+            for m in inbox.close() {
+                self.nack(&m.channel, &m.header, NackReason::NoSuchEndpoint, "endpoint closed");
+            }
+        }
+    }
+
+    // ---- sending ----
+
+    fn new_call_id(&self) -> u64 {
+        self.next_call.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The channel to `team`, binding one if there is none yet.
+    pub fn channel_to(&self, team: TeamId) -> Result<Arc<Channel>> {
+        if self.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        if team == self.id {
+            return Ok(self.loopback.clone());
+        }
+        if team.node != self.id.node {
+            return Err(Error::NoSuchTeam(team));
+        }
+        if let Some(ch) = self.live_peer(team) {
+            return Ok(ch);
+        }
+        let _one_at_a_time = self.connecting.lock();
+        if let Some(ch) = self.live_peer(team) {
+            return Ok(ch);
+        }
+        let path = self.names.dir().team_socket(team.team);
+        let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|_| Error::NoSuchTeam(team))?;
+        let end = shm::connect(&stream, &self.bind_config(), team)?;
+        let ch = Arc::new(Channel::new(team, Box::new(end), Some(stream)));
+        self.add_channel(ch.clone());
+        tracing::debug!(me = %self.id, peer = %team, "bound shared-memory channel");
+        Ok(ch)
+    }
+
+    fn live_peer(&self, team: TeamId) -> Option<Arc<Channel>> {
+        self.peers.lock().get(&team.team).filter(|c| !c.is_gone()).cloned()
+    }
+
+    pub(crate) fn add_channel(&self, ch: Arc<Channel>) {
+        self.reactor.watch(&ch);
+        self.channels.write().push(ch.clone());
+        let mut peers = self.peers.lock();
+        match peers.get(&ch.peer.team) {
+            Some(old) if !old.is_gone() => {}
+            _ => {
+                peers.insert(ch.peer.team, ch);
+            }
+        }
+    }
+
+    /// Sends one message (split into pieces if needed). With `wait` false,
+    /// a full channel fails with `WouldBlock` instead of waiting for room.
+    pub fn send_message(&self, ch: &Channel, header: Header, payload: &[u8], wait: bool) -> Result<()> {
+        if payload.len() > self.cfg.max_message {
+            return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
+        }
+        let _tx = ch.tx.lock();
+        let max = ch.transport.max_payload();
+        if payload.len() <= max {
+            return self.push_frame(ch, &header, payload, wait);
+        }
+        let mut pieces = payload.chunks(max).peekable();
+        let mut h = header;
+        h.flags |= flags::MORE;
+        self.push_frame(ch, &h, pieces.next().unwrap(), wait)?;
+        let mut frag = Header::new(Kind::Fragment, header.src, header.dst, header.call_id);
+        while let Some(piece) = pieces.next() {
+            frag.flags = if pieces.peek().is_some() { flags::MORE } else { 0 };
+            self.push_frame(ch, &frag, piece, true)?;
+        }
+        Ok(())
+    }
+
+    fn push_frame(&self, ch: &Channel, h: &Header, payload: &[u8], wait: bool) -> Result<()> {
+        let mut idle = None;
+        loop {
+            match ch.transport.try_send(h, payload) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Closed) => return Err(self.gone_error(ch)),
+                Err(SendError::TooLarge) => unreachable!("send_message splits frames"),
+                Err(SendError::Full) if !wait => return Err(Error::WouldBlock { to: h.dst }),
+                Err(SendError::Full) => {
+                    if self.is_shut_down() {
+                        return Err(Error::Shutdown);
+                    }
+                    ch.transport.want_space();
+                    idle.get_or_insert_with(|| idle::Idle::new(self)).step(&|| ch.is_gone(), &|_| {});
+                }
+            }
+        }
+    }
+
+    fn gone_error(&self, ch: &Channel) -> Error {
+        if self.is_shut_down() {
+            Error::Shutdown
+        } else {
+            Error::PeerGone { peer: ch.peer }
+        }
+    }
+
+    /// Sends a message to `dst` and returns a future for its checkpoint.
+    pub fn send(
+        self: &Arc<Self>,
+        src: EndpointId,
+        dst: EndpointId,
+        payload: &[u8],
+        checkpoint: Checkpoint,
+        deadline: Option<Instant>,
+    ) -> Delivery {
+        let ch = match self.channel_to(dst.team_id()) {
+            Ok(ch) => ch,
+            Err(e) => return Delivery::failed(e),
+        };
+        let mut header = Header::new(Kind::Data, src, dst, 0).with_checkpoint(checkpoint);
+        header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
+        if checkpoint == Checkpoint::Immediate {
+            return match self.send_message(&ch, header, payload, false) {
+                Ok(()) => Delivery::done(),
+                Err(e) => Delivery::failed(e),
+            };
+        }
+        header.call_id = self.new_call_id();
+        let completion = Arc::new(Completion { channel: Arc::as_ptr(&ch), state: Mutex::new((None, None)) });
+        self.pending.lock().insert(header.call_id, completion.clone());
+        if let Err(e) = self.send_message(&ch, header, payload, true) {
+            self.pending.lock().remove(&header.call_id);
+            return Delivery::failed(e);
+        }
+        // A peer that died while we sent would never answer.
+        if ch.is_gone() && ch.finished.load(Ordering::Acquire) {
+            self.pending.lock().remove(&header.call_id);
+            return Delivery::failed(self.gone_error(&ch));
+        }
+        Delivery {
+            team: Some(self.clone()),
+            call_id: header.call_id,
+            completion: Some(completion),
+            deadline,
+            timer: None,
+            early: None,
+        }
+    }
+
+    /// Replies to a received `OnReturn` message `h`, on the channel it came by.
+    pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
+        self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true)
+    }
+
+    pub fn ack(&self, ch: &Arc<Channel>, h: &Header, checkpoint: Checkpoint) {
+        let mut a = Header::new(Kind::Ack, h.dst, h.src, h.call_id).with_checkpoint(checkpoint);
+        a.len = 0;
+        ch.send_control(a, Vec::new());
+    }
+
+    pub fn nack(&self, ch: &Arc<Channel>, h: &Header, why: NackReason, text: &str) {
+        if h.call_id == 0 {
+            tracing::warn!(from = %h.src, to = %h.dst, ?why, text, "dropping a message nobody waits on");
+            return;
+        }
+        let mut p = vec![why as u8];
+        p.extend_from_slice(text.as_bytes());
+        ch.send_control(Header::new(Kind::Nack, h.dst, h.src, h.call_id), p);
+    }
+
+    // ---- receiving ----
+
+    /// Drains every channel once. Returns whether anything was received.
+    pub fn progress(&self) -> bool {
+        let mut did = false;
+        let mut finished = Vec::new();
+        {
+            let channels = self.channels.read();
+            for ch in channels.iter() {
+                let Some(mut rx) = ch.rx.try_lock() else { continue };
+                ch.flush_backlog();
+                match self.drain(ch, &mut rx) {
+                    Ok(n) => did |= n > 0,
+                    Err(what) => {
+                        tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
+                        ch.mark_gone();
+                        finished.push(ch.clone());
+                    }
+                }
+                if ch.is_gone() && !ch.finished.load(Ordering::Acquire) && rx.ready.is_none() {
+                    finished.push(ch.clone());
+                }
+            }
+        }
+        for ch in finished {
+            self.finish_channel(&ch);
+        }
+        did
+    }
+
+    /// Takes frames from one channel until it is empty, a destination is
+    /// full, or a budget is spent (so one busy peer cannot starve the rest).
+    fn drain(&self, ch: &Arc<Channel>, rx: &mut channel::RxState) -> std::result::Result<usize, String> {
+        if let Some((h, p)) = rx.ready.take() {
+            if let Some(back) = self.dispatch(ch, h, p) {
+                rx.ready = Some(back);
+                return Ok(0);
+            }
+        }
+        let mut taken = 0;
+        let mut violation = None;
+        while taken < 64 {
+            let got = ch.transport.try_recv(&mut |h, payload| self.route(ch, rx, h, payload, &mut violation));
+            if let Some(v) = violation.take() {
+                return Err(v);
+            }
+            match got.map_err(|e| e.to_string())? {
+                Recv::Consumed => taken += 1,
+                Recv::Empty | Recv::Kept => break,
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Handles one frame; returns false to leave it in the channel (its port is full).
+    fn route(
+        &self,
+        ch: &Arc<Channel>,
+        rx: &mut channel::RxState,
+        h: &Header,
+        payload: &[u8],
+        violation: &mut Option<String>,
+    ) -> bool {
+        if rx.ready.is_some() {
+            return false;
+        }
+        if h.kind == Kind::Fragment {
+            let Some((_, buf)) = rx.assembling.as_mut() else {
+                *violation = Some("a piece with no message to belong to".into());
+                return false;
+            };
+            if buf.len() + payload.len() > self.cfg.max_message {
+                *violation = Some(format!("message larger than {} bytes", self.cfg.max_message));
+                return false;
+            }
+            buf.extend_from_slice(payload);
+            if !h.more() {
+                let (mut first, whole) = rx.assembling.take().unwrap();
+                first.flags &= !flags::MORE;
+                first.len = whole.len() as u32;
+                rx.ready = self.dispatch(ch, first, whole);
+            }
+            return true;
+        }
+        if rx.assembling.is_some() {
+            *violation = Some("a new message before the last piece of the previous one".into());
+            return false;
+        }
+        if h.more() {
+            rx.assembling = Some((*h, payload.to_vec()));
+            return true;
+        }
+        match h.kind {
+            Kind::Data => self.deliver(ch, h, || payload.to_vec()),
+            _ => {
+                self.complete(ch, h, payload);
+                true
+            }
+        }
+    }
+
+    /// Dispatches a whole message; gives it back if its destination is full.
+    fn dispatch(&self, ch: &Arc<Channel>, h: Header, payload: Vec<u8>) -> Option<(Header, Vec<u8>)> {
+        if h.kind != Kind::Data {
+            self.complete(ch, &h, &payload);
+            return None;
+        }
+        let mut slot = Some(payload);
+        if self.deliver(ch, &h, || slot.take().unwrap()) {
+            None
+        } else {
+            Some((h, slot.take().unwrap()))
+        }
+    }
+
+    /// Puts a data message into its endpoint's inbox; false if the inbox is full.
+    fn deliver(&self, ch: &Arc<Channel>, h: &Header, payload: impl FnOnce() -> Vec<u8>) -> bool {
+        let inbox = if h.dst.team_id() == self.id { self.inboxes.read().get(&h.dst.slot()).cloned() } else { None };
+        let Some(inbox) = inbox else {
+            self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("no endpoint {}", h.dst));
+            return true;
+        };
+        match inbox.offer(|| Incoming { header: *h, payload: payload(), channel: ch.clone() }) {
+            Offer::Accepted => {
+                if h.checkpoint() == Checkpoint::OnReceipt {
+                    self.ack(ch, h, Checkpoint::OnReceipt);
+                }
+                true
+            }
+            Offer::Full => false,
+            Offer::Closed => {
+                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("endpoint {} closed", h.dst));
+                true
+            }
+        }
+    }
+
+    /// An ack, reply or nack for one of our sends.
+    fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: &[u8]) {
+        let mut pending = self.pending.lock();
+        // Only the channel the send went out on may answer it.
+        let Some(c) = pending.get(&h.call_id).filter(|c| c.channel == Arc::as_ptr(ch)).cloned() else {
+            tracing::debug!(call = h.call_id, peer = %ch.peer, "answer to no pending send; ignored");
+            return;
+        };
+        pending.remove(&h.call_id);
+        drop(pending);
+        c.finish(match h.kind {
+            Kind::Ack | Kind::Reply => Ok(payload.to_vec()),
+            _ => Err(nack_error(h, payload)),
+        });
+    }
+
+    /// A channel whose peer is gone and which holds nothing more: fail what
+    /// waits on it and forget it.
+    fn finish_channel(&self, ch: &Arc<Channel>) {
+        if ch.finished.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.channels.write().retain(|c| !Arc::ptr_eq(c, ch));
+        {
+            let mut peers = self.peers.lock();
+            if peers.get(&ch.peer.team).is_some_and(|c| Arc::ptr_eq(c, ch)) {
+                peers.remove(&ch.peer.team);
+            }
+        }
+        self.reactor.unwatch(ch);
+        let err = || self.gone_error(ch);
+        let failed: Vec<_> = {
+            let mut pending = self.pending.lock();
+            let ids: Vec<u64> =
+                pending.iter().filter(|(_, c)| c.channel == Arc::as_ptr(ch)).map(|(id, _)| *id).collect();
+            ids.into_iter().filter_map(|id| pending.remove(&id)).collect()
+        };
+        for c in failed {
+            c.finish(Err(err()));
+        }
+        if !self.is_shut_down() {
+            tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
+            self.names.sweep_team(ch.peer.team);
+        }
+    }
+
+    /// Called by the reactor when a peer's socket hangs up.
+    pub(crate) fn peer_hung_up(&self, ch: &Arc<Channel>) {
+        ch.mark_gone();
+        // Wake every sleeper: someone must drain what is left and fail the waiters.
+        self.doorbell.ring_now();
+    }
+
+    pub(crate) fn shutdown(&self) {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.reactor.stop();
+        self.doorbell.ring_now();
+        let me = std::thread::current().id();
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        let channels: Vec<_> = self.channels.write().drain(..).collect();
+        self.peers.lock().clear();
+        for ch in &channels {
+            ch.mark_gone();
+            ch.finished.store(true, Ordering::Release);
+            if let Some(s) = &ch.socket {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        let pending: Vec<_> = self.pending.lock().drain().map(|(_, c)| c).collect();
+        for c in pending {
+            c.finish(Err(Error::Shutdown));
+        }
+        let inboxes: Vec<_> = self.inboxes.write().drain().map(|(_, i)| i).collect();
+        for i in inboxes {
+            i.close();
+        }
+        self.exec.clear();
+        self.lease.lock().take();
+        tracing::debug!(team = %self.id, "team shut down");
+    }
+
+    pub fn register_name(&self, name: &str, ep: EndpointId) -> Result<()> {
+        let lease = self.lease.lock();
+        let lease = lease.as_ref().ok_or(Error::Shutdown)?;
+        self.names.register(lease, name, ep)
+    }
+
+    pub fn unregister_name(&self, name: &str) {
+        if let Some(lease) = self.lease.lock().as_ref() {
+            let _ = self.names.unregister(lease, name);
+        }
+    }
+
+    fn forget_call(&self, id: u64) {
+        self.pending.lock().remove(&id);
+    }
+}
+
+fn nack_error(h: &Header, payload: &[u8]) -> Error {
+    let text = String::from_utf8_lossy(payload.get(1..).unwrap_or_default()).into_owned();
+    match payload.first().map(|b| NackReason::from_u8(*b)) {
+        Some(NackReason::NoSuchEndpoint) => Error::NoSuchEndpoint(h.src),
+        Some(NackReason::TooLarge) => Error::Refused(format!("too large: {text}")),
+        Some(NackReason::NoReply) => Error::Refused(format!("no reply: {text}")),
+        _ => Error::Refused(text),
+    }
+}
+
+/// Claims this process's pid as team number, or a number above every pid.
+fn claim_team_number(dir: &RuntimeDir) -> Result<TeamLease> {
+    let pid = std::process::id();
+    if let Ok(l) = TeamLease::acquire(dir, pid) {
+        return Ok(l);
+    }
+    for t in (EXTRA_TEAMS + pid % 1000 * 1000)..crate::id::MAX_TEAM {
+        if let Ok(l) = TeamLease::acquire(dir, t) {
+            return Ok(l);
+        }
+    }
+    Err(Error::Refused("no free team number on this node".into()))
+}
+
+pub(crate) fn deadline_to_wall_ns(d: Instant) -> u64 {
+    let left = d.saturating_duration_since(Instant::now());
+    (SystemTime::now() + left).duration_since(SystemTime::UNIX_EPOCH).map_or(1, |t| t.as_nanos() as u64).max(1)
+}
+
+/// A send on its way to its checkpoint. Resolves to the reply for
+/// `OnReturn`, to an empty vector for the other checkpoints. Dropping it
+/// stops waiting (the message itself is already sent).
+pub struct Delivery {
+    team: Option<Arc<TeamInner>>,
+    call_id: u64,
+    completion: Option<Arc<Completion>>,
+    deadline: Option<Instant>,
+    timer: Option<u64>,
+    early: Option<Result<Vec<u8>>>,
+}
+
+impl Delivery {
+    fn done() -> Delivery {
+        Delivery { team: None, call_id: 0, completion: None, deadline: None, timer: None, early: Some(Ok(Vec::new())) }
+    }
+    fn failed(e: Error) -> Delivery {
+        Delivery { team: None, call_id: 0, completion: None, deadline: None, timer: None, early: Some(Err(e)) }
+    }
+}
+
+impl Future for Delivery {
+    type Output = Result<Vec<u8>>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
+        if let Some(r) = self.early.take() {
+            return Poll::Ready(r);
+        }
+        let Some(c) = self.completion.clone() else { return Poll::Ready(Err(Error::Cancelled)) };
+        if let Poll::Ready(r) = c.poll_done(cx) {
+            self.completion = None;
+            return Poll::Ready(r);
+        }
+        if let Some(at) = self.deadline {
+            let team = self.team.clone().unwrap();
+            if Instant::now() >= at {
+                team.forget_call(self.call_id);
+                self.completion = None;
+                return Poll::Ready(Err(Error::DeadlineExceeded));
+            }
+            let id = self.timer;
+            self.timer = Some(team.timers.register(id, at, cx.waker()));
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if let Some(team) = &self.team {
+            if self.completion.is_some() {
+                team.forget_call(self.call_id);
+            }
+            if let Some(t) = self.timer {
+                team.timers.cancel(t);
+            }
+        }
+    }
+}
+
+/// A future that completes at a point in time (see [`Team::sleep`]).
+pub struct Sleep {
+    team: Arc<TeamInner>,
+    at: Instant,
+    id: Option<u64>,
+}
+
+impl Sleep {
+    pub(crate) fn new(team: &Arc<TeamInner>, d: Duration) -> Sleep {
+        Sleep { team: team.clone(), at: Instant::now() + d, id: None }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= self.at {
+            return Poll::Ready(());
+        }
+        let (at, id) = (self.at, self.id);
+        self.id = Some(self.team.timers.register(id, at, cx.waker()));
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.team.timers.cancel(id);
+        }
+    }
+}

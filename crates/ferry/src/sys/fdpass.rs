@@ -1,0 +1,44 @@
+//! Sending file descriptors with a message over a Unix stream socket (SCM_RIGHTS).
+
+use crate::error::{Error, Result};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::net::{
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+
+/// Most descriptors one message carries.
+pub const MAX_FDS: usize = 4;
+
+/// Sends `bytes` (all of it, in one message) with `fds` attached.
+pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !cmsg.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Error::io("attach descriptors")(std::io::ErrorKind::InvalidInput.into()));
+    }
+    let n = sendmsg(sock, &[IoSlice::new(bytes)], &mut cmsg, SendFlags::NOSIGNAL)
+        .map_err(|e| Error::io("sendmsg")(e.into()))?;
+    if n != bytes.len() {
+        return Err(Error::io("sendmsg (short write)")(std::io::ErrorKind::WriteZero.into()));
+    }
+    Ok(())
+}
+
+/// Receives one message of at most `buf.len()` bytes and the descriptors attached to it.
+/// Returns the byte count (0 = the peer closed) and the descriptors.
+pub fn recv(sock: impl AsFd, buf: &mut [u8]) -> Result<(usize, Vec<OwnedFd>)> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+    let msg = recvmsg(sock, &mut [IoSliceMut::new(buf)], &mut cmsg, RecvFlags::CMSG_CLOEXEC)
+        .map_err(|e| Error::io("recvmsg")(e.into()))?;
+    let mut fds = Vec::new();
+    for m in cmsg.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = m {
+            fds.extend(rights);
+        }
+    }
+    Ok((msg.bytes, fds))
+}

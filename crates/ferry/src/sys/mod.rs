@@ -1,0 +1,5 @@
+//! Thin wrappers over the few system calls ferry needs.
+
+pub mod fdpass;
+pub mod futex;
+pub mod shm;

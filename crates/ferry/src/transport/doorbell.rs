@@ -1,0 +1,99 @@
+//! A team's doorbell: how a sender wakes a team whose threads all sleep.
+//!
+//! One page of shared memory per team, mapped by the team and by every peer
+//! that has a channel to it. The team's idle threads count themselves in
+//! `pollers` while they spin over their channels and in `sleepers` while they
+//! sleep on the futex `seq`. A sender publishes its frame, then (after a full
+//! fence) looks: if nobody polls and somebody sleeps, it bumps `seq` and wakes.
+//! Both sides do store → fence → load (Dekker), so a frame published just as a
+//! thread decides to sleep is seen by one of the two.
+//!
+//! A misbehaving peer can scribble on the page: the worst it can do is cause
+//! spurious or missed wake-ups of this team. Missed wake-ups are bounded
+//! because every park has a timeout (the runtime's `park_timeout`).
+
+use crate::error::Result;
+use crate::sys::{futex, shm::Mapping};
+use rustix::fd::OwnedFd;
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::Duration;
+
+pub const DOORBELL_LEN: usize = 4096;
+const SEQ: usize = 0;
+const POLLERS: usize = 64;
+const SLEEPERS: usize = 128;
+
+pub struct Doorbell {
+    map: Mapping,
+}
+
+impl Doorbell {
+    pub fn create() -> Result<Doorbell> {
+        Ok(Doorbell { map: Mapping::create("ferry-doorbell", DOORBELL_LEN)? })
+    }
+
+    /// Maps a peer's doorbell received at bind time.
+    pub fn open(fd: OwnedFd) -> Result<Doorbell> {
+        Ok(Doorbell { map: Mapping::open(fd, DOORBELL_LEN)? })
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        self.map.fd()
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(offset + 4 <= DOORBELL_LEN && offset % 4 == 0);
+        // SAFETY: the mapping is DOORBELL_LEN bytes, page-aligned, and lives as
+        // long as `self`; the offsets are in bounds and 4-aligned. Shared memory
+        // is only ever accessed through atomics here.
+        unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU32) }
+    }
+
+    /// Sender side: call after publishing. Wakes the team if nobody is polling.
+    #[inline]
+    pub fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.word(POLLERS).load(Ordering::Relaxed) == 0 && self.word(SLEEPERS).load(Ordering::Relaxed) != 0 {
+            self.ring_now();
+        }
+    }
+
+    /// Wakes every sleeper unconditionally.
+    pub fn ring_now(&self) {
+        self.word(SEQ).fetch_add(1, Ordering::SeqCst);
+        futex::wake(self.word(SEQ), i32::MAX);
+    }
+
+    /// A thread starts polling (spinning over channels).
+    #[inline]
+    pub fn enter_polling(&self) {
+        self.word(POLLERS).fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[inline]
+    pub fn leave_polling(&self) {
+        self.word(POLLERS).fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// First half of parking: the caller stops counting as a poller and as a
+    /// sleeper, and gets the ticket to pass to [`Doorbell::park`] after it has
+    /// checked once more that there is nothing to do.
+    pub fn prepare_park(&self) -> u32 {
+        let ticket = self.word(SEQ).load(Ordering::SeqCst);
+        self.word(SLEEPERS).fetch_add(1, Ordering::SeqCst);
+        self.word(POLLERS).fetch_sub(1, Ordering::SeqCst);
+        ticket
+    }
+
+    /// Sleeps unless the doorbell rang since `ticket`; then counts as a poller again.
+    pub fn park(&self, ticket: u32, timeout: Duration) {
+        futex::wait(self.word(SEQ), ticket, Some(timeout));
+        self.cancel_park();
+    }
+
+    /// Undoes `prepare_park` without sleeping.
+    pub fn cancel_park(&self) {
+        self.word(POLLERS).fetch_add(1, Ordering::SeqCst);
+        self.word(SLEEPERS).fetch_sub(1, Ordering::SeqCst);
+    }
+}

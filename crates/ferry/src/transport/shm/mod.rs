@@ -1,0 +1,300 @@
+//! Shared-memory transport: a pair-wise channel between two teams of one node.
+//!
+//! The team that sends first (the *connector*) creates one memfd holding two
+//! rings, one per direction, and hands it with its doorbell to the other team
+//! (the *acceptor*) over the acceptor's Unix socket (SCM_RIGHTS); the acceptor
+//! answers with its own doorbell. The socket then stays open and carries
+//! nothing: its hang-up is how each side learns the other died.
+//!
+//! Segment layout (`cap` = bytes per ring, a power of two):
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | magic `FERRYSHM`, version u32, cap u32 |
+//! | 64 | ring 0 head (connector → acceptor), own cache line |
+//! | 128 | ring 0 writer-waiting flag |
+//! | 192 | ring 1 head (acceptor → connector) |
+//! | 256 | ring 1 writer-waiting flag |
+//! | 4096 | ring 0 cells |
+//! | 4096 + cap | ring 1 cells |
+
+pub mod ring;
+
+use super::doorbell::Doorbell;
+use super::{Recv, RecvError, SendError, Transport};
+use crate::error::{Error, Result};
+use crate::id::TeamId;
+use crate::sys::{fdpass, shm::Mapping};
+use crate::wire::{Header, HEADER_LEN};
+use parking_lot::Mutex;
+use ring::{Consumer, Producer, RingError, RingMem};
+use rustix::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MAGIC: &[u8; 8] = b"FERRYSHM";
+const VERSION: u32 = 1;
+const HEADER_AREA: usize = 4096;
+const HELLO: &[u8; 8] = b"FERRYHI1";
+const WELCOME: &[u8; 8] = b"FERRYOK1";
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Smallest ring: room for a few maximum-size frames of a useful size.
+pub const MIN_RING: usize = 4096;
+
+/// Bytes of shared memory one channel with rings of `cap` bytes takes.
+pub fn segment_len(cap: usize) -> usize {
+    HEADER_AREA + 2 * cap
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Connector,
+    Acceptor,
+}
+
+/// One team's end of a shared-memory channel.
+pub struct ShmEnd {
+    producer: Mutex<Producer>,
+    consumer: Mutex<Consumer>,
+    tx_waiting: *const AtomicU32,
+    rx_waiting: *const AtomicU32,
+    peer_doorbell: Doorbell,
+    max_payload: usize,
+    closed: AtomicBool,
+    /// Keeps the rings mapped; declared last so it is unmapped after the rest.
+    _segment: Mapping,
+}
+
+// SAFETY: the raw pointers point into `_segment`, which lives as long as the
+// end and is only accessed through atomics and the ring's copy discipline.
+unsafe impl Send for ShmEnd {}
+unsafe impl Sync for ShmEnd {}
+
+impl ShmEnd {
+    fn new(segment: Mapping, cap: usize, side: Side, peer_doorbell: Doorbell) -> ShmEnd {
+        let base = segment.as_ptr();
+        // SAFETY: the segment is segment_len(cap) bytes (checked at map time),
+        // so every offset below is in bounds and suitably aligned.
+        let (ring0, ring1, wait0, wait1) = unsafe {
+            (
+                RingMem { data: base.add(HEADER_AREA), cap, head: base.add(64) as *const AtomicU64 },
+                RingMem { data: base.add(HEADER_AREA + cap), cap, head: base.add(192) as *const AtomicU64 },
+                base.add(128) as *const AtomicU32,
+                base.add(256) as *const AtomicU32,
+            )
+        };
+        let (tx, rx, tx_waiting, rx_waiting) = match side {
+            Side::Connector => (ring0, ring1, wait0, wait1),
+            Side::Acceptor => (ring1, ring0, wait1, wait0),
+        };
+        ShmEnd {
+            producer: Mutex::new(Producer::new(tx)),
+            consumer: Mutex::new(Consumer::new(rx)),
+            tx_waiting,
+            rx_waiting,
+            peer_doorbell,
+            max_payload: RingMem::max_body(cap) - HEADER_LEN,
+            closed: AtomicBool::new(false),
+            _segment: segment,
+        }
+    }
+
+    fn flag(&self, p: *const AtomicU32) -> &AtomicU32 {
+        // SAFETY: points into `_segment` (see `new`), alive as long as `self`.
+        unsafe { &*p }
+    }
+}
+
+impl Transport for ShmEnd {
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    #[inline]
+    fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError> {
+        if payload.len() > self.max_payload {
+            return Err(SendError::TooLarge);
+        }
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(SendError::Closed);
+        }
+        let mut h = *header;
+        h.len = payload.len() as u32;
+        let mut head = [0u8; HEADER_LEN];
+        h.encode(&mut head);
+        match self.producer.lock().push(&[&head, payload]) {
+            Ok(()) => {}
+            Err(RingError::Full) => return Err(SendError::Full),
+            Err(RingError::Corrupt(what)) => {
+                tracing::warn!(what, "shared-memory channel corrupted by peer; closing it");
+                self.close();
+                return Err(SendError::Closed);
+            }
+        }
+        self.peer_doorbell.ring();
+        Ok(())
+    }
+
+    fn want_space(&self) {
+        self.flag(self.tx_waiting).store(1, Ordering::SeqCst);
+    }
+
+    #[inline]
+    fn try_recv(&self, accept: &mut dyn FnMut(&Header, &[u8]) -> bool) -> Result<Recv, RecvError> {
+        let mut bad = None;
+        let got = self.consumer.lock().pop(&mut |body| match Header::decode(body) {
+            Ok(h) => accept(&h, &body[HEADER_LEN..]),
+            Err(e) => {
+                bad = Some(e);
+                false
+            }
+        });
+        if let Some(e) = bad {
+            self.close();
+            return Err(e.into());
+        }
+        match got {
+            Ok(None) => Ok(Recv::Empty),
+            Ok(Some(false)) => Ok(Recv::Kept),
+            Ok(Some(true)) => {
+                // Dekker with the producer's want_space → retry → park.
+                fence(Ordering::SeqCst);
+                if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0 {
+                    self.flag(self.rx_waiting).store(0, Ordering::Relaxed);
+                    self.peer_doorbell.ring_now();
+                }
+                Ok(Recv::Consumed)
+            }
+            Err(RingError::Corrupt(what)) => {
+                self.close();
+                Err(RecvError::Corrupt(what.to_string()))
+            }
+            Err(RingError::Full) => unreachable!("the consumer never reports Full"),
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// Settings both sides of a bind need.
+#[derive(Clone)]
+pub struct BindConfig {
+    pub me: TeamId,
+    pub doorbell: Arc<Doorbell>,
+    /// Ring size the connector asks for.
+    pub ring_bytes: usize,
+    /// Largest ring an acceptor agrees to map.
+    pub max_ring_bytes: usize,
+}
+
+fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[..8].copy_from_slice(magic);
+    b[8..10].copy_from_slice(&me.node.to_le_bytes());
+    b[12..16].copy_from_slice(&me.team.to_le_bytes());
+    b[16..20].copy_from_slice(&cap.to_le_bytes());
+    b
+}
+
+fn parse_hello(b: &[u8], magic: &[u8; 8]) -> Option<(TeamId, u32)> {
+    if b.len() != 20 || &b[..8] != magic {
+        return None;
+    }
+    let node = u16::from_le_bytes([b[8], b[9]]);
+    let team = u32::from_le_bytes(b[12..16].try_into().unwrap());
+    let cap = u32::from_le_bytes(b[16..20].try_into().unwrap());
+    Some((TeamId { node, team }, cap))
+}
+
+fn refused(what: String) -> Error {
+    Error::Io { context: "shared-memory bind", source: std::io::Error::new(std::io::ErrorKind::InvalidData, what) }
+}
+
+/// The peer's process id as the kernel reports it.
+fn peer_pid(stream: &UnixStream) -> Option<u32> {
+    rustix::net::sockopt::socket_peercred(stream).ok().map(|c| c.pid.as_raw_nonzero().get() as u32)
+}
+
+/// Connector side: creates the channel and hands it to the team listening on `stream`.
+pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<ShmEnd> {
+    let cap = cfg.ring_bytes;
+    assert!(cap.is_power_of_two() && cap >= MIN_RING, "ring_bytes must be a power of two >= {MIN_RING}");
+    let segment = Mapping::create("ferry-channel", segment_len(cap))?;
+    // SAFETY: fresh private segment of segment_len(cap) >= 4096 bytes; nobody else maps it yet.
+    unsafe {
+        let p = segment.as_ptr();
+        std::ptr::copy_nonoverlapping(MAGIC.as_ptr(), p, 8);
+        (p.add(8) as *mut u32).write(VERSION);
+        (p.add(12) as *mut u32).write(cap as u32);
+    }
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
+    let hello = hello_bytes(HELLO, cfg.me, cap as u32);
+    fdpass::send(stream.as_fd(), &hello, &[segment.fd().as_fd(), cfg.doorbell.fd().as_fd()])?;
+    let mut buf = [0u8; 64];
+    let (n, mut fds) = fdpass::recv(stream, &mut buf)?;
+    let Some((peer, _)) = parse_hello(&buf[..n], WELCOME) else {
+        return Err(refused(format!("bad welcome from {expect} ({n} bytes)")));
+    };
+    if peer != expect || fds.len() != 1 {
+        return Err(refused(format!("expected team {expect}, got {peer} with {} descriptors", fds.len())));
+    }
+    let peer_doorbell = Doorbell::open(fds.pop().unwrap())?;
+    Ok(ShmEnd::new(segment, cap, Side::Connector, peer_doorbell))
+}
+
+/// Acceptor side: takes a channel offered on a freshly accepted `stream`.
+/// `is_peer(team, pid)` checks that the process on the other end (its pid, as
+/// the kernel reports it) is the team it claims to be.
+pub fn accept(stream: &UnixStream, cfg: &BindConfig, is_peer: impl Fn(TeamId, u32) -> bool) -> Result<(ShmEnd, TeamId)> {
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
+    let mut buf = [0u8; 64];
+    let (n, mut fds) = fdpass::recv(stream, &mut buf)?;
+    let Some((peer, cap)) = parse_hello(&buf[..n], HELLO) else {
+        return Err(refused(format!("bad hello ({n} bytes)")));
+    };
+    let cap = cap as usize;
+    if !cap.is_power_of_two() || cap < MIN_RING || cap > cfg.max_ring_bytes {
+        return Err(refused(format!("team {peer} asked for a {cap}-byte ring")));
+    }
+    if peer.node != cfg.me.node || !peer_pid(stream).is_some_and(|pid| is_peer(peer, pid)) {
+        return Err(refused(format!("team {peer} is not the process on the other end")));
+    }
+    if fds.len() != 2 {
+        return Err(refused(format!("team {peer} sent {} descriptors, want 2", fds.len())));
+    }
+    let doorbell_fd = fds.pop().unwrap();
+    let segment = Mapping::open(fds.pop().unwrap(), segment_len(cap))?;
+    // SAFETY: the segment is at least 4096 bytes; we read 16 header bytes by copy.
+    let (magic, version) = unsafe {
+        let p = segment.as_ptr();
+        (std::ptr::read_volatile(p as *const [u8; 8]), std::ptr::read_volatile(p.add(8) as *const u32))
+    };
+    if &magic != MAGIC || version != VERSION {
+        return Err(refused(format!("team {peer} sent a segment of another version")));
+    }
+    let peer_doorbell = Doorbell::open(doorbell_fd)?;
+    let welcome = hello_bytes(WELCOME, cfg.me, cap as u32);
+    fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.fd().as_fd()])?;
+    Ok((ShmEnd::new(segment, cap, Side::Acceptor, peer_doorbell), peer))
+}
+
+/// A connected pair in one process (both ends in this team), for tests.
+pub fn pair_for_tests(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
+    let segment = Mapping::create("ferry-channel", segment_len(cap))?;
+    let fd = rustix::io::dup(segment.fd()).map_err(|e| Error::io("dup")(e.into()))?;
+    let other = Mapping::open(fd, segment_len(cap))?;
+    let da = rustix::io::dup(a.fd()).map_err(|e| Error::io("dup")(e.into()))?;
+    let db = rustix::io::dup(b.fd()).map_err(|e| Error::io("dup")(e.into()))?;
+    Ok((
+        ShmEnd::new(segment, cap, Side::Connector, Doorbell::open(db)?),
+        ShmEnd::new(other, cap, Side::Acceptor, Doorbell::open(da)?),
+    ))
+}

@@ -1,0 +1,241 @@
+//! Wire format: the frame every transport carries. See `docs/WIRE.md`.
+//!
+//! A frame is a fixed 40-byte header (little-endian) followed by `len` payload
+//! bytes. The header is decoded from a private copy and validated before any
+//! field is used: a peer can send anything.
+
+pub mod codec;
+
+use crate::id::EndpointId;
+
+/// Version of the frame layout; a frame with another version is a protocol error.
+pub const VERSION: u8 = 1;
+/// Size of the encoded header in bytes.
+pub const HEADER_LEN: usize = 40;
+
+/// What a frame is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// A message for the port `dst`.
+    Data = 1,
+    /// "Checkpoint reached" for the send with `call_id` (flags say which checkpoint).
+    Ack = 2,
+    /// The reply to the `OnReturn` send with `call_id`; payload is the reply.
+    Reply = 3,
+    /// The send with `call_id` failed at the receiver; payload is a [`NackReason`] byte then UTF-8 text.
+    Nack = 4,
+    /// One piece of a message too large for one frame; the last piece has no `MORE` flag.
+    /// Pieces of one message are sent back to back on one channel.
+    Fragment = 5,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Data,
+            2 => Kind::Ack,
+            3 => Kind::Reply,
+            4 => Kind::Nack,
+            5 => Kind::Fragment,
+            _ => return None,
+        })
+    }
+}
+
+/// Header flags.
+pub mod flags {
+    /// More pieces of this message follow (`Fragment` frames, and the first `Data` piece).
+    pub const MORE: u16 = 1 << 0;
+    /// Bits 1..=2: the completion checkpoint the sender asked for (see [`super::Checkpoint`]).
+    pub const CHECKPOINT_SHIFT: u16 = 1;
+    pub const CHECKPOINT_MASK: u16 = 0b11 << CHECKPOINT_SHIFT;
+    /// Every other bit must be zero in version 1.
+    pub const KNOWN: u16 = MORE | CHECKPOINT_MASK;
+}
+
+/// When a send counts as complete (DESIGN §1, StarMod §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Checkpoint {
+    /// Buffered locally (in the channel); the sender learns nothing more.
+    Immediate = 0,
+    /// The receiving team's runtime has taken it off the channel into the port.
+    OnReceipt = 1,
+    /// A receiving task has taken it from the port.
+    OnDelivery = 2,
+    /// The receiving task replied; the completion carries the reply.
+    OnReturn = 3,
+}
+
+impl Checkpoint {
+    fn from_bits(b: u16) -> Checkpoint {
+        match b & 0b11 {
+            0 => Checkpoint::Immediate,
+            1 => Checkpoint::OnReceipt,
+            2 => Checkpoint::OnDelivery,
+            _ => Checkpoint::OnReturn,
+        }
+    }
+}
+
+/// Why a receiver refused a send (first payload byte of a `Nack`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum NackReason {
+    NoSuchEndpoint = 1,
+    /// The message was dropped without the reply `OnReturn` asked for.
+    NoReply = 2,
+    TooLarge = 3,
+    Other = 255,
+}
+
+impl NackReason {
+    pub fn from_u8(v: u8) -> NackReason {
+        match v {
+            1 => NackReason::NoSuchEndpoint,
+            2 => NackReason::NoReply,
+            3 => NackReason::TooLarge,
+            _ => NackReason::Other,
+        }
+    }
+}
+
+/// A decoded, validated frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub flags: u16,
+    /// Payload bytes that follow this header in this frame.
+    pub len: u32,
+    pub src: EndpointId,
+    pub dst: EndpointId,
+    /// Names the send this frame belongs to; 0 when the sender wants no answer.
+    pub call_id: u64,
+    /// Absolute deadline, nanoseconds since the Unix epoch (CLOCK_REALTIME); 0 = none.
+    pub deadline_ns: u64,
+}
+
+/// Why a header was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("frame too short ({0} bytes)")]
+    Short(usize),
+    #[error("unknown frame version {0}")]
+    Version(u8),
+    #[error("unknown frame kind {0}")]
+    Kind(u8),
+    #[error("unknown flags {0:#x}")]
+    Flags(u16),
+    #[error("frame length {len} does not match the {avail} bytes carried")]
+    Length { len: u32, avail: usize },
+}
+
+impl Header {
+    pub fn new(kind: Kind, src: EndpointId, dst: EndpointId, call_id: u64) -> Header {
+        Header { kind, flags: 0, len: 0, src, dst, call_id, deadline_ns: 0 }
+    }
+
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint::from_bits(self.flags >> flags::CHECKPOINT_SHIFT)
+    }
+
+    pub fn with_checkpoint(mut self, c: Checkpoint) -> Header {
+        self.flags = (self.flags & !flags::CHECKPOINT_MASK) | ((c as u16) << flags::CHECKPOINT_SHIFT);
+        self
+    }
+
+    pub fn more(&self) -> bool {
+        self.flags & flags::MORE != 0
+    }
+
+    /// Encodes into the first `HEADER_LEN` bytes of `out`.
+    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
+        out[0] = VERSION;
+        out[1] = self.kind as u8;
+        out[2..4].copy_from_slice(&self.flags.to_le_bytes());
+        out[4..8].copy_from_slice(&self.len.to_le_bytes());
+        out[8..16].copy_from_slice(&self.src.bits().to_le_bytes());
+        out[16..24].copy_from_slice(&self.dst.bits().to_le_bytes());
+        out[24..32].copy_from_slice(&self.call_id.to_le_bytes());
+        out[32..40].copy_from_slice(&self.deadline_ns.to_le_bytes());
+    }
+
+    /// Decodes and validates a header; `frame` is the whole frame (header and payload).
+    pub fn decode(frame: &[u8]) -> Result<Header, HeaderError> {
+        if frame.len() < HEADER_LEN {
+            return Err(HeaderError::Short(frame.len()));
+        }
+        let u16_at = |i: usize| u16::from_le_bytes([frame[i], frame[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes(frame[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(frame[i..i + 8].try_into().unwrap());
+        if frame[0] != VERSION {
+            return Err(HeaderError::Version(frame[0]));
+        }
+        let kind = Kind::from_u8(frame[1]).ok_or(HeaderError::Kind(frame[1]))?;
+        let flags = u16_at(2);
+        if flags & !flags::KNOWN != 0 {
+            return Err(HeaderError::Flags(flags));
+        }
+        let len = u32_at(4);
+        let avail = frame.len() - HEADER_LEN;
+        if len as usize != avail {
+            return Err(HeaderError::Length { len, avail });
+        }
+        Ok(Header {
+            kind,
+            flags,
+            len,
+            src: EndpointId::from_bits(u64_at(8)),
+            dst: EndpointId::from_bits(u64_at(16)),
+            call_id: u64_at(24),
+            deadline_ns: u64_at(32),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(h: &Header, payload: &[u8]) -> Vec<u8> {
+        let mut head = [0u8; HEADER_LEN];
+        h.encode(&mut head);
+        let mut v = head.to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let mut h = Header::new(Kind::Data, EndpointId::new(1, 2, 3).unwrap(), EndpointId::new(4, 5, 6).unwrap(), 99)
+            .with_checkpoint(Checkpoint::OnDelivery);
+        h.len = 3;
+        h.deadline_ns = 1234;
+        h.flags |= flags::MORE;
+        let f = frame(&h, b"abc");
+        let d = Header::decode(&f).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(d.checkpoint(), Checkpoint::OnDelivery);
+        assert!(d.more());
+    }
+
+    #[test]
+    fn header_rejects_garbage() {
+        let h = Header::new(Kind::Ack, EndpointId::NONE, EndpointId::NONE, 1);
+        let good = frame(&h, b"");
+        assert_eq!(Header::decode(&good[..10]), Err(HeaderError::Short(10)));
+        let mut bad = good.clone();
+        bad[0] = 9;
+        assert_eq!(Header::decode(&bad), Err(HeaderError::Version(9)));
+        let mut bad = good.clone();
+        bad[1] = 77;
+        assert_eq!(Header::decode(&bad), Err(HeaderError::Kind(77)));
+        let mut bad = good.clone();
+        bad[3] = 0x80;
+        assert!(matches!(Header::decode(&bad), Err(HeaderError::Flags(_))));
+        let mut bad = good.clone();
+        bad[4] = 5;
+        assert_eq!(Header::decode(&bad), Err(HeaderError::Length { len: 5, avail: 0 }));
+    }
+}
