@@ -52,6 +52,8 @@ impl Mapping {
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+
+    pub fn fd(&self) -> &OwnedFd {
         &self.fd
     }
 }
