@@ -7,9 +7,9 @@ pub use select::Select;
 
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
+use crate::runtime::channel::Channel;
 use crate::runtime::inbox::{Inbox, Incoming};
 use crate::runtime::{idle, Delivery, Team, TeamInner};
-use crate::runtime::channel::Channel;
 use crate::wire::{codec, Checkpoint, Header, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::{poll_fn, Future};

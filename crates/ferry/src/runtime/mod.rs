@@ -268,11 +268,7 @@ impl TeamInner {
         let id = TeamId { node: cfg.node, team: lease.team() };
         let doorbell = Arc::new(Doorbell::create()?);
         let reactor = reactor::Reactor::new(&dir.team_socket(id.team))?;
-        let loopback = Arc::new(Channel::new(
-            id,
-            Box::new(inproc::loopback(cfg.ring_bytes, doorbell.clone())),
-            None,
-        ));
+        let loopback = Arc::new(Channel::new(id, Box::new(inproc::loopback(cfg.ring_bytes, doorbell.clone())), None));
         let inner = Arc::new(TeamInner {
             id,
             names: NodeNames::new(dir),
@@ -767,13 +763,19 @@ fn nack_error(h: &Header, payload: &[u8]) -> Error {
     }
 }
 
-/// Claims this process's pid as team number, or a number above every pid.
+/// Claims a team number: the pid for the first team of a process, then
+/// numbers above every possible pid (a pid is at most 2^22).
 fn claim_team_number(dir: &RuntimeDir) -> Result<TeamLease> {
+    static STARTED: AtomicU32 = AtomicU32::new(0);
     let pid = std::process::id();
-    if let Ok(l) = TeamLease::acquire(dir, pid) {
-        return Ok(l);
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    if n == 0 {
+        if let Ok(l) = TeamLease::acquire(dir, pid) {
+            return Ok(l);
+        }
     }
-    for t in (EXTRA_TEAMS + pid % 1000 * 1000)..crate::id::MAX_TEAM {
+    let first = EXTRA_TEAMS + (pid % 2048) * 2048 + n % 2048;
+    for t in first..crate::id::MAX_TEAM {
         if let Ok(l) = TeamLease::acquire(dir, t) {
             return Ok(l);
         }

@@ -1,8 +1,8 @@
 //! Timers: a heap of deadlines, fired by whichever thread is idle.
 
 use parking_lot::Mutex;
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};

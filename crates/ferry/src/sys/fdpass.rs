@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{
-    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags,
 };
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;

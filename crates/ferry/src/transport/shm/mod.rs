@@ -253,7 +253,11 @@ pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<
 /// Acceptor side: takes a channel offered on a freshly accepted `stream`.
 /// `is_peer(team, pid)` checks that the process on the other end (its pid, as
 /// the kernel reports it) is the team it claims to be.
-pub fn accept(stream: &UnixStream, cfg: &BindConfig, is_peer: impl Fn(TeamId, u32) -> bool) -> Result<(ShmEnd, TeamId)> {
+pub fn accept(
+    stream: &UnixStream,
+    cfg: &BindConfig,
+    is_peer: impl Fn(TeamId, u32) -> bool,
+) -> Result<(ShmEnd, TeamId)> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
     let mut buf = [0u8; 64];
     let (n, mut fds) = fdpass::recv(stream, &mut buf)?;

@@ -1,0 +1,195 @@
+//! The physical floors of a two-process round trip on this machine: what
+//! any shared-memory channel (ferry's included) is compared to.
+//!
+//! * `floor.spin.one_line` — both sides spin on one shared cache line.
+//! * `floor.spin.two_line` — one line per direction; each side spins only
+//!   on the line the other writes. ferry's baseline.
+//! * `floor.futex` — both sides sleep in FUTEX_WAIT: two wake-ups per trip.
+//! * `floor.uds` — 8 bytes each way over a Unix stream socket, blocking.
+
+use std::io::{Read, Write};
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::time::Duration;
+
+use rustix::io::Errno;
+use rustix::thread::futex;
+
+use crate::harness::{Case, ChildCtx, Params, Peer};
+
+/// Offsets of the request and the response word in the shared region. They
+/// are 128 bytes apart, not 64: Intel's L2 prefetcher fetches lines in
+/// aligned pairs, so adjacent lines would still interfere.
+const REQ: usize = 0;
+const RESP: usize = 128;
+
+/// Each sleeping case scales `Params::iters` down by this (~8 µs a trip).
+const SLOW_DIV: usize = 10;
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case { name: "floor.spin.one_line", parent: one_line_parent, child: one_line_child },
+        Case { name: "floor.spin.two_line", parent: two_line_parent, child: two_line_child },
+        Case { name: "floor.futex", parent: futex_parent, child: futex_child },
+        Case { name: "floor.uds", parent: uds_parent, child: uds_child },
+    ]
+}
+
+// --- floor.spin.one_line -------------------------------------------------
+// The parent writes odd values, the child answers with the next even value,
+// in the same word. u64::MAX (odd) tells the child to stop.
+
+const STOP64: u64 = u64::MAX;
+
+fn one_line_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let line = peer.shm.atomic_u64(REQ);
+    let mut v = 1;
+    let samples = p.measure(p.iters, |n| {
+        for _ in 0..n {
+            line.store(v, Release);
+            peer.spin_until(|| line.load(Acquire) == v + 1);
+            v += 2;
+        }
+    });
+    line.store(STOP64, Release);
+    samples
+}
+
+fn one_line_child(ctx: &ChildCtx) {
+    let line = ctx.shm.atomic_u64(REQ);
+    loop {
+        let v = line.load(Acquire);
+        if v % 2 == 1 {
+            if v == STOP64 {
+                return;
+            }
+            line.store(v + 1, Release);
+        }
+    }
+}
+
+// --- floor.spin.two_line -------------------------------------------------
+// The parent bumps the request counter; the child copies it into the
+// response counter. Each side reads only the line the other writes.
+
+fn two_line_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let (req, resp) = (peer.shm.atomic_u64(REQ), peer.shm.atomic_u64(RESP));
+    let mut v = 0;
+    let samples = p.measure(p.iters, |n| {
+        for _ in 0..n {
+            v += 1;
+            req.store(v, Release);
+            peer.spin_until(|| resp.load(Acquire) == v);
+        }
+    });
+    req.store(STOP64, Release);
+    samples
+}
+
+fn two_line_child(ctx: &ChildCtx) {
+    let (req, resp) = (ctx.shm.atomic_u64(REQ), ctx.shm.atomic_u64(RESP));
+    let mut last = 0;
+    loop {
+        let v = req.load(Acquire);
+        if v != last {
+            if v == STOP64 {
+                return;
+            }
+            resp.store(v, Release);
+            last = v;
+        }
+    }
+}
+
+// --- floor.futex ---------------------------------------------------------
+// As two_line, but each side sleeps in FUTEX_WAIT on the word the other
+// writes, and the writer FUTEX_WAKEs it. Shared (not PRIVATE) futexes, as
+// the words live in memory shared between processes.
+
+const STOP32: u32 = u32::MAX;
+
+fn futex_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let (req, resp) = (peer.shm.atomic_u32(REQ), peer.shm.atomic_u32(RESP));
+    // Sleep at most this long before checking that the child is alive.
+    let tick = futex::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+    let mut v = 0;
+    let samples = p.measure(p.iters_div(SLOW_DIV), |n| {
+        for _ in 0..n {
+            v += 1;
+            req.store(v, Release);
+            futex::wake(req, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+            let mut started = None;
+            loop {
+                let seen = resp.load(Acquire);
+                if seen == v {
+                    break;
+                }
+                match futex::wait(resp, futex::Flags::empty(), seen, Some(&tick)) {
+                    Err(Errno::TIMEDOUT) => peer.check_progress(&mut started),
+                    Ok(()) | Err(Errno::AGAIN | Errno::INTR) => {}
+                    Err(e) => panic!("FUTEX_WAIT: {e}"),
+                }
+            }
+        }
+    });
+    req.store(STOP32, Release);
+    futex::wake(req, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+    samples
+}
+
+fn futex_child(ctx: &ChildCtx) {
+    let (req, resp) = (ctx.shm.atomic_u32(REQ), ctx.shm.atomic_u32(RESP));
+    let mut last = 0;
+    loop {
+        let v = req.load(Acquire);
+        if v == last {
+            // The parent's death kills this process (PDEATHSIG): no timeout.
+            match futex::wait(req, futex::Flags::empty(), last, None) {
+                Ok(()) | Err(Errno::AGAIN | Errno::INTR) => continue,
+                Err(e) => panic!("FUTEX_WAIT: {e}"),
+            }
+        }
+        if v == STOP32 {
+            return;
+        }
+        resp.store(v, Release);
+        futex::wake(resp, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+        last = v;
+    }
+}
+
+// --- floor.uds -----------------------------------------------------------
+// 8-byte request, 8-byte response (request + 1), blocking reads on a Unix
+// stream socketpair. Request u64::MAX asks the child to stop.
+
+fn uds_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    // A hung child fails the read instead of hanging the suite.
+    peer.sock.set_read_timeout(Some(Duration::from_secs(10))).expect("SO_RCVTIMEO");
+    let mut sock = &peer.sock;
+    let mut v: u64 = 0;
+    let samples = p.measure(p.iters_div(SLOW_DIV), |n| {
+        for _ in 0..n {
+            v += 1;
+            sock.write_all(&v.to_ne_bytes()).expect("uds write");
+            let mut buf = [0u8; 8];
+            sock.read_exact(&mut buf).expect("uds read");
+            assert_eq!(u64::from_ne_bytes(buf), v + 1, "uds: wrong response");
+        }
+    });
+    sock.write_all(&STOP64.to_ne_bytes()).expect("uds write");
+    samples
+}
+
+fn uds_child(ctx: &ChildCtx) {
+    let mut sock = &ctx.sock;
+    let mut buf = [0u8; 8];
+    // An error or EOF means the parent is gone: nothing left to do.
+    while sock.read_exact(&mut buf).is_ok() {
+        let v = u64::from_ne_bytes(buf);
+        if v == STOP64 {
+            return;
+        }
+        if sock.write_all(&(v + 1).to_ne_bytes()).is_err() {
+            return;
+        }
+    }
+}

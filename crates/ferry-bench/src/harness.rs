@@ -1,0 +1,352 @@
+//! Running a case: start the child process, hand both sides their shared
+//! resources, collect the parent's samples, and make sure the child is gone.
+
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::io::{fcntl_setfd, FdFlags};
+use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+
+use crate::report::Report;
+use crate::shm::{ShmRegion, SHM_BYTES};
+
+/// Environment variables by which the parent tells the re-executed binary
+/// that it is the child of a case, and what it inherited.
+pub(crate) mod env {
+    /// The case name; its presence makes the binary a child.
+    pub const CHILD: &str = "FERRY_BENCH_CHILD";
+    pub const SHM_FD: &str = "FERRY_BENCH_SHM_FD";
+    pub const SOCK_FD: &str = "FERRY_BENCH_SOCK_FD";
+    pub const RUN_ID: &str = "FERRY_BENCH_RUN_ID";
+    pub const PARAMS: &str = "FERRY_BENCH_PARAMS";
+    pub const CPU: &str = "FERRY_BENCH_CPU";
+    pub const PARENT_PID: &str = "FERRY_BENCH_PARENT_PID";
+}
+
+/// The byte the child writes on the socket once it is set up (pinned, region
+/// mapped), just before it enters the case's child function.
+pub(crate) const READY: u8 = b'R';
+
+/// How long a child may take to start, and a spin wait to finish.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+const SPIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the child may take to exit after the parent side returned.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a suite is run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// Timed rounds; each gives one sample. Odd, so the median is a sample.
+    pub rounds: usize,
+    /// Round trips per round (for spin cases; slow cases scale it down with
+    /// [`Params::iters_div`]).
+    pub iters: usize,
+    /// Untimed rounds run before the timed ones.
+    pub warmup: usize,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self { rounds: 31, iters: 20_000, warmup: 2 }
+    }
+}
+
+impl Params {
+    /// `iters / div`, at least 1: for cases whose round trip is slow.
+    pub fn iters_div(&self, div: usize) -> usize {
+        (self.iters / div.max(1)).max(1)
+    }
+
+    /// Runs `warmup` untimed rounds, then `rounds` timed rounds; each round
+    /// calls `round(iters)`, which must make `iters` round trips. Returns
+    /// one sample per timed round: ns per round trip.
+    pub fn measure(&self, iters: usize, mut round: impl FnMut(usize)) -> Vec<f64> {
+        for _ in 0..self.warmup {
+            round(iters);
+        }
+        (0..self.rounds)
+            .map(|_| {
+                let start = Instant::now();
+                round(iters);
+                start.elapsed().as_nanos() as f64 / iters as f64
+            })
+            .collect()
+    }
+
+    fn to_env(&self) -> String {
+        format!("{},{},{}", self.rounds, self.iters, self.warmup)
+    }
+
+    pub(crate) fn from_env(s: &str) -> Option<Self> {
+        let mut it = s.split(',').map(|x| x.parse::<usize>().ok());
+        let p = Self { rounds: it.next()??, iters: it.next()??, warmup: it.next()?? };
+        Some(p)
+    }
+}
+
+/// A benchmark case: a named pair of functions. The parent side runs in the
+/// calling process and returns one sample per round (ns per round trip,
+/// usually from [`Params::measure`]); the child side runs in a fresh process
+/// and should return when the parent tells it to stop (its own protocol).
+/// Either side fails the case by panicking.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// Dotted `system.transport.variant`; its meaning never changes.
+    pub name: &'static str,
+    pub parent: fn(&mut Peer, &Params) -> Vec<f64>,
+    pub child: fn(&ChildCtx),
+}
+
+/// What the child side of a case gets.
+pub struct ChildCtx {
+    /// The same region the parent sees in [`Peer::shm`] (starts zeroed).
+    pub shm: ShmRegion,
+    /// The other end of [`Peer::sock`].
+    pub sock: UnixStream,
+    /// Unique per case run (parent pid and a sequence number): use it in
+    /// any name the case creates outside the process.
+    pub run_id: String,
+    pub params: Params,
+}
+
+/// The parent side's view of a running child.
+pub struct Peer {
+    /// Zeroed shared memory, mapped in both processes.
+    pub shm: ShmRegion,
+    /// A connected Unix stream socket; the child holds the other end.
+    pub sock: UnixStream,
+    /// See [`ChildCtx::run_id`].
+    pub run_id: String,
+    child: ChildGuard,
+}
+
+impl Peer {
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// Whether the child has exited (without reaping it).
+    pub fn child_exited(&self) -> bool {
+        self.child_exit().is_some()
+    }
+
+    /// How the child ended ("exit status 3", "signal 9"), if it has
+    /// (without reaping it).
+    pub fn child_exit(&self) -> Option<String> {
+        let pid = Pid::from_raw(self.pid() as i32).expect("child pid");
+        let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        let status = waitid(WaitId::Pid(pid), opts).ok()??;
+        Some(match (status.exit_status(), status.terminating_signal()) {
+            (Some(code), _) => format!("exit status {code}"),
+            (_, Some(sig)) => format!("signal {sig}"),
+            _ => "ended".to_string(),
+        })
+    }
+
+    /// Busy-waits until `done()` is true. Panics (failing the case) if the
+    /// child exits or the wait lasts longer than 10 s. The loop has no
+    /// `spin_loop()` hint: on this KVM guest PAUSE adds latency and can
+    /// trigger pause-loop exits.
+    #[inline]
+    pub fn spin_until(&self, mut done: impl FnMut() -> bool) {
+        let mut spins: u32 = 0;
+        let mut started: Option<Instant> = None;
+        while !done() {
+            spins = spins.wrapping_add(1);
+            if spins % (1 << 16) == 0 {
+                self.check_progress(&mut started);
+            }
+        }
+    }
+
+    /// The slow path of waits: panics if the child is gone or the wait that
+    /// began at `*started` (set on first call) has lasted too long.
+    #[cold]
+    pub fn check_progress(&self, started: &mut Option<Instant>) {
+        if let Some(how) = self.child_exit() {
+            panic!("child ended during the case ({how})");
+        }
+        let started = *started.get_or_insert_with(Instant::now);
+        if started.elapsed() > SPIN_TIMEOUT {
+            panic!("no answer from the child for {SPIN_TIMEOUT:?}");
+        }
+    }
+
+    fn spawn(case: &Case, params: &Params, run_id: String, cpu: Option<usize>) -> io::Result<Self> {
+        let shm = ShmRegion::create(SHM_BYTES)?;
+        let (sock, child_sock) = UnixStream::pair()?;
+        // The child's end must survive exec; the parent's end stays CLOEXEC.
+        fcntl_setfd(&child_sock, FdFlags::empty())?;
+        let child_stdout = io::stderr().as_fd().try_clone_to_owned()?;
+
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.env(env::CHILD, case.name)
+            .env(env::SHM_FD, shm.fd().as_raw_fd().to_string())
+            .env(env::SOCK_FD, child_sock.as_raw_fd().to_string())
+            .env(env::RUN_ID, &run_id)
+            .env(env::PARAMS, params.to_env())
+            .env(env::PARENT_PID, std::process::id().to_string())
+            .stdin(Stdio::null())
+            // Keep the parent's stdout clean (it may be printing JSON).
+            .stdout(child_stdout);
+        if let Some(cpu) = cpu {
+            cmd.env(env::CPU, cpu.to_string());
+        }
+        let child = ChildGuard(cmd.spawn()?);
+        drop(child_sock); // so that a dead child reads as EOF here
+
+        let mut peer = Self { shm, sock, run_id, child };
+        peer.await_ready()?;
+        Ok(peer)
+    }
+
+    fn await_ready(&mut self) -> io::Result<()> {
+        self.sock.set_read_timeout(Some(START_TIMEOUT))?;
+        let mut byte = [0u8];
+        (&self.sock).read_exact(&mut byte)?;
+        self.sock.set_read_timeout(None)?;
+        if byte[0] != READY {
+            return Err(io::Error::other("child sent a bad ready byte"));
+        }
+        Ok(())
+    }
+
+    /// Waits for the child to exit on its own. On timeout, dropping `self`
+    /// kills and reaps it.
+    fn finish(mut self) -> Result<(), String> {
+        let deadline = Instant::now() + EXIT_TIMEOUT;
+        loop {
+            match self.child.0.try_wait() {
+                Ok(Some(status)) => return check_status(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+                Ok(None) => return Err(format!("child still running after {EXIT_TIMEOUT:?}; killed")),
+                Err(e) => return Err(format!("waiting for the child: {e}")),
+            }
+        }
+    }
+}
+
+fn check_status(status: ExitStatus) -> Result<(), String> {
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("child failed: {status}"))
+    }
+}
+
+/// Kills and reaps the child when dropped, also while unwinding: no case
+/// leaves a process behind.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// Pins the calling thread to one CPU for its lifetime, then restores the
+/// previous affinity.
+struct Pinned {
+    saved: CpuSet,
+}
+
+impl Pinned {
+    /// Picks the first two CPUs this thread may run on: pins the thread to
+    /// the first and returns the second for the child. With only one CPU
+    /// allowed, nothing is pinned.
+    fn parent_and_child() -> (Option<Pinned>, Option<usize>) {
+        let Ok(saved) = sched_getaffinity(None) else { return (None, None) };
+        let mut allowed = (0..CpuSet::MAX_CPU).filter(|&c| saved.is_set(c));
+        let (Some(mine), Some(child)) = (allowed.next(), allowed.next()) else {
+            return (None, None);
+        };
+        let mut set = CpuSet::new();
+        set.set(mine);
+        if sched_setaffinity(None, &set).is_err() {
+            return (None, None);
+        }
+        (Some(Pinned { saved }), Some(child))
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = sched_setaffinity(None, &self.saved);
+    }
+}
+
+/// Pins the calling thread to one CPU (if the process may use two), and runs
+/// `cases` one after another, each with a fresh child pinned to another
+/// CPU. A case that fails (a panic on either side, a child that does not
+/// start or exit cleanly) is reported in [`Report::errors`] and the suite
+/// goes on.
+pub fn run_suite(suite: &str, cases: &[Case], params: &Params) -> Report {
+    let mut report = Report::new(suite, params);
+    let (pinned, child_cpu) = Pinned::parent_and_child();
+    for case in cases {
+        match run_case(case, params, child_cpu) {
+            Ok(samples) => report.push(case.name, samples),
+            Err(msg) => {
+                eprintln!("ferry-bench: {} failed: {msg}", case.name);
+                report.fail(case.name, msg);
+            }
+        }
+    }
+    drop(pinned);
+    report
+}
+
+fn run_case(case: &Case, params: &Params, child_cpu: Option<usize>) -> Result<Vec<f64>, String> {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let run_id = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+    let mut peer = Peer::spawn(case, params, run_id, child_cpu).map_err(|e| format!("cannot start the child: {e}"))?;
+    let samples =
+        catch_unwind(AssertUnwindSafe(|| (case.parent)(&mut peer, params))).map_err(|panic| panic_message(&*panic))?;
+    peer.finish()?;
+    if samples.is_empty() {
+        return Err("no samples".into());
+    }
+    Ok(samples)
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_round_trip_through_env() {
+        let p = Params { rounds: 5, iters: 77, warmup: 1 };
+        assert_eq!(Params::from_env(&p.to_env()), Some(p));
+        assert_eq!(Params::from_env("1,2"), None);
+    }
+
+    #[test]
+    fn measure_gives_one_sample_per_round() {
+        let p = Params { rounds: 3, iters: 10, warmup: 2 };
+        let mut calls = 0;
+        let samples = p.measure(10, |n| calls += n);
+        assert_eq!(samples.len(), 3);
+        assert_eq!(calls, 50);
+        assert_eq!(p.iters_div(100), 1);
+    }
+}

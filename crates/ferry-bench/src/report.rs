@@ -1,0 +1,234 @@
+//! The outcome of a suite: a human table and a JSON form.
+
+use std::fmt::Write;
+
+use serde_json::{json, Map, Value};
+
+use crate::harness::Params;
+use crate::stats::Stats;
+
+/// One case's samples (ns per round trip, one per round) and their summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaseResult {
+    pub name: String,
+    pub stats: Stats,
+    pub samples: Vec<f64>,
+}
+
+/// Results of a suite, in the order the cases ran.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub suite: String,
+    pub params: Params,
+    pub results: Vec<CaseResult>,
+    /// Cases that failed: (name, why). They have no entry in `results`.
+    pub errors: Vec<(String, String)>,
+    /// Extra top-level JSON keys (e.g. "memory"). The keys `suite`,
+    /// `results`, `params` and `errors` are the report's own and win.
+    pub extra: Map<String, Value>,
+}
+
+impl Report {
+    pub fn new(suite: &str, params: &Params) -> Self {
+        Self {
+            suite: suite.to_string(),
+            params: params.clone(),
+            results: Vec::new(),
+            errors: Vec::new(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Adds a result (for example one measured outside [`crate::run_suite`]).
+    /// No samples counts as a failure.
+    pub fn push(&mut self, name: &str, samples: Vec<f64>) {
+        match Stats::of(&samples) {
+            Some(stats) => self.results.push(CaseResult { name: name.to_string(), stats, samples }),
+            None => self.fail(name, "no samples".to_string()),
+        }
+    }
+
+    /// Records a failed case.
+    pub fn fail(&mut self, name: &str, why: String) {
+        self.errors.push((name.to_string(), why));
+    }
+
+    pub fn get(&self, name: &str) -> Option<&CaseResult> {
+        self.results.iter().find(|r| r.name == name)
+    }
+
+    /// Median of `name` over median of `baseline`.
+    pub fn ratio(&self, name: &str, baseline: &str) -> Option<f64> {
+        let base = self.get(baseline)?.stats.median;
+        let median = self.get(name)?.stats.median;
+        (base > 0.0).then_some(median / base)
+    }
+
+    /// Inserts `"baseline": name` and `"ratios": {case: median / baseline
+    /// median}` into [`Report::extra`] (nothing if the baseline is missing).
+    pub fn insert_ratios(&mut self, baseline: &str) {
+        if self.get(baseline).is_none() {
+            return;
+        }
+        let ratios: Map<String, Value> = self
+            .results
+            .iter()
+            .filter_map(|r| Some((r.name.clone(), json!(round3(self.ratio(&r.name, baseline)?)))))
+            .collect();
+        self.extra.insert("baseline".into(), json!(baseline));
+        self.extra.insert("ratios".into(), Value::Object(ratios));
+    }
+
+    /// `{"suite": ..., "results": [{"name", "median_ns", "min_ns", "max_ns"}, ...],
+    /// "params": {...}}`, plus `"errors": {name: why}` if any case failed,
+    /// plus [`Report::extra`].
+    pub fn to_json(&self) -> Value {
+        let results: Vec<Value> = self
+            .results
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.name,
+                    "median_ns": round1(r.stats.median),
+                    "min_ns": round1(r.stats.min),
+                    "max_ns": round1(r.stats.max),
+                })
+            })
+            .collect();
+        let mut out = self.extra.clone();
+        out.insert("suite".into(), json!(self.suite));
+        out.insert("results".into(), Value::Array(results));
+        out.insert(
+            "params".into(),
+            json!({"rounds": self.params.rounds, "iters": self.params.iters, "warmup": self.params.warmup}),
+        );
+        if self.errors.is_empty() {
+            out.remove("errors");
+        } else {
+            let errors: Map<String, Value> = self.errors.iter().map(|(n, why)| (n.clone(), json!(why))).collect();
+            out.insert("errors".into(), Value::Object(errors));
+        }
+        Value::Object(out)
+    }
+
+    /// The human table: name, median, min–max, and the ratio of each median
+    /// to the `baseline` case's median ("-" if there is no such case).
+    pub fn table(&self, baseline: &str) -> String {
+        let width = self
+            .results
+            .iter()
+            .map(|r| r.name.len())
+            .chain(self.errors.iter().map(|(n, _)| n.len()))
+            .chain([4])
+            .max()
+            .unwrap_or(4);
+        let mut t = String::new();
+        let p = &self.params;
+        let _ = writeln!(
+            t,
+            "{}: round-trip time, median of {} rounds (+{} warm-up), each the mean of up to {} round trips",
+            self.suite, p.rounds, p.warmup, p.iters
+        );
+        let _ = writeln!(t, "{:<width$}  {:>10}  {:>21}  x {baseline}", "case", "median", "min – max");
+        for r in &self.results {
+            let ratio = match self.ratio(&r.name, baseline) {
+                Some(x) => format!("{x:.2}"),
+                None => "-".into(),
+            };
+            let range = format!("{} – {}", fmt_ns(r.stats.min), fmt_ns(r.stats.max));
+            let _ = writeln!(t, "{:<width$}  {:>10}  {range:>21}  {ratio}", r.name, fmt_ns(r.stats.median));
+        }
+        for (name, why) in &self.errors {
+            let _ = writeln!(t, "{name:<width$}  FAILED: {why}");
+        }
+        t
+    }
+
+    /// Prints [`Report::table`] to stdout.
+    pub fn print_table(&self, baseline: &str) {
+        print!("{}", self.table(baseline));
+    }
+}
+
+/// A duration in ns, in the unit that suits it: "131 ns", "8.21 µs", "1.50 ms".
+fn fmt_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{:.2} ms", ns / 1e6)
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_report() -> Report {
+        let mut r = Report::new("pingpong", &Params::default());
+        r.push("floor.spin.two_line", vec![300.0, 320.0, 310.0]);
+        r.push("floor.futex", vec![8000.0, 8200.0, 9000.0, 8100.0]);
+        r
+    }
+
+    #[test]
+    fn json_has_the_agreed_shape() {
+        let mut r = sample_report();
+        r.extra.insert("memory".into(), json!({"rss_kib": 1}));
+        r.extra.insert("suite".into(), json!("clobbered?"));
+        let v = r.to_json();
+        assert_eq!(v["suite"], "pingpong");
+        assert_eq!(
+            v["results"],
+            json!([
+                {"name": "floor.spin.two_line", "median_ns": 310.0, "min_ns": 300.0, "max_ns": 320.0},
+                {"name": "floor.futex", "median_ns": 8150.0, "min_ns": 8000.0, "max_ns": 9000.0},
+            ])
+        );
+        assert_eq!(v["memory"], json!({"rss_kib": 1}));
+        assert_eq!(v["params"], json!({"rounds": 31, "iters": 20000, "warmup": 2}));
+        assert!(v.get("errors").is_none());
+    }
+
+    #[test]
+    fn ratios_and_errors_go_into_json() {
+        let mut r = sample_report();
+        r.fail("iceoryx2.req_resp", "boom".into());
+        r.insert_ratios("floor.spin.two_line");
+        let v = r.to_json();
+        assert_eq!(v["baseline"], "floor.spin.two_line");
+        assert_eq!(v["ratios"]["floor.spin.two_line"], 1.0);
+        assert_eq!(v["ratios"]["floor.futex"], 26.29);
+        assert_eq!(v["errors"], json!({"iceoryx2.req_resp": "boom"}));
+        assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn table_shows_ratio_to_baseline_and_failures() {
+        let mut r = sample_report();
+        r.fail("x.y.z", "boom".into());
+        let t = r.table("floor.spin.two_line");
+        assert!(t.contains("x floor.spin.two_line"), "{t}");
+        assert!(t.contains("8.15 µs"), "{t}");
+        assert!(t.contains("26.29"), "{t}");
+        assert!(t.contains("x.y.z") && t.contains("FAILED: boom"), "{t}");
+        assert!(r.table("no.such.case").lines().nth(2).unwrap().ends_with(" -"));
+    }
+
+    #[test]
+    fn pushing_no_samples_is_a_failure() {
+        let mut r = sample_report();
+        r.push("a.b.c", vec![]);
+        assert!(r.get("a.b.c").is_none());
+        assert_eq!(r.errors, vec![("a.b.c".to_string(), "no samples".to_string())]);
+    }
+}
