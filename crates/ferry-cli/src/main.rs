@@ -1,1 +1,70 @@
-fn main() {}
+//! The `ferry` command: the tour of the primitives, the benchmarks, and
+//! a look at the node name plane.
+
+mod tour;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "ferry", version, about = "ferry: one family of communication primitives, placed cheaply")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every primitive across two processes, with what each costs.
+    Tour,
+    /// Benchmarks: ferry beside the physical floor and the peers, in one run.
+    Bench {
+        #[command(subcommand)]
+        suite: BenchSuite,
+    },
+    /// The names bound in this node's name plane.
+    Names,
+    /// (internal) the second process of the tour.
+    #[command(hide = true)]
+    TourChild,
+}
+
+#[derive(Subcommand)]
+enum BenchSuite {
+    /// Two-process port ping-pong beside floors and iceoryx2.
+    Pingpong(ferry_bench::BenchArgs),
+}
+
+fn main() {
+    // A benchmark re-runs this binary as its second process.
+    ferry_bench::child_main_if_requested();
+    tracing_subscriber_init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Tour => tour::run(),
+        Command::TourChild => tour::child(),
+        Command::Bench { suite: BenchSuite::Pingpong(args) } => ferry_bench::pingpong::run(&args),
+        Command::Names => list_names(),
+    };
+    if let Err(e) = result {
+        eprintln!("ferry: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn tracing_subscriber_init() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
+    }
+}
+
+fn list_names() -> ferry::Result<()> {
+    let names = ferry::names::NodeNames::new(ferry::names::RuntimeDir::from_env()?);
+    let list = names.list()?;
+    if list.is_empty() {
+        println!("(no names bound in {})", names.dir().path().display());
+    }
+    for (name, ep) in list {
+        println!("{name:40} {ep}");
+    }
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! `ferry tour`: starts a second process and walks through the primitives
+//! between the two, printing what each costs.
+
+use ferry::{Checkpoint, Result, Team};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 2000;
+
+/// Median of `rounds` timings of `f`, in nanoseconds.
+fn median_ns(rounds: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..rounds / 10 {
+        f();
+    }
+    let mut v: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_nanos() as f64
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn show(what: &str, ns: f64) {
+    if ns >= 10_000.0 {
+        println!("  {what:58} {:>9.1} µs", ns / 1000.0);
+    } else {
+        println!("  {what:58} {:>9.0} ns", ns);
+    }
+}
+
+pub fn run() -> Result<()> {
+    let dir = tempdir()?;
+    println!("ferry tour — two processes on this machine, runtime dir {}", dir.display());
+    let mut child = Command::new(std::env::current_exe().expect("own path"))
+        .arg("tour-child")
+        .env("FERRY_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(ferry_io("start the second process"))?;
+    let team = Team::builder().runtime_dir(&dir).spin(Duration::from_micros(200)).start()?;
+    let result = tour(&team);
+    team.shutdown();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn tour(team: &Team) -> Result<()> {
+    let echo = wait_for_name(team, "tour.echo")?;
+    let echo = team.sender::<Vec<u8>>(echo);
+    let peer = echo.to().team_id();
+    println!("\nteam {} talks to team {} (endpoint {}) over shared memory\n", team.id(), peer, echo.to());
+
+    println!("ports — one 16-byte message, median of {ROUNDS}:");
+    let msg = vec![7u8; 16];
+    show("send, Immediate (buffered in the channel)", median_ns(ROUNDS, || echo.send(&msg, Checkpoint::Immediate).unwrap()));
+    show("send, OnReceipt (peer runtime has it)", median_ns(ROUNDS, || echo.send(&msg, Checkpoint::OnReceipt).unwrap()));
+    show("send, OnDelivery (a peer task took it)", median_ns(ROUNDS, || echo.send(&msg, Checkpoint::OnDelivery).unwrap()));
+    show("send, OnReturn (peer replied): a round trip", median_ns(ROUNDS, || drop(echo.call::<Vec<u8>>(&msg).unwrap())));
+
+    let raw = team.raw_sender(echo.to());
+    let bytes = vec![1u8; 1000];
+    show("raw 1000-byte round trip (no codec)", median_ns(ROUNDS, || drop(raw.call(&bytes).unwrap())));
+
+    let local = team.open_port::<Vec<u8>>()?;
+    let to_local = team.sender::<Vec<u8>>(local.id());
+    show(
+        "same team: send + receive (task hand-off, no shared memory)",
+        median_ns(ROUNDS, || {
+            to_local.send(&msg, Checkpoint::Immediate).unwrap();
+            local.recv_blocking().unwrap();
+        }),
+    );
+
+    println!("\nlarge messages — streamed through the 64 KiB rings in pieces:");
+    for size in [64 << 10, 1 << 20, 16 << 20] {
+        let big = vec![3u8; size];
+        let rounds = if size > 1 << 20 { 5 } else { 50 };
+        let ns = median_ns(rounds, || drop(raw.send(&big, Checkpoint::OnReceipt).unwrap()));
+        let gbps = size as f64 / ns;
+        show(&format!("{} KiB one way, OnReceipt ({gbps:.2} GB/s)", size >> 10), ns);
+    }
+
+    println!("\nfailure: the peer is killed while a call waits on it");
+    raw.send(b"die", Checkpoint::OnReceipt)?;
+    let t = Instant::now();
+    match raw.call(b"are you there?") {
+        Err(e) => show(&format!("call failed with \"{e}\" after"), t.elapsed().as_nanos() as f64),
+        Ok(_) => println!("  unexpected: the dead peer answered"),
+    }
+    println!("\nmore primitives (RPC, links, groups, remote memory, ...) join this tour as they land.");
+    Ok(())
+}
+
+/// The second process: echoes every call; on "die" it exits abruptly mid-call.
+pub fn child() -> Result<()> {
+    let team = Team::builder().spin(Duration::from_micros(200)).start()?;
+    let port = team.open_named_raw_port("tour.echo")?;
+    let mut dying = false;
+    loop {
+        let m = port.recv_blocking()?;
+        if dying {
+            std::process::abort();
+        }
+        if m.payload() == b"die" {
+            dying = true;
+            continue;
+        }
+        if m.wants_reply() {
+            let body = m.payload().to_vec();
+            m.reply(&body)?;
+        }
+    }
+}
+
+fn wait_for_name(team: &Team, name: &str) -> Result<ferry::EndpointId> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match team.lookup(name) {
+            Ok(ep) => return Ok(ep),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn tempdir() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("ferry-tour-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(ferry_io("create the tour's runtime dir"))?;
+    Ok(dir)
+}
+
+fn ferry_io(context: &'static str) -> impl FnOnce(std::io::Error) -> ferry::Error {
+    move |source| ferry::Error::Io { context, source }
+}
