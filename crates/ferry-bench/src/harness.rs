@@ -2,7 +2,7 @@
 //! resources, collect the parent's samples, and make sure the child is gone.
 
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -13,6 +13,7 @@ use rustix::io::{fcntl_setfd, FdFlags};
 use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
+use crate::fdpass;
 use crate::report::Report;
 use crate::shm::{ShmRegion, SHM_BYTES};
 
@@ -115,6 +116,13 @@ pub struct ChildCtx {
     pub params: Params,
 }
 
+impl ChildCtx {
+    /// Receives a descriptor the parent sent with [`Peer::send_fd`].
+    pub fn recv_fd(&self) -> io::Result<OwnedFd> {
+        fdpass::recv_fd(&self.sock)
+    }
+}
+
 /// The parent side's view of a running child.
 pub struct Peer {
     /// Zeroed shared memory, mapped in both processes.
@@ -130,6 +138,12 @@ impl Peer {
     /// The child's process id.
     pub fn pid(&self) -> u32 {
         self.child.0.id()
+    }
+
+    /// Sends a descriptor to the child (see [`ChildCtx::recv_fd`]), e.g. a
+    /// memfd the case created after the child started.
+    pub fn send_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        fdpass::send_fd(&self.sock, fd)
     }
 
     /// Whether the child has exited (without reaping it).
@@ -201,6 +215,7 @@ impl Peer {
         }
         let child = ChildGuard(cmd.spawn()?);
         drop(child_sock); // so that a dead child reads as EOF here
+        fcntl_setfd(shm.fd(), FdFlags::CLOEXEC)?; // inherited by this child only
 
         let mut peer = Self { shm, sock, run_id, child };
         peer.await_ready()?;
@@ -290,7 +305,15 @@ impl Drop for Pinned {
 /// CPU. A case that fails (a panic on either side, a child that does not
 /// start or exit cleanly) is reported in [`Report::errors`] and the suite
 /// goes on.
+///
+/// Panics if this process is itself the child of a case (a binary that did
+/// not call [`crate::child_main_if_requested`] would otherwise start
+/// children without end).
 pub fn run_suite(suite: &str, cases: &[Case], params: &Params) -> Report {
+    assert!(
+        std::env::var_os(env::CHILD).is_none(),
+        "ferry-bench: this binary must call child_main_if_requested() first thing in main()"
+    );
     let mut report = Report::new(suite, params);
     let (pinned, child_cpu) = Pinned::parent_and_child();
     for case in cases {

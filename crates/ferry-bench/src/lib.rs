@@ -23,13 +23,14 @@
 //! forever, so that figures from different runs stay comparable.
 
 mod child;
+mod fdpass;
 pub mod floors;
 mod harness;
 #[cfg(feature = "iceoryx2")]
 pub mod iceoryx2_peer;
 mod report;
 mod shm;
-pub mod stats;
+mod stats;
 
 pub use child::child_main_if_requested;
 pub use harness::{run_suite, Case, ChildCtx, Params, Peer};

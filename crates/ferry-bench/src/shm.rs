@@ -31,7 +31,8 @@ unsafe impl Sync for ShmRegion {}
 
 impl ShmRegion {
     /// Creates a zeroed region of `len` bytes. The memfd is created without
-    /// CLOEXEC, so a child started afterwards inherits it.
+    /// CLOEXEC, so the child started next inherits it (the harness sets
+    /// CLOEXEC right after that spawn).
     pub(crate) fn create(len: usize) -> io::Result<Self> {
         let fd = memfd_create("ferry-bench", MemfdFlags::empty())?;
         ftruncate(&fd, len as u64)?;

@@ -1,10 +1,43 @@
 //! Runs every pingpong case briefly, each in a real child process (this test
 //! binary re-executes itself, hence `harness = false` and our own main).
+//! Also runs a case of its own, the way a binary adds cases to the floors.
 
-use ferry_bench::{child_main_if_requested, pingpong_floor_cases, run_suite, Params};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+
+use ferry_bench::{child_main_if_requested, pingpong_floor_cases, run_suite, Case, ChildCtx, Params, Peer};
+
+/// Passes a fresh socket to the child with `send_fd`, then makes round
+/// trips over it.
+fn fdpass_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let (mine, theirs) = UnixStream::pair().unwrap();
+    peer.send_fd(theirs.as_fd()).unwrap();
+    drop(theirs);
+    let mut sock = &mine;
+    let samples = p.measure(p.iters_div(10), |n| {
+        for _ in 0..n {
+            sock.write_all(&[7]).unwrap();
+            let mut b = [0u8];
+            sock.read_exact(&mut b).unwrap();
+            assert_eq!(b[0], 8);
+        }
+    });
+    sock.write_all(&[0]).unwrap();
+    samples
+}
+
+fn fdpass_child(ctx: &ChildCtx) {
+    let sock = UnixStream::from(ctx.recv_fd().unwrap());
+    let mut b = [0u8];
+    while (&sock).read_exact(&mut b).is_ok() && b[0] != 0 {
+        (&sock).write_all(&[b[0] + 1]).unwrap();
+    }
+}
 
 fn main() {
-    let cases = pingpong_floor_cases();
+    let mut cases = pingpong_floor_cases();
+    cases.push(Case { name: "test.uds.fdpass", parent: fdpass_parent, child: fdpass_child });
     child_main_if_requested(&cases);
 
     let params = Params { rounds: 3, iters: 200, warmup: 1 };
