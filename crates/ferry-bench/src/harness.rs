@@ -131,7 +131,17 @@ pub struct Peer {
     pub sock: UnixStream,
     /// See [`ChildCtx::run_id`].
     pub run_id: String,
+    /// The CPU the child is pinned to, if pinning worked: a case that runs
+    /// its second side as a thread of this process pins it there.
+    pub child_cpu: Option<usize>,
     child: ChildGuard,
+}
+
+/// Pins the calling thread to `cpu` (best effort).
+pub fn pin_current_thread(cpu: usize) {
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    let _ = sched_setaffinity(None, &set);
 }
 
 impl Peer {
@@ -217,7 +227,7 @@ impl Peer {
         drop(child_sock); // so that a dead child reads as EOF here
         fcntl_setfd(shm.fd(), FdFlags::CLOEXEC)?; // inherited by this child only
 
-        let mut peer = Self { shm, sock, run_id, child };
+        let mut peer = Self { shm, sock, run_id, child_cpu: None, child };
         peer.await_ready()?;
         Ok(peer)
     }
@@ -333,6 +343,7 @@ fn run_case(case: &Case, params: &Params, child_cpu: Option<usize>) -> Result<Ve
     static SEQ: AtomicU32 = AtomicU32::new(0);
     let run_id = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
     let mut peer = Peer::spawn(case, params, run_id, child_cpu).map_err(|e| format!("cannot start the child: {e}"))?;
+    peer.child_cpu = child_cpu;
     let samples =
         catch_unwind(AssertUnwindSafe(|| (case.parent)(&mut peer, params))).map_err(|panic| panic_message(&*panic))?;
     peer.finish()?;

@@ -24,19 +24,32 @@
 
 mod child;
 mod fdpass;
+mod ferry_pingpong;
+pub mod ferry_rpc;
 pub mod floors;
 mod harness;
 #[cfg(feature = "iceoryx2")]
 pub mod iceoryx2_peer;
+mod memory;
 mod report;
+pub mod rpc_peers;
 mod shm;
 mod stats;
+mod suites;
 
 pub use child::child_main_if_requested;
-pub use harness::{run_suite, Case, ChildCtx, Params, Peer};
+pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
 pub use report::{CaseResult, Report};
 pub use shm::ShmRegion;
 pub use stats::Stats;
+pub use suites::{all_cases, pingpong, pingpong_cases, BenchArgs};
+
+/// First thing in `main()` of a binary that runs suites: if this process is
+/// a benchmark's second process, play that part and exit.
+pub fn child_main() {
+    memory::idle_child_if_requested();
+    child_main_if_requested(&all_cases());
+}
 
 /// The round-trip floors (and the iceoryx2 peer when the `iceoryx2` feature
 /// is on), in the order they are reported. Append ferry's own cases to this
@@ -48,4 +61,13 @@ pub fn pingpong_floor_cases() -> Vec<Case> {
     #[cfg(feature = "iceoryx2")]
     cases.push(iceoryx2_peer::case());
     cases
+}
+
+/// The peers of the RPC suite, in the order they are reported: `raw.uds.*`
+/// always; `iceoryx2.req_resp.arg1024`, `tonic.uds.*` and `zmq.ipc.*` with
+/// the features `iceoryx2`, `tonic` and `zmq` (or `peers` for all three).
+/// The null iceoryx2 call, `iceoryx2.req_resp`, is in
+/// [`pingpong_floor_cases`], not here. See [`rpc_peers`].
+pub fn rpc_peer_cases() -> Vec<Case> {
+    rpc_peers::cases()
 }

@@ -36,7 +36,7 @@ enum BenchSuite {
 
 fn main() {
     // A benchmark re-runs this binary as its second process.
-    ferry_bench::child_main_if_requested();
+    ferry_bench::child_main();
     tracing_subscriber_init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -57,10 +57,22 @@ fn tour(team: &Team) -> Result<()> {
 
     println!("ports — one 16-byte message, median of {ROUNDS}:");
     let msg = vec![7u8; 16];
-    show("send, Immediate (buffered in the channel)", median_ns(ROUNDS, || echo.send(&msg, Checkpoint::Immediate).unwrap()));
-    show("send, OnReceipt (peer runtime has it)", median_ns(ROUNDS, || echo.send(&msg, Checkpoint::OnReceipt).unwrap()));
-    show("send, OnDelivery (a peer task took it)", median_ns(ROUNDS, || echo.send(&msg, Checkpoint::OnDelivery).unwrap()));
-    show("send, OnReturn (peer replied): a round trip", median_ns(ROUNDS, || drop(echo.call::<Vec<u8>>(&msg).unwrap())));
+    show(
+        "send, Immediate (buffered in the channel)",
+        median_ns(ROUNDS, || echo.send(&msg, Checkpoint::Immediate).unwrap()),
+    );
+    show(
+        "send, OnReceipt (peer runtime has it)",
+        median_ns(ROUNDS, || echo.send(&msg, Checkpoint::OnReceipt).unwrap()),
+    );
+    show(
+        "send, OnDelivery (a peer task took it)",
+        median_ns(ROUNDS, || echo.send(&msg, Checkpoint::OnDelivery).unwrap()),
+    );
+    show(
+        "send, OnReturn (peer replied): a round trip",
+        median_ns(ROUNDS, || drop(echo.call::<Vec<u8>>(&msg).unwrap())),
+    );
 
     let raw = team.raw_sender(echo.to());
     let bytes = vec![1u8; 1000];

@@ -20,5 +20,5 @@ pub mod wire;
 pub use error::{Error, Result};
 pub use id::{EndpointId, TeamId};
 pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select, Sender};
-pub use runtime::{Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
+pub use runtime::{AbortHandle, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
 pub use wire::Checkpoint;

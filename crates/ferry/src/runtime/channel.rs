@@ -33,6 +33,8 @@ pub(crate) struct RxState {
     pub assembling: Option<(Header, Vec<u8>)>,
     /// A whole reassembled message its destination refused (full port); offered again first.
     pub ready: Option<(Header, Vec<u8>)>,
+    /// Skipping the remaining pieces of a message refused as too large.
+    pub discarding: bool,
 }
 
 impl Channel {

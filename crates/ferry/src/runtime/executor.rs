@@ -23,6 +23,7 @@ pub(crate) struct Executor {
 pub(crate) struct Task {
     future: Mutex<Option<BoxFuture>>,
     scheduled: AtomicBool,
+    aborted: AtomicBool,
     exec: Weak<Executor>,
 }
 
@@ -64,19 +65,17 @@ impl Executor {
         let out = slot.clone();
         let wrapped = async move {
             let result = CatchUnwind(AssertUnwindSafe(Box::pin(fut))).await;
-            let mut s = out.lock();
-            s.result = Some(result);
-            if let Some(w) = s.waker.take() {
-                w.wake();
-            }
+            out.lock().finish(result.map_err(|p| Error::Panicked(panic_message(&*p))));
         };
         let task = Arc::new(Task {
             future: Mutex::new(Some(Box::pin(wrapped))),
             scheduled: AtomicBool::new(true),
+            aborted: AtomicBool::new(false),
             exec: Arc::downgrade(self),
         });
+        let abort = AbortHandle { task: Arc::downgrade(&task), slot: slot.clone() };
         self.push(task);
-        JoinHandle { slot }
+        JoinHandle { slot, abort }
     }
 
     /// Runs one ready task if there is one.
@@ -86,6 +85,11 @@ impl Executor {
         let waker = Waker::from(task.clone());
         let mut cx = Context::from_waker(&waker);
         let mut slot = task.future.lock();
+        if task.aborted.load(Ordering::Acquire) {
+            // Dropping the future is the cancellation: it stops at its last await.
+            *slot = None;
+            return true;
+        }
         if let Some(fut) = slot.as_mut() {
             if fut.as_mut().poll(&mut cx).is_ready() {
                 *slot = None;
@@ -104,13 +108,59 @@ impl Executor {
 }
 
 struct JoinSlot<T> {
-    result: Option<std::thread::Result<T>>,
+    result: Option<Result<T>>,
     waker: Option<Waker>,
 }
 
-/// Awaits a spawned task's output. A task that panicked yields `Error::Panicked`.
+impl<T> JoinSlot<T> {
+    /// Records the outcome unless one is there already (an abort races the end).
+    fn finish(&mut self, r: Result<T>) {
+        if self.result.is_none() {
+            self.result = Some(r);
+        }
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// Awaits a spawned task's output. A task that panicked yields
+/// `Error::Panicked`, an aborted one `Error::Cancelled`.
 pub struct JoinHandle<T> {
     slot: Arc<Mutex<JoinSlot<T>>>,
+    abort: AbortHandle<T>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Cancels the task: its future is dropped before it runs again.
+    pub fn abort(&self) {
+        self.abort.abort()
+    }
+    pub fn abort_handle(&self) -> AbortHandle<T> {
+        self.abort.clone()
+    }
+}
+
+/// Cancels a task from anywhere; a no-op once it has finished.
+pub struct AbortHandle<T> {
+    task: Weak<Task>,
+    slot: Arc<Mutex<JoinSlot<T>>>,
+}
+
+impl<T> Clone for AbortHandle<T> {
+    fn clone(&self) -> Self {
+        AbortHandle { task: self.task.clone(), slot: self.slot.clone() }
+    }
+}
+
+impl<T> AbortHandle<T> {
+    pub fn abort(&self) {
+        if let Some(task) = self.task.upgrade() {
+            task.aborted.store(true, Ordering::Release);
+            self.slot.lock().finish(Err(Error::Cancelled));
+            task.wake_by_ref();
+        }
+    }
 }
 
 impl<T> Future for JoinHandle<T> {
@@ -118,8 +168,7 @@ impl<T> Future for JoinHandle<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         let mut s = self.slot.lock();
         match s.result.take() {
-            Some(Ok(v)) => Poll::Ready(Ok(v)),
-            Some(Err(p)) => Poll::Ready(Err(Error::Panicked(panic_message(&p)))),
+            Some(r) => Poll::Ready(r),
             None => {
                 s.waker = Some(cx.waker().clone());
                 Poll::Pending

@@ -15,12 +15,19 @@ pub(crate) struct Idle<'a> {
     team: &'a TeamInner,
     spin_started: Option<Instant>,
     spins: u32,
+    until: Option<Instant>,
 }
 
 impl<'a> Idle<'a> {
     pub fn new(team: &'a TeamInner) -> Idle<'a> {
         team.doorbell.enter_polling();
-        Idle { team, spin_started: None, spins: 0 }
+        Idle { team, spin_started: None, spins: 0, until: None }
+    }
+
+    /// Never sleeps past `deadline`.
+    pub fn until(mut self, deadline: Option<Instant>) -> Idle<'a> {
+        self.until = deadline;
+        self
     }
 
     /// One step of waiting: returns after doing some work, after a spin, or
@@ -48,7 +55,11 @@ impl<'a> Idle<'a> {
         if ready() || team.progress() || team.is_shut_down() {
             team.doorbell.cancel_park();
         } else {
-            team.doorbell.park(ticket, team.timers.until_next(team.cfg.park_timeout));
+            let mut timeout = team.timers.until_next(team.cfg.park_timeout);
+            if let Some(d) = self.until {
+                timeout = timeout.min(d.saturating_duration_since(Instant::now()));
+            }
+            team.doorbell.park(ticket, timeout);
         }
         parked(false);
         self.spin_started = None;

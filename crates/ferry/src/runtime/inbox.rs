@@ -2,6 +2,7 @@
 //! service). The progress loop offers messages; receivers pop them.
 
 use super::channel::Channel;
+use crate::transport::doorbell::Doorbell;
 use crate::wire::Header;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -19,12 +20,16 @@ pub(crate) struct Incoming {
 pub(crate) struct Inbox {
     state: Mutex<State>,
     capacity: usize,
+    /// Rung when a pop makes room after an offer was refused, so the
+    /// message left waiting in its channel is offered again promptly.
+    doorbell: Arc<Doorbell>,
 }
 
 struct State {
     queue: VecDeque<Incoming>,
     waiters: Vec<Waker>,
     closed: bool,
+    refused: bool,
 }
 
 pub(crate) enum Offer {
@@ -34,8 +39,9 @@ pub(crate) enum Offer {
 }
 
 impl Inbox {
-    pub fn new(capacity: usize) -> Inbox {
-        Inbox { state: Mutex::new(State { queue: VecDeque::new(), waiters: Vec::new(), closed: false }), capacity }
+    pub fn new(capacity: usize, doorbell: Arc<Doorbell>) -> Inbox {
+        let state = State { queue: VecDeque::new(), waiters: Vec::new(), closed: false, refused: false };
+        Inbox { state: Mutex::new(state), capacity, doorbell }
     }
 
     /// Queues the message `make` builds, if there is room.
@@ -45,6 +51,7 @@ impl Inbox {
             return Offer::Closed;
         }
         if s.queue.len() >= self.capacity {
+            s.refused = true;
             return Offer::Full;
         }
         s.queue.push_back(make());
@@ -57,13 +64,24 @@ impl Inbox {
     }
 
     pub fn try_pop(&self) -> Option<Incoming> {
-        self.state.lock().queue.pop_front()
+        let mut s = self.state.lock();
+        let m = s.queue.pop_front();
+        self.made_room(&mut s, m.is_some());
+        m
+    }
+
+    fn made_room(&self, s: &mut State, popped: bool) {
+        if popped && s.refused {
+            s.refused = false;
+            self.doorbell.ring_now();
+        }
     }
 
     /// Pops a message, or registers `cx`'s waker; `Ready(None)` once closed and empty.
     pub fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<Option<Incoming>> {
         let mut s = self.state.lock();
         if let Some(m) = s.queue.pop_front() {
+            self.made_room(&mut s, true);
             return Poll::Ready(Some(m));
         }
         if s.closed {

@@ -13,7 +13,7 @@ pub(crate) mod inbox;
 mod reactor;
 mod timer;
 
-pub use executor::JoinHandle;
+pub use executor::{AbortHandle, JoinHandle};
 
 use crate::error::{Error, Result};
 use crate::id::{EndpointId, TeamId};
@@ -253,6 +253,8 @@ pub(crate) struct TeamInner {
     loopback: Arc<Channel>,
     pending: Mutex<HashMap<u64, Arc<Completion>>>,
     next_call: AtomicU64,
+    /// What to do when a peer cancels one of its calls: keyed by (channel address, call id).
+    cancels: Mutex<HashMap<(usize, u64), Box<dyn FnOnce() + Send>>>,
     shut_down: AtomicBool,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     reactor: reactor::Reactor,
@@ -284,6 +286,7 @@ impl TeamInner {
             loopback,
             pending: Mutex::new(HashMap::new()),
             next_call: AtomicU64::new(1),
+            cancels: Mutex::new(HashMap::new()),
             shut_down: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             reactor,
@@ -333,7 +336,7 @@ impl TeamInner {
         }
         let slot = self.next_slot.fetch_add(1, Ordering::Relaxed);
         let id = self.id.endpoint(slot).ok_or(Error::Refused("endpoint slots exhausted".into()))?;
-        let inbox = Arc::new(Inbox::new(self.cfg.inbox_capacity));
+        let inbox = Arc::new(Inbox::new(self.cfg.inbox_capacity, self.doorbell.clone()));
         self.inboxes.write().insert(slot, inbox.clone());
         Ok((id, inbox))
     }
@@ -388,6 +391,8 @@ impl TeamInner {
     pub(crate) fn add_channel(&self, ch: Arc<Channel>) {
         self.reactor.watch(&ch);
         self.channels.write().push(ch.clone());
+        // A frame may have come (and rung) before the channel was in the list.
+        self.doorbell.ring_now();
         let mut peers = self.peers.lock();
         match peers.get(&ch.peer.team) {
             Some(old) if !old.is_gone() => {}
@@ -398,43 +403,81 @@ impl TeamInner {
     }
 
     /// Sends one message (split into pieces if needed). With `wait` false,
-    /// a full channel fails with `WouldBlock` instead of waiting for room.
-    pub fn send_message(&self, ch: &Channel, header: Header, payload: &[u8], wait: bool) -> Result<()> {
+    /// a full channel fails with `WouldBlock` instead of waiting for room;
+    /// with a deadline, waiting for room to start the message ends there
+    /// (once a first piece is out, the rest follows regardless).
+    pub fn send_message(
+        &self,
+        ch: &Channel,
+        header: Header,
+        payload: &[u8],
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
         if payload.len() > self.cfg.max_message {
             return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
         let _tx = ch.tx.lock();
         let max = ch.transport.max_payload();
         if payload.len() <= max {
-            return self.push_frame(ch, &header, payload, wait);
+            return self.push_frame(ch, &header, payload, wait, deadline);
         }
         let mut pieces = payload.chunks(max).peekable();
         let mut h = header;
         h.flags |= flags::MORE;
-        self.push_frame(ch, &h, pieces.next().unwrap(), wait)?;
+        self.push_frame(ch, &h, pieces.next().unwrap(), wait, deadline)?;
         let mut frag = Header::new(Kind::Fragment, header.src, header.dst, header.call_id);
         while let Some(piece) = pieces.next() {
             frag.flags = if pieces.peek().is_some() { flags::MORE } else { 0 };
-            self.push_frame(ch, &frag, piece, true)?;
+            self.push_frame(ch, &frag, piece, true, None)?;
         }
         Ok(())
     }
 
-    fn push_frame(&self, ch: &Channel, h: &Header, payload: &[u8], wait: bool) -> Result<()> {
-        let mut idle = None;
+    fn push_frame(
+        &self,
+        ch: &Channel,
+        h: &Header,
+        payload: &[u8],
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        let outcome = |r: std::result::Result<(), SendError>| match r {
+            Ok(()) => Some(Ok(())),
+            Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
+            Err(SendError::TooLarge) => unreachable!("send_message splits frames"),
+            Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: h.dst })),
+            Err(SendError::Full) => None,
+        };
+        if let Some(r) = outcome(ch.transport.try_send(h, payload)) {
+            return r;
+        }
+        let mut idle = idle::Idle::new(self).until(deadline);
         loop {
-            match ch.transport.try_send(h, payload) {
-                Ok(()) => return Ok(()),
-                Err(SendError::Closed) => return Err(self.gone_error(ch)),
-                Err(SendError::TooLarge) => unreachable!("send_message splits frames"),
-                Err(SendError::Full) if !wait => return Err(Error::WouldBlock { to: h.dst }),
-                Err(SendError::Full) => {
-                    if self.is_shut_down() {
-                        return Err(Error::Shutdown);
-                    }
-                    ch.transport.want_space();
-                    idle.get_or_insert_with(|| idle::Idle::new(self)).step(&|| ch.is_gone(), &|_| {});
-                }
+            if self.is_shut_down() {
+                return Err(Error::Shutdown);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::DeadlineExceeded);
+            }
+            ch.transport.want_space();
+            // Retried after the park ticket is taken, so room made (and rung
+            // for) between `want_space` and the ticket is not slept through.
+            let done = std::cell::Cell::new(None);
+            idle.step(
+                &|| {
+                    let r = outcome(ch.transport.try_send(h, payload));
+                    let ready = r.is_some();
+                    done.set(r);
+                    ready
+                },
+                &|_| {},
+            );
+            if let Some(r) = done.take() {
+                return r;
+            }
+            if let Some(r) = outcome(ch.transport.try_send(h, payload)) {
+                return r;
             }
         }
     }
@@ -463,7 +506,7 @@ impl TeamInner {
         let mut header = Header::new(Kind::Data, src, dst, 0).with_checkpoint(checkpoint);
         header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
         if checkpoint == Checkpoint::Immediate {
-            return match self.send_message(&ch, header, payload, false) {
+            return match self.send_message(&ch, header, payload, false, None) {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
@@ -471,7 +514,7 @@ impl TeamInner {
         header.call_id = self.new_call_id();
         let completion = Arc::new(Completion { channel: Arc::as_ptr(&ch), state: Mutex::new((None, None)) });
         self.pending.lock().insert(header.call_id, completion.clone());
-        if let Err(e) = self.send_message(&ch, header, payload, true) {
+        if let Err(e) = self.send_message(&ch, header, payload, true, deadline) {
             self.pending.lock().remove(&header.call_id);
             return Delivery::failed(e);
         }
@@ -481,18 +524,15 @@ impl TeamInner {
             return Delivery::failed(self.gone_error(&ch));
         }
         Delivery {
-            team: Some(self.clone()),
-            call_id: header.call_id,
-            completion: Some(completion),
+            state: DeliveryState::Waiting(Waiting { team: self.clone(), channel: ch, header, completion }),
             deadline,
             timer: None,
-            early: None,
         }
     }
 
     /// Replies to a received `OnReturn` message `h`, on the channel it came by.
     pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
-        self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true)
+        self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, None)
     }
 
     pub fn ack(&self, ch: &Arc<Channel>, h: &Header, checkpoint: Checkpoint) {
@@ -578,13 +618,21 @@ impl TeamInner {
             return false;
         }
         if h.kind == Kind::Fragment {
-            let Some((_, buf)) = rx.assembling.as_mut() else {
+            if rx.discarding {
+                rx.discarding = h.more();
+                return true;
+            }
+            let Some((first, buf)) = rx.assembling.as_mut() else {
                 *violation = Some("a piece with no message to belong to".into());
                 return false;
             };
             if buf.len() + payload.len() > self.cfg.max_message {
-                *violation = Some(format!("message larger than {} bytes", self.cfg.max_message));
-                return false;
+                // Refuse this message, skip its remaining pieces, keep the channel.
+                let first = *first;
+                rx.assembling = None;
+                rx.discarding = h.more();
+                self.nack(ch, &first, NackReason::TooLarge, &format!("larger than {} bytes", self.cfg.max_message));
+                return true;
             }
             buf.extend_from_slice(payload);
             if !h.more() {
@@ -595,7 +643,7 @@ impl TeamInner {
             }
             return true;
         }
-        if rx.assembling.is_some() {
+        if rx.assembling.is_some() || rx.discarding {
             *violation = Some("a new message before the last piece of the previous one".into());
             return false;
         }
@@ -605,6 +653,13 @@ impl TeamInner {
         }
         match h.kind {
             Kind::Data => self.deliver(ch, h, || payload.to_vec()),
+            Kind::Cancel => {
+                let f = self.cancels.lock().remove(&(Arc::as_ptr(ch) as usize, h.call_id));
+                if let Some(f) = f {
+                    f();
+                }
+                true
+            }
             _ => {
                 self.complete(ch, h, payload);
                 true
@@ -678,6 +733,10 @@ impl TeamInner {
             }
         }
         self.reactor.unwatch(ch);
+        if let Some(s) = &ch.socket {
+            // Tells the peer too (it may not know: a protocol violation is found here).
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         let err = || self.gone_error(ch);
         let failed: Vec<_> = {
             let mut pending = self.pending.lock();
@@ -736,6 +795,28 @@ impl TeamInner {
         tracing::debug!(team = %self.id, "team shut down");
     }
 
+    /// Runs `on_cancel` if the peer on `ch` cancels its call `call_id`,
+    /// until the returned guard is dropped.
+    pub fn on_cancel(
+        self: &Arc<Self>,
+        ch: &Arc<Channel>,
+        call_id: u64,
+        on_cancel: Box<dyn FnOnce() + Send>,
+    ) -> CancelGuard {
+        let key = (Arc::as_ptr(ch) as usize, call_id);
+        self.cancels.lock().insert(key, on_cancel);
+        CancelGuard { team: Arc::downgrade(self), key }
+    }
+
+    /// Turns a frame's wall-clock deadline into a local instant.
+    pub fn deadline_of(h: &Header) -> Option<Instant> {
+        if h.deadline_ns == 0 {
+            return None;
+        }
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        Some(Instant::now() + Duration::from_nanos(h.deadline_ns.saturating_sub(now)))
+    }
+
     pub fn register_name(&self, name: &str, ep: EndpointId) -> Result<()> {
         let lease = self.lease.lock();
         let lease = lease.as_ref().ok_or(Error::Shutdown)?;
@@ -790,59 +871,100 @@ pub(crate) fn deadline_to_wall_ns(d: Instant) -> u64 {
 
 /// A send on its way to its checkpoint. Resolves to the reply for
 /// `OnReturn`, to an empty vector for the other checkpoints. Dropping it
-/// stops waiting (the message itself is already sent).
+/// stops waiting (the message itself is already sent); for `OnReturn` it
+/// also tells the receiver the call is cancelled.
 pub struct Delivery {
-    team: Option<Arc<TeamInner>>,
-    call_id: u64,
-    completion: Option<Arc<Completion>>,
+    state: DeliveryState,
     deadline: Option<Instant>,
     timer: Option<u64>,
-    early: Option<Result<Vec<u8>>>,
+}
+
+enum DeliveryState {
+    Ready(Result<Vec<u8>>),
+    Waiting(Waiting),
+    Done,
+}
+
+struct Waiting {
+    team: Arc<TeamInner>,
+    channel: Arc<Channel>,
+    header: Header,
+    completion: Arc<Completion>,
 }
 
 impl Delivery {
     fn done() -> Delivery {
-        Delivery { team: None, call_id: 0, completion: None, deadline: None, timer: None, early: Some(Ok(Vec::new())) }
+        Delivery { state: DeliveryState::Ready(Ok(Vec::new())), deadline: None, timer: None }
     }
     fn failed(e: Error) -> Delivery {
-        Delivery { team: None, call_id: 0, completion: None, deadline: None, timer: None, early: Some(Err(e)) }
+        Delivery { state: DeliveryState::Ready(Err(e)), deadline: None, timer: None }
+    }
+
+    /// Call id of the send (0 for `Immediate`).
+    pub fn call_id(&self) -> u64 {
+        match &self.state {
+            DeliveryState::Waiting(w) => w.header.call_id,
+            _ => 0,
+        }
     }
 }
 
 impl Future for Delivery {
     type Output = Result<Vec<u8>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
-        if let Some(r) = self.early.take() {
-            return Poll::Ready(r);
-        }
-        let Some(c) = self.completion.clone() else { return Poll::Ready(Err(Error::Cancelled)) };
-        if let Poll::Ready(r) = c.poll_done(cx) {
-            self.completion = None;
+        let w = match std::mem::replace(&mut self.state, DeliveryState::Done) {
+            DeliveryState::Ready(r) => return Poll::Ready(r),
+            DeliveryState::Done => return Poll::Ready(Err(Error::Cancelled)),
+            DeliveryState::Waiting(w) => w,
+        };
+        if let Poll::Ready(r) = w.completion.poll_done(cx) {
             return Poll::Ready(r);
         }
         if let Some(at) = self.deadline {
-            let team = self.team.clone().unwrap();
             if Instant::now() >= at {
-                team.forget_call(self.call_id);
-                self.completion = None;
+                w.team.forget_call(w.header.call_id);
+                w.cancel_remote();
                 return Poll::Ready(Err(Error::DeadlineExceeded));
             }
             let id = self.timer;
-            self.timer = Some(team.timers.register(id, at, cx.waker()));
+            self.timer = Some(w.team.timers.register(id, at, cx.waker()));
         }
+        self.state = DeliveryState::Waiting(w);
         Poll::Pending
+    }
+}
+
+impl Waiting {
+    fn cancel_remote(&self) {
+        if self.header.checkpoint() == Checkpoint::OnReturn {
+            let h = Header::new(Kind::Cancel, self.header.src, self.header.dst, self.header.call_id);
+            self.channel.send_control(h, Vec::new());
+        }
     }
 }
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        if let Some(team) = &self.team {
-            if self.completion.is_some() {
-                team.forget_call(self.call_id);
-            }
+        if let DeliveryState::Waiting(w) = &self.state {
+            w.team.forget_call(w.header.call_id);
+            w.cancel_remote();
             if let Some(t) = self.timer {
-                team.timers.cancel(t);
+                w.team.timers.cancel(t);
             }
+        }
+    }
+}
+
+/// Keeps a cancellation hook registered (see `TeamInner::on_cancel`).
+pub(crate) struct CancelGuard {
+    team: std::sync::Weak<TeamInner>,
+    key: (usize, u64),
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.team.upgrade() {
+            t.cancels.lock().remove(&self.key);
         }
     }
 }

@@ -28,6 +28,8 @@ pub enum Kind {
     /// One piece of a message too large for one frame; the last piece has no `MORE` flag.
     /// Pieces of one message are sent back to back on one channel.
     Fragment = 5,
+    /// The sender of `call_id` gave up waiting: stop working on it (no answer is read).
+    Cancel = 6,
 }
 
 impl Kind {
@@ -38,6 +40,7 @@ impl Kind {
             3 => Kind::Reply,
             4 => Kind::Nack,
             5 => Kind::Fragment,
+            6 => Kind::Cancel,
             _ => return None,
         })
     }

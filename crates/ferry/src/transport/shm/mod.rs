@@ -139,6 +139,8 @@ impl Transport for ShmEnd {
 
     fn want_space(&self) {
         self.flag(self.tx_waiting).store(1, Ordering::SeqCst);
+        // Dekker with the consumer's head store → fence → flag load.
+        fence(Ordering::SeqCst);
     }
 
     #[inline]
@@ -161,8 +163,9 @@ impl Transport for ShmEnd {
             Ok(Some(true)) => {
                 // Dekker with the producer's want_space → retry → park.
                 fence(Ordering::SeqCst);
-                if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0 {
-                    self.flag(self.rx_waiting).store(0, Ordering::Relaxed);
+                if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0
+                    && self.flag(self.rx_waiting).swap(0, Ordering::Relaxed) != 0
+                {
                     self.peer_doorbell.ring_now();
                 }
                 Ok(Recv::Consumed)

@@ -1,0 +1,166 @@
+//! ferry's own ping-pong cases: a port round trip between two teams over
+//! shared memory (both sides spinning, or both parked between messages),
+//! and between two threads or two tasks of one team.
+
+use crate::harness::{Case, ChildCtx, Params, Peer};
+use ferry::{Checkpoint, RawPort, RawSender, Team};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case { name: "ferry.shm.spin", parent: spin_parent, child: spin_child },
+        Case { name: "ferry.shm.parked", parent: parked_parent, child: parked_child },
+        Case { name: "ferry.inproc", parent: inproc_threads, child: no_child },
+        Case { name: "ferry.inproc.tasks", parent: inproc_tasks, child: no_child },
+    ]
+}
+
+const STOP: &[u8] = b"";
+
+/// Runtime dir shared by the two sides of one run.
+fn runtime_dir(run_id: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("ferry-bench-{run_id}"))
+}
+
+fn start_team(run_id: &str, spin: bool) -> Team {
+    // No processors: the measuring thread itself drives the channel (spin
+    // then park), so nothing else competes for the two cores.
+    let b = Team::builder().runtime_dir(runtime_dir(run_id)).processors(0);
+    let b = if spin { b.spin(Duration::from_secs(5)) } else { b.blocking().park_timeout(Duration::from_secs(5)) };
+    b.start().expect("start team")
+}
+
+/// Opens our port under `mine` and finds the other side's port `theirs`.
+fn rendezvous(team: &Team, mine: &str, theirs: &str) -> (RawPort, RawSender) {
+    let port = team.open_named_raw_port(mine).expect("open port");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let to = loop {
+        match team.lookup(theirs) {
+            Ok(ep) => break ep,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => panic!("peer never registered {theirs}: {e}"),
+        }
+    };
+    (port, team.raw_sender(to))
+}
+
+fn parent(peer: &mut Peer, p: &Params, spin: bool) -> Vec<f64> {
+    let _ = std::fs::create_dir_all(runtime_dir(&peer.run_id));
+    let team = start_team(&peer.run_id, spin);
+    let (port, to) = rendezvous(&team, "bench.ping", "bench.pong");
+    let msg = [7u8; 8];
+    let iters = if spin { p.iters } else { p.iters_div(10) };
+    let samples = p.measure(iters, |n| {
+        for _ in 0..n {
+            to.send(&msg, Checkpoint::Immediate).unwrap();
+            port.recv_blocking().unwrap();
+        }
+    });
+    to.send(STOP, Checkpoint::Immediate).unwrap();
+    drop(port);
+    team.shutdown();
+    let _ = std::fs::remove_dir_all(runtime_dir(&peer.run_id));
+    samples
+}
+
+fn child(ctx: &ChildCtx, spin: bool) {
+    let team = start_team(&ctx.run_id, spin);
+    let (port, to) = rendezvous(&team, "bench.pong", "bench.ping");
+    loop {
+        let m = port.recv_blocking().unwrap();
+        if m.payload() == STOP {
+            break;
+        }
+        to.send(m.payload(), Checkpoint::Immediate).unwrap();
+    }
+    drop(port);
+    team.shutdown();
+}
+
+fn spin_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    parent(peer, p, true)
+}
+fn spin_child(ctx: &ChildCtx) {
+    child(ctx, true)
+}
+fn parked_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    parent(peer, p, false)
+}
+fn parked_child(ctx: &ChildCtx) {
+    child(ctx, false)
+}
+fn no_child(_: &ChildCtx) {}
+
+/// Two threads of one team, each blocked in a receive, bounce a message.
+fn inproc_threads(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let dir = runtime_dir(&peer.run_id);
+    let _ = std::fs::create_dir_all(&dir);
+    let team = Team::builder().runtime_dir(&dir).processors(0).spin(Duration::from_secs(5)).start().unwrap();
+    let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
+    let (to_a, to_b) = (team.raw_sender(a.id()), team.raw_sender(b.id()));
+    let cpu = peer.child_cpu;
+    let echo = std::thread::spawn(move || {
+        if let Some(cpu) = cpu {
+            crate::pin_current_thread(cpu);
+        }
+        loop {
+            let m = b.recv_blocking().unwrap();
+            if m.payload() == STOP {
+                break;
+            }
+            to_a.send(m.payload(), Checkpoint::Immediate).unwrap();
+        }
+    });
+    let msg = [7u8; 8];
+    let samples = p.measure(p.iters, |n| {
+        for _ in 0..n {
+            to_b.send(&msg, Checkpoint::Immediate).unwrap();
+            a.recv_blocking().unwrap();
+        }
+    });
+    to_b.send(STOP, Checkpoint::Immediate).unwrap();
+    echo.join().unwrap();
+    team.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    samples
+}
+
+/// Two tasks on one processor bounce a message: pure task hand-off.
+fn inproc_tasks(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let dir = runtime_dir(&peer.run_id);
+    let _ = std::fs::create_dir_all(&dir);
+    let team = Team::builder().runtime_dir(&dir).processors(1).spin(Duration::from_secs(5)).start().unwrap();
+    let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
+    let (to_a, to_b) = (team.raw_sender(a.id()), team.raw_sender(b.id()));
+    let echo = team.spawn(async move {
+        loop {
+            let m = b.recv().await.unwrap();
+            if m.payload() == STOP {
+                break;
+            }
+            to_a.send_async(m.payload(), Checkpoint::Immediate).await.unwrap();
+        }
+    });
+    let a = std::sync::Arc::new(a);
+    // Each round is one task on the processor, beside the echo task; this
+    // thread only waits for the round's end (in the kernel, once a round).
+    let samples = p.measure(p.iters, |n| {
+        let (a, to_b) = (a.clone(), to_b.clone());
+        let (done, wait) = std::sync::mpsc::channel();
+        team.spawn(async move {
+            let msg = [7u8; 8];
+            for _ in 0..n {
+                to_b.send_async(&msg, Checkpoint::Immediate).await.unwrap();
+                a.recv().await.unwrap();
+            }
+            done.send(()).unwrap();
+        });
+        wait.recv().unwrap();
+    });
+    to_b.send(STOP, Checkpoint::Immediate).unwrap();
+    team.block_on(echo).unwrap();
+    team.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    samples
+}

@@ -1,0 +1,103 @@
+//! The suites `ferry bench` runs, and their command-line arguments.
+
+use crate::{run_suite, Case, Params, Report};
+use serde_json::json;
+
+/// Arguments every suite takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Timed rounds per case (each round gives one sample).
+    #[arg(long, default_value_t = Params::default().rounds)]
+    pub rounds: usize,
+    /// Round trips per round (slow cases divide it).
+    #[arg(long, default_value_t = Params::default().iters)]
+    pub iters: usize,
+    /// Untimed rounds before the timed ones.
+    #[arg(long, default_value_t = Params::default().warmup)]
+    pub warmup: usize,
+    /// Only the cases whose name starts with this.
+    #[arg(long, default_value = "")]
+    pub only: String,
+}
+
+impl BenchArgs {
+    fn params(&self) -> Params {
+        Params { rounds: self.rounds, iters: self.iters, warmup: self.warmup }
+    }
+}
+
+/// Every case of every suite: what a re-executed child may be asked to run.
+pub fn all_cases() -> Vec<Case> {
+    let mut v = pingpong_cases();
+    v.extend(crate::ferry_rpc::cases());
+    v
+}
+
+pub fn pingpong_cases() -> Vec<Case> {
+    let mut v = crate::pingpong_floor_cases();
+    v.extend(crate::ferry_pingpong::cases());
+    v
+}
+
+fn run(suite: &str, cases: Vec<Case>, args: &BenchArgs, baseline: &str, targets: &[(&str, &str, f64)]) -> Report {
+    let chosen: Vec<_> = cases.into_iter().filter(|c| c.name.starts_with(&args.only)).collect();
+    let mut report = run_suite(suite, &chosen, &args.params());
+    report.insert_ratios(baseline);
+    let checks: Vec<_> = targets
+        .iter()
+        .filter_map(|(name, against, max)| {
+            let r = report.ratio(name, against)?;
+            Some(json!({"case": name, "against": against, "ratio": r, "target": max, "met": r <= *max}))
+        })
+        .collect();
+    report.extra.insert("targets".into(), json!(checks));
+    report
+}
+
+fn print(report: &Report, args: &BenchArgs, baseline: &str) {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json()).unwrap());
+        return;
+    }
+    report.print_table(baseline);
+    if let Some(serde_json::Value::Array(t)) = report.extra.get("targets") {
+        println!("\ntargets:");
+        for c in t {
+            println!(
+                "  {:24} / {:22} = {:6.2}  (target ≤ {:.2})  {}",
+                c["case"].as_str().unwrap_or(""),
+                c["against"].as_str().unwrap_or(""),
+                c["ratio"].as_f64().unwrap_or(f64::NAN),
+                c["target"].as_f64().unwrap_or(f64::NAN),
+                if c["met"].as_bool() == Some(true) { "met" } else { "MISSED" }
+            );
+        }
+    }
+    for (k, v) in &report.extra {
+        if k != "targets" && k != "ratios" && k != "baseline" {
+            println!("{k}: {v}");
+        }
+    }
+}
+
+pub mod pingpong {
+    use super::*;
+
+    pub const BASELINE: &str = "floor.spin.two_line";
+
+    /// `ferry bench pingpong`.
+    pub fn run(args: &BenchArgs) -> ferry::Result<()> {
+        let targets = [
+            ("ferry.shm.spin", BASELINE, 1.5),
+            ("ferry.shm.spin", "iceoryx2.req_resp", 1.0 / 3.0),
+            ("ferry.shm.parked", "floor.futex", 1.15),
+        ];
+        let mut report = super::run("pingpong", pingpong_cases(), args, BASELINE, &targets);
+        report.extra.insert("memory".into(), crate::memory::report());
+        print(&report, args, BASELINE);
+        Ok(())
+    }
+}

@@ -1,0 +1,142 @@
+//! How requests and responses are laid out inside a message payload.
+//!
+//! Request: one op byte, then
+//! - `BIND`: MessagePack `ServiceDescriptor` of the client;
+//! - `CALL`: method index (u32 LE), then the MessagePack tuple of arguments;
+//! - `BATCH`: count n (u32 LE), then n entries `method u32, len u32, args`,
+//!   run in order; the last entry is the synchronous call that is answered
+//!   (method `FLUSH` when the batch was flushed with no call of its own).
+//!
+//! Response: one status byte, then MessagePack of the value (`OK`,
+//! `REMOTE`) or UTF-8 text (the other statuses).
+
+use super::RpcError;
+use crate::error::{Error, Result};
+use crate::wire::codec;
+use serde::{de::DeserializeOwned, Serialize};
+
+pub const BIND: u8 = 1;
+pub const CALL: u8 = 2;
+pub const BATCH: u8 = 3;
+/// The method index of "do nothing, answer `()`" (ends a flushed batch).
+pub const FLUSH: u32 = u32::MAX;
+
+pub const OK: u8 = 0;
+pub const REMOTE: u8 = 1;
+pub const PANICKED: u8 = 2;
+pub const CANCELLED: u8 = 3;
+pub const DEADLINE: u8 = 4;
+pub const REFUSED: u8 = 5;
+pub const CODEC: u8 = 6;
+
+pub fn call<A: Serialize + ?Sized>(method: u32, args: &A) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(32);
+    out.push(CALL);
+    out.extend_from_slice(&method.to_le_bytes());
+    codec::encode_into(args, &mut out)?;
+    Ok(out)
+}
+
+/// One request as the server sees it.
+pub enum Request<'a> {
+    Bind(&'a [u8]),
+    Call { method: u32, args: &'a [u8] },
+    Batch(Vec<(u32, &'a [u8])>),
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Parses a request; every length is checked against what arrived.
+pub fn parse(p: &[u8]) -> std::result::Result<Request<'_>, String> {
+    match p.first() {
+        Some(&BIND) => Ok(Request::Bind(&p[1..])),
+        Some(&CALL) => {
+            let method = u32_at(p, 1).ok_or("short call request")?;
+            Ok(Request::Call { method, args: &p[5..] })
+        }
+        Some(&BATCH) => {
+            let n = u32_at(p, 1).ok_or("short batch")? as usize;
+            let mut at = 5;
+            let mut entries = Vec::with_capacity(n.min(1024));
+            for _ in 0..n {
+                let method = u32_at(p, at).ok_or("short batch entry")?;
+                let len = u32_at(p, at + 4).ok_or("short batch entry")? as usize;
+                let args = p.get(at + 8..at + 8 + len).ok_or("batch entry longer than the message")?;
+                entries.push((method, args));
+                at += 8 + len;
+            }
+            if at != p.len() || entries.is_empty() {
+                return Err("malformed batch".into());
+            }
+            Ok(Request::Batch(entries))
+        }
+        other => Err(format!("unknown request op {other:?}")),
+    }
+}
+
+/// Appends one entry to a batch being built (`buf` starts empty).
+pub fn push_batch_entry(buf: &mut Vec<u8>, count: &mut u32, method: u32, args: &[u8]) {
+    if buf.is_empty() {
+        buf.push(BATCH);
+        buf.extend_from_slice(&0u32.to_le_bytes());
+    }
+    buf.extend_from_slice(&method.to_le_bytes());
+    buf.extend_from_slice(&(args.len() as u32).to_le_bytes());
+    buf.extend_from_slice(args);
+    *count += 1;
+    buf[1..5].copy_from_slice(&count.to_le_bytes());
+}
+
+pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut out = vec![OK];
+    match codec::encode_into(value, &mut out) {
+        Ok(()) => out,
+        Err(e) => status(CODEC, &format!("the result did not encode: {e}")),
+    }
+}
+
+pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
+    let mut out = vec![REMOTE];
+    match codec::encode_into(err, &mut out) {
+        Ok(()) => out,
+        Err(e) => status(CODEC, &format!("the error did not encode: {e}")),
+    }
+}
+
+pub fn status(code: u8, text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + text.len());
+    out.push(code);
+    out.extend_from_slice(text.as_bytes());
+    out
+}
+
+/// Decodes a response into the caller's result.
+pub fn decode_response<R: DeserializeOwned, E: DeserializeOwned>(p: &[u8]) -> std::result::Result<R, RpcError<E>> {
+    let text = || String::from_utf8_lossy(&p[1..]).into_owned();
+    match p.first() {
+        Some(&OK) => codec::decode(&p[1..]).map_err(RpcError::from),
+        Some(&REMOTE) => Err(codec::decode(&p[1..]).map_or_else(RpcError::from, RpcError::Remote)),
+        Some(&PANICKED) => Err(RpcError::HandlerPanicked(text())),
+        Some(&CANCELLED) => Err(RpcError::Cancelled),
+        Some(&DEADLINE) => Err(RpcError::DeadlineExceeded),
+        Some(&REFUSED) => Err(RpcError::Refused(text())),
+        Some(&CODEC) => Err(RpcError::Codec(text())),
+        _ => Err(RpcError::Codec("malformed response".into())),
+    }
+}
+
+impl<E> From<Error> for RpcError<E> {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::PeerGone { peer } => RpcError::PeerGone { peer },
+            Error::DeadlineExceeded => RpcError::DeadlineExceeded,
+            Error::Cancelled => RpcError::Cancelled,
+            Error::Codec(s) => RpcError::Codec(s),
+            Error::Refused(s) => RpcError::Refused(s),
+            Error::Panicked(s) => RpcError::HandlerPanicked(s),
+            other => RpcError::Ferry(other),
+        }
+    }
+}

@@ -1,0 +1,868 @@
+//! The conformance suite every transport must pass (see `ferry::transport`).
+//!
+//! Each case is written once, as a function over a [`Factory`] that makes a
+//! connected pair of ends, and instantiated per transport by `conformance!`
+//! at the bottom of this file. A new transport (TCP) joins by writing its
+//! factory and adding one `conformance!(tcp, make_tcp);` line.
+//!
+//! Every wait is bounded by a deadline, so a broken transport fails a case
+//! instead of hanging the suite.
+
+use ferry::transport::doorbell::Doorbell;
+use ferry::transport::{Recv, RecvError, SendError, Transport};
+use ferry::wire::{flags, Checkpoint, Header, Kind};
+use ferry::EndpointId;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Makes a connected pair of ends with `capacity` bytes of buffering each
+/// way. The first end belongs to the team whose doorbell is the first one,
+/// the second end to the team of the second doorbell.
+type Factory = fn(usize, Arc<Doorbell>, Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>);
+
+fn make_inproc(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
+    let (x, y) = ferry::transport::inproc::pair(cap, a, b);
+    (Box::new(x), Box::new(y))
+}
+
+fn make_shm(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
+    let (x, y) = ferry::transport::shm::pair_for_tests(cap, a, b).expect("shared-memory pair");
+    (Box::new(x), Box::new(y))
+}
+
+// A future TCP transport plugs in here:
+//
+// fn make_tcp(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
+//     let (x, y) = ferry::transport::tcp::pair_for_tests(cap, a, b).expect("tcp pair");
+//     (Box::new(x), Box::new(y))
+// }
+
+/// A connected pair and the doorbells of the two teams owning its ends.
+struct Pipe {
+    a: Box<dyn Transport>,
+    b: Box<dyn Transport>,
+    bell_a: Arc<Doorbell>,
+    bell_b: Arc<Doorbell>,
+}
+
+fn open(make: Factory, cap: usize) -> Pipe {
+    let bell_a = Arc::new(Doorbell::create().expect("doorbell"));
+    let bell_b = Arc::new(Doorbell::create().expect("doorbell"));
+    let (a, b) = make(cap, bell_a.clone(), bell_b.clone());
+    Pipe { a, b, bell_a, bell_b }
+}
+
+/// Ring sizes are powers of two of at least 4 KiB for shm; inproc takes any.
+const SMALL: usize = 4096;
+const MEDIUM: usize = 16384;
+/// Upper bound of any single wait in this suite.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn ep(team: u32, slot: u32) -> EndpointId {
+    EndpointId::new(1, team, slot).unwrap()
+}
+
+fn data(call_id: u64) -> Header {
+    Header::new(Kind::Data, ep(1, 1), ep(2, 2), call_id)
+}
+
+/// Deterministic payload of frame `i`, `len` bytes long.
+fn payload(i: u64, len: usize) -> Vec<u8> {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Payload sizes cycling through 0, max, and a spread in between.
+fn size_of(i: u64, max: usize) -> usize {
+    match i % 7 {
+        0 => 0,
+        1 => max,
+        2 => 1,
+        3 => max - 1,
+        _ => (i.wrapping_mul(7919) % (max as u64 + 1)) as usize,
+    }
+}
+
+/// Sends, retrying while the pipe is full, until `PATIENCE` runs out.
+fn send_patiently(t: &dyn Transport, h: &Header, p: &[u8], until: Instant) {
+    loop {
+        match t.try_send(h, p) {
+            Ok(()) => return,
+            Err(SendError::Full) => {
+                assert!(Instant::now() < until, "pipe stayed full: the consumer is stuck");
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("send of call {} failed: {e:?}", h.call_id),
+        }
+    }
+}
+
+/// Takes the next frame (header and a copy of the payload), waiting for one
+/// until the deadline.
+fn recv_within(t: &dyn Transport, limit: Duration) -> Option<(Header, Vec<u8>)> {
+    let until = Instant::now() + limit;
+    loop {
+        let mut got = None;
+        match t.try_recv(&mut |h, p| {
+            got = Some((*h, p.to_vec()));
+            true
+        }) {
+            Ok(Recv::Consumed) => return Some(got.expect("Consumed without a frame")),
+            Ok(Recv::Empty) => {}
+            Ok(Recv::Kept) => panic!("frame kept although accepted"),
+            Err(e) => panic!("receive failed: {e:?}"),
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
+}
+
+/// Takes the next frame now, if there is one.
+fn recv_now(t: &dyn Transport) -> Option<(Header, Vec<u8>)> {
+    let mut got = None;
+    match t.try_recv(&mut |h, p| {
+        got = Some((*h, p.to_vec()));
+        true
+    }) {
+        Ok(Recv::Consumed) => Some(got.expect("Consumed without a frame")),
+        Ok(Recv::Empty) => {
+            assert!(got.is_none(), "Empty after offering a frame");
+            None
+        }
+        other => panic!("unexpected receive result {other:?}"),
+    }
+}
+
+fn assert_empty(t: &dyn Transport) {
+    let mut offered = false;
+    let r = t.try_recv(&mut |_, _| {
+        offered = true;
+        true
+    });
+    assert_eq!(r, Ok(Recv::Empty));
+    assert!(!offered, "a frame was offered by an empty pipe");
+}
+
+/// Sends frames of `len` bytes numbered from `first` until the pipe is full;
+/// returns how many were sent.
+fn fill(t: &dyn Transport, first: u64, len: usize) -> u64 {
+    let mut n = 0;
+    loop {
+        let i = first + n;
+        match t.try_send(&data(i), &payload(i, len)) {
+            Ok(()) => n += 1,
+            Err(SendError::Full) => return n,
+            Err(e) => panic!("filling: {e:?}"),
+        }
+        assert!(n < 1_000_000, "the pipe never fills");
+    }
+}
+
+// ---------------------------------------------------------------- cases
+
+/// Many frames of every size from 0 to `max_payload`, consumer in another
+/// thread: they arrive in order, each once, intact.
+fn ordered_no_loss_no_duplicates_across_threads(make: Factory) {
+    const N: u64 = 10_000;
+    let pipe = open(make, MEDIUM);
+    let max = pipe.a.max_payload();
+    assert!(max >= 64, "a {MEDIUM}-byte pipe should carry frames of at least 64 bytes, not {max}");
+    let until = Instant::now() + PATIENCE;
+    let (a, b) = (&*pipe.a, &*pipe.b);
+    std::thread::scope(|s| {
+        let consumer = s.spawn(move || {
+            let mut next = 0u64;
+            let mut bad = Vec::new();
+            while next < N {
+                let mut frame = None;
+                let r = b.try_recv(&mut |h, p| {
+                    frame = Some((*h, p.to_vec()));
+                    true
+                });
+                match r {
+                    Ok(Recv::Consumed) => {
+                        let (h, p) = frame.unwrap();
+                        if h.call_id != next {
+                            bad.push(format!("expected frame {next}, got {}", h.call_id));
+                            break;
+                        }
+                        if h.len as usize != p.len() || p != payload(next, size_of(next, max)) {
+                            bad.push(format!("frame {next}: payload of {} bytes is damaged", p.len()));
+                        }
+                        next += 1;
+                    }
+                    Ok(Recv::Empty) => {
+                        if Instant::now() > until {
+                            bad.push(format!("timed out waiting for frame {next}"));
+                            break;
+                        }
+                        std::hint::spin_loop();
+                        std::thread::yield_now();
+                    }
+                    other => {
+                        bad.push(format!("frame {next}: {other:?}"));
+                        break;
+                    }
+                }
+            }
+            (next, bad)
+        });
+        for i in 0..N {
+            send_patiently(a, &data(i), &payload(i, size_of(i, max)), until);
+        }
+        let (got, bad) = consumer.join().unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(got, N);
+    });
+    assert_empty(&*pipe.b);
+}
+
+/// Several threads send on one end at once: each sender's frames arrive in
+/// its order, none lost or repeated.
+fn concurrent_senders_keep_their_own_order(make: Factory) {
+    const SENDERS: u32 = 3;
+    const EACH: u64 = 2_000;
+    let pipe = open(make, MEDIUM);
+    let until = Instant::now() + PATIENCE;
+    let a = &*pipe.a;
+    let max = a.max_payload().min(300);
+    std::thread::scope(|s| {
+        for k in 0..SENDERS {
+            s.spawn(move || {
+                for i in 0..EACH {
+                    let h = Header::new(Kind::Data, ep(1, 10 + k), ep(2, 2), i);
+                    send_patiently(a, &h, &payload(i + k as u64 * EACH, (i as usize * 13) % max), until);
+                }
+            });
+        }
+        let mut next = [0u64; SENDERS as usize];
+        let mut total = 0;
+        while total < SENDERS as u64 * EACH {
+            let (h, p) = recv_within(&*pipe.b, until.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|| panic!("timed out after {total} frames: {next:?}"));
+            let k = h.src.slot() - 10;
+            assert!(k < SENDERS, "unknown source {}", h.src);
+            assert_eq!(h.call_id, next[k as usize], "sender {k} out of order");
+            assert_eq!(p, payload(h.call_id + k as u64 * EACH, (h.call_id as usize * 13) % max));
+            next[k as usize] += 1;
+            total += 1;
+        }
+    });
+    assert_empty(&*pipe.b);
+}
+
+/// A full pipe refuses with `Full` and writes nothing; taking one frame out
+/// makes room for one more of the same size.
+fn full_pipe_refuses_whole_frames_then_makes_room(make: Factory) {
+    let max = open(make, SMALL).a.max_payload();
+    for len in [0, 1, 100, 1000.min(max), max / 2, max] {
+        let pipe = open(make, SMALL);
+        let n = fill(&*pipe.a, 0, len);
+        assert!(n >= 1, "not even one {len}-byte frame fits an empty pipe");
+        // Still full, however often one asks; asking to be woken changes nothing.
+        pipe.a.want_space();
+        for _ in 0..3 {
+            assert_eq!(pipe.a.try_send(&data(999), &payload(999, len)), Err(SendError::Full), "len {len}");
+        }
+        let (h, p) = recv_now(&*pipe.b).expect("a full pipe has a frame");
+        assert_eq!((h.call_id, p), (0, payload(0, len)));
+        // Room for exactly the frame that was taken.
+        pipe.a.try_send(&data(n), &payload(n, len)).unwrap_or_else(|e| panic!("len {len}: {e:?} after a drain"));
+        // Everything sent arrives once, in order; no trace of the refused sends.
+        for i in 1..=n {
+            let (h, p) = recv_now(&*pipe.b).unwrap_or_else(|| panic!("len {len}: frame {i} of {n} missing"));
+            assert_eq!(h.call_id, i, "len {len}");
+            assert_eq!(p, payload(i, len), "len {len}: frame {i} damaged");
+        }
+        assert_empty(&*pipe.b);
+        // And the pipe is fully usable again.
+        assert_eq!(fill(&*pipe.a, 0, len), n, "len {len}: capacity changed after a full cycle");
+    }
+}
+
+/// A payload above `max_payload` is `TooLarge` and writes nothing.
+fn too_large_is_refused(make: Factory) {
+    for cap in [SMALL, MEDIUM] {
+        let pipe = open(make, cap);
+        let max = pipe.a.max_payload();
+        assert_eq!(pipe.b.max_payload(), max, "both ends of a pipe carry the same frames");
+        assert!(max < cap, "max_payload {max} must leave room for a header in {cap} bytes");
+        assert_eq!(pipe.a.try_send(&data(1), &vec![7; max + 1]), Err(SendError::TooLarge));
+        assert_eq!(pipe.a.try_send(&data(2), &vec![7; cap * 4]), Err(SendError::TooLarge));
+        assert_empty(&*pipe.b);
+        pipe.a.try_send(&data(3), &payload(3, max)).unwrap();
+        let (h, p) = recv_now(&*pipe.b).unwrap();
+        assert_eq!((h.call_id, h.len as usize, p), (3, max, payload(3, max)));
+        assert_empty(&*pipe.b);
+    }
+}
+
+/// A frame `accept` refuses stays first in line, is offered again, and
+/// keeps its space.
+fn refused_frame_is_offered_again_first(make: Factory) {
+    let pipe = open(make, SMALL);
+    for i in 0..3 {
+        pipe.a.try_send(&data(i), &payload(i, 10)).unwrap();
+    }
+    for _ in 0..3 {
+        let mut seen = None;
+        let r = pipe.b.try_recv(&mut |h, p| {
+            seen = Some((h.call_id, p.to_vec()));
+            false
+        });
+        assert_eq!(r, Ok(Recv::Kept));
+        assert_eq!(seen, Some((0, payload(0, 10))));
+    }
+    // Frames sent while the first is refused queue behind it.
+    pipe.a.try_send(&data(3), &payload(3, 10)).unwrap();
+    for i in 0..4 {
+        let (h, p) = recv_now(&*pipe.b).unwrap();
+        assert_eq!((h.call_id, p), (i, payload(i, 10)));
+    }
+    assert_empty(&*pipe.b);
+
+    // A refused frame still occupies the pipe: refusing does not make room.
+    let n = fill(&*pipe.a, 100, 200);
+    assert_eq!(pipe.b.try_recv(&mut |_, _| false), Ok(Recv::Kept));
+    assert_eq!(pipe.a.try_send(&data(999), &payload(999, 200)), Err(SendError::Full));
+    for i in 100..100 + n {
+        let (h, p) = recv_now(&*pipe.b).unwrap();
+        assert_eq!((h.call_id, p), (i, payload(i, 200)));
+    }
+    assert_empty(&*pipe.b);
+}
+
+/// After `close()` an end's sends fail with `Closed`; frames already in
+/// flight are still received, also once the sending end is gone.
+fn close_stops_sends_but_frames_in_flight_are_received(make: Factory) {
+    // The sender closes, then goes away entirely.
+    let pipe = open(make, SMALL);
+    assert!(!pipe.a.is_closed() && !pipe.b.is_closed());
+    for i in 0..5 {
+        pipe.a.try_send(&data(i), &payload(i, 50)).unwrap();
+    }
+    pipe.a.close();
+    assert!(pipe.a.is_closed());
+    assert_eq!(pipe.a.try_send(&data(5), &payload(5, 50)), Err(SendError::Closed));
+    let Pipe { a, b, .. } = pipe;
+    drop(a);
+    for i in 0..5 {
+        let (h, p) = recv_within(&*b, Duration::from_secs(1)).unwrap_or_else(|| panic!("frame {i} lost at close"));
+        assert_eq!((h.call_id, p), (i, payload(i, 50)));
+    }
+    assert_empty(&*b);
+
+    // The receiver closes its own end: it can no longer send, but still drains.
+    let pipe = open(make, SMALL);
+    for i in 0..5 {
+        pipe.a.try_send(&data(i), &payload(i, 50)).unwrap();
+    }
+    pipe.b.close();
+    assert!(pipe.b.is_closed());
+    assert_eq!(pipe.b.try_send(&data(9), b"x"), Err(SendError::Closed));
+    for i in 0..5 {
+        let (h, p) = recv_now(&*pipe.b).unwrap_or_else(|| panic!("frame {i} lost at close"));
+        assert_eq!((h.call_id, p), (i, payload(i, 50)));
+    }
+    assert_empty(&*pipe.b);
+    // Closing twice is harmless.
+    pipe.b.close();
+    assert!(pipe.b.is_closed());
+}
+
+/// Every header field but `len` arrives as sent; `len` is the payload length.
+fn header_fields_arrive_intact(make: Factory) {
+    let pipe = open(make, SMALL);
+    let ids = [
+        EndpointId::NONE,
+        ep(1, 1),
+        EndpointId::new(u16::MAX, ferry::id::MAX_TEAM, ferry::id::MAX_SLOT).unwrap(),
+        EndpointId::new(0x1234, 0xAB_CDEF, 0x12_3456).unwrap(),
+    ];
+    let kinds = [Kind::Data, Kind::Ack, Kind::Reply, Kind::Nack, Kind::Fragment];
+    let checkpoints = [Checkpoint::Immediate, Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn];
+    let mut n = 0u64;
+    for (ki, kind) in kinds.into_iter().enumerate() {
+        for (ci, cp) in checkpoints.into_iter().enumerate() {
+            for more in [false, true] {
+                let mut h = Header::new(kind, ids[(ki + ci) % 4], ids[(ki + ci + 1) % 4], [0, 1, u64::MAX, n][ci])
+                    .with_checkpoint(cp);
+                if more {
+                    h.flags |= flags::MORE;
+                }
+                h.deadline_ns = [0, 1, u64::MAX, 1_700_000_000_123_456_789][(ki + ci) % 4];
+                h.len = 0xDEAD; // not the payload's length: the transport must set it
+                let body = payload(n, (n as usize * 3) % 60);
+                pipe.a.try_send(&h, &body).unwrap();
+                let (got, p) = recv_now(&*pipe.b).expect("frame");
+                assert_eq!(got.kind, h.kind);
+                assert_eq!(got.flags, h.flags);
+                assert_eq!(got.checkpoint(), cp);
+                assert_eq!(got.more(), more);
+                assert_eq!(got.src, h.src);
+                assert_eq!(got.dst, h.dst);
+                assert_eq!(got.call_id, h.call_id);
+                assert_eq!(got.deadline_ns, h.deadline_ns);
+                assert_eq!(got.len as usize, body.len());
+                assert_eq!(p, body);
+                n += 1;
+            }
+        }
+    }
+    // The other direction works the same.
+    let h = Header::new(Kind::Reply, ids[3], ids[2], 77).with_checkpoint(Checkpoint::OnReturn);
+    pipe.b.try_send(&h, b"back").unwrap();
+    let (got, p) = recv_now(&*pipe.a).unwrap();
+    assert_eq!(
+        (got.kind, got.src, got.dst, got.call_id, got.checkpoint()),
+        (Kind::Reply, ids[3], ids[2], 77, Checkpoint::OnReturn)
+    );
+    assert_eq!(p, b"back");
+}
+
+/// The two directions of a pipe are independent: one being full does not
+/// block the other.
+fn directions_are_independent(make: Factory) {
+    let pipe = open(make, SMALL);
+    let n = fill(&*pipe.a, 0, 100);
+    pipe.b.try_send(&data(500), b"reply").unwrap();
+    let (h, p) = recv_now(&*pipe.a).unwrap();
+    assert_eq!((h.call_id, &p[..]), (500, &b"reply"[..]));
+    for i in 0..n {
+        assert_eq!(recv_now(&*pipe.b).unwrap().0.call_id, i);
+    }
+    assert_empty(&*pipe.a);
+    assert_empty(&*pipe.b);
+}
+
+/// A writer that found the pipe full, asked for space and parked on its
+/// team's doorbell is woken as soon as the reader takes a frame.
+fn writer_waiting_for_space_is_woken(make: Factory) {
+    const LIMIT: Duration = Duration::from_secs(5);
+    let pipe = open(make, SMALL);
+    let max = pipe.a.max_payload();
+    let n = fill(&*pipe.a, 0, max);
+    let parking = AtomicBool::new(false);
+    let (a, b, bell_a) = (&*pipe.a, &*pipe.b, &*pipe.bell_a);
+    let (slept, consumed_at) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            // The protocol of the runtime: count as polling, ask for space,
+            // take the ticket, check once more, then park.
+            bell_a.enter_polling();
+            a.want_space();
+            let ticket = bell_a.prepare_park();
+            assert_eq!(a.try_send(&data(n), &payload(n, max)), Err(SendError::Full));
+            parking.store(true, Ordering::SeqCst);
+            let t0 = Instant::now();
+            bell_a.park(ticket, LIMIT);
+            let woke = Instant::now();
+            bell_a.leave_polling();
+            a.try_send(&data(n), &payload(n, max)).expect("room after the wake-up");
+            (t0, woke)
+        });
+        while !parking.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // Let the writer really fall asleep in the kernel.
+        std::thread::sleep(Duration::from_millis(50));
+        let consumed_at = Instant::now();
+        assert_eq!(recv_now(b).unwrap().0.call_id, 0);
+        let (t0, woke) = writer.join().unwrap();
+        (woke - t0, woke.saturating_duration_since(consumed_at))
+    });
+    assert!(slept < LIMIT / 2, "the writer slept {slept:?}: the reader's consume did not wake it");
+    assert!(consumed_at < Duration::from_secs(1), "the writer woke {consumed_at:?} after the consume");
+    for i in 1..=n {
+        assert_eq!(recv_now(&*pipe.b).unwrap().0.call_id, i);
+    }
+    assert_empty(&*pipe.b);
+}
+
+/// Without a consumer nothing rings: a parked writer sleeps its full
+/// timeout (the control for the case above).
+fn writer_without_consumer_sleeps_its_timeout(make: Factory) {
+    let pipe = open(make, SMALL);
+    fill(&*pipe.a, 0, 100);
+    pipe.bell_a.enter_polling();
+    pipe.a.want_space();
+    let ticket = pipe.bell_a.prepare_park();
+    let t0 = Instant::now();
+    pipe.bell_a.park(ticket, Duration::from_millis(100));
+    let slept = t0.elapsed();
+    pipe.bell_a.leave_polling();
+    assert!(slept >= Duration::from_millis(90), "park returned after {slept:?} with nobody ringing");
+}
+
+/// A reader parked on its team's doorbell is woken by a send.
+fn sleeping_reader_is_woken_by_a_send(make: Factory) {
+    const LIMIT: Duration = Duration::from_secs(5);
+    let pipe = open(make, SMALL);
+    let parking = AtomicBool::new(false);
+    let (a, b, bell_b) = (&*pipe.a, &*pipe.b, &*pipe.bell_b);
+    let (slept, late) = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            bell_b.enter_polling();
+            let ticket = bell_b.prepare_park();
+            assert_empty(b);
+            parking.store(true, Ordering::SeqCst);
+            let t0 = Instant::now();
+            bell_b.park(ticket, LIMIT);
+            let woke = Instant::now();
+            bell_b.leave_polling();
+            let (h, _) = recv_now(b).expect("woken without a frame");
+            assert_eq!(h.call_id, 42);
+            (t0, woke)
+        });
+        while !parking.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let sent_at = Instant::now();
+        a.try_send(&data(42), b"wake up").unwrap();
+        let (t0, woke) = reader.join().unwrap();
+        (woke - t0, woke.saturating_duration_since(sent_at))
+    });
+    assert!(slept < LIMIT / 2, "the reader slept {slept:?}: the send did not wake it");
+    assert!(late < Duration::from_secs(1), "the reader woke {late:?} after the send");
+}
+
+/// Frames of every size wrap around the buffer many times with the pipe
+/// kept nearly full (single thread, exact interleaving).
+fn many_laps_nearly_full(make: Factory) {
+    let pipe = open(make, SMALL);
+    let max = pipe.a.max_payload();
+    let mut sent = 0u64;
+    let mut got = 0u64;
+    while got < 3_000 {
+        loop {
+            let len = size_of(sent, max);
+            match pipe.a.try_send(&data(sent), &payload(sent, len)) {
+                Ok(()) => sent += 1,
+                Err(SendError::Full) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        let (h, p) = recv_now(&*pipe.b).expect("a full pipe has a frame");
+        assert_eq!(h.call_id, got);
+        assert_eq!(p, payload(got, size_of(got, max)), "frame {got}");
+        got += 1;
+    }
+    while let Some((h, _)) = recv_now(&*pipe.b) {
+        assert_eq!(h.call_id, got);
+        got += 1;
+    }
+    assert_eq!(got, sent);
+}
+
+macro_rules! conformance {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn ordered_no_loss_no_duplicates_across_threads() {
+                super::ordered_no_loss_no_duplicates_across_threads($make)
+            }
+            #[test]
+            fn concurrent_senders_keep_their_own_order() {
+                super::concurrent_senders_keep_their_own_order($make)
+            }
+            #[test]
+            fn full_pipe_refuses_whole_frames_then_makes_room() {
+                super::full_pipe_refuses_whole_frames_then_makes_room($make)
+            }
+            #[test]
+            fn too_large_is_refused() {
+                super::too_large_is_refused($make)
+            }
+            #[test]
+            fn refused_frame_is_offered_again_first() {
+                super::refused_frame_is_offered_again_first($make)
+            }
+            #[test]
+            fn close_stops_sends_but_frames_in_flight_are_received() {
+                super::close_stops_sends_but_frames_in_flight_are_received($make)
+            }
+            #[test]
+            fn header_fields_arrive_intact() {
+                super::header_fields_arrive_intact($make)
+            }
+            #[test]
+            fn directions_are_independent() {
+                super::directions_are_independent($make)
+            }
+            #[test]
+            fn writer_waiting_for_space_is_woken() {
+                super::writer_waiting_for_space_is_woken($make)
+            }
+            #[test]
+            fn writer_without_consumer_sleeps_its_timeout() {
+                super::writer_without_consumer_sleeps_its_timeout($make)
+            }
+            #[test]
+            fn sleeping_reader_is_woken_by_a_send() {
+                super::sleeping_reader_is_woken_by_a_send($make)
+            }
+            #[test]
+            fn many_laps_nearly_full() {
+                super::many_laps_nearly_full($make)
+            }
+        }
+    };
+}
+
+conformance!(inproc, make_inproc);
+conformance!(shm, make_shm);
+// conformance!(tcp, make_tcp);
+
+/// Shared-memory only: a peer that scribbles on the shared segment makes
+/// the channel `Corrupt` (and closes the end); it never crashes the reader
+/// or makes it read out of bounds.
+///
+/// There is no public handle on a channel's memory, so the test finds it the
+/// way a hostile peer holding the memfd would see it: it maps each
+/// `ferry-channel` memfd of this process through `/proc/self/fd` and picks
+/// the one carrying a frame with a unique marker.
+mod shm_corrupt_peer {
+    use super::*;
+    use ferry::transport::shm::segment_len;
+    use std::os::fd::AsFd;
+    use std::sync::atomic::AtomicU64;
+
+    /// Ring size used here, unlike any other case, so fewer memfds match.
+    const CAP: usize = 8192;
+    const RING0: usize = 4096;
+    const HEAD0: usize = 64;
+    const STAMP: usize = 8;
+    const HEADER_LEN: usize = ferry::wire::HEADER_LEN;
+
+    /// Our own mapping of a channel segment.
+    struct Segment {
+        ptr: *mut u8,
+        len: usize,
+    }
+
+    impl Segment {
+        fn write_u64(&self, off: usize, v: u64) {
+            assert!(off & 7 == 0 && off + 8 <= self.len);
+            // SAFETY: in bounds and aligned (the mapping is page-aligned);
+            // the shared memory is only accessed by atomics or copies.
+            unsafe { (*(self.ptr.add(off) as *const AtomicU64)).store(v, Ordering::SeqCst) }
+        }
+        fn read_u64(&self, off: usize) -> u64 {
+            assert!(off & 7 == 0 && off + 8 <= self.len);
+            // SAFETY: as in `write_u64`.
+            unsafe { (*(self.ptr.add(off) as *const AtomicU64)).load(Ordering::SeqCst) }
+        }
+        fn write(&self, off: usize, bytes: &[u8]) {
+            assert!(off + bytes.len() <= self.len);
+            // SAFETY: in bounds; volatile because a peer shares the memory.
+            unsafe {
+                for (i, b) in bytes.iter().enumerate() {
+                    std::ptr::write_volatile(self.ptr.add(off + i), *b);
+                }
+            }
+        }
+        fn read(&self, off: usize, len: usize) -> Vec<u8> {
+            assert!(off + len <= self.len);
+            // SAFETY: in bounds; a copy of memory that may change underneath.
+            unsafe { (0..len).map(|i| std::ptr::read_volatile(self.ptr.add(off + i))).collect() }
+        }
+    }
+
+    impl Drop for Segment {
+        fn drop(&mut self) {
+            // SAFETY: our own mapping, not referenced after this.
+            let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+
+    fn unique_marker() -> Vec<u8> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+            ^ (std::process::id() as u64) << 40
+            ^ N.fetch_add(1, Ordering::Relaxed) << 20;
+        payload(seed, 32)
+    }
+
+    /// A pipe whose first end (the connector, writing ring 0) has sent one
+    /// frame with a unique marker, and our own mapping of its segment.
+    fn pipe_and_segment() -> (Pipe, Segment, Vec<u8>) {
+        let pipe = open(make_shm, CAP);
+        let marker = unique_marker();
+        pipe.a.try_send(&data(1), &marker).unwrap();
+        let len = segment_len(CAP);
+        for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+            if !target.to_string_lossy().contains("ferry-channel") {
+                continue;
+            }
+            let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
+            if file.metadata().map(|m| m.len()).ok() != Some(len as u64) {
+                continue;
+            }
+            // SAFETY: a fresh shared mapping of the whole file, at an address
+            // the kernel picks; only accessed through `Segment`.
+            let Ok(ptr) = (unsafe {
+                rustix::mm::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                    rustix::mm::MapFlags::SHARED,
+                    file.as_fd(),
+                    0,
+                )
+            }) else {
+                continue;
+            };
+            let seg = Segment { ptr: ptr.cast(), len };
+            if seg.read(RING0 + STAMP + HEADER_LEN, marker.len()) == marker {
+                return (pipe, seg, marker);
+            }
+        }
+        panic!("could not find the channel's segment in /proc/self/fd");
+    }
+
+    /// The reader reports `Corrupt`, offers nothing, and its end is closed.
+    fn assert_corrupt(pipe: &Pipe, what: &str) {
+        let mut offered = false;
+        let r = pipe.b.try_recv(&mut |_, _| {
+            offered = true;
+            true
+        });
+        assert!(matches!(r, Err(RecvError::Corrupt(_))), "{what}: got {r:?}");
+        assert!(!offered, "{what}: a corrupt frame was offered");
+        assert!(pipe.b.is_closed(), "{what}: a corrupt channel must be closed");
+        assert_eq!(pipe.b.try_send(&data(2), b"x"), Err(SendError::Closed), "{what}");
+        // Final: asking again does not hand anything over either.
+        let again = pipe.b.try_recv(&mut |_, _| panic!("{what}: offered a frame after corruption"));
+        assert!(!matches!(again, Ok(Recv::Consumed)), "{what}");
+    }
+
+    #[test]
+    fn the_marker_frame_is_found_and_intact() {
+        let (pipe, seg, marker) = pipe_and_segment();
+        assert_ne!(seg.read_u64(RING0), 0, "the published stamp");
+        let (h, p) = recv_now(&*pipe.b).unwrap();
+        assert_eq!((h.call_id, p), (1, marker));
+        assert_eq!(seg.read_u64(RING0), 0, "the consumer zeroes consumed cells");
+    }
+
+    #[test]
+    fn bad_header_version() {
+        let (pipe, seg, _) = pipe_and_segment();
+        seg.write(RING0 + STAMP, &[9]);
+        assert_corrupt(&pipe, "version 9");
+    }
+
+    #[test]
+    fn bad_header_kind_and_flags() {
+        let (pipe, seg, _) = pipe_and_segment();
+        seg.write(RING0 + STAMP + 1, &[200]);
+        assert_corrupt(&pipe, "kind 200");
+        let (pipe, seg, _) = pipe_and_segment();
+        seg.write(RING0 + STAMP + 2, &[0, 0x80]);
+        assert_corrupt(&pipe, "unknown flags");
+    }
+
+    #[test]
+    fn header_length_disagrees_with_record() {
+        let (pipe, seg, _) = pipe_and_segment();
+        seg.write(RING0 + STAMP + 4, &1000u32.to_le_bytes());
+        assert_corrupt(&pipe, "len 1000 in a 32-byte frame");
+    }
+
+    #[test]
+    fn bad_stamps() {
+        let stamp = |pipe_seg: &Segment| pipe_seg.read_u64(RING0);
+        for (what, f) in [
+            ("wrong lap", (|s: u64| s | 5 << 32) as fn(u64) -> u64),
+            ("huge length", |s| (s & !0x7FFF_FFFF) | 0x7FFF_FFF0),
+            ("length beyond the ring", |s| (s & !0x7FFF_FFFF) | (CAP as u64 - 8)),
+            ("length shorter than a stamp", |s| (s & !0x7FFF_FFFF) | 3),
+            ("padding in mid-ring", |s| (s & !0x7FFF_FFFF) | 1 << 31 | 64),
+            ("all ones", |_| u64::MAX),
+        ] {
+            let (pipe, seg, _) = pipe_and_segment();
+            seg.write_u64(RING0, f(stamp(&seg)));
+            assert_corrupt(&pipe, what);
+        }
+    }
+
+    #[test]
+    fn head_moved_past_the_tail_closes_the_writer() {
+        let (pipe, seg, _) = pipe_and_segment();
+        fill(&*pipe.a, 2, 500);
+        seg.write_u64(HEAD0, 1 << 40);
+        assert_eq!(pipe.a.try_send(&data(999), &payload(999, 500)), Err(SendError::Closed));
+        assert!(pipe.a.is_closed());
+    }
+
+    #[test]
+    fn head_moved_backwards_closes_the_writer() {
+        let (pipe, seg, _) = pipe_and_segment();
+        // Let the reader move head forward, then fill, then move it back.
+        recv_now(&*pipe.b).unwrap();
+        assert!(seg.read_u64(HEAD0) > 0);
+        let n = fill(&*pipe.a, 2, 500);
+        for _ in 0..n {
+            recv_now(&*pipe.b).unwrap();
+        }
+        fill(&*pipe.a, 100, 500);
+        seg.write_u64(HEAD0, 0);
+        let r = pipe.a.try_send(&data(999), &payload(999, 500));
+        assert_eq!(r, Err(SendError::Closed), "a head that moved backwards must be refused");
+    }
+
+    /// Random garbage over the whole reader's ring, many times: the reader
+    /// never crashes, never offers an invalid header, and ends up `Corrupt`
+    /// or empty.
+    #[test]
+    fn random_garbage_never_crashes_the_reader() {
+        for seed in 0..50u64 {
+            let (pipe, seg, _) = pipe_and_segment();
+            let garbage = payload(seed + 1, CAP);
+            seg.write(RING0, &garbage);
+            if seed % 3 == 1 {
+                // A stamp of the right lap with a random length and padding bit.
+                seg.write_u64(RING0, seg.read_u64(RING0) & 0xFFFF_FFFF);
+            }
+            if seed % 2 == 0 {
+                // Sometimes also the header area (magic, head words, flags).
+                seg.write(0, &payload(seed + 1000, RING0));
+            }
+            let mut outcome = None;
+            for _ in 0..(CAP / 64 + 2) {
+                let r = pipe.b.try_recv(&mut |h, p| {
+                    assert_eq!(h.len as usize, p.len());
+                    true
+                });
+                match r {
+                    Ok(Recv::Consumed) => continue,
+                    Ok(Recv::Kept) => panic!("seed {seed}: kept though accepted"),
+                    Ok(Recv::Empty) | Err(_) => {
+                        outcome = Some(r);
+                        break;
+                    }
+                }
+            }
+            match outcome {
+                Some(Err(RecvError::Corrupt(_))) => assert!(pipe.b.is_closed(), "seed {seed}"),
+                Some(Ok(Recv::Empty)) => {}
+                other => panic!("seed {seed}: the reader never settled: {other:?}"),
+            }
+        }
+    }
+}
