@@ -9,12 +9,13 @@ use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::runtime::channel::Channel;
 use crate::runtime::inbox::{Inbox, Incoming};
+use crate::runtime::payload::Payload;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
 use crate::wire::{codec, Checkpoint, Header, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -48,7 +49,7 @@ impl Team {
     }
 
     pub fn raw_sender(&self, to: EndpointId) -> RawSender {
-        RawSender { team: self.inner.clone(), to, timeout: None }
+        RawSender { team: self.inner.clone(), to, timeout: None, channel: OnceLock::new() }
     }
 
     /// Looks `name` up and returns a sender to it.
@@ -143,10 +144,11 @@ async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Outp
 /// acknowledging it if the sender asked for `OnDelivery`.
 pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
     let from = m.header.src;
+    let Some(ch) = m.channel else { return RawMessage { payload: m.payload, from, reply: None } };
     match m.header.checkpoint() {
-        Checkpoint::OnDelivery => team.ack(&m.channel, &m.header, Checkpoint::OnDelivery),
+        Checkpoint::OnDelivery => team.ack(&ch, &m.header, Checkpoint::OnDelivery),
         Checkpoint::OnReturn => {
-            let reply = Responder { team: team.clone(), to: Some((m.header, m.channel)) };
+            let reply = Responder { team: team.clone(), to: Some((m.header, ch)) };
             return RawMessage { payload: m.payload, from, reply: Some(reply) };
         }
         _ => {}
@@ -156,7 +158,7 @@ pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
 
 /// A received raw message.
 pub struct RawMessage {
-    payload: Vec<u8>,
+    payload: Payload,
     from: EndpointId,
     reply: Option<Responder>,
 }
@@ -166,7 +168,7 @@ impl RawMessage {
         &self.payload
     }
     pub fn into_payload(self) -> Vec<u8> {
-        self.payload
+        self.payload.into_vec()
     }
     /// The sending endpoint.
     pub fn from(&self) -> EndpointId {
@@ -212,11 +214,18 @@ impl Drop for Responder {
 }
 
 /// Sends raw bytes to one endpoint.
-#[derive(Clone)]
 pub struct RawSender {
     team: Arc<TeamInner>,
     to: EndpointId,
     timeout: Option<Duration>,
+    /// The channel to `to`'s team, found on first use.
+    channel: OnceLock<Arc<Channel>>,
+}
+
+impl Clone for RawSender {
+    fn clone(&self) -> Self {
+        RawSender { team: self.team.clone(), to: self.to, timeout: self.timeout, channel: self.channel.clone() }
+    }
 }
 
 impl RawSender {
@@ -236,13 +245,30 @@ impl RawSender {
     pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        self.team.send(src, self.to, bytes, checkpoint, deadline)
+        match self.channel.get() {
+            Some(ch) if !ch.is_gone() => self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline),
+            // First use, or the channel died: the team finds (or binds) the current one.
+            _ => match self.team.channel_to(self.to.team_id()) {
+                Ok(ch) => self.team.send_on(
+                    self.channel.get_or_init(|| ch.clone()),
+                    src,
+                    self.to,
+                    bytes,
+                    checkpoint,
+                    deadline,
+                ),
+                Err(e) => Delivery::failed(e),
+            },
+        }
     }
 
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
-        let d = self.send_async(bytes, checkpoint);
-        idle::block_on(&self.team, d)
+        let mut d = self.send_async(bytes, checkpoint);
+        match d.take_ready() {
+            Some(r) => r,
+            None => idle::block_on(&self.team, d),
+        }
     }
 
     /// `OnReturn` send: blocks for the reply.

@@ -19,6 +19,10 @@ pub(crate) struct Channel {
     pub rx: Mutex<RxState>,
     /// Acks and nacks that found the transport busy or full; sent before anything else is received.
     pub backlog: Mutex<VecDeque<(Header, Vec<u8>)>>,
+    /// Whether `backlog` may hold anything: lets the progress loop skip its lock.
+    backlog_used: AtomicBool,
+    /// Whether `rx.ready` holds a message its full inbox refused.
+    pub held: AtomicBool,
     /// The peer died or broke the protocol: no more sends; receive until empty, then finalize.
     pub gone: AtomicBool,
     /// Finalized: pending operations failed, removed from the team.
@@ -29,6 +33,9 @@ pub(crate) struct Channel {
 
 #[derive(Default)]
 pub(crate) struct RxState {
+    /// The inbox the last data frame went to: most traffic on a channel
+    /// goes to one endpoint, so this saves the team's endpoint table.
+    pub last_inbox: Option<(u32, std::sync::Arc<super::inbox::Inbox>)>,
     /// A message being put back together from pieces: its first header and the bytes so far.
     pub assembling: Option<(Header, Vec<u8>)>,
     /// A whole reassembled message its destination refused (full port); offered again first.
@@ -45,10 +52,22 @@ impl Channel {
             tx: Mutex::new(()),
             rx: Mutex::new(RxState::default()),
             backlog: Mutex::new(VecDeque::new()),
+            backlog_used: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             finished: AtomicBool::new(false),
             socket,
         }
+    }
+
+    /// Whether the progress loop has anything to do here (lock-free check).
+    #[inline]
+    pub fn needs_attention(&self) -> bool {
+        self.transport.has_frame()
+            || self.transport.needs_tidy()
+            || self.backlog_used.load(Ordering::Relaxed)
+            || self.held.load(Ordering::Relaxed)
+            || self.is_gone()
     }
 
     pub fn is_gone(&self) -> bool {
@@ -76,12 +95,17 @@ impl Channel {
             }
         }
         backlog.push_back((header, payload));
+        self.backlog_used.store(true, Ordering::Release);
     }
 
     /// Sends what the backlog holds, in order, as far as the transport takes it.
     pub fn flush_backlog(&self) {
+        if !self.backlog_used.load(Ordering::Acquire) {
+            return;
+        }
         let mut backlog = self.backlog.lock();
         if backlog.is_empty() {
+            self.backlog_used.store(false, Ordering::Release);
             return;
         }
         let Some(_tx) = self.tx.try_lock() else { return };

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 /// A message as it arrived: its header (source, call id, checkpoint,
-/// deadline), its payload, and the channel it came on (for acks and replies).
+/// deadline), its payload, and the channel it came on when the sender
+/// waits for an answer (an ack, a reply or a nack goes back on it).
 pub(crate) struct Incoming {
     pub header: Header,
-    pub payload: Vec<u8>,
-    pub channel: Arc<Channel>,
+    pub payload: super::payload::Payload,
+    pub channel: Option<Arc<Channel>>,
 }
 
 pub(crate) struct Inbox {
@@ -55,9 +56,8 @@ impl Inbox {
             return Offer::Full;
         }
         s.queue.push_back(make());
-        let waiters = std::mem::take(&mut s.waiters);
-        drop(s);
-        for w in waiters {
+        // Woken under the lock, draining in place: the vector keeps its buffer.
+        for w in s.waiters.drain(..) {
             w.wake();
         }
         Offer::Accepted

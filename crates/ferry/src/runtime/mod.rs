@@ -10,6 +10,7 @@ pub(crate) mod channel;
 mod executor;
 pub(crate) mod idle;
 pub(crate) mod inbox;
+pub(crate) mod payload;
 mod reactor;
 mod timer;
 
@@ -21,10 +22,12 @@ use crate::names::{NodeNames, RuntimeDir, TeamLease};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{inproc, shm, Recv, SendError};
 use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
+use arc_swap::ArcSwap;
 use channel::Channel;
 use executor::Executor;
 use inbox::{Inbox, Incoming, Offer};
 use parking_lot::{Mutex, RwLock};
+use payload::Payload;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -245,8 +248,9 @@ pub(crate) struct TeamInner {
     pub timers: Timers,
     inboxes: RwLock<HashMap<u32, Arc<Inbox>>>,
     next_slot: AtomicU32,
-    /// Every channel the progress loop drains, the loop-back first.
-    channels: RwLock<Vec<Arc<Channel>>>,
+    /// Every channel the progress loop drains, the loop-back first. Read
+    /// lock-free at every idle turn; replaced whole when a channel comes or goes.
+    channels: ArcSwap<Vec<Arc<Channel>>>,
     /// The channel used to send to each peer team.
     peers: Mutex<HashMap<u32, Arc<Channel>>>,
     connecting: Mutex<()>,
@@ -280,7 +284,7 @@ impl TeamInner {
             timers: Timers::new(),
             inboxes: RwLock::new(HashMap::new()),
             next_slot: AtomicU32::new(1),
-            channels: RwLock::new(vec![loopback.clone()]),
+            channels: ArcSwap::from_pointee(vec![loopback.clone()]),
             peers: Mutex::new(HashMap::new()),
             connecting: Mutex::new(()),
             loopback,
@@ -346,7 +350,9 @@ impl TeamInner {
         let inbox = self.inboxes.write().remove(&id.slot());
         if let Some(inbox) = inbox {
             for m in inbox.close() {
-                self.nack(&m.channel, &m.header, NackReason::NoSuchEndpoint, "endpoint closed");
+                if let Some(ch) = &m.channel {
+                    self.nack(ch, &m.header, NackReason::NoSuchEndpoint, "endpoint closed");
+                }
             }
         }
     }
@@ -390,7 +396,11 @@ impl TeamInner {
 
     pub(crate) fn add_channel(&self, ch: Arc<Channel>) {
         self.reactor.watch(&ch);
-        self.channels.write().push(ch.clone());
+        self.channels.rcu(|v| {
+            let mut v = Vec::clone(v);
+            v.push(ch.clone());
+            v
+        });
         // A frame may have come (and rung) before the channel was in the list.
         self.doorbell.ring_now();
         let mut peers = self.peers.lock();
@@ -499,32 +509,44 @@ impl TeamInner {
         checkpoint: Checkpoint,
         deadline: Option<Instant>,
     ) -> Delivery {
-        let ch = match self.channel_to(dst.team_id()) {
-            Ok(ch) => ch,
-            Err(e) => return Delivery::failed(e),
-        };
+        match self.channel_to(dst.team_id()) {
+            Ok(ch) => self.send_on(&ch, src, dst, payload, checkpoint, deadline),
+            Err(e) => Delivery::failed(e),
+        }
+    }
+
+    /// `send` on a channel the caller already holds (a sender caches it).
+    pub fn send_on(
+        self: &Arc<Self>,
+        ch: &Arc<Channel>,
+        src: EndpointId,
+        dst: EndpointId,
+        payload: &[u8],
+        checkpoint: Checkpoint,
+        deadline: Option<Instant>,
+    ) -> Delivery {
         let mut header = Header::new(Kind::Data, src, dst, 0).with_checkpoint(checkpoint);
         header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
         if checkpoint == Checkpoint::Immediate {
-            return match self.send_message(&ch, header, payload, false, None) {
+            return match self.send_message(ch, header, payload, false, None) {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
         }
         header.call_id = self.new_call_id();
-        let completion = Arc::new(Completion { channel: Arc::as_ptr(&ch), state: Mutex::new((None, None)) });
+        let completion = Arc::new(Completion { channel: Arc::as_ptr(ch), state: Mutex::new((None, None)) });
         self.pending.lock().insert(header.call_id, completion.clone());
-        if let Err(e) = self.send_message(&ch, header, payload, true, deadline) {
+        if let Err(e) = self.send_message(ch, header, payload, true, deadline) {
             self.pending.lock().remove(&header.call_id);
             return Delivery::failed(e);
         }
         // A peer that died while we sent would never answer.
         if ch.is_gone() && ch.finished.load(Ordering::Acquire) {
             self.pending.lock().remove(&header.call_id);
-            return Delivery::failed(self.gone_error(&ch));
+            return Delivery::failed(self.gone_error(ch));
         }
         Delivery {
-            state: DeliveryState::Waiting(Waiting { team: self.clone(), channel: ch, header, completion }),
+            state: DeliveryState::Waiting(Waiting { team: self.clone(), channel: ch.clone(), header, completion }),
             deadline,
             timer: None,
         }
@@ -557,24 +579,26 @@ impl TeamInner {
     pub fn progress(&self) -> bool {
         let mut did = false;
         let mut finished = Vec::new();
-        {
-            let channels = self.channels.read();
-            for ch in channels.iter() {
-                let Some(mut rx) = ch.rx.try_lock() else { continue };
-                ch.flush_backlog();
-                match self.drain(ch, &mut rx) {
-                    Ok(n) => did |= n > 0,
-                    Err(what) => {
-                        tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
-                        ch.mark_gone();
-                        finished.push(ch.clone());
-                    }
-                }
-                if ch.is_gone() && !ch.finished.load(Ordering::Acquire) && rx.ready.is_none() {
+        let channels = self.channels.load();
+        for ch in channels.iter() {
+            if !ch.needs_attention() {
+                continue;
+            }
+            let Some(mut rx) = ch.rx.try_lock() else { continue };
+            ch.flush_backlog();
+            match self.drain(ch, &mut rx) {
+                Ok(n) => did |= n > 0,
+                Err(what) => {
+                    tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
+                    ch.mark_gone();
                     finished.push(ch.clone());
                 }
             }
+            if ch.is_gone() && !ch.finished.load(Ordering::Acquire) && rx.ready.is_none() {
+                finished.push(ch.clone());
+            }
         }
+        drop(channels);
         for ch in finished {
             self.finish_channel(&ch);
         }
@@ -585,10 +609,16 @@ impl TeamInner {
     /// full, or a budget is spent (so one busy peer cannot starve the rest).
     fn drain(&self, ch: &Arc<Channel>, rx: &mut channel::RxState) -> std::result::Result<usize, String> {
         if let Some((h, p)) = rx.ready.take() {
-            if let Some(back) = self.dispatch(ch, h, p) {
+            if let Some(back) = self.dispatch(ch, rx, h, p) {
                 rx.ready = Some(back);
                 return Ok(0);
             }
+            ch.held.store(false, Ordering::Relaxed);
+        }
+        if !ch.transport.has_frame() {
+            // Nothing new: a good moment for the transport's deferred work.
+            ch.transport.tidy();
+            return Ok(0);
         }
         let mut taken = 0;
         let mut violation = None;
@@ -598,7 +628,8 @@ impl TeamInner {
                 return Err(v);
             }
             match got.map_err(|e| e.to_string())? {
-                Recv::Consumed => taken += 1,
+                Recv::Consumed if ch.transport.has_frame() => taken += 1,
+                Recv::Consumed => return Ok(taken + 1),
                 Recv::Empty | Recv::Kept => break,
             }
         }
@@ -639,7 +670,8 @@ impl TeamInner {
                 let (mut first, whole) = rx.assembling.take().unwrap();
                 first.flags &= !flags::MORE;
                 first.len = whole.len() as u32;
-                rx.ready = self.dispatch(ch, first, whole);
+                rx.ready = self.dispatch(ch, rx, first, whole);
+                ch.held.store(rx.ready.is_some(), Ordering::Relaxed);
             }
             return true;
         }
@@ -652,7 +684,7 @@ impl TeamInner {
             return true;
         }
         match h.kind {
-            Kind::Data => self.deliver(ch, h, || payload.to_vec()),
+            Kind::Data => self.deliver(ch, rx, h, || Payload::from_slice(payload)),
             Kind::Cancel => {
                 let f = self.cancels.lock().remove(&(Arc::as_ptr(ch) as usize, h.call_id));
                 if let Some(f) = f {
@@ -668,13 +700,19 @@ impl TeamInner {
     }
 
     /// Dispatches a whole message; gives it back if its destination is full.
-    fn dispatch(&self, ch: &Arc<Channel>, h: Header, payload: Vec<u8>) -> Option<(Header, Vec<u8>)> {
+    fn dispatch(
+        &self,
+        ch: &Arc<Channel>,
+        rx: &mut channel::RxState,
+        h: Header,
+        payload: Vec<u8>,
+    ) -> Option<(Header, Vec<u8>)> {
         if h.kind != Kind::Data {
             self.complete(ch, &h, &payload);
             return None;
         }
         let mut slot = Some(payload);
-        if self.deliver(ch, &h, || slot.take().unwrap()) {
+        if self.deliver(ch, rx, &h, || Payload::Heap(slot.take().unwrap())) {
             None
         } else {
             Some((h, slot.take().unwrap()))
@@ -682,13 +720,26 @@ impl TeamInner {
     }
 
     /// Puts a data message into its endpoint's inbox; false if the inbox is full.
-    fn deliver(&self, ch: &Arc<Channel>, h: &Header, payload: impl FnOnce() -> Vec<u8>) -> bool {
-        let inbox = if h.dst.team_id() == self.id { self.inboxes.read().get(&h.dst.slot()).cloned() } else { None };
-        let Some(inbox) = inbox else {
-            self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("no endpoint {}", h.dst));
-            return true;
-        };
-        match inbox.offer(|| Incoming { header: *h, payload: payload(), channel: ch.clone() }) {
+    fn deliver(
+        &self,
+        ch: &Arc<Channel>,
+        rx: &mut channel::RxState,
+        h: &Header,
+        payload: impl FnOnce() -> Payload,
+    ) -> bool {
+        let slot = h.dst.slot();
+        if rx.last_inbox.as_ref().is_none_or(|(s, _)| *s != slot) {
+            let found = if h.dst.team_id() == self.id { self.inboxes.read().get(&slot).cloned() } else { None };
+            let Some(i) = found else {
+                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("no endpoint {}", h.dst));
+                return true;
+            };
+            rx.last_inbox = Some((slot, i));
+        }
+        let inbox = &rx.last_inbox.as_ref().unwrap().1;
+        // The channel goes with the message only if an answer will travel back on it.
+        let answer_on = (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone());
+        match inbox.offer(|| Incoming { header: *h, payload: payload(), channel: answer_on }) {
             Offer::Accepted => {
                 if h.checkpoint() == Checkpoint::OnReceipt {
                     self.ack(ch, h, Checkpoint::OnReceipt);
@@ -697,6 +748,7 @@ impl TeamInner {
             }
             Offer::Full => false,
             Offer::Closed => {
+                rx.last_inbox = None;
                 self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("endpoint {} closed", h.dst));
                 true
             }
@@ -725,7 +777,7 @@ impl TeamInner {
         if ch.finished.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.channels.write().retain(|c| !Arc::ptr_eq(c, ch));
+        self.channels.rcu(|v| v.iter().filter(|c| !Arc::ptr_eq(c, ch)).cloned().collect::<Vec<_>>());
         {
             let mut peers = self.peers.lock();
             if peers.get(&ch.peer.team).is_some_and(|c| Arc::ptr_eq(c, ch)) {
@@ -773,9 +825,9 @@ impl TeamInner {
                 let _ = t.join();
             }
         }
-        let channels: Vec<_> = self.channels.write().drain(..).collect();
+        let channels = self.channels.swap(Arc::new(Vec::new()));
         self.peers.lock().clear();
-        for ch in &channels {
+        for ch in channels.iter() {
             ch.mark_gone();
             ch.finished.store(true, Ordering::Release);
             if let Some(s) = &ch.socket {
@@ -896,8 +948,19 @@ impl Delivery {
     fn done() -> Delivery {
         Delivery { state: DeliveryState::Ready(Ok(Vec::new())), deadline: None, timer: None }
     }
-    fn failed(e: Error) -> Delivery {
+    pub(crate) fn failed(e: Error) -> Delivery {
         Delivery { state: DeliveryState::Ready(Err(e)), deadline: None, timer: None }
+    }
+
+    /// The outcome, if known already (an `Immediate` send, or a failure).
+    pub fn take_ready(&mut self) -> Option<Result<Vec<u8>>> {
+        match std::mem::replace(&mut self.state, DeliveryState::Done) {
+            DeliveryState::Ready(r) => Some(r),
+            other => {
+                self.state = other;
+                None
+            }
+        }
     }
 
     /// Call id of the send (0 for `Immediate`).

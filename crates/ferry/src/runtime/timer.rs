@@ -49,6 +49,9 @@ impl Timers {
 
     /// Wakes every timer that is due; returns whether any was.
     pub fn fire(&self) -> bool {
+        if self.earliest.load(Ordering::Acquire) == u64::MAX {
+            return false; // no timer: no need to read the clock
+        }
         let now = self.ns(Instant::now());
         if self.earliest.load(Ordering::Acquire) > now {
             return false;

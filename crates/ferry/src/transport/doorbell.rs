@@ -53,7 +53,9 @@ impl Doorbell {
     #[inline]
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
-        if self.word(POLLERS).load(Ordering::Relaxed) == 0 && self.word(SLEEPERS).load(Ordering::Relaxed) != 0 {
+        // `sleepers` first: while nobody sleeps (the spinning case) the
+        // `pollers` line, which the team writes often, is never pulled over.
+        if self.word(SLEEPERS).load(Ordering::Relaxed) != 0 && self.word(POLLERS).load(Ordering::Relaxed) == 0 {
             self.ring_now();
         }
     }

@@ -8,7 +8,7 @@ use super::{Recv, RecvError, SendError, Transport};
 use crate::wire::{Header, HEADER_LEN};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 struct Queue {
@@ -19,6 +19,8 @@ struct Queue {
     writer: Arc<Doorbell>,
     writer_waiting: AtomicBool,
     closed: AtomicBool,
+    /// Frames queued, readable without the lock.
+    queued: AtomicUsize,
 }
 
 struct Frames {
@@ -36,6 +38,7 @@ impl Queue {
             writer,
             writer_waiting: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
         })
     }
 }
@@ -87,6 +90,7 @@ impl Transport for InprocEnd {
             let mut h = *header;
             h.len = payload.len() as u32;
             f.queue.push_back((h, payload.to_vec()));
+            self.tx.queued.fetch_add(1, Ordering::Release);
         }
         self.tx.reader.ring();
         Ok(())
@@ -94,6 +98,10 @@ impl Transport for InprocEnd {
 
     fn want_space(&self) {
         self.tx.writer_waiting.store(true, Ordering::SeqCst);
+    }
+
+    fn has_frame(&self) -> bool {
+        self.rx.queued.load(Ordering::Acquire) != 0
     }
 
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, &[u8]) -> bool) -> Result<Recv, RecvError> {
@@ -107,6 +115,7 @@ impl Transport for InprocEnd {
             return Ok(Recv::Kept);
         }
         self.rx.frames.lock().bytes -= HEADER_LEN + payload.len();
+        self.rx.queued.fetch_sub(1, Ordering::Release);
         if self.rx.writer_waiting.swap(false, Ordering::SeqCst) {
             self.rx.writer.ring_now();
         }

@@ -66,8 +66,24 @@ pub trait Transport: Send + Sync {
     /// The caller retries `try_send` after this and before it parks.
     fn want_space(&self);
 
+    /// Whether a frame may be waiting: a cheap probe (a load or two, no
+    /// lock) that the idle loop runs on every channel at every turn. A
+    /// `false` may be stale; a `true` may be spurious.
+    fn has_frame(&self) -> bool;
+
+    /// Whether work was deferred off the receive path (see [`Transport::tidy`]).
+    fn needs_tidy(&self) -> bool {
+        false
+    }
+
+    /// Does deferred work (e.g. returning consumed space to the peer); the
+    /// idle loop calls it when no frame waits. Serialized like `try_recv`.
+    fn tidy(&self) {}
+
     /// Offers the next frame to `accept`; if it returns `false` the frame stays.
     /// Works after the peer is gone until every frame it sent was taken.
+    /// The space of a consumed frame may return to the writer only at the
+    /// next `try_recv` or `tidy` (shared memory defers it off the hot path).
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, &[u8]) -> bool) -> Result<Recv, RecvError>;
 
     /// Marks the end closed: later sends fail with `Closed`; receives still drain.

@@ -58,6 +58,12 @@ enum Side {
 pub struct ShmEnd {
     producer: Mutex<Producer>,
     consumer: Mutex<Consumer>,
+    /// The consumer's ring and next position, readable without its lock (for `has_frame`).
+    rx_mem: RingMem,
+    rx_next: AtomicU64,
+    /// A consumed record waits to be released (see `Consumer`): `has_frame`
+    /// says yes so the next idle turn releases it.
+    rx_unreleased: AtomicBool,
     tx_waiting: *const AtomicU32,
     rx_waiting: *const AtomicU32,
     peer_doorbell: Doorbell,
@@ -92,12 +98,26 @@ impl ShmEnd {
         ShmEnd {
             producer: Mutex::new(Producer::new(tx)),
             consumer: Mutex::new(Consumer::new(rx)),
+            rx_mem: rx,
+            rx_next: AtomicU64::new(0),
+            rx_unreleased: AtomicBool::new(false),
             tx_waiting,
             rx_waiting,
             peer_doorbell,
             max_payload: RingMem::max_body(cap) - HEADER_LEN,
             closed: AtomicBool::new(false),
             _segment: segment,
+        }
+    }
+
+    /// After releasing ring space: wakes the producer if it sleeps waiting for room.
+    fn wake_waiting_writer(&self) {
+        // Dekker with the producer's want_space → fence → retry → park.
+        fence(Ordering::SeqCst);
+        if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0
+            && self.flag(self.rx_waiting).swap(0, Ordering::Relaxed) != 0
+        {
+            self.peer_doorbell.ring_now();
         }
     }
 
@@ -144,15 +164,41 @@ impl Transport for ShmEnd {
     }
 
     #[inline]
+    fn has_frame(&self) -> bool {
+        Consumer::probe(&self.rx_mem, self.rx_next.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    fn needs_tidy(&self) -> bool {
+        self.rx_unreleased.load(Ordering::Relaxed)
+    }
+
+    fn tidy(&self) {
+        let mut consumer = self.consumer.lock();
+        if consumer.release() {
+            self.rx_unreleased.store(false, Ordering::Relaxed);
+            drop(consumer);
+            self.wake_waiting_writer();
+        }
+    }
+
+    #[inline]
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, &[u8]) -> bool) -> Result<Recv, RecvError> {
         let mut bad = None;
-        let got = self.consumer.lock().pop(&mut |body| match Header::decode(body) {
+        let mut consumer = self.consumer.lock();
+        if consumer.release() {
+            self.wake_waiting_writer();
+        }
+        let got = consumer.pop(&mut |body| match Header::decode(body) {
             Ok(h) => accept(&h, &body[HEADER_LEN..]),
             Err(e) => {
                 bad = Some(e);
                 false
             }
         });
+        self.rx_next.store(consumer.next(), Ordering::Relaxed);
+        self.rx_unreleased.store(consumer.has_unreleased(), Ordering::Relaxed);
+        drop(consumer);
         if let Some(e) = bad {
             self.close();
             return Err(e.into());
@@ -160,16 +206,7 @@ impl Transport for ShmEnd {
         match got {
             Ok(None) => Ok(Recv::Empty),
             Ok(Some(false)) => Ok(Recv::Kept),
-            Ok(Some(true)) => {
-                // Dekker with the producer's want_space → retry → park.
-                fence(Ordering::SeqCst);
-                if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0
-                    && self.flag(self.rx_waiting).swap(0, Ordering::Relaxed) != 0
-                {
-                    self.peer_doorbell.ring_now();
-                }
-                Ok(Recv::Consumed)
-            }
+            Ok(Some(true)) => Ok(Recv::Consumed),
             Err(RingError::Corrupt(what)) => {
                 self.close();
                 Err(RecvError::Corrupt(what.to_string()))

@@ -133,16 +133,60 @@ impl Producer {
 }
 
 /// The consumer's private state.
+///
+/// Releasing a consumed record (zeroing its cells, publishing `head`) is
+/// deferred to the next call: those stores go to cache lines the producer
+/// owns, and on x86 any locked instruction the consumer runs before they
+/// complete (taking a lock, waking a waiter) would wait for those lines to
+/// cross over. Released at the next poll instead, they stay off the path
+/// from "message seen" to "reply sent".
 pub struct Consumer {
     mem: RingMem,
     head: u64,
+    /// Bytes consumed past `head` but not yet released.
+    unreleased: usize,
     /// Private copy of the record being read (reused; never shared).
     buf: Vec<u8>,
 }
 
 impl Consumer {
     pub fn new(mem: RingMem) -> Consumer {
-        Consumer { mem, head: 0, buf: Vec::new() }
+        Consumer { mem, head: 0, unreleased: 0, buf: Vec::new() }
+    }
+
+    /// Whether a consumed record still waits to be released.
+    pub fn has_unreleased(&self) -> bool {
+        self.unreleased != 0
+    }
+
+    /// Zeroes the cells of the consumed record and publishes the new head.
+    /// Returns whether anything was released.
+    pub fn release(&mut self) -> bool {
+        if self.unreleased == 0 {
+            return false;
+        }
+        let pos = (self.head as usize) & (self.mem.cap - 1);
+        for cell in (pos..pos + self.unreleased).step_by(CELL) {
+            self.mem.stamp_at(cell).store(0, Ordering::Relaxed);
+        }
+        let n = self.unreleased;
+        self.unreleased = 0;
+        self.advance(n);
+        true
+    }
+
+    /// Whether the cell at `head` holds a stamp: the lock-free probe.
+    pub fn probe(mem: &RingMem, head: u64) -> bool {
+        mem.stamp_at((head as usize) & (mem.cap - 1)).load(Ordering::Relaxed) != 0
+    }
+
+    /// Position of the next record to read.
+    pub fn next(&self) -> u64 {
+        self.head + self.unreleased as u64
+    }
+
+    pub fn mem(&self) -> RingMem {
+        self.mem
     }
 
     /// If a record is ready, copies its body out and offers it to `accept`.
@@ -150,6 +194,7 @@ impl Consumer {
     /// `Ok(Some(false))` if `accept` refused it (it stays).
     pub fn pop(&mut self, accept: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<bool>, RingError> {
         let cap = self.mem.cap;
+        self.release();
         loop {
             let pos = (self.head as usize) & (cap - 1);
             let stamp = self.mem.stamp_at(pos).load(Ordering::Acquire);
@@ -183,10 +228,7 @@ impl Consumer {
             if !accept(&self.buf) {
                 return Ok(Some(false));
             }
-            for cell in (pos..pos + need).step_by(CELL) {
-                self.mem.stamp_at(cell).store(0, Ordering::Relaxed);
-            }
-            self.advance(need);
+            self.unreleased = need;
             return Ok(Some(true));
         }
     }
@@ -246,6 +288,8 @@ mod tests {
         }
         assert_eq!(p.push(&[&body]), Err(RingError::Full));
         assert!(pop(&mut c).is_some());
+        assert_eq!(p.push(&[&body]), Err(RingError::Full), "room is made only at release");
+        assert!(c.release());
         p.push(&[&body]).unwrap();
     }
 
