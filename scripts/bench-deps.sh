@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# System packages needed to build ferry-bench with `--features iceoryx2`
-# (iceoryx2's build runs bindgen, which needs libclang). Idempotent.
+# System packages needed to build ferry-bench's peers. Idempotent.
+#   --features iceoryx2: iceoryx2's build runs bindgen, which needs libclang
+#                        (libclang-dev, clang).
+#   --features zmq:      the zmq crate (0.9) links the system's libzmq, found
+#                        with pkg-config (libzmq3-dev, pkg-config).
+#   --features tonic:    nothing (no protoc: the service is written by hand).
 set -euo pipefail
 
-if dpkg -s libclang-dev clang >/dev/null 2>&1; then
+PACKAGES=(libclang-dev clang libzmq3-dev pkg-config)
+
+if dpkg -s "${PACKAGES[@]}" >/dev/null 2>&1; then
     exit 0
 fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 $SUDO apt-get update
-$SUDO apt-get install -y libclang-dev clang
+$SUDO apt-get install -y "${PACKAGES[@]}"

@@ -528,7 +528,9 @@ impl TeamInner {
         let mut header = Header::new(Kind::Data, src, dst, 0).with_checkpoint(checkpoint);
         header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
         if checkpoint == Checkpoint::Immediate {
-            return match self.send_message(ch, header, payload, false, None) {
+            let sent = self.send_message(ch, header, payload, false, None);
+            self.hand_off(ch);
+            return match sent {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
@@ -540,6 +542,7 @@ impl TeamInner {
             self.pending.lock().remove(&header.call_id);
             return Delivery::failed(e);
         }
+        self.hand_off(ch);
         // A peer that died while we sent would never answer.
         if ch.is_gone() && ch.finished.load(Ordering::Acquire) {
             self.pending.lock().remove(&header.call_id);
@@ -603,6 +606,16 @@ impl TeamInner {
             self.finish_channel(&ch);
         }
         did
+    }
+
+    /// Same-team send: the sender puts the message into its inbox itself
+    /// (task hand-off), rather than leaving it for whichever thread polls next.
+    fn hand_off(&self, ch: &Arc<Channel>) {
+        if Arc::ptr_eq(ch, &self.loopback) {
+            if let Some(mut rx) = ch.rx.try_lock() {
+                let _ = self.drain(ch, &mut rx);
+            }
+        }
     }
 
     /// Takes frames from one channel until it is empty, a destination is
