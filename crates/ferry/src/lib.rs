@@ -12,6 +12,7 @@ pub mod error;
 pub mod id;
 pub mod names;
 pub mod port;
+pub mod rpc;
 pub mod runtime;
 pub(crate) mod sys;
 pub mod transport;
@@ -22,3 +23,6 @@ pub use id::{EndpointId, TeamId};
 pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select, Sender};
 pub use runtime::{AbortHandle, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
 pub use wire::Checkpoint;
+
+/// Makes a trait a ferry RPC service (see [`rpc`]).
+pub use ferry_macros::service;

@@ -143,17 +143,16 @@ async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Outp
 /// Turns a message taken from an inbox into what the receiver sees,
 /// acknowledging it if the sender asked for `OnDelivery`.
 pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
-    let from = m.header.src;
-    let Some(ch) = m.channel else { return RawMessage { payload: m.payload, from, reply: None } };
-    match m.header.checkpoint() {
-        Checkpoint::OnDelivery => team.ack(&ch, &m.header, Checkpoint::OnDelivery),
-        Checkpoint::OnReturn => {
-            let reply = Responder { team: team.clone(), to: Some((m.header, ch)) };
-            return RawMessage { payload: m.payload, from, reply: Some(reply) };
+    let (from, deadline_ns) = (m.header.src, m.header.deadline_ns);
+    let mut reply = None;
+    if let Some(ch) = m.channel {
+        match m.header.checkpoint() {
+            Checkpoint::OnDelivery => team.ack(&ch, &m.header, Checkpoint::OnDelivery),
+            Checkpoint::OnReturn => reply = Some(Responder { team: team.clone(), to: Some((m.header, ch)) }),
+            _ => {}
         }
-        _ => {}
     }
-    RawMessage { payload: m.payload, from, reply: None }
+    RawMessage { payload: m.payload, from, reply, deadline_ns }
 }
 
 /// A received raw message.
@@ -161,6 +160,7 @@ pub struct RawMessage {
     payload: Payload,
     from: EndpointId,
     reply: Option<Responder>,
+    deadline_ns: u64,
 }
 
 impl RawMessage {
@@ -174,6 +174,13 @@ impl RawMessage {
     pub fn from(&self) -> EndpointId {
         self.from
     }
+    /// The sender's deadline for this message, if it set one.
+    pub fn deadline(&self) -> Option<Instant> {
+        let mut h = crate::wire::Header::new(crate::wire::Kind::Data, self.from, self.from, 0);
+        h.deadline_ns = self.deadline_ns;
+        TeamInner::deadline_of(&h)
+    }
+
     /// Whether the sender waits for a reply (`OnReturn`).
     pub fn wants_reply(&self) -> bool {
         self.reply.is_some()
@@ -199,6 +206,12 @@ pub struct Responder {
 }
 
 impl Responder {
+    /// The message being answered and the channel it came on.
+    pub(crate) fn key(&self) -> (&Header, &Arc<Channel>) {
+        let (h, ch) = self.to.as_ref().unwrap();
+        (h, ch)
+    }
+
     pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
         let (h, ch) = self.to.take().unwrap();
         self.team.reply(&ch, &h, bytes)

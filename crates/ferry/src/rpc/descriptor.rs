@@ -51,12 +51,14 @@ impl ServiceDescriptor {
             }
         }
         match self.methods.len().cmp(&client.methods.len()) {
-            std::cmp::Ordering::Less => {
-                Some(format!("the client has method {} that this service lacks", client.methods[self.methods.len()].name))
-            }
-            std::cmp::Ordering::Greater => {
-                Some(format!("this service has method {} that the client lacks", self.methods[client.methods.len()].name))
-            }
+            std::cmp::Ordering::Less => Some(format!(
+                "the client has method {} that this service lacks",
+                client.methods[self.methods.len()].name
+            )),
+            std::cmp::Ordering::Greater => Some(format!(
+                "this service has method {} that the client lacks",
+                self.methods[client.methods.len()].name
+            )),
             std::cmp::Ordering::Equal => None,
         }
     }
@@ -91,7 +93,10 @@ mod tests {
             svc("i32", "i32").first_difference(&svc("i32", "i64")).unwrap(),
             "add: argument b is i32 here, b is i64 in the client"
         );
-        assert_eq!(svc("i32", "i32").first_difference(&svc("u8", "i32")).unwrap(), "add returns i32 here, u8 in the client");
+        assert_eq!(
+            svc("i32", "i32").first_difference(&svc("u8", "i32")).unwrap(),
+            "add returns i32 here, u8 in the client"
+        );
         let mut more = svc("i32", "i32");
         more.methods.push(MethodDescriptor { name: "sub".into(), args: vec![], ret: "()".into() });
         assert_eq!(

@@ -185,7 +185,7 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Polls the inner future, turning a panic into `Err`.
-struct CatchUnwind<F>(AssertUnwindSafe<Pin<Box<F>>>);
+pub(crate) struct CatchUnwind<F>(pub AssertUnwindSafe<Pin<Box<F>>>);
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = std::thread::Result<F::Output>;

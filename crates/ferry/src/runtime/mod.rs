@@ -14,6 +14,7 @@ pub(crate) mod payload;
 mod reactor;
 mod timer;
 
+pub(crate) use executor::{panic_message, CatchUnwind};
 pub use executor::{AbortHandle, JoinHandle};
 
 use crate::error::{Error, Result};
@@ -500,22 +501,8 @@ impl TeamInner {
         }
     }
 
-    /// Sends a message to `dst` and returns a future for its checkpoint.
-    pub fn send(
-        self: &Arc<Self>,
-        src: EndpointId,
-        dst: EndpointId,
-        payload: &[u8],
-        checkpoint: Checkpoint,
-        deadline: Option<Instant>,
-    ) -> Delivery {
-        match self.channel_to(dst.team_id()) {
-            Ok(ch) => self.send_on(&ch, src, dst, payload, checkpoint, deadline),
-            Err(e) => Delivery::failed(e),
-        }
-    }
-
-    /// `send` on a channel the caller already holds (a sender caches it).
+    /// Sends a message to `dst` over `ch` (the channel to its team, which a
+    /// sender caches) and returns a future for its checkpoint.
     pub fn send_on(
         self: &Arc<Self>,
         ch: &Arc<Channel>,
@@ -1054,7 +1041,10 @@ pub struct Sleep {
 
 impl Sleep {
     pub(crate) fn new(team: &Arc<TeamInner>, d: Duration) -> Sleep {
-        Sleep { team: team.clone(), at: Instant::now() + d, id: None }
+        Sleep::until(team, Instant::now() + d)
+    }
+    pub(crate) fn until(team: &Arc<TeamInner>, at: Instant) -> Sleep {
+        Sleep { team: team.clone(), at, id: None }
     }
 }
 

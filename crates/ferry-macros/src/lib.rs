@@ -1,0 +1,320 @@
+//! `#[ferry::service]`: turns a trait of `async fn` methods into a ferry
+//! RPC service. For `trait Calc` it generates:
+//!
+//! - the trait itself, with each `async fn m(&self, ..) -> R` rewritten to
+//!   `fn m(&self, ..) -> impl Future<Output = R> + Send` (so handlers can run
+//!   on any processor) and `Send + Sync + 'static` as supertraits;
+//! - `CalcClient`: `bind`/`bind_to`/`connect` (checks the interface), and per method
+//!   `m` (async: a promise), `m_blocking`, `m_oneway(checkpoint)`, `m_batched`;
+//! - `CalcServer<S>`: the dispatcher (`ferry::rpc::Dispatch`) and `serve`;
+//! - `CalcRequest`: one variant per method with its arguments and a typed
+//!   reply handle, for explicit receipt (`CalcRequest::from_call`).
+//!
+//! A method returning `Result<T, E>` reports `E` to the caller as
+//! `RpcError::Remote(E)`; any other return type is the result itself.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as Tokens};
+use quote::{format_ident, quote};
+use syn::{
+    parse_macro_input, FnArg, GenericArgument, Ident, ItemTrait, Pat, PathArguments, ReturnType, TraitItem, Type,
+};
+
+#[proc_macro_attribute]
+pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
+    if !attr.is_empty() {
+        return syn::Error::new(Span::call_site(), "#[ferry::service] takes no arguments").to_compile_error().into();
+    }
+    let input = parse_macro_input!(item as ItemTrait);
+    match expand(input) {
+        Ok(t) => t.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+struct Method {
+    name: Ident,
+    attrs: Vec<syn::Attribute>,
+    args: Vec<(Ident, Type)>,
+    ret: Type,
+    /// `Some((T, E))` when the method returns `Result<T, E>`.
+    result: Option<(Type, Type)>,
+}
+
+fn expand(input: ItemTrait) -> syn::Result<Tokens> {
+    if !input.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(&input.generics, "a ferry service trait cannot be generic"));
+    }
+    let methods = input.items.iter().map(method).collect::<syn::Result<Vec<_>>>()?;
+    let vis = &input.vis;
+    let trait_name = &input.ident;
+    let attrs = &input.attrs;
+    let client = format_ident!("{}Client", trait_name);
+    let server = format_ident!("{}Server", trait_name);
+    let request = format_ident!("{}Request", trait_name);
+    let service_name = trait_name.to_string();
+
+    let trait_methods = methods.iter().map(|m| {
+        let (name, attrs, ret) = (&m.name, &m.attrs, &m.ret);
+        let args = m.args.iter().map(|(n, t)| quote!(#n: #t));
+        quote! {
+            #(#attrs)*
+            fn #name(&self, #(#args),*) -> impl ::core::future::Future<Output = #ret> + ::core::marker::Send;
+        }
+    });
+
+    let descriptors = methods.iter().map(|m| {
+        let name = m.name.to_string();
+        let args = m.args.iter().map(|(n, t)| {
+            let (n, t) = (n.to_string(), type_string(t));
+            quote!((#n.to_string(), #t.to_string()))
+        });
+        let ret = type_string(&m.ret);
+        quote! {
+            ::ferry::rpc::MethodDescriptor { name: #name.to_string(), args: vec![#(#args),*], ret: #ret.to_string() }
+        }
+    });
+
+    let client_methods = methods.iter().enumerate().map(|(i, m)| {
+        let i = i as u32;
+        let name = &m.name;
+        let (blocking, oneway, batched) =
+            (format_ident!("{}_blocking", name), format_ident!("{}_oneway", name), format_ident!("{}_batched", name));
+        let params: Vec<_> = m.args.iter().map(|(n, t)| quote!(#n: #t)).collect();
+        let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
+        let (t, e) = ok_err(m);
+        let doc = format!("Calls `{name}`; the future (a promise) resolves to its result. Dropping it cancels the call.");
+        quote! {
+            #[doc = #doc]
+            pub fn #name(&self, #(#params),*) -> ::ferry::rpc::CallFuture<#t, #e> {
+                self.client.call(#i, &(#(#names,)*))
+            }
+            pub fn #blocking(&self, #(#params),*) -> ::core::result::Result<#t, ::ferry::rpc::RpcError<#e>> {
+                self.client.call_blocking(#i, &(#(#names,)*))
+            }
+            pub fn #oneway(&self, #(#params,)* checkpoint: ::ferry::Checkpoint) -> ::core::result::Result<(), ::ferry::rpc::RpcError> {
+                self.client.send_oneway(#i, &(#(#names,)*), checkpoint)
+            }
+            pub fn #batched(&self, #(#params),*) -> ::core::result::Result<(), ::ferry::rpc::RpcError> {
+                self.client.batch(#i, &(#(#names,)*))
+            }
+        }
+    });
+
+    let dispatch_arms = methods.iter().enumerate().map(|(i, m)| {
+        let i = i as u32;
+        let name = &m.name;
+        let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
+        let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        let respond = if m.result.is_some() {
+            quote! {
+                match r {
+                    ::core::result::Result::Ok(v) => ::ferry::rpc::__private::ok(&v),
+                    ::core::result::Result::Err(e) => ::ferry::rpc::__private::remote(&e),
+                }
+            }
+        } else {
+            quote!(::ferry::rpc::__private::ok(&r))
+        };
+        quote! {
+            #i => {
+                let (#(#names,)*): (#(#types,)*) = match ::ferry::rpc::__private::decode(&args) {
+                    ::core::result::Result::Ok(v) => v,
+                    ::core::result::Result::Err(e) => return e,
+                };
+                ::std::boxed::Box::pin(async move {
+                    let r = self.0.#name(#(#names),*).await;
+                    #respond
+                })
+            }
+        }
+    });
+
+    let variants: Vec<Ident> = methods.iter().map(|m| format_ident!("{}", camel(&m.name.to_string()))).collect();
+    let request_variants = methods.iter().zip(&variants).map(|(m, v)| {
+        let fields = m.args.iter().map(|(n, t)| quote!(#n: #t));
+        let (t, e) = ok_err(m);
+        quote!(#v { #(#fields,)* reply: ::ferry::rpc::Reply<#t, #e> })
+    });
+    let request_arms = methods.iter().zip(&variants).enumerate().map(|(i, (m, v))| {
+        let i = i as u32;
+        let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
+        let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        quote! {
+            #i => match call.decode_args::<(#(#types,)*)>() {
+                ::core::result::Result::Ok((#(#names,)*)) => {
+                    ::core::result::Result::Ok(#request::#v { #(#names,)* reply: ::ferry::rpc::Reply::new(call) })
+                }
+                ::core::result::Result::Err(e) => {
+                    let _ = call.refuse(&e.to_string());
+                    ::core::result::Result::Err(e)
+                }
+            },
+        }
+    });
+
+    Ok(quote! {
+        #(#attrs)*
+        #vis trait #trait_name: ::core::marker::Send + ::core::marker::Sync + 'static {
+            #(#trait_methods)*
+        }
+
+        #[doc = concat!("Client stub of the `", #service_name, "` service.")]
+        #[derive(Clone)]
+        #vis struct #client {
+            client: ::ferry::rpc::Client,
+        }
+
+        impl #client {
+            /// The interface as exchanged at bind time.
+            pub fn descriptor() -> ::ferry::rpc::ServiceDescriptor {
+                ::ferry::rpc::ServiceDescriptor {
+                    name: #service_name.to_string(),
+                    codec: ::ferry::rpc::CODEC.to_string(),
+                    methods: vec![#(#descriptors),*],
+                }
+            }
+            /// Looks `name` up and binds; refused if the server's interface differs.
+            pub fn bind(team: &::ferry::Team, name: &str) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
+                ::core::result::Result::Ok(Self { client: ::ferry::rpc::Client::bind(team, name, Self::descriptor())? })
+            }
+            pub fn bind_to(team: &::ferry::Team, endpoint: ::ferry::EndpointId) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
+                ::core::result::Result::Ok(Self { client: ::ferry::rpc::Client::bind_to(team, endpoint, Self::descriptor())? })
+            }
+            /// `bind_to` as a future, for use inside tasks and handlers.
+            pub fn connect(team: &::ferry::Team, endpoint: ::ferry::EndpointId)
+                -> impl ::core::future::Future<Output = ::core::result::Result<Self, ::ferry::rpc::RpcError>> + ::core::marker::Send + 'static
+            {
+                let connecting = ::ferry::rpc::Client::connect(team, endpoint, Self::descriptor());
+                async move { ::core::result::Result::Ok(Self { client: connecting.await? }) }
+            }
+            pub fn client(&self) -> &::ferry::rpc::Client {
+                &self.client
+            }
+            /// The same client with a deadline on every call.
+            pub fn with_timeout(&self, limit: ::std::time::Duration) -> Self {
+                Self { client: self.client.with_timeout(limit) }
+            }
+            /// Sends the batched calls and waits until the server ran them.
+            pub fn flush(&self) -> ::core::result::Result<(), ::ferry::rpc::RpcError> {
+                self.client.flush()
+            }
+            #(#client_methods)*
+        }
+
+        #[doc = concat!("Dispatcher of the `", #service_name, "` service over an implementation `S`.")]
+        #vis struct #server<S>(pub ::std::sync::Arc<S>);
+
+        impl<S: #trait_name> #server<S> {
+            pub fn new(service: S) -> Self {
+                Self(::std::sync::Arc::new(service))
+            }
+            /// Binds `name` and serves it, a task per call, until the handle is dropped.
+            pub fn serve(team: &::ferry::Team, name: &str, service: S) -> ::ferry::Result<::ferry::rpc::Serving> {
+                let endpoint = ::ferry::rpc::ServiceEndpoint::open(team, name, #client::descriptor())?;
+                ::core::result::Result::Ok(endpoint.serve(::std::sync::Arc::new(Self::new(service))))
+            }
+        }
+
+        impl<S: #trait_name> ::ferry::rpc::Dispatch for #server<S> {
+            fn descriptor(&self) -> ::ferry::rpc::ServiceDescriptor {
+                #client::descriptor()
+            }
+            fn dispatch(self: ::std::sync::Arc<Self>, method: u32, args: ::std::vec::Vec<u8>) -> ::ferry::rpc::HandlerFuture {
+                match method {
+                    #(#dispatch_arms)*
+                    other => ::ferry::rpc::__private::no_such_method(other),
+                }
+            }
+        }
+
+        #[doc = concat!("A call to the `", #service_name, "` service, for explicit receipt.")]
+        #vis enum #request {
+            #(#request_variants),*
+        }
+
+        impl #request {
+            /// Decodes an accepted call; a call that does not decode is refused to its caller.
+            pub fn from_call(call: ::ferry::rpc::IncomingCall) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
+                match call.method() {
+                    #(#request_arms)*
+                    other => {
+                        let why = format!("no method #{other}");
+                        let _ = call.refuse(&why);
+                        ::core::result::Result::Err(::ferry::rpc::RpcError::Refused(why))
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn method(item: &TraitItem) -> syn::Result<Method> {
+    let TraitItem::Fn(f) = item else {
+        return Err(syn::Error::new_spanned(item, "a ferry service trait holds only `async fn` methods"));
+    };
+    let sig = &f.sig;
+    if sig.asyncness.is_none() {
+        return Err(syn::Error::new_spanned(sig, "service methods must be `async fn`"));
+    }
+    if !sig.generics.params.is_empty() || f.default.is_some() {
+        return Err(syn::Error::new_spanned(sig, "service methods cannot be generic or have a body"));
+    }
+    let mut inputs = sig.inputs.iter();
+    match inputs.next() {
+        Some(FnArg::Receiver(r)) if r.reference.is_some() && r.mutability.is_none() => {}
+        _ => return Err(syn::Error::new_spanned(sig, "service methods take `&self` first")),
+    }
+    let args = inputs
+        .map(|a| match a {
+            FnArg::Typed(pt) => match &*pt.pat {
+                Pat::Ident(id) => Ok((id.ident.clone(), (*pt.ty).clone())),
+                other => Err(syn::Error::new_spanned(other, "arguments must be plain names")),
+            },
+            FnArg::Receiver(r) => Err(syn::Error::new_spanned(r, "unexpected receiver")),
+        })
+        .collect::<syn::Result<Vec<_>>>()?;
+    let ret: Type = match &sig.output {
+        ReturnType::Default => syn::parse_quote!(()),
+        ReturnType::Type(_, t) => (**t).clone(),
+    };
+    Ok(Method { name: sig.ident.clone(), attrs: f.attrs.clone(), args, result: result_parts(&ret), ret })
+}
+
+/// `Some((T, E))` if `ty` is written `Result<T, E>`.
+fn result_parts(ty: &Type) -> Option<(Type, Type)> {
+    let Type::Path(p) = ty else { return None };
+    let last = p.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    let mut types = args.args.iter().filter_map(|a| match a {
+        GenericArgument::Type(t) => Some(t.clone()),
+        _ => None,
+    });
+    match (types.next(), types.next(), types.next()) {
+        (Some(t), Some(e), None) => Some((t, e)),
+        _ => None,
+    }
+}
+
+/// The result and remote-error types a caller sees.
+fn ok_err(m: &Method) -> (Tokens, Tokens) {
+    match &m.result {
+        Some((t, e)) => (quote!(#t), quote!(#e)),
+        None => {
+            let r = &m.ret;
+            (quote!(#r), quote!(::ferry::rpc::Never))
+        }
+    }
+}
+
+/// A type as written, without spaces: what the fingerprint compares.
+fn type_string(t: &Type) -> String {
+    quote!(#t).to_string().replace(' ', "")
+}
+
+fn camel(s: &str) -> String {
+    s.split('_').filter(|p| !p.is_empty()).map(|p| p[..1].to_uppercase() + &p[1..]).collect()
+}

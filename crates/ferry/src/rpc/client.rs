@@ -1,0 +1,195 @@
+//! The untyped client: what generated stubs call.
+
+use super::descriptor::ServiceDescriptor;
+use super::{envelope, RpcError};
+use crate::error::Result;
+use crate::id::EndpointId;
+use crate::port::RawSender;
+use crate::runtime::{idle, Delivery, Team, TeamInner};
+use crate::wire::{codec, Checkpoint};
+use parking_lot::Mutex;
+use serde::{de::DeserializeOwned, Serialize};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// How long a bind waits for the server's answer.
+const BIND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A bound client of one service endpoint.
+pub struct Client {
+    team: Arc<TeamInner>,
+    sender: RawSender,
+    descriptor: Arc<ServiceDescriptor>,
+    /// One-way calls waiting for the next call or flush: (encoded batch, count).
+    batch: Arc<Mutex<(Vec<u8>, u32)>>,
+}
+
+impl Clone for Client {
+    fn clone(&self) -> Self {
+        Client {
+            team: self.team.clone(),
+            sender: self.sender.clone(),
+            descriptor: self.descriptor.clone(),
+            batch: self.batch.clone(),
+        }
+    }
+}
+
+impl Client {
+    /// Looks `name` up and binds to the service there.
+    pub fn bind(team: &Team, name: &str, descriptor: ServiceDescriptor) -> Result<Client, RpcError> {
+        let ep = team.lookup(name)?;
+        Client::bind_to(team, ep, descriptor)
+    }
+
+    /// Binds to the service at `ep`: sends this client's descriptor; the
+    /// server refuses (naming the first difference) if it serves another interface.
+    pub fn bind_to(team: &Team, ep: EndpointId, descriptor: ServiceDescriptor) -> Result<Client, RpcError> {
+        team.block_on(Client::connect(team, ep, descriptor))
+    }
+
+    /// `bind_to` as a future: for tasks, which must not block their processor.
+    pub fn connect(
+        team: &Team,
+        ep: EndpointId,
+        descriptor: ServiceDescriptor,
+    ) -> impl Future<Output = Result<Client, RpcError>> + Send + 'static {
+        let sender = team.raw_sender(ep);
+        let team = team.inner.clone();
+        let request = codec::encode(&descriptor).map(|d| [&[envelope::BIND][..], &d].concat());
+        async move {
+            let reply = sender.clone().with_timeout(BIND_TIMEOUT).send_async(&request?, Checkpoint::OnReturn).await?;
+            envelope::decode_response::<(), super::Never>(&reply)?;
+            Ok(Client { team, sender, descriptor: Arc::new(descriptor), batch: Arc::new(Mutex::new((Vec::new(), 0))) })
+        }
+    }
+
+    pub fn endpoint(&self) -> EndpointId {
+        self.sender.to()
+    }
+
+    pub fn descriptor(&self) -> &ServiceDescriptor {
+        &self.descriptor
+    }
+
+    /// The same client with a deadline on every call (it travels to the server).
+    pub fn with_timeout(&self, limit: Duration) -> Client {
+        Client { sender: self.sender.clone().with_timeout(limit), ..self.clone() }
+    }
+
+    /// Starts a call; the returned future (a promise) resolves to its result.
+    /// Queued batched calls go first, in order, in the same message.
+    pub fn call<A: Serialize, R: DeserializeOwned, E: DeserializeOwned>(
+        &self,
+        method: u32,
+        args: &A,
+    ) -> CallFuture<R, E> {
+        let payload = match self.take_batch_with(method, args) {
+            Ok(p) => p,
+            Err(e) => return CallFuture::failed(e.into()),
+        };
+        CallFuture::new(self.team.clone(), self.sender.send_async(&payload, Checkpoint::OnReturn))
+    }
+
+    /// A synchronous call: blocks this thread (spinning, then parked) for the result.
+    pub fn call_blocking<A: Serialize, R: DeserializeOwned, E: DeserializeOwned>(
+        &self,
+        method: u32,
+        args: &A,
+    ) -> Result<R, RpcError<E>> {
+        let fut = self.call(method, args);
+        idle::block_on(&self.team, fut)
+    }
+
+    /// A one-way call: no result; returns when `checkpoint` is reached
+    /// (`OnReturn` waits until the handler finished).
+    pub fn send_oneway<A: Serialize>(&self, method: u32, args: &A, checkpoint: Checkpoint) -> Result<(), RpcError> {
+        let payload = envelope::call(method, args)?;
+        let reply = self.sender.send(&payload, checkpoint)?;
+        if checkpoint == Checkpoint::OnReturn {
+            envelope::decode_response::<(), super::Never>(&reply)?;
+        }
+        Ok(())
+    }
+
+    /// Queues a one-way call; it is sent, with the others, by the next call or `flush`.
+    pub fn batch<A: Serialize>(&self, method: u32, args: &A) -> Result<(), RpcError> {
+        let args = codec::encode(args)?;
+        let mut b = self.batch.lock();
+        let (buf, count) = &mut *b;
+        envelope::push_batch_entry(buf, count, method, &args);
+        Ok(())
+    }
+
+    /// Sends the queued batch and waits until the server has run all of it.
+    pub fn flush(&self) -> Result<(), RpcError> {
+        if self.batch.lock().1 == 0 {
+            return Ok(());
+        }
+        self.call_blocking::<(), (), super::Never>(envelope::FLUSH, &())
+    }
+
+    fn take_batch_with<A: Serialize>(&self, method: u32, args: &A) -> Result<Vec<u8>> {
+        let mut b = self.batch.lock();
+        if b.1 == 0 {
+            return envelope::call(method, args);
+        }
+        let (mut buf, mut count) = std::mem::take(&mut *b);
+        drop(b);
+        envelope::push_batch_entry(&mut buf, &mut count, method, &codec::encode(args)?);
+        Ok(buf)
+    }
+}
+
+/// A call in flight. Resolves to the method's result; dropping it before
+/// then cancels the call at the server.
+pub struct CallFuture<R, E = super::Never> {
+    team: Option<Arc<TeamInner>>,
+    delivery: Option<Delivery>,
+    failed: Option<RpcError<E>>,
+    _r: PhantomData<fn() -> R>,
+}
+
+impl<R, E> Unpin for CallFuture<R, E> {}
+
+impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
+    fn new(team: Arc<TeamInner>, delivery: Delivery) -> Self {
+        CallFuture { team: Some(team), delivery: Some(delivery), failed: None, _r: PhantomData }
+    }
+
+    fn failed(e: RpcError<E>) -> Self {
+        CallFuture { team: None, delivery: None, failed: Some(e), _r: PhantomData }
+    }
+
+    /// Blocks this thread until the result is there.
+    pub fn wait(self) -> Result<R, RpcError<E>> {
+        match self.team.clone() {
+            Some(team) => idle::block_on(&team, self),
+            None => Err(self.failed.unwrap_or(RpcError::Cancelled)),
+        }
+    }
+}
+
+impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
+    type Output = Result<R, RpcError<E>>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(e) = self.failed.take() {
+            return Poll::Ready(Err(e));
+        }
+        let Some(d) = self.delivery.as_mut() else { return Poll::Ready(Err(RpcError::Cancelled)) };
+        match Pin::new(d).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                self.delivery = None;
+                Poll::Ready(match r {
+                    Ok(payload) => envelope::decode_response(&payload),
+                    Err(e) => Err(e.into()),
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! RPC (DESIGN §2): a service is a Rust trait marked `#[ferry::service]`;
+//! the macro generates a client stub (`<Trait>Client`), a dispatcher
+//! (`<Trait>Server`) and a request enum for explicit receipt
+//! (`<Trait>Request`) on top of the untyped pieces here.
+//!
+//! - Call modes: synchronous (`method_blocking`), asynchronous (`method`
+//!   returns a [`CallFuture`], a promise), one-way (`method_oneway` with a
+//!   checkpoint), batched (`method_batched`, flushed in order by the next
+//!   call or [`Client::flush`]).
+//! - Receipt: implicit (a task per request, [`ServiceEndpoint::serve`]) or
+//!   explicit ([`ServiceEndpoint::accept`] and reply when you choose); an
+//!   accepted call can still be handed to the implicit dispatcher.
+//! - Deadlines travel in the frame; a handler still running at its
+//!   deadline, or whose caller dropped the call, is cancelled.
+//! - The interface is checked when a client binds ([`ServiceDescriptor`]).
+
+mod client;
+mod descriptor;
+pub(crate) mod envelope;
+mod server;
+
+pub use client::{CallFuture, Client};
+pub use descriptor::{MethodDescriptor, ServiceDescriptor, CODEC};
+pub use server::{CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, ServiceEndpoint, Serving};
+
+use crate::id::TeamId;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The error type of a method that has none: no value of it exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Never {}
+
+impl fmt::Display for Never {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {}
+    }
+}
+
+/// Why a call failed. `E` is the handler's own error type.
+#[derive(Debug)]
+pub enum RpcError<E = Never> {
+    /// The handler returned its own error.
+    Remote(E),
+    /// The server's team died or closed the channel.
+    PeerGone { peer: TeamId },
+    /// The call's deadline passed (at the client or at the server).
+    DeadlineExceeded,
+    /// The call was cancelled.
+    Cancelled,
+    /// The handler panicked; the server keeps serving. The text is the panic message.
+    HandlerPanicked(String),
+    /// The server refused the call (interface mismatch at bind, unknown method, ...).
+    Refused(String),
+    /// Arguments or result could not be encoded or decoded.
+    Codec(String),
+    /// Anything else the runtime reports (no such team, shutdown, I/O).
+    Ferry(crate::Error),
+}
+
+impl<E: fmt::Debug> fmt::Display for RpcError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::Remote(e) => write!(f, "the handler returned an error: {e:?}"),
+            RpcError::PeerGone { peer } => write!(f, "server team {peer} is gone"),
+            RpcError::DeadlineExceeded => write!(f, "deadline exceeded"),
+            RpcError::Cancelled => write!(f, "cancelled"),
+            RpcError::HandlerPanicked(m) => write!(f, "the handler panicked: {m}"),
+            RpcError::Refused(m) => write!(f, "refused: {m}"),
+            RpcError::Codec(m) => write!(f, "codec: {m}"),
+            RpcError::Ferry(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug> std::error::Error for RpcError<E> {}
+
+impl<E> RpcError<E> {
+    /// The same failure with another remote error type (for errors that carry none).
+    pub fn map_remote<F>(self, f: impl FnOnce(E) -> F) -> RpcError<F> {
+        match self {
+            RpcError::Remote(e) => RpcError::Remote(f(e)),
+            RpcError::PeerGone { peer } => RpcError::PeerGone { peer },
+            RpcError::DeadlineExceeded => RpcError::DeadlineExceeded,
+            RpcError::Cancelled => RpcError::Cancelled,
+            RpcError::HandlerPanicked(m) => RpcError::HandlerPanicked(m),
+            RpcError::Refused(m) => RpcError::Refused(m),
+            RpcError::Codec(m) => RpcError::Codec(m),
+            RpcError::Ferry(e) => RpcError::Ferry(e),
+        }
+    }
+}
+
+impl RpcError<Never> {
+    /// Widens an error that cannot be `Remote` to any remote error type.
+    pub fn widen<F>(self) -> RpcError<F> {
+        self.map_remote(|n| match n {})
+    }
+}
+
+/// What generated code calls; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    use super::envelope;
+    use super::server::HandlerFuture;
+    use serde::{de::DeserializeOwned, Serialize};
+
+    pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+        envelope::ok(value)
+    }
+
+    pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
+        envelope::remote(err)
+    }
+
+    /// Decodes arguments, or gives the handler future that answers "codec error".
+    pub fn decode<A: DeserializeOwned>(args: &[u8]) -> Result<A, HandlerFuture> {
+        crate::wire::codec::decode(args).map_err(|e| {
+            let response = envelope::status(envelope::CODEC, &format!("arguments: {e}"));
+            Box::pin(async move { response }) as HandlerFuture
+        })
+    }
+
+    pub fn no_such_method(method: u32) -> HandlerFuture {
+        let response = envelope::status(envelope::REFUSED, &format!("no method #{method}"));
+        Box::pin(async move { response })
+    }
+}

@@ -1,0 +1,369 @@
+//! The server side: a service endpoint that accepts calls, explicitly or
+//! by dispatching each to a new task (implicit receipt).
+
+use super::descriptor::ServiceDescriptor;
+use super::envelope::{self, Request};
+use super::{Never, RpcError};
+use crate::error::Result;
+use crate::id::EndpointId;
+use crate::port::{RawMessage, RawPort, Responder};
+use crate::runtime::{panic_message, CancelGuard, CatchUnwind, JoinHandle, Sleep, Team, TeamInner};
+use crate::wire::codec;
+use parking_lot::Mutex;
+use serde::{de::DeserializeOwned, Serialize};
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::Instant;
+
+/// What a handler resolves to: an encoded response (see `envelope`).
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+
+/// The dispatcher a `#[ferry::service]` trait generates (`<Trait>Server`).
+pub trait Dispatch: Send + Sync + 'static {
+    fn descriptor(&self) -> ServiceDescriptor;
+    /// Runs method number `method` on encoded `args`.
+    fn dispatch(self: Arc<Self>, method: u32, args: Vec<u8>) -> HandlerFuture;
+}
+
+/// Tells a handler its call was cancelled (the caller gave up or the deadline passed).
+#[derive(Clone, Default)]
+pub struct CancelToken(Arc<CancelState>);
+
+#[derive(Default)]
+struct CancelState {
+    cancelled: AtomicBool,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl CancelToken {
+    pub fn cancel(&self) {
+        self.0.cancelled.store(true, Ordering::Release);
+        for w in self.0.wakers.lock().drain(..) {
+            w.wake();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Completes once the call is cancelled.
+    pub fn cancelled(&self) -> impl Future<Output = ()> + '_ {
+        poll_fn(move |cx| {
+            if self.is_cancelled() {
+                return Poll::Ready(());
+            }
+            self.0.wakers.lock().push(cx.waker().clone());
+            if self.is_cancelled() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+}
+
+/// One call as the server receives it.
+pub struct IncomingCall {
+    method: u32,
+    args: Vec<u8>,
+    from: EndpointId,
+    deadline: Option<Instant>,
+    responder: Option<Responder>,
+    cancel: CancelToken,
+    /// Keeps the "peer cancelled this call" hook registered while the call lives.
+    _hook: Option<CancelGuard>,
+    service: Arc<ServiceDescriptor>,
+}
+
+impl IncomingCall {
+    pub fn method(&self) -> u32 {
+        self.method
+    }
+
+    pub fn method_name(&self) -> &str {
+        self.service.methods.get(self.method as usize).map_or("?", |m| m.name.as_str())
+    }
+
+    pub fn args(&self) -> &[u8] {
+        &self.args
+    }
+
+    pub fn decode_args<A: DeserializeOwned>(&self) -> Result<A, RpcError> {
+        Ok(codec::decode(&self.args)?)
+    }
+
+    pub fn from(&self) -> EndpointId {
+        self.from
+    }
+
+    /// The caller's deadline, if it set one.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Cancelled when the caller gives up on the call.
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+
+    /// Whether the caller waits for an answer (one-way calls do not).
+    pub fn wants_reply(&self) -> bool {
+        self.responder.is_some()
+    }
+
+    /// Answers with an encoded response (see `envelope`); a no-op for one-way calls.
+    pub fn reply_raw(mut self, response: &[u8]) -> Result<()> {
+        match self.responder.take() {
+            Some(r) => r.reply(response),
+            None => Ok(()),
+        }
+    }
+
+    pub fn reply_ok<R: Serialize + ?Sized>(self, value: &R) -> Result<()> {
+        self.reply_raw(&envelope::ok(value))
+    }
+
+    pub fn reply_err<E: Serialize + ?Sized>(self, err: &E) -> Result<()> {
+        self.reply_raw(&envelope::remote(err))
+    }
+
+    /// Refuses the call; the caller gets `RpcError::Refused(why)`.
+    pub fn refuse(self, why: &str) -> Result<()> {
+        self.reply_raw(&envelope::status(envelope::REFUSED, why))
+    }
+
+    /// Hands the call to the implicit dispatcher: a new task runs it.
+    pub fn dispatch<D: Dispatch>(self, team: &Team, handler: &Arc<D>) -> JoinHandle<()> {
+        team.spawn(run_call(team.inner.clone(), handler.clone(), self))
+    }
+}
+
+/// A typed reply handle for explicit receipt (generated request enums carry one).
+pub struct Reply<T, E = Never> {
+    call: IncomingCall,
+    _t: PhantomData<fn(T, E)>,
+}
+
+impl<T: Serialize, E: Serialize> Reply<T, E> {
+    pub fn new(call: IncomingCall) -> Self {
+        Reply { call, _t: PhantomData }
+    }
+    pub fn call(&self) -> &IncomingCall {
+        &self.call
+    }
+    pub fn ok(self, value: &T) -> Result<()> {
+        self.call.reply_ok(value)
+    }
+    pub fn err(self, err: &E) -> Result<()> {
+        self.call.reply_err(err)
+    }
+    pub fn send(self, r: std::result::Result<T, E>) -> Result<()> {
+        match r {
+            Ok(v) => self.ok(&v),
+            Err(e) => self.err(&e),
+        }
+    }
+}
+
+enum Request2 {
+    One(IncomingCall),
+    /// Calls to run in order; only the last may want a reply.
+    Batch(Vec<IncomingCall>),
+}
+
+/// An endpoint serving one service.
+pub struct ServiceEndpoint {
+    team: Team,
+    port: RawPort,
+    descriptor: Arc<ServiceDescriptor>,
+    /// Calls of a batch not yet handed out by `accept`.
+    queued: Mutex<VecDeque<IncomingCall>>,
+}
+
+impl ServiceEndpoint {
+    /// Opens the endpoint and binds `name` to it in the node name plane.
+    pub fn open(team: &Team, name: &str, descriptor: ServiceDescriptor) -> Result<ServiceEndpoint> {
+        Ok(Self::with_port(team, team.open_named_raw_port(name)?, descriptor))
+    }
+
+    /// Opens an endpoint with no name (hand its id to clients, e.g. as a callback).
+    pub fn open_unnamed(team: &Team, descriptor: ServiceDescriptor) -> Result<ServiceEndpoint> {
+        Ok(Self::with_port(team, team.open_raw_port()?, descriptor))
+    }
+
+    fn with_port(team: &Team, port: RawPort, descriptor: ServiceDescriptor) -> ServiceEndpoint {
+        ServiceEndpoint {
+            team: team.clone(),
+            port,
+            descriptor: Arc::new(descriptor),
+            queued: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub fn id(&self) -> EndpointId {
+        self.port.id()
+    }
+
+    /// Explicit receipt: the next call (binds and flushes are answered here).
+    pub async fn accept(&self) -> Result<IncomingCall> {
+        loop {
+            if let Some(c) = self.queued.lock().pop_front() {
+                if c.method == envelope::FLUSH {
+                    c.reply_ok(&())?;
+                    continue;
+                }
+                return Ok(c);
+            }
+            match self.next_request().await? {
+                Request2::One(c) => self.queued.lock().push_back(c),
+                Request2::Batch(v) => self.queued.lock().extend(v),
+            }
+        }
+    }
+
+    pub fn accept_blocking(&self) -> Result<IncomingCall> {
+        self.team.block_on(self.accept())
+    }
+
+    /// Implicit receipt: every call runs in a task of its own (a batch in
+    /// one task, in order). Serving stops when the returned handle is dropped.
+    pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
+        let team = self.team.clone();
+        let task = team.spawn(async move {
+            while let Ok(r) = self.next_request().await {
+                let (inner, h) = (self.team.inner.clone(), handler.clone());
+                match r {
+                    Request2::One(c) => drop(self.team.spawn(run_call(inner, h, c))),
+                    Request2::Batch(v) => drop(self.team.spawn(async move {
+                        for c in v {
+                            run_call(inner.clone(), h.clone(), c).await;
+                        }
+                    })),
+                }
+            }
+        });
+        Serving { task }
+    }
+
+    async fn next_request(&self) -> Result<Request2> {
+        loop {
+            let msg = self.port.recv().await?;
+            if let Some(r) = self.parse(msg) {
+                return Ok(r);
+            }
+        }
+    }
+
+    /// Turns a message into calls; answers binds and malformed requests itself.
+    fn parse(&self, mut msg: RawMessage) -> Option<Request2> {
+        let responder = msg.responder();
+        let deadline = msg.deadline();
+        let answer = |r: Option<Responder>, response: Vec<u8>| {
+            if let Some(r) = r {
+                let _ = r.reply(&response);
+            }
+        };
+        match envelope::parse(msg.payload()) {
+            Err(what) => answer(responder, envelope::status(envelope::CODEC, &what)),
+            Ok(Request::Bind(d)) => {
+                let response = match codec::decode::<ServiceDescriptor>(d) {
+                    Err(e) => envelope::status(envelope::CODEC, &format!("bad descriptor: {e}")),
+                    Ok(client) => match self.descriptor.first_difference(&client) {
+                        None => envelope::ok(&()),
+                        Some(diff) => envelope::status(envelope::REFUSED, &format!("interface mismatch: {diff}")),
+                    },
+                };
+                answer(responder, response);
+            }
+            Ok(Request::Call { method, args }) => {
+                return Some(Request2::One(self.incoming(method, args.to_vec(), msg.from(), deadline, responder)));
+            }
+            Ok(Request::Batch(entries)) => {
+                let last = entries.len() - 1;
+                let mut responder = responder;
+                let calls = entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (m, a))| {
+                        let r = if i == last { responder.take() } else { None };
+                        self.incoming(m, a.to_vec(), msg.from(), deadline, r)
+                    })
+                    .collect();
+                return Some(Request2::Batch(calls));
+            }
+        }
+        None
+    }
+
+    fn incoming(
+        &self,
+        method: u32,
+        args: Vec<u8>,
+        from: EndpointId,
+        deadline: Option<Instant>,
+        responder: Option<Responder>,
+    ) -> IncomingCall {
+        let cancel = CancelToken::default();
+        let hook = responder.as_ref().map(|r| {
+            let (h, ch) = r.key();
+            let token = cancel.clone();
+            self.team.inner.on_cancel(ch, h.call_id, Box::new(move || token.cancel()))
+        });
+        IncomingCall { method, args, from, deadline, responder, cancel, _hook: hook, service: self.descriptor.clone() }
+    }
+}
+
+/// A service being served implicitly; dropping it stops accepting calls.
+pub struct Serving {
+    task: JoinHandle<()>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Runs one call to the end: the handler, unless it panics (the caller
+/// gets `HandlerPanicked`), is cancelled by the caller, or outlives its
+/// deadline — then its future is dropped, which stops it at its next await.
+async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: IncomingCall) {
+    if call.method == envelope::FLUSH {
+        let _ = call.reply_ok(&());
+        return;
+    }
+    let args = std::mem::take(&mut call.args);
+    let mut work = CatchUnwind(AssertUnwindSafe(Box::pin(handler.dispatch(call.method, args))));
+    let mut deadline = call.deadline.map(|d| Sleep::until(&team, d));
+    let response = {
+        let cancelled = call.cancel.cancelled();
+        let mut cancelled = std::pin::pin!(cancelled);
+        poll_fn(|cx| {
+            if let Poll::Ready(r) = Pin::new(&mut work).poll(cx) {
+                return Poll::Ready(match r {
+                    Ok(response) => response,
+                    Err(p) => envelope::status(envelope::PANICKED, &panic_message(&*p)),
+                });
+            }
+            if cancelled.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(envelope::status(envelope::CANCELLED, ""));
+            }
+            if let Some(d) = deadline.as_mut() {
+                if Pin::new(d).poll(cx).is_ready() {
+                    return Poll::Ready(envelope::status(envelope::DEADLINE, ""));
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    };
+    drop(work);
+    let _ = call.reply_raw(&response);
+}

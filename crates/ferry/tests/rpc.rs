@@ -1,0 +1,312 @@
+//! RPC over every placement: same team (inproc) and two teams (shm).
+//! (Between processes: see `rpc_cross_process.rs`.)
+
+use ferry::rpc::{RpcError, ServiceEndpoint};
+use ferry::{Checkpoint, Team};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum MathError {
+    DivideByZero,
+}
+
+#[ferry::service]
+pub trait Calc {
+    async fn add(&self, a: i32, b: i32) -> i32;
+    async fn div(&self, a: i32, b: i32) -> Result<i32, MathError>;
+    /// Records `v` (for one-way and batched calls).
+    async fn push(&self, v: u64);
+    async fn pushed(&self) -> Vec<u64>;
+    async fn boom(&self);
+    /// Counts up every 5 ms for `ms` milliseconds (to see cancellation stop it).
+    async fn slow(&self, ms: u64) -> u64;
+    async fn ticks(&self) -> u64;
+    /// Calls back the client's `Notify` service at `to`.
+    async fn call_me_back(&self, to: ferry::EndpointId, text: String) -> String;
+}
+
+#[ferry::service]
+pub trait Notify {
+    async fn note(&self, text: String) -> String;
+}
+
+struct CalcImpl {
+    team: Team,
+    pushed: parking_lot::Mutex<Vec<u64>>,
+    ticks: Arc<AtomicU64>,
+}
+
+impl Calc for CalcImpl {
+    async fn add(&self, a: i32, b: i32) -> i32 {
+        a + b
+    }
+    async fn div(&self, a: i32, b: i32) -> Result<i32, MathError> {
+        if b == 0 {
+            Err(MathError::DivideByZero)
+        } else {
+            Ok(a / b)
+        }
+    }
+    async fn push(&self, v: u64) {
+        self.pushed.lock().push(v);
+    }
+    async fn pushed(&self) -> Vec<u64> {
+        self.pushed.lock().clone()
+    }
+    async fn boom(&self) {
+        panic!("boom on purpose");
+    }
+    async fn slow(&self, ms: u64) -> u64 {
+        let end = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < end {
+            self.ticks.fetch_add(1, Ordering::SeqCst);
+            self.team.sleep(Duration::from_millis(5)).await;
+        }
+        self.ticks.load(Ordering::SeqCst)
+    }
+    async fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::SeqCst)
+    }
+    async fn call_me_back(&self, to: ferry::EndpointId, text: String) -> String {
+        // Inside a handler: bind asynchronously (a blocking bind would hold the processor).
+        let notify = NotifyClient::connect(&self.team, to).await.expect("bind the callback");
+        notify.note(format!("{text}!")).await.expect("callback call")
+    }
+}
+
+struct NotifyImpl;
+
+impl Notify for NotifyImpl {
+    async fn note(&self, text: String) -> String {
+        format!("noted {text}")
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Placement {
+    SameTeam,
+    TwoTeams,
+}
+
+struct Setup {
+    client_team: Team,
+    server_team: Team,
+    ticks: Arc<AtomicU64>,
+    _serving: ferry::rpc::Serving,
+    _dir: tempfile::TempDir,
+}
+
+fn team(dir: &std::path::Path) -> Team {
+    Team::builder().runtime_dir(dir).processors(1).spin(Duration::from_micros(5)).start().unwrap()
+}
+
+fn setup(p: Placement) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let server_team = team(dir.path());
+    let client_team = match p {
+        Placement::SameTeam => server_team.clone(),
+        Placement::TwoTeams => team(dir.path()),
+    };
+    let ticks = Arc::new(AtomicU64::new(0));
+    let imp = CalcImpl { team: server_team.clone(), pushed: Default::default(), ticks: ticks.clone() };
+    let serving = CalcServer::serve(&server_team, "calc", imp).unwrap();
+    Setup { client_team, server_team, ticks, _serving: serving, _dir: dir }
+}
+
+fn calls_in_every_mode(p: Placement) {
+    let s = setup(p);
+    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
+    // synchronous
+    assert_eq!(calc.add_blocking(2, 3).unwrap(), 5);
+    // asynchronous: promises, the caller runs on, then claims them
+    let promises: Vec<_> = (0..50).map(|i| calc.add(i, i)).collect();
+    for (i, p) in promises.into_iter().enumerate() {
+        assert_eq!(p.wait().unwrap(), 2 * i as i32);
+    }
+    // one-way with each checkpoint
+    for (v, cp) in
+        [(1, Checkpoint::Immediate), (2, Checkpoint::OnReceipt), (3, Checkpoint::OnDelivery), (4, Checkpoint::OnReturn)]
+    {
+        calc.push_oneway(v, cp).unwrap();
+    }
+    // batched: queued, flushed by the next synchronous call, run in order before it
+    for v in 10..20 {
+        calc.push_batched(v).unwrap();
+    }
+    let got = calc.pushed_blocking().unwrap();
+    let expect: Vec<u64> = (1..=4).chain(10..20).collect();
+    // One-way Immediate/OnReceipt/OnDelivery calls race their handlers; the batch is ordered.
+    let mut head = got[..4].to_vec();
+    head.sort();
+    assert_eq!(head, expect[..4]);
+    assert_eq!(got[4..], expect[4..]);
+    // flush with no call of its own
+    calc.push_batched(99).unwrap();
+    calc.flush().unwrap();
+    assert_eq!(*calc.pushed_blocking().unwrap().last().unwrap(), 99);
+    // from tokio too
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    assert_eq!(rt.block_on(calc.add(40, 2)).unwrap(), 42);
+    drop(s);
+}
+
+fn errors_reach_the_caller_typed(p: Placement) {
+    let s = setup(p);
+    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
+    assert_eq!(calc.div_blocking(7, 2).unwrap(), 3);
+    assert!(matches!(calc.div_blocking(1, 0), Err(RpcError::Remote(MathError::DivideByZero))));
+    match calc.boom_blocking() {
+        Err(RpcError::HandlerPanicked(m)) => assert!(m.contains("boom on purpose"), "{m}"),
+        other => panic!("want HandlerPanicked, got {other:?}"),
+    }
+    // The server keeps serving after a panic.
+    assert_eq!(calc.add_blocking(1, 1).unwrap(), 2);
+    drop(s);
+}
+
+mod v2 {
+    // The same service name with a different signature: a client built
+    // against it must be refused at bind time.
+    #[ferry::service]
+    pub trait Calc {
+        async fn add(&self, a: i64, b: i32) -> i32;
+    }
+}
+
+fn mismatched_client_is_refused_at_bind(p: Placement) {
+    let s = setup(p);
+    match v2::CalcClient::bind(&s.client_team, "calc") {
+        Err(RpcError::Refused(why)) => {
+            assert_eq!(why, "interface mismatch: add: argument a is i32 here, a is i64 in the client")
+        }
+        Ok(_) => panic!("a mismatched client was accepted"),
+        Err(e) => panic!("want Refused, got {e:?}"),
+    }
+    assert!(matches!(NotifyClient::bind(&s.client_team, "calc"), Err(RpcError::Refused(_))));
+    drop(s);
+}
+
+/// Waits until the handler's tick counter stops moving; returns its value.
+fn settled(ticks: &AtomicU64) -> u64 {
+    loop {
+        let a = ticks.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(60));
+        if ticks.load(Ordering::SeqCst) == a {
+            return a;
+        }
+    }
+}
+
+fn deadline_cancels_the_handler(p: Placement) {
+    let s = setup(p);
+    let calc = CalcClient::bind(&s.client_team, "calc").unwrap().with_timeout(Duration::from_millis(100));
+    let t0 = Instant::now();
+    assert!(matches!(calc.slow_blocking(5_000), Err(RpcError::DeadlineExceeded)));
+    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
+    // The handler was cancelled at the server: it stopped long before its 5 s.
+    let stopped = settled(&s.ticks);
+    assert!(stopped < 100, "the handler ran on ({stopped} ticks)");
+    assert!(s.ticks.load(Ordering::SeqCst) == stopped);
+    drop(s);
+}
+
+fn dropped_call_cancels_the_handler(p: Placement) {
+    let s = setup(p);
+    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
+    let call = calc.slow(5_000);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(s.ticks.load(Ordering::SeqCst) > 0, "the handler should be running");
+    drop(call);
+    let stopped = settled(&s.ticks);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(s.ticks.load(Ordering::SeqCst), stopped, "the handler goes on after its caller left");
+    assert!(stopped < 200, "the handler ran on ({stopped} ticks)");
+    // The server still works.
+    assert_eq!(calc.add_blocking(2, 2).unwrap(), 4);
+    drop(s);
+}
+
+fn server_calls_back_over_the_same_channel(p: Placement) {
+    let s = setup(p);
+    let notify = ServiceEndpoint::open_unnamed(&s.client_team, NotifyClient::descriptor()).unwrap();
+    let notify_id = notify.id();
+    let _serving = notify.serve(Arc::new(NotifyServer::new(NotifyImpl)));
+    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
+    assert_eq!(calc.call_me_back_blocking(notify_id, "hi".into()).unwrap(), "noted hi!");
+    drop(s);
+}
+
+/// One server, both receipt styles: a task accepts calls explicitly,
+/// answers `add` itself (when it chooses), and hands everything else to
+/// the implicit dispatcher.
+fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
+    let dir = tempfile::tempdir().unwrap();
+    let server_team = team(dir.path());
+    let client_team = match p {
+        Placement::SameTeam => server_team.clone(),
+        Placement::TwoTeams => team(dir.path()),
+    };
+    let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
+    let implicit = Arc::new(CalcServer::new(CalcImpl {
+        team: server_team.clone(),
+        pushed: Default::default(),
+        ticks: Default::default(),
+    }));
+    let st = server_team.clone();
+    let acceptor = server_team.spawn(async move {
+        let mut explicit = 0;
+        for _ in 0..6 {
+            let call = endpoint.accept().await.unwrap();
+            if call.method_name() == "add" {
+                match CalcRequest::from_call(call).unwrap() {
+                    CalcRequest::Add { a, b, reply } => {
+                        explicit += 1;
+                        // Reply when we choose: after a pause, with a marked answer.
+                        st.sleep(Duration::from_millis(1)).await;
+                        reply.ok(&(1000 + a + b)).unwrap();
+                    }
+                    _ => unreachable!(),
+                }
+            } else {
+                call.dispatch(&st, &implicit);
+            }
+        }
+        explicit
+    });
+    let calc = CalcClient::bind(&client_team, "calc").unwrap();
+    for i in 0..3 {
+        assert_eq!(calc.add_blocking(i, 1).unwrap(), 1001 + i, "explicit");
+        assert_eq!(calc.div_blocking(9, 3).unwrap(), 3, "implicit");
+    }
+    assert_eq!(client_team.block_on(acceptor).unwrap(), 3);
+}
+
+macro_rules! placements {
+    ($($case:ident),* $(,)?) => {
+        mod same_team {
+            $( #[test] fn $case() { super::$case(super::Placement::SameTeam) } )*
+        }
+        mod two_teams {
+            $( #[test] fn $case() { super::$case(super::Placement::TwoTeams) } )*
+        }
+    };
+}
+
+placements!(
+    calls_in_every_mode,
+    errors_reach_the_caller_typed,
+    mismatched_client_is_refused_at_bind,
+    deadline_cancels_the_handler,
+    dropped_call_cancels_the_handler,
+    server_calls_back_over_the_same_channel,
+    explicit_and_implicit_receipt_on_one_server,
+);
+
+#[test]
+fn server_team_ref_is_used() {
+    // Keeps `server_team` meaningful in Setup for both placements.
+    let s = setup(Placement::TwoTeams);
+    assert_ne!(s.server_team.id(), s.client_team.id());
+}
