@@ -2,6 +2,7 @@
 //! child (`child_entry`, selected by `FERRY_TEST_CHILD`), so both sides are
 //! separate teams talking over shared memory.
 
+use ferry::rpc::RpcError;
 use ferry::{Checkpoint, Error, Team};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -9,6 +10,25 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const ROLE: &str = "FERRY_TEST_CHILD";
+
+#[ferry::service]
+pub trait Echo {
+    async fn echo(&self, text: String) -> String;
+    /// Never answers (the test kills the server meanwhile).
+    async fn hang(&self);
+}
+
+struct EchoImpl;
+
+impl Echo for EchoImpl {
+    async fn echo(&self, text: String) -> String {
+        text
+    }
+    async fn hang(&self) {
+        println!("ferry-child: holding");
+        std::future::pending::<()>().await
+    }
+}
 
 /// The child side. Ignored in normal runs; the parent runs it explicitly.
 #[test]
@@ -55,6 +75,12 @@ fn child_entry() {
                 }
             }
             to.send(&u64::MAX, Checkpoint::OnDelivery).unwrap();
+        }
+        // Serves Echo until killed.
+        "rpc" => {
+            let _serving = EchoServer::serve(&team, "echo-svc", EchoImpl).unwrap();
+            println!("ferry-child: ready");
+            std::thread::sleep(Duration::from_secs(60));
         }
         other => panic!("unknown role {other}"),
     }
@@ -103,12 +129,20 @@ fn shm_entries() -> Vec<String> {
     v
 }
 
-/// Every file a team made is gone: the runtime dir has only its empty folders.
+/// Every file a team made is gone: the runtime dir has only its empty
+/// folders. A survivor sweeps a dead peer's files within a bounded time.
 fn assert_no_leaks(dir: &Path, shm_before: &[String]) {
-    for sub in ["teams", "names"] {
-        let left: Vec<_> = std::fs::read_dir(dir.join(sub)).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert!(left.is_empty(), "left in {sub}/: {left:?}");
+    let left = || -> Vec<_> {
+        ["teams", "names"]
+            .iter()
+            .flat_map(|sub| std::fs::read_dir(dir.join(sub)).unwrap().map(|e| e.unwrap().file_name()))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
+    assert!(left().is_empty(), "left in the runtime dir: {:?}", left());
     assert_eq!(shm_entries(), shm_before, "/dev/shm changed");
 }
 
@@ -204,5 +238,31 @@ fn sigkill_of_peer_fails_waiter_with_peer_gone_parked() {
     let dir = tempfile::tempdir().unwrap();
     let me = Team::builder().runtime_dir(dir.path()).blocking().park_timeout(Duration::from_secs(10)).start().unwrap();
     killed_peer_fails_the_waiting_call(me);
+    assert_no_leaks(dir.path(), &shm_before);
+}
+
+#[test]
+fn rpc_across_processes_and_server_death() {
+    let shm_before = shm_entries();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, mut out) = spawn_child("rpc", dir.path());
+    wait_for(&mut out, "ready");
+    let me = team(dir.path());
+    let echo = EchoClient::bind(&me, "echo-svc").unwrap();
+    assert_eq!(echo.echo_blocking("over shared memory".into()).unwrap(), "over shared memory");
+    let big = "y".repeat(1 << 20);
+    assert_eq!(echo.echo_blocking(big.clone()).unwrap(), big);
+    let hanging = echo.hang();
+    wait_for(&mut out, "holding");
+    let killed_at = Instant::now();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    match hanging.wait() {
+        Err(RpcError::PeerGone { .. }) => {}
+        other => panic!("want PeerGone, got {other:?}"),
+    }
+    assert!(killed_at.elapsed() < Duration::from_secs(1), "PeerGone took {:?}", killed_at.elapsed());
+    assert!(echo.echo_blocking("anyone?".into()).is_err());
+    me.shutdown();
     assert_no_leaks(dir.path(), &shm_before);
 }

@@ -801,7 +801,7 @@ impl TeamInner {
         }
         if !self.is_shut_down() {
             tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
-            self.names.sweep_team(ch.peer.team);
+            sweep_dead_team(&self.names, ch.peer.team);
         }
     }
 
@@ -884,6 +884,26 @@ impl TeamInner {
     fn forget_call(&self, id: u64) {
         self.pending.lock().remove(&id);
     }
+}
+
+/// Removes a dead peer's names and files. Its socket can hang up a moment
+/// before the kernel drops its lock, so if it still looks alive, a short
+/// background retry finishes the job.
+fn sweep_dead_team(names: &NodeNames, team: u32) {
+    if !names.team_alive(team) {
+        names.sweep_team(team);
+        return;
+    }
+    let names = names.clone();
+    let _ = std::thread::Builder::new().name("ferry-sweep".into()).spawn(move || {
+        for _ in 0..300 {
+            std::thread::sleep(Duration::from_millis(10));
+            if !names.team_alive(team) {
+                names.sweep_team(team);
+                return;
+            }
+        }
+    });
 }
 
 fn nack_error(h: &Header, payload: &[u8]) -> Error {
