@@ -8,6 +8,7 @@
 //! pipes: inproc, shm) → [`runtime`] (teams, tasks, progress) → primitives
 //! ([`port`]) and [`names`].
 
+pub mod cost;
 pub mod error;
 pub mod id;
 pub mod names;

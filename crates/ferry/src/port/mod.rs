@@ -143,7 +143,7 @@ async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Outp
 /// Turns a message taken from an inbox into what the receiver sees,
 /// acknowledging it if the sender asked for `OnDelivery`.
 pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
-    let (from, deadline_ns) = (m.header.src, m.header.deadline_ns);
+    let (from, deadline_ns, arrived) = (m.header.src, m.header.deadline_ns, m.arrived);
     let mut reply = None;
     if let Some(ch) = m.channel {
         match m.header.checkpoint() {
@@ -152,7 +152,7 @@ pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
             _ => {}
         }
     }
-    RawMessage { payload: m.payload, from, reply, deadline_ns }
+    RawMessage { payload: m.payload, from, reply, deadline_ns, arrived }
 }
 
 /// A received raw message.
@@ -161,6 +161,7 @@ pub struct RawMessage {
     from: EndpointId,
     reply: Option<Responder>,
     deadline_ns: u64,
+    arrived: Option<Instant>,
 }
 
 impl RawMessage {
@@ -174,6 +175,11 @@ impl RawMessage {
     pub fn from(&self) -> EndpointId {
         self.from
     }
+    /// Cost accounting: when the message reached its port (only while recording).
+    pub(crate) fn arrived(&self) -> Option<Instant> {
+        self.arrived
+    }
+
     /// The sender's deadline for this message, if it set one.
     pub fn deadline(&self) -> Option<Instant> {
         let mut h = crate::wire::Header::new(crate::wire::Kind::Data, self.from, self.from, 0);

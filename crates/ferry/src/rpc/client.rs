@@ -2,6 +2,7 @@
 
 use super::descriptor::ServiceDescriptor;
 use super::{envelope, RpcError};
+use crate::cost::{self, Side, Stage};
 use crate::error::Result;
 use crate::id::EndpointId;
 use crate::port::RawSender;
@@ -88,11 +89,15 @@ impl Client {
         method: u32,
         args: &A,
     ) -> CallFuture<R, E> {
+        let t = cost::start();
         let payload = match self.take_batch_with(method, args) {
             Ok(p) => p,
             Err(e) => return CallFuture::failed(e.into()),
         };
-        CallFuture::new(self.team.clone(), self.sender.send_async(&payload, Checkpoint::OnReturn))
+        let t = cost::record(Side::Client, Stage::Encode, t);
+        let delivery = self.sender.send_async(&payload, Checkpoint::OnReturn);
+        let t = cost::record(Side::Client, Stage::Send, t);
+        CallFuture { team: Some(self.team.clone()), delivery: Some(delivery), failed: None, since: t, _r: PhantomData }
     }
 
     /// A synchronous call: blocks this thread (spinning, then parked) for the result.
@@ -151,18 +156,16 @@ pub struct CallFuture<R, E = super::Never> {
     team: Option<Arc<TeamInner>>,
     delivery: Option<Delivery>,
     failed: Option<RpcError<E>>,
+    /// Cost accounting: when the wait for the reply began.
+    since: Option<std::time::Instant>,
     _r: PhantomData<fn() -> R>,
 }
 
 impl<R, E> Unpin for CallFuture<R, E> {}
 
 impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
-    fn new(team: Arc<TeamInner>, delivery: Delivery) -> Self {
-        CallFuture { team: Some(team), delivery: Some(delivery), failed: None, _r: PhantomData }
-    }
-
     fn failed(e: RpcError<E>) -> Self {
-        CallFuture { team: None, delivery: None, failed: Some(e), _r: PhantomData }
+        CallFuture { team: None, delivery: None, failed: Some(e), since: None, _r: PhantomData }
     }
 
     /// Blocks this thread until the result is there.
@@ -185,10 +188,13 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
             Poll::Pending => Poll::Pending,
             Poll::Ready(r) => {
                 self.delivery = None;
-                Poll::Ready(match r {
+                let t = cost::record(Side::Client, Stage::Poll, self.since);
+                let result = match r {
                     Ok(payload) => envelope::decode_response(&payload),
                     Err(e) => Err(e.into()),
-                })
+                };
+                cost::record(Side::Client, Stage::Receive, t);
+                Poll::Ready(result)
             }
         }
     }

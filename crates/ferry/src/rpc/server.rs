@@ -4,6 +4,7 @@
 use super::descriptor::ServiceDescriptor;
 use super::envelope::{self, Request};
 use super::{Never, RpcError};
+use crate::cost::{self, Side, Stage};
 use crate::error::Result;
 use crate::id::EndpointId;
 use crate::port::{RawMessage, RawPort, Responder};
@@ -77,6 +78,8 @@ pub struct IncomingCall {
     deadline: Option<Instant>,
     responder: Option<Responder>,
     cancel: CancelToken,
+    /// Cost accounting: when the request reached the endpoint.
+    arrived: Option<Instant>,
     /// Keeps the "peer cancelled this call" hook registered while the call lives.
     _hook: Option<CancelGuard>,
     service: Arc<ServiceDescriptor>,
@@ -265,6 +268,7 @@ impl ServiceEndpoint {
     fn parse(&self, mut msg: RawMessage) -> Option<Request2> {
         let responder = msg.responder();
         let deadline = msg.deadline();
+        let arrived = msg.arrived();
         let answer = |r: Option<Responder>, response: Vec<u8>| {
             if let Some(r) = r {
                 let _ = r.reply(&response);
@@ -283,7 +287,8 @@ impl ServiceEndpoint {
                 answer(responder, response);
             }
             Ok(Request::Call { method, args }) => {
-                return Some(Request2::One(self.incoming(method, args.to_vec(), msg.from(), deadline, responder)));
+                let call = self.incoming(method, args.to_vec(), msg.from(), deadline, responder);
+                return Some(Request2::One(IncomingCall { arrived, ..call }));
             }
             Ok(Request::Batch(entries)) => {
                 let last = entries.len() - 1;
@@ -316,7 +321,17 @@ impl ServiceEndpoint {
             let token = cancel.clone();
             self.team.inner.on_cancel(ch, h.call_id, Box::new(move || token.cancel()))
         });
-        IncomingCall { method, args, from, deadline, responder, cancel, _hook: hook, service: self.descriptor.clone() }
+        IncomingCall {
+            method,
+            args,
+            from,
+            deadline,
+            responder,
+            cancel,
+            arrived: None,
+            _hook: hook,
+            service: self.descriptor.clone(),
+        }
     }
 }
 
@@ -340,6 +355,7 @@ async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: 
         return;
     }
     let args = std::mem::take(&mut call.args);
+    let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
     let mut work = CatchUnwind(AssertUnwindSafe(Box::pin(handler.dispatch(call.method, args))));
     let mut deadline = call.deadline.map(|d| Sleep::until(&team, d));
     let response = {
@@ -365,5 +381,7 @@ async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: 
         .await
     };
     drop(work);
+    let t = cost::record(Side::Server, Stage::Handler, t);
     let _ = call.reply_raw(&response);
+    cost::record(Side::Server, Stage::Reply, t);
 }

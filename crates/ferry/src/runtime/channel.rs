@@ -42,6 +42,8 @@ pub(crate) struct RxState {
     pub ready: Option<(Header, Vec<u8>)>,
     /// Skipping the remaining pieces of a message refused as too large.
     pub discarding: bool,
+    /// Cost accounting: when the frame being routed was picked up.
+    pub since: Option<std::time::Instant>,
 }
 
 impl Channel {

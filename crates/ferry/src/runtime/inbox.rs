@@ -16,6 +16,8 @@ pub(crate) struct Incoming {
     pub header: Header,
     pub payload: super::payload::Payload,
     pub channel: Option<Arc<Channel>>,
+    /// Cost accounting: when it was queued (only while recording).
+    pub arrived: Option<std::time::Instant>,
 }
 
 pub(crate) struct Inbox {

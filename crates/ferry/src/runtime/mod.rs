@@ -623,6 +623,7 @@ impl TeamInner {
         let mut taken = 0;
         let mut violation = None;
         while taken < 64 {
+            rx.since = crate::cost::start();
             let got = ch.transport.try_recv(&mut |h, payload| self.route(ch, rx, h, payload, &mut violation));
             if let Some(v) = violation.take() {
                 return Err(v);
@@ -739,7 +740,8 @@ impl TeamInner {
         let inbox = &rx.last_inbox.as_ref().unwrap().1;
         // The channel goes with the message only if an answer will travel back on it.
         let answer_on = (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone());
-        match inbox.offer(|| Incoming { header: *h, payload: payload(), channel: answer_on }) {
+        let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
+        match inbox.offer(|| Incoming { header: *h, payload: payload(), channel: answer_on, arrived }) {
             Offer::Accepted => {
                 if h.checkpoint() == Checkpoint::OnReceipt {
                     self.ack(ch, h, Checkpoint::OnReceipt);
