@@ -42,12 +42,13 @@ pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
 pub use report::{CaseResult, Report};
 pub use shm::ShmRegion;
 pub use stats::Stats;
-pub use suites::{all_cases, pingpong, pingpong_cases, BenchArgs};
+pub use suites::{all_cases, pingpong, pingpong_cases, rpc, BenchArgs};
 
 /// First thing in `main()` of a binary that runs suites: if this process is
 /// a benchmark's second process, play that part and exit.
 pub fn child_main() {
     memory::idle_child_if_requested();
+    ferry_rpc::breakdown_child_if_requested();
     child_main_if_requested(&all_cases());
 }
 

@@ -32,7 +32,7 @@ impl BenchArgs {
 /// Every case of every suite: what a re-executed child may be asked to run.
 pub fn all_cases() -> Vec<Case> {
     let mut v = pingpong_cases();
-    v.extend(crate::ferry_rpc::cases());
+    v.extend(rpc::cases());
     v
 }
 
@@ -97,6 +97,53 @@ pub mod pingpong {
         ];
         let mut report = super::run("pingpong", pingpong_cases(), args, BASELINE, &targets);
         report.extra.insert("memory".into(), crate::memory::report());
+        print(&report, args, BASELINE);
+        Ok(())
+    }
+}
+
+pub mod rpc {
+    use super::*;
+
+    pub const BASELINE: &str = "floor.spin.two_line";
+
+    /// The RPC suite: the floor, the peers, ferry's cases.
+    pub fn cases() -> Vec<Case> {
+        let floors = crate::floors::cases();
+        let mut v: Vec<Case> = floors.into_iter().filter(|c| c.name == BASELINE).collect();
+        #[cfg(feature = "iceoryx2")]
+        v.push(crate::iceoryx2_peer::case());
+        v.extend(crate::rpc_peers::cases());
+        v.extend(crate::ferry_rpc::cases());
+        v
+    }
+
+    /// `ferry bench rpc`.
+    pub fn run(args: &BenchArgs, breakdown: bool) -> ferry::Result<()> {
+        if breakdown {
+            let b = crate::ferry_rpc::breakdown(20_000)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&b).unwrap());
+            } else {
+                println!("where a null call's time goes (ferry.shm, 20000 calls, means):\n{}", b.table());
+            }
+            return Ok(());
+        }
+        let targets = [
+            ("ferry.shm.null", BASELINE, 2.5),
+            ("ferry.shm.null", "iceoryx2.req_resp", 1.0 / 2.5),
+            ("ferry.shm.null", "tonic.uds.null", 1.0 / 50.0),
+            ("ferry.shm.null", "zmq.ipc.null", 1.0 / 20.0),
+            ("ferry.shm.tasks8", BASELINE, 200.0 / 330.0),
+        ];
+        let mut report = super::run("rpc", cases(), args, BASELINE, &targets);
+        let throughput: serde_json::Map<String, serde_json::Value> = report
+            .results
+            .iter()
+            .filter(|r| r.name.starts_with("ferry.shm.tasks"))
+            .map(|r| (r.name.clone(), json!({"calls_per_s": 1e9 / r.stats.median})))
+            .collect();
+        report.extra.insert("throughput".into(), serde_json::Value::Object(throughput));
         print(&report, args, BASELINE);
         Ok(())
     }

@@ -32,6 +32,15 @@ enum Command {
 enum BenchSuite {
     /// Two-process port ping-pong beside floors and iceoryx2.
     Pingpong(ferry_bench::BenchArgs),
+    /// RPC: null and 4..1024-byte calls, receipt styles, calling tasks,
+    /// beside raw Unix sockets, iceoryx2, tonic gRPC and ZeroMQ.
+    Rpc {
+        #[command(flatten)]
+        args: ferry_bench::BenchArgs,
+        /// Print where a call's time goes instead (cost accounting on).
+        #[arg(long)]
+        breakdown: bool,
+    },
 }
 
 fn main() {
@@ -43,6 +52,7 @@ fn main() {
         Command::Tour => tour::run(),
         Command::TourChild => tour::child(),
         Command::Bench { suite: BenchSuite::Pingpong(args) } => ferry_bench::pingpong::run(&args),
+        Command::Bench { suite: BenchSuite::Rpc { args, breakdown } } => ferry_bench::rpc::run(&args, breakdown),
         Command::Names => list_names(),
     };
     if let Err(e) = result {

@@ -39,7 +39,7 @@ pub fn run() -> Result<()> {
         .env("FERRY_RUNTIME_DIR", &dir)
         .stdin(Stdio::piped())
         .spawn()
-        .map_err(ferry_io("start the second process"))?;
+        .map_err(ferry::Error::io("start the second process"))?;
     let team = Team::builder().runtime_dir(&dir).spin(Duration::from_micros(200)).start()?;
     let result = tour(&team);
     team.shutdown();
@@ -161,10 +161,6 @@ fn wait_for_name(team: &Team, name: &str) -> Result<ferry::EndpointId> {
 
 fn tempdir() -> Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("ferry-tour-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(ferry_io("create the tour's runtime dir"))?;
+    std::fs::create_dir_all(&dir).map_err(ferry::Error::io("create the tour's runtime dir"))?;
     Ok(dir)
-}
-
-fn ferry_io(context: &'static str) -> impl FnOnce(std::io::Error) -> ferry::Error {
-    move |source| ferry::Error::Io { context, source }
 }

@@ -63,7 +63,8 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(context: &'static str) -> impl FnOnce(io::Error) -> Error {
+    /// Wraps an I/O error with what was being done: `.map_err(Error::io("bind socket"))`.
+    pub fn io(context: &'static str) -> impl FnOnce(io::Error) -> Error {
         move |source| Error::Io { context, source }
     }
 }
