@@ -151,6 +151,15 @@ macro_rules! shm_case {
     }};
 }
 
+macro_rules! inproc_case {
+    ($name:literal, $call:expr) => {{
+        fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+            inproc(peer, p, $call)
+        }
+        Case { name: $name, parent, child: no_child }
+    }};
+}
+
 fn null_call(c: &BenchClient) {
     c.null_blocking().unwrap()
 }
@@ -168,9 +177,15 @@ pub fn cases() -> Vec<Case> {
         shm_case!("ferry.shm.arg512", Mode::Spin, false, 4, arg_call(512)),
         shm_case!("ferry.shm.arg1024", Mode::Spin, false, 4, arg_call(1024)),
         shm_case!("ferry.shm.parked.null", Mode::Parked, false, 40, null_call),
+        shm_case!("ferry.shm.parked.arg4", Mode::Parked, false, 40, arg_call(4)),
+        shm_case!("ferry.shm.parked.arg256", Mode::Parked, false, 40, arg_call(256)),
+        shm_case!("ferry.shm.parked.arg512", Mode::Parked, false, 40, arg_call(512)),
         shm_case!("ferry.shm.parked.arg1024", Mode::Parked, false, 40, arg_call(1024)),
-        Case { name: "ferry.inproc.null", parent: inproc_null, child: no_child },
-        Case { name: "ferry.inproc.arg1024", parent: inproc_arg1024, child: no_child },
+        inproc_case!("ferry.inproc.null", null_call),
+        inproc_case!("ferry.inproc.arg4", arg_call(4)),
+        inproc_case!("ferry.inproc.arg256", arg_call(256)),
+        inproc_case!("ferry.inproc.arg512", arg_call(512)),
+        inproc_case!("ferry.inproc.arg1024", arg_call(1024)),
         shm_case!("ferry.shm.implicit.null", Mode::Spin, false, 4, null_call),
         shm_case!("ferry.shm.implicit.bigop", Mode::Spin, false, 4, bigop),
         shm_case!("ferry.shm.explicit.null", Mode::Spin, true, 4, null_call),
@@ -210,14 +225,6 @@ fn inproc(peer: &mut Peer, p: &Params, call: impl Fn(&BenchClient)) -> Vec<f64> 
     server.shutdown();
     let _ = std::fs::remove_dir_all(runtime_dir(&peer.run_id));
     samples
-}
-
-fn inproc_null(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    inproc(peer, p, null_call)
-}
-
-fn inproc_arg1024(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    inproc(peer, p, arg_call(1024))
 }
 
 fn tasks_child(ctx: &ChildCtx) {

@@ -141,7 +141,11 @@ pub mod rpc {
             .results
             .iter()
             .filter(|r| r.name.starts_with("ferry.shm.tasks"))
-            .map(|r| (r.name.clone(), json!({"calls_per_s": 1e9 / r.stats.median})))
+            .map(|r| {
+                let tasks: f64 = r.name.trim_start_matches("ferry.shm.tasks").parse().unwrap_or(1.0);
+                // Each task has one call in flight: a call's latency is T times the time per call.
+                (r.name.clone(), json!({"calls_per_s": 1e9 / r.stats.median, "latency_ns": tasks * r.stats.median}))
+            })
             .collect();
         report.extra.insert("throughput".into(), serde_json::Value::Object(throughput));
         print(&report, args, BASELINE);

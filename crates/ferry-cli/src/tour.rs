@@ -34,19 +34,29 @@ fn show(what: &str, ns: f64) {
 pub fn run() -> Result<()> {
     let dir = tempdir()?;
     println!("ferry tour — two processes on this machine, runtime dir {}", dir.display());
-    let mut child = Command::new(std::env::current_exe().expect("own path"))
+    let child = Command::new(std::env::current_exe().expect("own path"))
         .arg("tour-child")
         .env("FERRY_RUNTIME_DIR", &dir)
         .stdin(Stdio::piped())
         .spawn()
         .map_err(ferry::Error::io("start the second process"))?;
+    let _child = KillOnDrop(child);
     let team = Team::builder().runtime_dir(&dir).spin(Duration::from_micros(200)).start()?;
     let result = tour(&team);
     team.shutdown();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(_child);
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// The second process never outlives the tour, even if the tour fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn tour(team: &Team) -> Result<()> {
@@ -129,6 +139,8 @@ fn tour(team: &Team) -> Result<()> {
 
 /// The second process: echoes every call; on "die" it exits abruptly mid-call.
 pub fn child() -> Result<()> {
+    // Die with the tour, whatever happens to it.
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let team = Team::builder().spin(Duration::from_micros(200)).start()?;
     let port = team.open_named_raw_port("tour.echo")?;
     let mut dying = false;

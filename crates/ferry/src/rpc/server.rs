@@ -80,8 +80,9 @@ pub struct IncomingCall {
     cancel: CancelToken,
     /// Cost accounting: when the request reached the endpoint.
     arrived: Option<Instant>,
-    /// Keeps the "peer cancelled this call" hook registered while the call lives.
-    _hook: Option<CancelGuard>,
+    /// Keeps the "peer cancelled this call" hook registered while the call
+    /// lives; made when the call first needs it (see `watch_cancel`).
+    hook: Option<CancelGuard>,
     service: Arc<ServiceDescriptor>,
 }
 
@@ -114,6 +115,19 @@ impl IncomingCall {
     /// Cancelled when the caller gives up on the call.
     pub fn cancel_token(&self) -> &CancelToken {
         &self.cancel
+    }
+
+    /// Makes the caller's cancel (a `Cancel` frame) reach `cancel_token`.
+    /// Done lazily: a call answered at once never needs it.
+    fn watch_cancel(&mut self, team: &Arc<TeamInner>) {
+        if self.hook.is_some() {
+            return;
+        }
+        if let Some(r) = &self.responder {
+            let (h, ch) = r.key();
+            let token = self.cancel.clone();
+            self.hook = Some(team.on_cancel(ch, h.call_id, Box::new(move || token.cancel())));
+        }
     }
 
     /// Whether the caller waits for an answer (one-way calls do not).
@@ -222,6 +236,8 @@ impl ServiceEndpoint {
                     c.reply_ok(&())?;
                     continue;
                 }
+                let mut c = c;
+                c.watch_cancel(&self.team.inner);
                 return Ok(c);
             }
             match self.next_request().await? {
@@ -243,7 +259,7 @@ impl ServiceEndpoint {
             while let Ok(r) = self.next_request().await {
                 let (inner, h) = (self.team.inner.clone(), handler.clone());
                 match r {
-                    Request2::One(c) => drop(self.team.spawn(run_call(inner, h, c))),
+                    Request2::One(c) => run_or_spawn(&self.team, &handler, c),
                     Request2::Batch(v) => drop(self.team.spawn(async move {
                         for c in v {
                             run_call(inner.clone(), h.clone(), c).await;
@@ -315,21 +331,15 @@ impl ServiceEndpoint {
         deadline: Option<Instant>,
         responder: Option<Responder>,
     ) -> IncomingCall {
-        let cancel = CancelToken::default();
-        let hook = responder.as_ref().map(|r| {
-            let (h, ch) = r.key();
-            let token = cancel.clone();
-            self.team.inner.on_cancel(ch, h.call_id, Box::new(move || token.cancel()))
-        });
         IncomingCall {
             method,
             args,
             from,
             deadline,
             responder,
-            cancel,
+            cancel: CancelToken::default(),
             arrived: None,
-            _hook: hook,
+            hook: None,
             service: self.descriptor.clone(),
         }
     }
@@ -346,9 +356,45 @@ impl Drop for Serving {
     }
 }
 
-/// Runs one call to the end: the handler, unless it panics (the caller
-/// gets `HandlerPanicked`), is cancelled by the caller, or outlives its
-/// deadline — then its future is dropped, which stops it at its next await.
+/// Implicit receipt without paying for a task when none is needed: the
+/// handler is polled once here; only if it has to wait does it get a task
+/// of its own (and the cancel and deadline watch that goes with it).
+fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, mut call: IncomingCall) {
+    if call.method == envelope::FLUSH {
+        let _ = call.reply_ok(&());
+        return;
+    }
+    if call.deadline.is_some_and(|d| Instant::now() >= d) {
+        let _ = call.reply_raw(&envelope::status(envelope::DEADLINE, ""));
+        return;
+    }
+    let args = std::mem::take(&mut call.args);
+    let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
+    let mut work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, args)));
+    // A no-op waker: if the handler is not done, its task polls it again at
+    // once with a real waker, and futures must use the latest one.
+    let mut cx = std::task::Context::from_waker(Waker::noop());
+    match Pin::new(&mut work).poll(&mut cx) {
+        Poll::Ready(r) => {
+            let response = handler_response(r);
+            let t = cost::record(Side::Server, Stage::Handler, t);
+            let _ = call.reply_raw(&response);
+            cost::record(Side::Server, Stage::Reply, t);
+        }
+        Poll::Pending => drop(team.spawn(finish_call(team.inner.clone(), call, work, t))),
+    }
+}
+
+type Work = CatchUnwind<dyn Future<Output = Vec<u8>> + Send>;
+
+fn handler_response(r: std::thread::Result<Vec<u8>>) -> Vec<u8> {
+    match r {
+        Ok(response) => response,
+        Err(p) => envelope::status(envelope::PANICKED, &panic_message(&*p)),
+    }
+}
+
+/// Runs one call to the end in its own task.
 async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: IncomingCall) {
     if call.method == envelope::FLUSH {
         let _ = call.reply_ok(&());
@@ -356,17 +402,22 @@ async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: 
     }
     let args = std::mem::take(&mut call.args);
     let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let mut work = CatchUnwind(AssertUnwindSafe(Box::pin(handler.dispatch(call.method, args))));
+    let work = CatchUnwind(AssertUnwindSafe(handler.dispatch(call.method, args)));
+    finish_call(team, call, work, t).await
+}
+
+/// Drives a handler to the end unless it panics (the caller gets
+/// `HandlerPanicked`), is cancelled by the caller, or outlives its deadline
+/// — then its future is dropped, which stops it at its next await.
+async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Work, t: Option<Instant>) {
+    call.watch_cancel(&team);
     let mut deadline = call.deadline.map(|d| Sleep::until(&team, d));
     let response = {
         let cancelled = call.cancel.cancelled();
         let mut cancelled = std::pin::pin!(cancelled);
         poll_fn(|cx| {
             if let Poll::Ready(r) = Pin::new(&mut work).poll(cx) {
-                return Poll::Ready(match r {
-                    Ok(response) => response,
-                    Err(p) => envelope::status(envelope::PANICKED, &panic_message(&*p)),
-                });
+                return Poll::Ready(handler_response(r));
             }
             if cancelled.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(envelope::status(envelope::CANCELLED, ""));

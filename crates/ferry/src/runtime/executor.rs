@@ -185,9 +185,9 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Polls the inner future, turning a panic into `Err`.
-pub(crate) struct CatchUnwind<F>(pub AssertUnwindSafe<Pin<Box<F>>>);
+pub(crate) struct CatchUnwind<F: ?Sized>(pub AssertUnwindSafe<Pin<Box<F>>>);
 
-impl<F: Future> Future for CatchUnwind<F> {
+impl<F: Future + ?Sized> Future for CatchUnwind<F> {
     type Output = std::thread::Result<F::Output>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let inner = &mut self.0;
