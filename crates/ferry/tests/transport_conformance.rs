@@ -650,7 +650,7 @@ mod shm_corrupt_peer {
     /// Ring size used here, unlike any other case, so fewer memfds match.
     const CAP: usize = 8192;
     const RING0: usize = 4096;
-    const HEAD0: usize = 64;
+    const HEAD0: usize = 128;
     const STAMP: usize = 8;
     const HEADER_LEN: usize = ferry::wire::HEADER_LEN;
 

@@ -36,6 +36,12 @@ pub trait Dispatch: Send + Sync + 'static {
 #[derive(Clone, Default)]
 pub struct CancelToken(Arc<CancelState>);
 
+impl std::fmt::Debug for CancelToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CancelToken(cancelled: {})", self.is_cancelled())
+    }
+}
+
 #[derive(Default)]
 struct CancelState {
     cancelled: AtomicBool,
@@ -77,7 +83,8 @@ pub struct IncomingCall {
     from: EndpointId,
     deadline: Option<Instant>,
     responder: Option<Responder>,
-    cancel: CancelToken,
+    /// Made with the cancel hook, when the call first needs them.
+    cancel: Option<CancelToken>,
     /// Cost accounting: when the request reached the endpoint.
     arrived: Option<Instant>,
     /// Keeps the "peer cancelled this call" hook registered while the call
@@ -112,22 +119,26 @@ impl IncomingCall {
         self.deadline
     }
 
-    /// Cancelled when the caller gives up on the call.
-    pub fn cancel_token(&self) -> &CancelToken {
-        &self.cancel
+    /// Cancelled when the caller gives up on the call (calls from `accept`
+    /// and handlers that wait have one; a call answered at once does not).
+    pub fn cancel_token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
     }
 
-    /// Makes the caller's cancel (a `Cancel` frame) reach `cancel_token`.
+    /// Makes the caller's cancel (a `Cancel` frame) reach the cancel token.
     /// Done lazily: a call answered at once never needs it.
-    fn watch_cancel(&mut self, team: &Arc<TeamInner>) {
-        if self.hook.is_some() {
-            return;
+    fn watch_cancel(&mut self, team: &Arc<TeamInner>) -> CancelToken {
+        if let Some(t) = &self.cancel {
+            return t.clone();
         }
+        let token = CancelToken::default();
         if let Some(r) = &self.responder {
             let (h, ch) = r.key();
-            let token = self.cancel.clone();
-            self.hook = Some(team.on_cancel(ch, h.call_id, Box::new(move || token.cancel())));
+            let t = token.clone();
+            self.hook = Some(team.on_cancel(ch, h.call_id, Box::new(move || t.cancel())));
         }
+        self.cancel = Some(token.clone());
+        token
     }
 
     /// Whether the caller waits for an answer (one-way calls do not).
@@ -337,7 +348,7 @@ impl ServiceEndpoint {
             from,
             deadline,
             responder,
-            cancel: CancelToken::default(),
+            cancel: None,
             arrived: None,
             hook: None,
             service: self.descriptor.clone(),
@@ -410,10 +421,10 @@ async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: 
 /// `HandlerPanicked`), is cancelled by the caller, or outlives its deadline
 /// — then its future is dropped, which stops it at its next await.
 async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Work, t: Option<Instant>) {
-    call.watch_cancel(&team);
+    let token = call.watch_cancel(&team);
     let mut deadline = call.deadline.map(|d| Sleep::until(&team, d));
     let response = {
-        let cancelled = call.cancel.cancelled();
+        let cancelled = token.cancelled();
         let mut cancelled = std::pin::pin!(cancelled);
         poll_fn(|cx| {
             if let Poll::Ready(r) = Pin::new(&mut work).poll(cx) {

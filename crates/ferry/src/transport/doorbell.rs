@@ -19,9 +19,10 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
 pub const DOORBELL_LEN: usize = 4096;
+// 128 bytes apart: cores fetch cache lines in pairs.
 const SEQ: usize = 0;
-const POLLERS: usize = 64;
-const SLEEPERS: usize = 128;
+const POLLERS: usize = 128;
+const SLEEPERS: usize = 256;
 
 pub struct Doorbell {
     map: Mapping,

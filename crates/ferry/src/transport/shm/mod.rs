@@ -11,10 +11,13 @@
 //! | offset | what |
 //! |---|---|
 //! | 0 | magic `FERRYSHM`, version u32, cap u32 |
-//! | 64 | ring 0 head (connector → acceptor), own cache line |
-//! | 128 | ring 0 writer-waiting flag |
-//! | 192 | ring 1 head (acceptor → connector) |
-//! | 256 | ring 1 writer-waiting flag |
+//! | 128 | ring 0 head (connector → acceptor) |
+//! | 256 | ring 0 writer-waiting flag |
+//! | 384 | ring 1 head (acceptor → connector) |
+//! | 512 | ring 1 writer-waiting flag |
+//!
+//! Each word has 128 bytes to itself: Intel cores fetch cache lines in
+//! pairs, so 64 bytes apart would still share traffic.
 //! | 4096 | ring 0 cells |
 //! | 4096 + cap | ring 1 cells |
 
@@ -35,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const MAGIC: &[u8; 8] = b"FERRYSHM";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_AREA: usize = 4096;
 const HELLO: &[u8; 8] = b"FERRYHI1";
 const WELCOME: &[u8; 8] = b"FERRYOK1";
@@ -85,10 +88,10 @@ impl ShmEnd {
         // so every offset below is in bounds and suitably aligned.
         let (ring0, ring1, wait0, wait1) = unsafe {
             (
-                RingMem { data: base.add(HEADER_AREA), cap, head: base.add(64) as *const AtomicU64 },
-                RingMem { data: base.add(HEADER_AREA + cap), cap, head: base.add(192) as *const AtomicU64 },
-                base.add(128) as *const AtomicU32,
+                RingMem { data: base.add(HEADER_AREA), cap, head: base.add(128) as *const AtomicU64 },
+                RingMem { data: base.add(HEADER_AREA + cap), cap, head: base.add(384) as *const AtomicU64 },
                 base.add(256) as *const AtomicU32,
+                base.add(512) as *const AtomicU32,
             )
         };
         let (tx, rx, tx_waiting, rx_waiting) = match side {
