@@ -1,11 +1,46 @@
 //! `ferry tour`: starts a second process and walks through the primitives
 //! between the two, printing what each costs.
 
+use ferry::rpc::RpcError;
 use ferry::{Checkpoint, Result, Team};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const ROUNDS: usize = 2000;
+
+/// The tour's RPC service, served by the second process.
+#[ferry::service]
+pub trait Greeter {
+    async fn greet(&self, name: String) -> String;
+    async fn divide(&self, a: i64, b: i64) -> std::result::Result<i64, String>;
+    async fn nap(&self, ms: u64);
+    async fn count(&self, n: u64);
+}
+
+mod older {
+    /// The same service as an older client knew it: refused at bind.
+    #[ferry::service]
+    pub trait Greeter {
+        async fn greet(&self, name: String, polite: bool) -> String;
+    }
+}
+
+struct GreeterImpl {
+    team: Team,
+}
+
+impl Greeter for GreeterImpl {
+    async fn greet(&self, name: String) -> String {
+        format!("hello, {name}")
+    }
+    async fn divide(&self, a: i64, b: i64) -> std::result::Result<i64, String> {
+        a.checked_div(b).ok_or_else(|| format!("cannot divide {a} by {b}"))
+    }
+    async fn nap(&self, ms: u64) {
+        self.team.sleep(Duration::from_millis(ms)).await
+    }
+    async fn count(&self, _n: u64) {}
+}
 
 /// Median of `rounds` timings of `f`, in nanoseconds.
 fn median_ns(rounds: usize, mut f: impl FnMut()) -> f64 {
@@ -112,6 +147,8 @@ fn tour(team: &Team) -> Result<()> {
         show(&format!("{} KiB one way, OnReceipt ({gbps:.2} GB/s)", size >> 10), ns);
     }
 
+    rpc_tour(team)?;
+
     println!("\nbackpressure: Immediate sends into a receiver that does not keep up");
     let mut sent = 0;
     let err = loop {
@@ -133,7 +170,47 @@ fn tour(team: &Team) -> Result<()> {
         Err(e) => show(&format!("call failed with \"{e}\" after"), t.elapsed().as_nanos() as f64),
         Ok(_) => println!("  unexpected: the dead peer answered"),
     }
-    println!("\nmore primitives (RPC, links, groups, remote memory, ...) join this tour as they land.");
+    println!("\nmore primitives (links, groups, remote memory, fifos, signals, ...) join this tour as they land.");
+    Ok(())
+}
+
+fn rpc_tour(team: &Team) -> Result<()> {
+    let rpc_err = |e: RpcError| ferry::Error::Refused(e.to_string());
+    println!("\nRPC — #[ferry::service] trait Greeter, served in the other process:");
+    let g = GreeterClient::bind(team, "tour.greeter").map_err(rpc_err)?;
+    show("synchronous call greet(\"ferry\")", median_ns(ROUNDS, || drop(g.greet_blocking("ferry".into()).unwrap())));
+    show(
+        "asynchronous: 100 promises in flight, per call",
+        median_ns(50, || {
+            let calls: Vec<_> = (0..100).map(|_| g.greet("ferry".into())).collect();
+            for c in calls {
+                c.wait().unwrap();
+            }
+        }) / 100.0,
+    );
+    show("one-way count(1), OnReceipt", median_ns(ROUNDS, || g.count_oneway(1, Checkpoint::OnReceipt).unwrap()));
+    show(
+        "batched: 100 one-way calls flushed by one call, per call",
+        median_ns(50, || {
+            for i in 0..100 {
+                g.count_batched(i).unwrap();
+            }
+            g.flush().unwrap();
+        }) / 100.0,
+    );
+    println!("  greet(\"ferry\") = {:?}", g.greet_blocking("ferry".into()).map_err(rpc_err)?);
+    println!("  divide(1, 0) = {:?}", g.divide_blocking(1, 0).unwrap_err());
+    let t = Instant::now();
+    let late = g.with_timeout(Duration::from_millis(20)).nap_blocking(1000);
+    println!(
+        "  nap(1000 ms) with a 20 ms deadline = {:?} after {:?} (the handler is cancelled at the server)",
+        late.unwrap_err(),
+        t.elapsed()
+    );
+    match older::GreeterClient::bind(team, "tour.greeter") {
+        Err(e) => println!("  an older client binding: {e}"),
+        Ok(_) => println!("  unexpected: an older client was accepted"),
+    }
     Ok(())
 }
 
@@ -142,6 +219,7 @@ pub fn child() -> Result<()> {
     // Die with the tour, whatever happens to it.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let team = Team::builder().spin(Duration::from_micros(200)).start()?;
+    let _greeter = GreeterServer::serve(&team, "tour.greeter", GreeterImpl { team: team.clone() })?;
     let port = team.open_named_raw_port("tour.echo")?;
     let mut dying = false;
     loop {
