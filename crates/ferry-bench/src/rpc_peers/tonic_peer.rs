@@ -192,7 +192,8 @@ fn child(ctx: &ChildCtx) {
         let listener = tokio::net::UnixListener::bind(&path).expect("tonic: bind");
         send_byte(&ctx.sock, b'B');
         // The stop signal: the parent's `Q` (or EOF, if it is gone) on the
-        // harness socket.
+        // harness socket. (O_NONBLOCK also applies to `ctx.sock`, a dup of
+        // the same socket: its last use below is a 1-byte write.)
         let sock = ctx.sock.try_clone().expect("dup harness socket");
         sock.set_nonblocking(true).expect("O_NONBLOCK");
         let sock = tokio::net::UnixStream::from_std(sock).expect("harness socket");

@@ -11,7 +11,7 @@ use crate::runtime::channel::Channel;
 use crate::runtime::inbox::{Inbox, Incoming};
 use crate::runtime::payload::Payload;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
-use crate::wire::{codec, Checkpoint, Header, NackReason};
+use crate::wire::{codec, Checkpoint, Header, Kind, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
@@ -95,7 +95,11 @@ impl RawPort {
 
     /// Receives the next message, blocking this thread (spin, then park).
     pub fn recv_blocking(&self) -> Result<RawMessage> {
-        idle::block_on(&self.team, self.recv())
+        let got = idle::wait_until(&self.team, |cx| match cx {
+            None => self.inbox.poll_pop_now(),
+            Some(cx) => self.inbox.poll_pop(cx),
+        });
+        got.map(|m| take(&self.team, m)).ok_or(Error::Shutdown)
     }
 
     /// Receives with a time limit: `DeadlineExceeded` when it passes.
@@ -283,6 +287,12 @@ impl RawSender {
 
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
+        if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
+            if let Some(ch) = self.channel.get().filter(|c| !c.is_gone()) {
+                let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap(), self.to, 0);
+                return self.team.send_immediate(ch, h, bytes).map(|()| Vec::new());
+            }
+        }
         let mut d = self.send_async(bytes, checkpoint);
         match d.take_ready() {
             Some(r) => r,

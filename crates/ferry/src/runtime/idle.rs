@@ -2,7 +2,9 @@
 //! fire timers, spin a bounded time, then sleep on the team's doorbell.
 //! Both `block_on` (threads outside the runtime) and processors use it.
 
+use super::channel::Channel;
 use super::TeamInner;
+use arc_swap::{ArcSwap, Cache};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +15,8 @@ use std::time::Instant;
 /// Counts this thread as a poller of the team's channels while alive.
 pub(crate) struct Idle<'a> {
     team: &'a TeamInner,
+    /// The team's channel list, revalidated with one load per turn.
+    channels: Cache<&'a ArcSwap<Vec<Arc<Channel>>>, Arc<Vec<Arc<Channel>>>>,
     spin_started: Option<Instant>,
     spins: u32,
     until: Option<Instant>,
@@ -21,7 +25,7 @@ pub(crate) struct Idle<'a> {
 impl<'a> Idle<'a> {
     pub fn new(team: &'a TeamInner) -> Idle<'a> {
         team.doorbell.enter_polling();
-        Idle { team, spin_started: None, spins: 0, until: None }
+        Idle { team, channels: Cache::new(&team.channels), spin_started: None, spins: 0, until: None }
     }
 
     /// Never sleeps past `deadline`.
@@ -38,7 +42,7 @@ impl<'a> Idle<'a> {
         let team = self.team;
         self.spins = self.spins.wrapping_add(1);
         // Timers are looked at every 16th turn: reading the clock costs as much as a poll.
-        if team.progress() || (self.spins % 16 == 0 && team.timers.fire()) {
+        if team.progress_on(self.channels.load()) || (self.spins % 16 == 0 && team.timers.fire()) {
             self.spin_started = None;
             return;
         }
@@ -135,6 +139,43 @@ pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
         }
         while !tw.woken.swap(false, Ordering::AcqRel) {
             idle.step(&|| tw.woken.load(Ordering::SeqCst), &|p| tw.parked.store(p, Ordering::SeqCst));
+        }
+    }
+}
+
+/// Waits on this thread for `attempt` to be ready, driving the team's
+/// channels meanwhile. While spinning, `attempt(None)` just looks; only
+/// before sleeping is it called with a context, to register this thread's
+/// waker. So a message that arrives while the thread spins costs no waker
+/// traffic at all.
+pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>) -> T {
+    let attempt = std::cell::RefCell::new(attempt);
+    if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
+        return v;
+    }
+    let (tw, waker) = thread_waker(team);
+    tw.woken.store(false, Ordering::Relaxed);
+    let got = std::cell::Cell::new(None);
+    let mut idle = Idle::new(team);
+    loop {
+        idle.step(
+            &|| {
+                let mut cx = Context::from_waker(&waker);
+                match (attempt.borrow_mut())(Some(&mut cx)) {
+                    Poll::Ready(v) => {
+                        got.set(Some(v));
+                        true
+                    }
+                    Poll::Pending => tw.woken.load(Ordering::SeqCst),
+                }
+            },
+            &|p| tw.parked.store(p, Ordering::SeqCst),
+        );
+        if let Some(v) = got.take() {
+            return v;
+        }
+        if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
+            return v;
         }
     }
 }

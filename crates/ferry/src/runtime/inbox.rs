@@ -72,6 +72,20 @@ impl Inbox {
         m
     }
 
+    /// Pops a message without registering anyone: `Ready(None)` once closed and empty.
+    pub fn poll_pop_now(&self) -> Poll<Option<Incoming>> {
+        let mut s = self.state.lock();
+        if let Some(m) = s.queue.pop_front() {
+            self.made_room(&mut s, true);
+            return Poll::Ready(Some(m));
+        }
+        if s.closed {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    }
+
     fn made_room(&self, s: &mut State, popped: bool) {
         if popped && s.refused {
             s.refused = false;

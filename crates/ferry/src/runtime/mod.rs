@@ -251,7 +251,7 @@ pub(crate) struct TeamInner {
     next_slot: AtomicU32,
     /// Every channel the progress loop drains, the loop-back first. Read
     /// lock-free at every idle turn; replaced whole when a channel comes or goes.
-    channels: ArcSwap<Vec<Arc<Channel>>>,
+    pub(crate) channels: ArcSwap<Vec<Arc<Channel>>>,
     /// The channel used to send to each peer team.
     peers: Mutex<HashMap<u32, Arc<Channel>>>,
     connecting: Mutex<()>,
@@ -515,9 +515,7 @@ impl TeamInner {
         let mut header = Header::new(Kind::Data, src, dst, 0).with_checkpoint(checkpoint);
         header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
         if checkpoint == Checkpoint::Immediate {
-            let sent = self.send_message(ch, header, payload, false, None);
-            self.hand_off(ch);
-            return match sent {
+            return match self.send_immediate(ch, header, payload) {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
@@ -567,9 +565,15 @@ impl TeamInner {
 
     /// Drains every channel once. Returns whether anything was received.
     pub fn progress(&self) -> bool {
+        let channels = self.channels.load_full();
+        self.progress_on(&channels)
+    }
+
+    /// `progress` over a snapshot of the channel list (an idle thread keeps
+    /// one and revalidates it with a single load per turn).
+    pub fn progress_on(&self, channels: &[Arc<Channel>]) -> bool {
         let mut did = false;
         let mut finished = Vec::new();
-        let channels = self.channels.load();
         for ch in channels.iter() {
             if !ch.needs_attention() {
                 continue;
@@ -588,11 +592,17 @@ impl TeamInner {
                 finished.push(ch.clone());
             }
         }
-        drop(channels);
         for ch in finished {
             self.finish_channel(&ch);
         }
         did
+    }
+
+    /// An `Immediate` send: buffered in the channel now, or `WouldBlock`.
+    pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: &[u8]) -> Result<()> {
+        let sent = self.send_message(ch, header, payload, false, None);
+        self.hand_off(ch);
+        sent
     }
 
     /// Same-team send: the sender puts the message into its inbox itself
