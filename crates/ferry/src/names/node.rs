@@ -459,6 +459,12 @@ impl NodeNames {
         team_alive(&self.dir, team)
     }
 
+    /// Whether `team` (alive or dead) has a lock file here: a team that
+    /// left cleanly removed it with everything else.
+    pub fn team_has_files(&self, team: u32) -> bool {
+        team <= MAX_TEAM && self.dir.team_lock(team).exists()
+    }
+
     /// If `team` is dead, removes every name bound to it, its socket file and
     /// its lock file. No-op while it is alive.
     pub fn sweep_team(&self, team: u32) {

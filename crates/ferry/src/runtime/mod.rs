@@ -902,6 +902,9 @@ impl TeamInner {
 /// before the kernel drops its lock, so if it still looks alive, a short
 /// background retry finishes the job.
 fn sweep_dead_team(names: &NodeNames, team: u32) {
+    if !names.team_has_files(team) {
+        return; // it left cleanly
+    }
     if !names.team_alive(team) {
         names.sweep_team(team);
         return;
