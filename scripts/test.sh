@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of ferry: unit tests, the transport
-# conformance suite, the port suite, cross-process tests (real child
-# processes, SIGKILL, leak checks) and the benchmark harness's smoke test.
-# Needs only a Rust toolchain; installs nothing else so far.
+# conformance suite, the port and RPC suites, cross-process tests (real
+# child processes, SIGKILL, leak checks) and the benchmark harness's smoke
+# test. Needs only a Rust toolchain; installs nothing else so far.
+# Ends with one line: "ferry: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Spinning tests on a 2-core machine: run test binaries one at a time,
+# Spinning tests on a 2-core machine: test binaries run one at a time,
 # tests inside a binary on 2 threads.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-2}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
 cargo build --workspace --all-targets --locked
-cargo test --workspace --locked -- --test-threads="$RUST_TEST_THREADS"
+status=0
+cargo test --workspace --locked --no-fail-fast -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee "$log" || status=$?
+
+# Totals over every test binary (libtest's "test result" lines and the
+# harness-less smoke test's "smoke: N passed, N failed").
+awk '
+    /^test result: / { p += $4; f += $6 }
+    /^smoke: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
+    END { printf "ferry: %d passed, %d failed\n", p, f }
+' "$log"
+exit "$status"
