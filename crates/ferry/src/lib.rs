@@ -16,6 +16,8 @@ pub mod port;
 pub mod rpc;
 pub mod runtime;
 pub(crate) mod sys;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod transport;
 pub mod wire;
 

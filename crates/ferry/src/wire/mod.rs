@@ -223,6 +223,23 @@ mod tests {
         assert!(d.more());
     }
 
+    /// Peer input: random and nearly valid frames never panic, and whatever
+    /// decodes re-encodes to the same bytes.
+    #[test]
+    fn decode_survives_random_and_mutated_frames() {
+        let mut rng = crate::testing::Rng::new(1);
+        let valid = frame(&Header::new(Kind::Data, EndpointId::new(1, 2, 3).unwrap(), EndpointId::NONE, 7), b"xyz");
+        for i in 0..200_000 {
+            let input = if i % 2 == 0 { rng.bytes(64) } else { rng.mutate(&valid) };
+            if let Ok(h) = Header::decode(&input) {
+                let mut again = [0u8; HEADER_LEN];
+                h.encode(&mut again);
+                assert_eq!(&again[..], &input[..HEADER_LEN], "decode/encode changed a header");
+                assert_eq!(h.len as usize, input.len() - HEADER_LEN);
+            }
+        }
+    }
+
     #[test]
     fn header_rejects_garbage() {
         let h = Header::new(Kind::Ack, EndpointId::NONE, EndpointId::NONE, 1);
