@@ -118,7 +118,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         };
         quote! {
             #i => {
-                let (#(#names,)*): (#(#types,)*) = match ::ferry::rpc::__private::decode(&args) {
+                let (#(#names,)*): (#(#types,)*) = match ::ferry::rpc::__private::decode(args) {
                     ::core::result::Result::Ok(v) => v,
                     ::core::result::Result::Err(e) => return e,
                 };
@@ -220,7 +220,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
             fn descriptor(&self) -> ::ferry::rpc::ServiceDescriptor {
                 #client::descriptor()
             }
-            fn dispatch(self: ::std::sync::Arc<Self>, method: u32, args: ::std::vec::Vec<u8>) -> ::ferry::rpc::HandlerFuture {
+            fn dispatch(self: ::std::sync::Arc<Self>, method: u32, args: &[u8]) -> ::ferry::rpc::HandlerFuture {
                 match method {
                     #(#dispatch_arms)*
                     other => ::ferry::rpc::__private::no_such_method(other),

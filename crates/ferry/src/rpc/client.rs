@@ -184,7 +184,7 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
             return Poll::Ready(Err(e));
         }
         let Some(d) = self.delivery.as_mut() else { return Poll::Ready(Err(RpcError::Cancelled)) };
-        match Pin::new(d).poll(cx) {
+        match d.poll_payload(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(r) => {
                 self.delivery = None;

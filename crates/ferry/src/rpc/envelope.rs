@@ -90,7 +90,8 @@ pub fn push_batch_entry(buf: &mut Vec<u8>, count: &mut u32, method: u32, args: &
 }
 
 pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut out = vec![OK];
+    let mut out = Vec::with_capacity(32);
+    out.push(OK);
     match codec::encode_into(value, &mut out) {
         Ok(()) => out,
         Err(e) => status(CODEC, &format!("the result did not encode: {e}")),
@@ -98,7 +99,8 @@ pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 }
 
 pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
-    let mut out = vec![REMOTE];
+    let mut out = Vec::with_capacity(32);
+    out.push(REMOTE);
     match codec::encode_into(err, &mut out) {
         Ok(()) => out,
         Err(e) => status(CODEC, &format!("the error did not encode: {e}")),

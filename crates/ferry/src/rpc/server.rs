@@ -8,6 +8,7 @@ use crate::cost::{self, Side, Stage};
 use crate::error::Result;
 use crate::id::EndpointId;
 use crate::port::{RawMessage, RawPort, Responder};
+use crate::runtime::payload::Payload;
 use crate::runtime::{panic_message, CancelGuard, CatchUnwind, JoinHandle, Sleep, Team, TeamInner};
 use crate::wire::codec;
 use parking_lot::Mutex;
@@ -28,8 +29,8 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 /// The dispatcher a `#[ferry::service]` trait generates (`<Trait>Server`).
 pub trait Dispatch: Send + Sync + 'static {
     fn descriptor(&self) -> ServiceDescriptor;
-    /// Runs method number `method` on encoded `args`.
-    fn dispatch(self: Arc<Self>, method: u32, args: Vec<u8>) -> HandlerFuture;
+    /// Runs method number `method` on encoded `args` (decoded before the future starts).
+    fn dispatch(self: Arc<Self>, method: u32, args: &[u8]) -> HandlerFuture;
 }
 
 /// Tells a handler its call was cancelled (the caller gave up or the deadline passed).
@@ -79,7 +80,7 @@ impl CancelToken {
 /// One call as the server receives it.
 pub struct IncomingCall {
     method: u32,
-    args: Vec<u8>,
+    args: Payload,
     from: EndpointId,
     deadline: Option<Instant>,
     responder: Option<Responder>,
@@ -314,7 +315,7 @@ impl ServiceEndpoint {
                 answer(responder, response);
             }
             Ok(Request::Call { method, args }) => {
-                let call = self.incoming(method, args.to_vec(), msg.from(), deadline, responder);
+                let call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
                 return Some(Request2::One(IncomingCall { arrived, ..call }));
             }
             Ok(Request::Batch(entries)) => {
@@ -325,7 +326,7 @@ impl ServiceEndpoint {
                     .enumerate()
                     .map(|(i, (m, a))| {
                         let r = if i == last { responder.take() } else { None };
-                        self.incoming(m, a.to_vec(), msg.from(), deadline, r)
+                        self.incoming(m, Payload::from_slice(a), msg.from(), deadline, r)
                     })
                     .collect();
                 return Some(Request2::Batch(calls));
@@ -337,7 +338,7 @@ impl ServiceEndpoint {
     fn incoming(
         &self,
         method: u32,
-        args: Vec<u8>,
+        args: Payload,
         from: EndpointId,
         deadline: Option<Instant>,
         responder: Option<Responder>,
@@ -370,7 +371,7 @@ impl Drop for Serving {
 /// Implicit receipt without paying for a task when none is needed: the
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
-fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, mut call: IncomingCall) {
+fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, call: IncomingCall) {
     if call.method == envelope::FLUSH {
         let _ = call.reply_ok(&());
         return;
@@ -379,9 +380,8 @@ fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, mut call: IncomingCa
         let _ = call.reply_raw(&envelope::status(envelope::DEADLINE, ""));
         return;
     }
-    let args = std::mem::take(&mut call.args);
     let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let mut work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, args)));
+    let mut work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, &call.args)));
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
     let mut cx = std::task::Context::from_waker(Waker::noop());
@@ -406,14 +406,13 @@ fn handler_response(r: std::thread::Result<Vec<u8>>) -> Vec<u8> {
 }
 
 /// Runs one call to the end in its own task.
-async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: IncomingCall) {
+async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, call: IncomingCall) {
     if call.method == envelope::FLUSH {
         let _ = call.reply_ok(&());
         return;
     }
-    let args = std::mem::take(&mut call.args);
     let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let work = CatchUnwind(AssertUnwindSafe(handler.dispatch(call.method, args)));
+    let work = CatchUnwind(AssertUnwindSafe(handler.dispatch(call.method, &call.args)));
     finish_call(team, call, work, t).await
 }
 

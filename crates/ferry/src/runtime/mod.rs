@@ -29,6 +29,7 @@ use executor::Executor;
 use inbox::{Inbox, Incoming, Offer};
 use parking_lot::{Mutex, RwLock};
 use payload::Payload;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -208,7 +209,7 @@ impl Team {
 /// A pending send waiting for its checkpoint (an ack, a reply or a nack).
 pub(crate) struct Completion {
     channel: *const Channel,
-    state: Mutex<(Option<Result<Vec<u8>>>, Option<Waker>)>,
+    state: Mutex<(Option<Result<Payload>>, Option<Waker>)>,
 }
 
 // SAFETY: `channel` is only compared as an address, never dereferenced.
@@ -216,7 +217,7 @@ unsafe impl Send for Completion {}
 unsafe impl Sync for Completion {}
 
 impl Completion {
-    fn finish(&self, r: Result<Vec<u8>>) {
+    fn finish(&self, r: Result<Payload>) {
         let mut s = self.state.lock();
         if s.0.is_none() {
             s.0 = Some(r);
@@ -227,7 +228,7 @@ impl Completion {
         }
     }
 
-    pub fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
+    pub fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Result<Payload>> {
         let mut s = self.state.lock();
         match s.0.take() {
             Some(r) => Poll::Ready(r),
@@ -256,10 +257,10 @@ pub(crate) struct TeamInner {
     peers: Mutex<HashMap<u32, Arc<Channel>>>,
     connecting: Mutex<()>,
     loopback: Arc<Channel>,
-    pending: Mutex<HashMap<u64, Arc<Completion>>>,
+    pending: Mutex<FxHashMap<u64, Arc<Completion>>>,
     next_call: AtomicU64,
     /// What to do when a peer cancels one of its calls: keyed by (channel address, call id).
-    cancels: Mutex<HashMap<(usize, u64), Box<dyn FnOnce() + Send>>>,
+    cancels: Mutex<FxHashMap<(usize, u64), Box<dyn FnOnce() + Send>>>,
     shut_down: AtomicBool,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     reactor: reactor::Reactor,
@@ -289,9 +290,9 @@ impl TeamInner {
             peers: Mutex::new(HashMap::new()),
             connecting: Mutex::new(()),
             loopback,
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(FxHashMap::default()),
             next_call: AtomicU64::new(1),
-            cancels: Mutex::new(HashMap::new()),
+            cancels: Mutex::new(FxHashMap::default()),
             shut_down: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             reactor,
@@ -778,7 +779,7 @@ impl TeamInner {
         pending.remove(&h.call_id);
         drop(pending);
         c.finish(match h.kind {
-            Kind::Ack | Kind::Reply => Ok(payload.to_vec()),
+            Kind::Ack | Kind::Reply => Ok(Payload::from_slice(payload)),
             _ => Err(nack_error(h, payload)),
         });
     }
@@ -967,7 +968,7 @@ pub struct Delivery {
 }
 
 enum DeliveryState {
-    Ready(Result<Vec<u8>>),
+    Ready(Result<Payload>),
     Waiting(Waiting),
     Done,
 }
@@ -981,7 +982,7 @@ struct Waiting {
 
 impl Delivery {
     fn done() -> Delivery {
-        Delivery { state: DeliveryState::Ready(Ok(Vec::new())), deadline: None, timer: None }
+        Delivery { state: DeliveryState::Ready(Ok(Payload::from_slice(&[]))), deadline: None, timer: None }
     }
     pub(crate) fn failed(e: Error) -> Delivery {
         Delivery { state: DeliveryState::Ready(Err(e)), deadline: None, timer: None }
@@ -990,7 +991,7 @@ impl Delivery {
     /// The outcome, if known already (an `Immediate` send, or a failure).
     pub fn take_ready(&mut self) -> Option<Result<Vec<u8>>> {
         match std::mem::replace(&mut self.state, DeliveryState::Done) {
-            DeliveryState::Ready(r) => Some(r),
+            DeliveryState::Ready(r) => Some(r.map(Payload::into_vec)),
             other => {
                 self.state = other;
                 None
@@ -1009,7 +1010,14 @@ impl Delivery {
 
 impl Future for Delivery {
     type Output = Result<Vec<u8>>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
+        self.get_mut().poll_payload(cx).map(|r| r.map(Payload::into_vec))
+    }
+}
+
+impl Delivery {
+    /// `poll` without turning a small reply into a `Vec` (RPC decodes it in place).
+    pub(crate) fn poll_payload(&mut self, cx: &mut Context<'_>) -> Poll<Result<Payload>> {
         let w = match std::mem::replace(&mut self.state, DeliveryState::Done) {
             DeliveryState::Ready(r) => return Poll::Ready(r),
             DeliveryState::Done => return Poll::Ready(Err(Error::Cancelled)),
