@@ -46,6 +46,22 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         return Err(syn::Error::new_spanned(&input.generics, "a ferry service trait cannot be generic"));
     }
     let methods = input.items.iter().map(method).collect::<syn::Result<Vec<_>>>()?;
+    // The client has `m`, `m_blocking`, `m_oneway`, `m_batched` per method: no two may meet.
+    let mut taken = std::collections::HashMap::new();
+    for m in &methods {
+        for suffix in ["", "_blocking", "_oneway", "_batched"] {
+            let generated = format!("{}{suffix}", m.name);
+            if let Some(other) = taken.insert(generated.clone(), m.name.to_string()) {
+                return Err(syn::Error::new_spanned(
+                    &m.name,
+                    format!(
+                        "client method `{generated}` of `{}` collides with the one made for `{other}`; rename one",
+                        m.name
+                    ),
+                ));
+            }
+        }
+    }
     let vis = &input.vis;
     let trait_name = &input.ident;
     let attrs = &input.attrs;

@@ -25,6 +25,9 @@ pub trait Calc {
     async fn ticks(&self) -> u64;
     /// Calls back the client's `Notify` service at `to`.
     async fn call_me_back(&self, to: ferry::EndpointId, text: String) -> String;
+    /// The same, with the blocking API inside the handler (the processor
+    /// keeps running other tasks while this one blocks).
+    async fn call_me_back_sync(&self, to: ferry::EndpointId, text: String) -> String;
 }
 
 #[ferry::service]
@@ -74,9 +77,19 @@ impl Calc for CalcImpl {
         let notify = NotifyClient::connect(&self.team, to).await.expect("bind the callback");
         notify.note(format!("{text}!")).await.expect("callback call")
     }
+    async fn call_me_back_sync(&self, to: ferry::EndpointId, text: String) -> String {
+        self.notify_blocking(to, text)
+    }
 }
 
 struct NotifyImpl;
+
+impl CalcImpl {
+    fn notify_blocking(&self, to: ferry::EndpointId, text: String) -> String {
+        let notify = NotifyClient::bind_to(&self.team, to).expect("blocking bind inside a handler");
+        notify.note_blocking(format!("{text}?")).expect("blocking call inside a handler")
+    }
+}
 
 impl Notify for NotifyImpl {
     async fn note(&self, text: String) -> String {
@@ -235,6 +248,12 @@ fn server_calls_back_over_the_same_channel(p: Placement) {
     let _serving = notify.serve(Arc::new(NotifyServer::new(NotifyImpl)));
     let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
     assert_eq!(calc.call_me_back_blocking(notify_id, "hi".into()).unwrap(), "noted hi!");
+    // Blocking calls inside a handler: even with one processor per team
+    // (and one team for both sides) the processor runs the other tasks
+    // (the callback's server) while the handler blocks.
+    let t0 = Instant::now();
+    assert_eq!(calc.call_me_back_sync_blocking(notify_id, "yo".into()).unwrap(), "noted yo?");
+    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
     drop(s);
 }
 

@@ -78,13 +78,19 @@ impl Executor {
         JoinHandle { slot, abort }
     }
 
-    /// Runs one ready task if there is one.
+    /// Runs one ready task if there is one. A task already being polled
+    /// further up this thread's stack (it made a blocking call, which runs
+    /// other tasks meanwhile) is left queued, never re-entered.
     pub fn run_one(&self) -> bool {
         let Some(task) = self.ready.lock().pop_front() else { return false };
+        let Some(mut slot) = task.future.try_lock() else {
+            self.ready.lock().push_back(task);
+            return false;
+        };
         task.scheduled.store(false, Ordering::Release);
         let waker = Waker::from(task.clone());
         let mut cx = Context::from_waker(&waker);
-        let mut slot = task.future.lock();
+        let _in_task = InTask::enter();
         if task.aborted.load(Ordering::Acquire) {
             // Dropping the future is the cancellation: it stops at its last await.
             *slot = None;
@@ -105,6 +111,31 @@ impl Executor {
             t.future.lock().take();
         }
     }
+}
+
+thread_local! {
+    static IN_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as polling a task (restores the previous mark on drop).
+struct InTask(bool);
+
+impl InTask {
+    fn enter() -> InTask {
+        InTask(IN_TASK.with(|t| t.replace(true)))
+    }
+}
+
+impl Drop for InTask {
+    fn drop(&mut self) {
+        IN_TASK.with(|t| t.set(self.0));
+    }
+}
+
+/// Whether this thread is inside a task's poll (a blocking call made there
+/// should keep the processor's other tasks running).
+pub(crate) fn in_task() -> bool {
+    IN_TASK.with(|t| t.get())
 }
 
 struct JoinSlot<T> {

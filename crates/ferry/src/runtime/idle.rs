@@ -15,6 +15,8 @@ use std::time::Instant;
 /// Counts this thread as a poller of the team's channels while alive.
 pub(crate) struct Idle<'a> {
     team: &'a TeamInner,
+    /// A blocking call made inside a task: run the processor's other tasks while waiting.
+    run_tasks: bool,
     /// The team's channel list, revalidated with one load per turn.
     channels: Cache<&'a ArcSwap<Vec<Arc<Channel>>>, Arc<Vec<Arc<Channel>>>>,
     spin_started: Option<Instant>,
@@ -25,7 +27,14 @@ pub(crate) struct Idle<'a> {
 impl<'a> Idle<'a> {
     pub fn new(team: &'a TeamInner) -> Idle<'a> {
         team.doorbell.enter_polling();
-        Idle { team, channels: Cache::new(&team.channels), spin_started: None, spins: 0, until: None }
+        Idle {
+            team,
+            run_tasks: super::executor::in_task(),
+            channels: Cache::new(&team.channels),
+            spin_started: None,
+            spins: 0,
+            until: None,
+        }
     }
 
     /// Never sleeps past `deadline`.
@@ -40,6 +49,10 @@ impl<'a> Idle<'a> {
     /// `parked(true)`/`parked(false)` bracket the sleep, so wakers know to ring.
     pub fn step(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool)) {
         let team = self.team;
+        if self.run_tasks && team.exec.run_one() {
+            self.spin_started = None;
+            return;
+        }
         self.spins = self.spins.wrapping_add(1);
         // Timers are looked at every 16th turn: reading the clock costs as much as a poll.
         if team.progress_on(self.channels.load()) || (self.spins % 16 == 0 && team.timers.fire()) {
@@ -57,8 +70,12 @@ impl<'a> Idle<'a> {
             }
         }
         parked(true);
+        if self.run_tasks {
+            // Count as a parked processor too, so a task made ready rings.
+            team.exec.parked.fetch_add(1, Ordering::SeqCst);
+        }
         let ticket = team.doorbell.prepare_park();
-        if ready() || team.progress() || team.is_shut_down() {
+        if ready() || team.progress() || team.is_shut_down() || (self.run_tasks && team.exec.has_ready()) {
             team.doorbell.cancel_park();
         } else {
             let mut timeout = team.timers.until_next(team.cfg.park_timeout);
@@ -68,6 +85,9 @@ impl<'a> Idle<'a> {
             team.doorbell.park(ticket, timeout);
         }
         parked(false);
+        if self.run_tasks {
+            team.exec.parked.fetch_sub(1, Ordering::SeqCst);
+        }
         self.spin_started = None;
     }
 }
