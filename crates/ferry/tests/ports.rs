@@ -975,3 +975,79 @@ placements!(
     ;
     known_bugs:
 );
+
+// ------------------------------------------------- review regressions
+
+/// A peer that sends many messages and leaves at once: every message is
+/// still received (the channel is finished only when drained).
+#[test]
+fn nothing_is_lost_when_a_peer_leaves_right_after_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let rx = Team::builder().runtime_dir(dir.path()).spin(Duration::from_micros(5)).start().unwrap();
+    let port = rx.open_raw_port().unwrap();
+    {
+        let tx = Team::builder().runtime_dir(dir.path()).ring_bytes(1 << 20).start().unwrap();
+        let to = tx.raw_sender(port.id());
+        for i in 0..300u32 {
+            to.send(&i.to_le_bytes(), Checkpoint::Immediate).unwrap();
+        }
+        tx.shutdown();
+    }
+    for i in 0..300u32 {
+        let m = port.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|e| panic!("message {i}: {e}"));
+        assert_eq!(m.payload(), i.to_le_bytes());
+    }
+}
+
+/// A task that never waits must not starve timers on its processor.
+#[test]
+fn timers_fire_while_a_task_keeps_the_processor_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).processors(1).start().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let t = team.clone();
+    // Yields constantly (always ready again), never sleeps.
+    team.spawn(async move {
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut yielded = false;
+            std::future::poll_fn(|cx| {
+                if yielded {
+                    std::task::Poll::Ready(())
+                } else {
+                    yielded = true;
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+        }
+        drop(t);
+    });
+    let t0 = Instant::now();
+    let slept = team.spawn({
+        let team = team.clone();
+        async move { team.sleep(Duration::from_millis(20)).await }
+    });
+    team.block_on(slept).unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(t0.elapsed() < Duration::from_millis(500), "a 20 ms sleep took {:?}", t0.elapsed());
+}
+
+/// Shutdown while a task is blocked in a receive: the receive fails with
+/// `Shutdown` and shutdown returns.
+#[test]
+fn shutdown_returns_while_a_task_blocks_in_a_receive() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).processors(1).start().unwrap();
+    let port = team.open_raw_port().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    team.spawn(async move {
+        tx.send(port.recv_blocking().err()).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    team.shutdown();
+    assert!(t0.elapsed() < Duration::from_secs(2), "shutdown took {:?}", t0.elapsed());
+    assert!(matches!(rx.recv_timeout(Duration::from_secs(2)).unwrap(), Some(Error::Shutdown)));
+}

@@ -54,8 +54,10 @@ impl<'a> Idle<'a> {
             return;
         }
         self.spins = self.spins.wrapping_add(1);
-        // Timers are looked at every 16th turn: reading the clock costs as much as a poll.
-        if team.progress_on(self.channels.load()) || (self.spins % 16 == 0 && team.timers.fire()) {
+        // Timers are looked at every 16th turn, busy or not: reading the clock
+        // costs as much as a poll, and a busy channel must not starve them.
+        let fired = self.spins % 16 == 0 && team.timers.fire();
+        if team.progress_on(self.channels.load()) || fired {
             self.spin_started = None;
             return;
         }
@@ -180,6 +182,8 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     loop {
         idle.step(
             &|| {
+                // Only a wake after this registration may stop the park.
+                tw.woken.store(false, Ordering::SeqCst);
                 let mut cx = Context::from_waker(&waker);
                 match (attempt.borrow_mut())(Some(&mut cx)) {
                     Poll::Ready(v) => {
@@ -203,8 +207,14 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
 /// A processor: runs ready tasks; when there are none, idles.
 pub(crate) fn processor_loop(team: Arc<TeamInner>) {
     let exec = team.exec.clone();
+    let mut ran: u32 = 0;
     while !team.is_shut_down() {
         if exec.run_one() {
+            // Busy with tasks: still fire due timers now and then.
+            ran = ran.wrapping_add(1);
+            if ran % 16 == 0 {
+                team.timers.fire();
+            }
             continue;
         }
         let mut idle = Idle::new(&team);

@@ -587,9 +587,12 @@ impl TeamInner {
                     tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
                     ch.mark_gone();
                     finished.push(ch.clone());
+                    continue;
                 }
             }
-            if ch.is_gone() && !ch.finished.load(Ordering::Acquire) && rx.ready.is_none() {
+            // A gone peer's channel is finished only once everything it sent was taken.
+            let drained = !ch.transport.has_frame() && rx.ready.is_none() && rx.assembling.is_none();
+            if ch.is_gone() && drained && !ch.finished.load(Ordering::Acquire) {
                 finished.push(ch.clone());
             }
         }
@@ -829,15 +832,8 @@ impl TeamInner {
         if self.shut_down.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.reactor.stop();
-        self.doorbell.ring_now();
-        let me = std::thread::current().id();
-        let threads: Vec<_> = self.threads.lock().drain(..).collect();
-        for t in threads {
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
+        // First fail everything that waits, so threads blocked in ferry calls
+        // (processors included) return; then stop and join the threads.
         let channels = self.channels.swap(Arc::new(Vec::new()));
         self.peers.lock().clear();
         for ch in channels.iter() {
@@ -855,6 +851,18 @@ impl TeamInner {
         for i in inboxes {
             i.close();
         }
+        self.reactor.stop();
+        self.doorbell.ring_now();
+        let me = std::thread::current().id();
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        // Break the cycles that keep tasks (and through them this team) alive.
+        self.timers.clear();
+        self.cancels.lock().clear();
         self.exec.clear();
         self.lease.lock().take();
         tracing::debug!(team = %self.id, "team shut down");
@@ -880,6 +888,16 @@ impl TeamInner {
         }
         let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         Some(Instant::now() + Duration::from_nanos(h.deadline_ns.saturating_sub(now)))
+    }
+
+    /// Registers a timer; if it is the earliest, wakes sleepers so they
+    /// shorten their sleep to it.
+    pub(crate) fn register_timer(&self, id: Option<u64>, at: Instant, waker: &Waker) -> u64 {
+        let (id, earlier) = self.timers.register(id, at, waker);
+        if earlier {
+            self.doorbell.ring();
+        }
+        id
     }
 
     pub fn register_name(&self, name: &str, ep: EndpointId) -> Result<()> {
@@ -1032,8 +1050,7 @@ impl Delivery {
                 w.cancel_remote();
                 return Poll::Ready(Err(Error::DeadlineExceeded));
             }
-            let id = self.timer;
-            self.timer = Some(w.team.timers.register(id, at, cx.waker()));
+            self.timer = Some(w.team.register_timer(self.timer, at, cx.waker()));
         }
         self.state = DeliveryState::Waiting(w);
         Poll::Pending
@@ -1098,7 +1115,7 @@ impl Future for Sleep {
             return Poll::Ready(());
         }
         let (at, id) = (self.at, self.id);
-        self.id = Some(self.team.timers.register(id, at, cx.waker()));
+        self.id = Some(self.team.register_timer(id, at, cx.waker()));
         Poll::Pending
     }
 }

@@ -31,16 +31,35 @@ impl Timers {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
-    /// Registers a wake-up at `at`; returns its id for `cancel`. Re-registering an id replaces its waker.
-    pub fn register(&self, id: Option<u64>, at: Instant, waker: &Waker) -> u64 {
+    /// Registers a wake-up at `at`; returns its id for `cancel`, and whether
+    /// it is now the earliest timer (sleepers must then shorten their sleep).
+    /// Re-registering an id replaces its waker.
+    pub fn register(&self, id: Option<u64>, at: Instant, waker: &Waker) -> (u64, bool) {
         let id = id.unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed));
         let fresh = self.wakers.lock().insert(id, waker.clone()).is_none();
+        let mut earlier = false;
         if fresh {
             let at = self.ns(at);
-            self.heap.lock().push(Reverse((at, id)));
-            self.earliest.fetch_min(at, Ordering::AcqRel);
+            let mut heap = self.heap.lock();
+            heap.push(Reverse((at, id)));
+            // Drop cancelled entries at the top, so the heap does not grow with traffic.
+            let wakers = self.wakers.lock();
+            while let Some(Reverse((_, top))) = heap.peek() {
+                if wakers.contains_key(top) {
+                    break;
+                }
+                heap.pop();
+            }
+            earlier = self.earliest.fetch_min(at, Ordering::AcqRel) > at;
         }
-        id
+        (id, earlier)
+    }
+
+    /// Drops every timer (at shutdown): their wakers may hold tasks alive.
+    pub fn clear(&self) {
+        self.heap.lock().clear();
+        self.wakers.lock().clear();
+        self.earliest.store(u64::MAX, Ordering::Release);
     }
 
     pub fn cancel(&self, id: u64) {

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::fs::{fstat, ftruncate, memfd_create, MemfdFlags};
+use rustix::fs::{fcntl_add_seals, fcntl_get_seals, fstat, ftruncate, memfd_create, MemfdFlags, SealFlags};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 use std::ptr::NonNull;
 
@@ -20,16 +20,30 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Creates a new zero-filled memfd of `len` bytes and maps it.
+    /// Creates a new zero-filled memfd of `len` bytes, sealed at that size,
+    /// and maps it.
     pub fn create(name: &str, len: usize) -> Result<Mapping> {
-        let fd = memfd_create(name, MemfdFlags::CLOEXEC).map_err(|e| Error::io("memfd_create")(e.into()))?;
+        let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .map_err(|e| Error::io("memfd_create")(e.into()))?;
         ftruncate(&fd, len as u64).map_err(|e| Error::io("ftruncate memfd")(e.into()))?;
+        // Nobody (a peer holding the fd included) may shrink it later: an
+        // access past the end of a shrunk file would kill us with SIGBUS.
+        fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| Error::io("seal memfd")(e.into()))?;
         Self::map(fd, len)
     }
 
-    /// Maps a memfd received from a peer, after checking it is exactly `len` bytes long
-    /// (a shorter file would fault on access; a longer one means a confused peer).
+    /// Maps a memfd received from a peer, after checking it is a memfd sealed
+    /// against shrinking (else the peer could truncate it under us: SIGBUS)
+    /// and exactly `len` bytes long.
     pub fn open(fd: OwnedFd, len: usize) -> Result<Mapping> {
+        let sealed = fcntl_get_seals(&fd).is_ok_and(|s| s.contains(SealFlags::SHRINK | SealFlags::SEAL));
+        if !sealed {
+            return Err(Error::Io {
+                context: "peer's shared memory is not a memfd sealed against shrinking",
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unsealed"),
+            });
+        }
         let st = fstat(&fd).map_err(|e| Error::io("fstat shared memory")(e.into()))?;
         if st.st_size as u64 != len as u64 {
             return Err(Error::Io {
@@ -62,5 +76,23 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: we own this mapping; every reference into it is tied to `&self`.
         let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_memory_cannot_be_shrunk_and_unsealed_memory_is_refused() {
+        let m = Mapping::create("test", 8192).unwrap();
+        // The holder of the fd cannot truncate it (what would SIGBUS the other side).
+        assert!(ftruncate(m.fd(), 0).is_err());
+        let dup = rustix::io::dup(m.fd()).unwrap();
+        assert!(Mapping::open(dup, 8192).is_ok());
+        // A plain memfd without seals is refused.
+        let plain = memfd_create("plain", MemfdFlags::CLOEXEC).unwrap();
+        ftruncate(&plain, 8192).unwrap();
+        assert!(Mapping::open(plain, 8192).is_err());
     }
 }
