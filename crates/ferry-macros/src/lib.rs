@@ -157,12 +157,12 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
         let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
         quote! {
-            #i => match call.decode_args::<(#(#types,)*)>() {
+            #i => match __ferry_call.decode_args::<(#(#types,)*)>() {
                 ::core::result::Result::Ok((#(#names,)*)) => {
-                    ::core::result::Result::Ok(#request::#v { #(#names,)* reply: ::ferry::rpc::Reply::new(call) })
+                    ::core::result::Result::Ok(#request::#v { #(#names,)* reply: ::ferry::rpc::Reply::new(__ferry_call) })
                 }
                 ::core::result::Result::Err(e) => {
-                    let _ = call.refuse(&e.to_string());
+                    let _ = __ferry_call.refuse(&e.to_string());
                     ::core::result::Result::Err(e)
                 }
             },
@@ -251,12 +251,12 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
 
         impl #request {
             /// Decodes an accepted call; a call that does not decode is refused to its caller.
-            pub fn from_call(call: ::ferry::rpc::IncomingCall) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
-                match call.method() {
+            pub fn from_call(__ferry_call: ::ferry::rpc::IncomingCall) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
+                match __ferry_call.method() {
                     #(#request_arms)*
                     other => {
                         let why = format!("no method #{other}");
-                        let _ = call.refuse(&why);
+                        let _ = __ferry_call.refuse(&why);
                         ::core::result::Result::Err(::ferry::rpc::RpcError::Refused(why))
                     }
                 }
@@ -284,6 +284,14 @@ fn method(item: &TraitItem) -> syn::Result<Method> {
     let args = inputs
         .map(|a| match a {
             FnArg::Typed(pt) => match &*pt.pat {
+                // `reply` is a field of the request variants, `checkpoint` a parameter of `_oneway`.
+                Pat::Ident(id)
+                    if id.ident == "reply"
+                        || id.ident == "checkpoint"
+                        || id.ident.to_string().starts_with("__ferry") =>
+                {
+                    Err(syn::Error::new_spanned(id, "this argument name is reserved by #[ferry::service]; rename it"))
+                }
                 Pat::Ident(id) => Ok((id.ident.clone(), (*pt.ty).clone())),
                 other => Err(syn::Error::new_spanned(other, "arguments must be plain names")),
             },

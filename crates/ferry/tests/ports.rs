@@ -1051,3 +1051,15 @@ fn shutdown_returns_while_a_task_blocks_in_a_receive() {
     assert!(t0.elapsed() < Duration::from_secs(2), "shutdown took {:?}", t0.elapsed());
     assert!(matches!(rx.recv_timeout(Duration::from_secs(2)).unwrap(), Some(Error::Shutdown)));
 }
+
+/// With no processors, a blocking call runs the team's tasks itself.
+#[test]
+fn tasks_run_in_a_team_without_processors() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
+    let port = team.open_raw_port().unwrap();
+    let to = team.raw_sender(port.id());
+    let answer = team.spawn(async move { to.send_async(b"hi", Checkpoint::OnDelivery).await.map(|_| 42) });
+    assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"hi");
+    assert_eq!(team.block_on(answer).unwrap().unwrap(), 42);
+}

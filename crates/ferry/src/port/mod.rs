@@ -12,10 +12,11 @@ use crate::runtime::inbox::{Inbox, Incoming};
 use crate::runtime::payload::Payload;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
 use crate::wire::{codec, Checkpoint, Header, Kind, NackReason};
+use arc_swap::ArcSwapOption;
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,7 @@ impl Team {
     }
 
     pub fn raw_sender(&self, to: EndpointId) -> RawSender {
-        RawSender { team: self.inner.clone(), to, timeout: None, channel: OnceLock::new() }
+        RawSender { team: self.inner.clone(), to, timeout: None, channel: Arc::new(ArcSwapOption::empty()) }
     }
 
     /// Looks `name` up and returns a sender to it.
@@ -241,8 +242,8 @@ pub struct RawSender {
     team: Arc<TeamInner>,
     to: EndpointId,
     timeout: Option<Duration>,
-    /// The channel to `to`'s team, found on first use.
-    channel: OnceLock<Arc<Channel>>,
+    /// The channel to `to`'s team, found on first use, replaced if it dies.
+    channel: Arc<ArcSwapOption<Channel>>,
 }
 
 impl Clone for RawSender {
@@ -268,18 +269,14 @@ impl RawSender {
     pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        match self.channel.get() {
+        match self.channel.load().as_ref() {
             Some(ch) if !ch.is_gone() => self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline),
             // First use, or the channel died: the team finds (or binds) the current one.
             _ => match self.team.channel_to(self.to.team_id()) {
-                Ok(ch) => self.team.send_on(
-                    self.channel.get_or_init(|| ch.clone()),
-                    src,
-                    self.to,
-                    bytes,
-                    checkpoint,
-                    deadline,
-                ),
+                Ok(ch) => {
+                    self.channel.store(Some(ch.clone()));
+                    self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline)
+                }
                 Err(e) => Delivery::failed(e),
             },
         }
@@ -288,7 +285,7 @@ impl RawSender {
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
-            if let Some(ch) = self.channel.get().filter(|c| !c.is_gone()) {
+            if let Some(ch) = self.channel.load().as_ref().filter(|c| !c.is_gone()) {
                 let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap(), self.to, 0);
                 return self.team.send_immediate(ch, h, bytes).map(|()| Vec::new());
             }

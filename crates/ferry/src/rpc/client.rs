@@ -114,6 +114,8 @@ impl Client {
     /// (`OnReturn` waits until the handler finished).
     pub fn send_oneway<A: Serialize>(&self, method: u32, args: &A, checkpoint: Checkpoint) -> Result<(), RpcError> {
         let payload = envelope::call(method, args)?;
+        // Calls batched earlier go first: one-way calls do not overtake them.
+        self.flush()?;
         let reply = self.sender.send(&payload, checkpoint)?;
         if checkpoint == Checkpoint::OnReturn {
             envelope::decode_response::<(), super::Never>(&reply)?;
@@ -143,9 +145,11 @@ impl Client {
         if b.1 == 0 {
             return envelope::call(method, args);
         }
+        // Encode first: a call that does not encode leaves the batch queued.
+        let args = codec::encode(args)?;
         let (mut buf, mut count) = std::mem::take(&mut *b);
         drop(b);
-        envelope::push_batch_entry(&mut buf, &mut count, method, &codec::encode(args)?);
+        envelope::push_batch_entry(&mut buf, &mut count, method, &args);
         Ok(buf)
     }
 }

@@ -42,7 +42,7 @@ impl ServiceDescriptor {
                 return Some(format!("{m} takes {} arguments here, {} in the client", s.args.len(), c.args.len()));
             }
             for ((sn, st), (cn, ct)) in s.args.iter().zip(&c.args) {
-                if st != ct {
+                if st != ct || sn != cn {
                     return Some(format!("{m}: argument {sn} is {st} here, {cn} is {ct} in the client"));
                 }
             }
@@ -96,6 +96,12 @@ mod tests {
         assert_eq!(
             svc("i32", "i32").first_difference(&svc("u8", "i32")).unwrap(),
             "add returns i32 here, u8 in the client"
+        );
+        let mut renamed = svc("i32", "i32");
+        renamed.methods[0].args[1].0 = "c".into();
+        assert_eq!(
+            svc("i32", "i32").first_difference(&renamed).unwrap(),
+            "add: argument b is i32 here, c is i32 in the client"
         );
         let mut more = svc("i32", "i32");
         more.methods.push(MethodDescriptor { name: "sub".into(), args: vec![], ret: "()".into() });

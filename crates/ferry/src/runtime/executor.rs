@@ -56,6 +56,12 @@ impl Executor {
         !self.ready.lock().is_empty()
     }
 
+    /// Whether a ready task could run here now (not one being polled further
+    /// up this thread's stack).
+    pub fn has_runnable(&self) -> bool {
+        self.ready.lock().iter().any(|t| !t.future.is_locked())
+    }
+
     pub fn spawn<F>(self: &Arc<Self>, fut: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,

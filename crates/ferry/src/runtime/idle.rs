@@ -29,7 +29,9 @@ impl<'a> Idle<'a> {
         team.doorbell.enter_polling();
         Idle {
             team,
-            run_tasks: super::executor::in_task(),
+            // Inside a task, or with no processors at all, a waiting thread
+            // runs the team's ready tasks itself.
+            run_tasks: super::executor::in_task() || team.cfg.processors == 0,
             channels: Cache::new(&team.channels),
             spin_started: None,
             spins: 0,
@@ -77,7 +79,7 @@ impl<'a> Idle<'a> {
             team.exec.parked.fetch_add(1, Ordering::SeqCst);
         }
         let ticket = team.doorbell.prepare_park();
-        if ready() || team.progress() || team.is_shut_down() || (self.run_tasks && team.exec.has_ready()) {
+        if ready() || team.progress() || team.is_shut_down() || (self.run_tasks && team.exec.has_runnable()) {
             team.doorbell.cancel_park();
         } else {
             let mut timeout = team.timers.until_next(team.cfg.park_timeout);
@@ -104,7 +106,20 @@ impl Drop for Idle<'_> {
 struct ThreadWaker {
     woken: AtomicBool,
     parked: AtomicBool,
+    /// Held by a wait on this thread; a nested wait (a blocking call in a
+    /// task run by an outer wait) takes another waker, so it cannot consume
+    /// the outer wait's wake-up.
+    in_use: AtomicBool,
     doorbell: Arc<crate::transport::doorbell::Doorbell>,
+}
+
+/// Releases a thread waker for the next wait on this thread.
+struct WakerLease(Arc<ThreadWaker>);
+
+impl Drop for WakerLease {
+    fn drop(&mut self) {
+        self.0.in_use.store(false, Ordering::Relaxed);
+    }
 }
 
 impl Wake for ThreadWaker {
@@ -124,30 +139,37 @@ thread_local! {
     static THREAD_WAKERS: std::cell::RefCell<Vec<(Arc<ThreadWaker>, Waker)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn thread_waker(team: &TeamInner) -> (Arc<ThreadWaker>, Waker) {
+fn thread_waker(team: &TeamInner) -> (Arc<ThreadWaker>, Waker, WakerLease) {
     THREAD_WAKERS.with(|cell| {
         let mut wakers = cell.borrow_mut();
-        if let Some((tw, w)) = wakers.iter().find(|(tw, _)| Arc::ptr_eq(&tw.doorbell, &team.doorbell)) {
-            return (tw.clone(), w.clone());
-        }
-        let tw = Arc::new(ThreadWaker {
-            woken: AtomicBool::new(false),
-            parked: AtomicBool::new(false),
-            doorbell: team.doorbell.clone(),
-        });
-        let w = Waker::from(tw.clone());
-        if wakers.len() == 4 {
-            wakers.remove(0);
-        }
-        wakers.push((tw.clone(), w.clone()));
-        (tw, w)
+        let free =
+            |tw: &Arc<ThreadWaker>| Arc::ptr_eq(&tw.doorbell, &team.doorbell) && !tw.in_use.load(Ordering::Relaxed);
+        let (tw, w) = match wakers.iter().find(|(tw, _)| free(tw)) {
+            Some((tw, w)) => (tw.clone(), w.clone()),
+            None => {
+                let tw = Arc::new(ThreadWaker {
+                    woken: AtomicBool::new(false),
+                    parked: AtomicBool::new(false),
+                    in_use: AtomicBool::new(false),
+                    doorbell: team.doorbell.clone(),
+                });
+                let w = Waker::from(tw.clone());
+                if wakers.len() == 8 {
+                    wakers.remove(0);
+                }
+                wakers.push((tw.clone(), w.clone()));
+                (tw, w)
+            }
+        };
+        tw.in_use.store(true, Ordering::Relaxed);
+        (tw.clone(), w, WakerLease(tw))
     })
 }
 
 /// Runs `fut` to completion on this thread, driving the team's channels
 /// while it waits (spin, then park).
 pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
-    let (tw, waker) = thread_waker(team);
+    let (tw, waker, _lease) = thread_waker(team);
     let mut fut = pin!(fut);
     let mut cx = Context::from_waker(&waker);
     // Fast path: ready at once (an Immediate send), no polling bookkeeping.
@@ -175,7 +197,7 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
         return v;
     }
-    let (tw, waker) = thread_waker(team);
+    let (tw, waker, _lease) = thread_waker(team);
     tw.woken.store(false, Ordering::Relaxed);
     let got = std::cell::Cell::new(None);
     let mut idle = Idle::new(team);

@@ -86,8 +86,10 @@ impl TeamBuilder {
         self.cfg.node = node;
         self
     }
-    /// OS threads that run tasks (default 1). With 0, only threads blocked in
-    /// ferry's blocking calls drive the team's channels.
+    /// OS threads that run tasks (default 1). With 0, threads blocked in
+    /// ferry's blocking calls drive the team's channels and run its tasks;
+    /// futures awaited from another executor then make progress only while
+    /// some thread is in such a call.
     pub fn processors(mut self, n: usize) -> Self {
         self.cfg.processors = n;
         self

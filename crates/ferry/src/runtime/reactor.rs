@@ -113,8 +113,16 @@ fn accept_all(team: &Arc<TeamInner>) {
     loop {
         match team.reactor.listener.accept() {
             Ok((stream, _)) => {
-                if let Err(e) = accept_one(team, stream) {
-                    tracing::warn!(error = %e, "refused a bind");
+                // The handshake may take up to its timeout: off the reactor
+                // thread, so a silent connector cannot delay hang-up detection.
+                let team = team.clone();
+                let spawned = std::thread::Builder::new().name("ferry-bind".into()).spawn(move || {
+                    if let Err(e) = accept_one(&team, stream) {
+                        tracing::warn!(error = %e, "refused a bind");
+                    }
+                });
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "cannot start a bind thread");
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,

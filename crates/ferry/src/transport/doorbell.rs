@@ -85,6 +85,9 @@ impl Doorbell {
         let ticket = self.word(SEQ).load(Ordering::SeqCst);
         self.word(SLEEPERS).fetch_add(1, Ordering::SeqCst);
         self.word(POLLERS).fetch_sub(1, Ordering::SeqCst);
+        // The caller's re-check (plain loads) must not move before these
+        // stores: the Dekker pattern needs a full fence, not only SeqCst RMWs.
+        fence(Ordering::SeqCst);
         ticket
     }
 

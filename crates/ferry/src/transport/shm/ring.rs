@@ -217,13 +217,17 @@ impl Consumer {
             if len < STAMP || len - STAMP > RingMem::max_body(cap) || pos + need > cap {
                 return Err(RingError::Corrupt("bad record length"));
             }
+            let body = len - STAMP;
             self.buf.clear();
+            self.buf.reserve(body);
             // SAFETY: [pos + STAMP, pos + len) is inside the data area (checked
-            // above). The bytes may change under us if the peer misbehaves;
-            // we copy them once and only ever look at the copy.
+            // above) and `buf` has room for `body` bytes. The bytes may change
+            // under us if the peer misbehaves, so no reference to them is ever
+            // made: they are copied once with raw pointers, and only the copy
+            // is looked at.
             unsafe {
-                let src = std::slice::from_raw_parts(self.mem.data.add(pos + STAMP), len - STAMP);
-                self.buf.extend_from_slice(src);
+                std::ptr::copy_nonoverlapping(self.mem.data.add(pos + STAMP), self.buf.as_mut_ptr(), body);
+                self.buf.set_len(body);
             }
             if !accept(&self.buf) {
                 return Ok(Some(false));
