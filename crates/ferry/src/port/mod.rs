@@ -346,7 +346,8 @@ impl<T: DeserializeOwned> Port<T> {
     }
 
     /// Decodes a raw message received from this port (e.g. through [`Select`]).
-    /// A message that does not decode is refused to its sender and is a `Codec` error here.
+    /// A message that does not decode is a `Codec` error here; a sender
+    /// waiting for `OnReturn` is told (`Refused`), others are not.
     pub fn decode(raw: RawMessage) -> Result<Message<T>> {
         match codec::decode(&raw.payload) {
             Ok(value) => Ok(Message { value, raw }),

@@ -264,7 +264,11 @@ impl ServiceEndpoint {
     }
 
     /// Implicit receipt: every call runs in a task of its own (a batch in
-    /// one task, in order). Serving stops when the returned handle is dropped.
+    /// one task, in order). The handler is first polled right here, and gets
+    /// its task only if it has to wait: handlers that finish at once cost no
+    /// task, but work done before a handler's first `await` delays the next
+    /// accept (put long computations behind an `await` or in a task).
+    /// Serving stops when the returned handle is dropped.
     pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
         let team = self.team.clone();
         let task = team.spawn(async move {

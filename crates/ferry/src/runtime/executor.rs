@@ -110,7 +110,9 @@ impl Executor {
         true
     }
 
-    /// Drops every task (at shutdown), breaking cycles through their wakers.
+    /// Drops every ready task (at shutdown). Run after inboxes, pending
+    /// sends and timers were failed or cleared, which wakes (readies) the
+    /// tasks that waited on them, so none is kept alive by a cycle.
     pub fn clear(&self) {
         let tasks: Vec<_> = self.ready.lock().drain(..).collect();
         for t in tasks {

@@ -139,7 +139,9 @@ impl TeamBuilder {
 
 /// A team: this process's presence in ferry. Clones share it; when the last
 /// clone is dropped (or on [`Team::shutdown`]) the team leaves: its channels
-/// close, its names disappear, its files are removed.
+/// close, its names disappear, its files are removed. A task that holds a
+/// clone keeps the team alive; `shutdown` leaves regardless, failing what
+/// waits with `Shutdown` and dropping every task.
 #[derive(Clone)]
 pub struct Team {
     pub(crate) inner: Arc<TeamInner>,
@@ -210,13 +212,10 @@ impl Team {
 
 /// A pending send waiting for its checkpoint (an ack, a reply or a nack).
 pub(crate) struct Completion {
-    channel: *const Channel,
+    /// Address of the channel the send went out on: only it may answer.
+    channel: usize,
     state: Mutex<(Option<Result<Payload>>, Option<Waker>)>,
 }
-
-// SAFETY: `channel` is only compared as an address, never dereferenced.
-unsafe impl Send for Completion {}
-unsafe impl Sync for Completion {}
 
 impl Completion {
     fn finish(&self, r: Result<Payload>) {
@@ -524,7 +523,7 @@ impl TeamInner {
             };
         }
         header.call_id = self.new_call_id();
-        let completion = Arc::new(Completion { channel: Arc::as_ptr(ch), state: Mutex::new((None, None)) });
+        let completion = Arc::new(Completion { channel: Arc::as_ptr(ch) as usize, state: Mutex::new((None, None)) });
         self.pending.lock().insert(header.call_id, completion.clone());
         if let Err(e) = self.send_message(ch, header, payload, true, deadline) {
             self.pending.lock().remove(&header.call_id);
@@ -777,7 +776,7 @@ impl TeamInner {
     fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: &[u8]) {
         let mut pending = self.pending.lock();
         // Only the channel the send went out on may answer it.
-        let Some(c) = pending.get(&h.call_id).filter(|c| c.channel == Arc::as_ptr(ch)).cloned() else {
+        let Some(c) = pending.get(&h.call_id).filter(|c| c.channel == Arc::as_ptr(ch) as usize).cloned() else {
             tracing::debug!(call = h.call_id, peer = %ch.peer, "answer to no pending send; ignored");
             return;
         };
@@ -811,7 +810,7 @@ impl TeamInner {
         let failed: Vec<_> = {
             let mut pending = self.pending.lock();
             let ids: Vec<u64> =
-                pending.iter().filter(|(_, c)| c.channel == Arc::as_ptr(ch)).map(|(id, _)| *id).collect();
+                pending.iter().filter(|(_, c)| c.channel == Arc::as_ptr(ch) as usize).map(|(id, _)| *id).collect();
             ids.into_iter().filter_map(|id| pending.remove(&id)).collect()
         };
         for c in failed {

@@ -320,11 +320,15 @@ pub fn accept(
     let doorbell_fd = fds.pop().unwrap();
     let segment = Mapping::open(fds.pop().unwrap(), segment_len(cap))?;
     // SAFETY: the segment is at least 4096 bytes; we read 16 header bytes by copy.
-    let (magic, version) = unsafe {
+    let (magic, version, seg_cap) = unsafe {
         let p = segment.as_ptr();
-        (std::ptr::read_volatile(p as *const [u8; 8]), std::ptr::read_volatile(p.add(8) as *const u32))
+        (
+            std::ptr::read_volatile(p as *const [u8; 8]),
+            std::ptr::read_volatile(p.add(8) as *const u32),
+            std::ptr::read_volatile(p.add(12) as *const u32),
+        )
     };
-    if &magic != MAGIC || version != VERSION {
+    if &magic != MAGIC || version != VERSION || seg_cap as usize != cap {
         return Err(refused(format!("team {peer} sent a segment of another version")));
     }
     let peer_doorbell = Doorbell::open(doorbell_fd)?;
