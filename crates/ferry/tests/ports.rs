@@ -356,7 +356,9 @@ fn large_messages_over_small_rings(p: Placement) {
 /// then fail with `WouldBlock`; nothing accepted is lost or repeated.
 fn immediate_to_full_port_would_block_and_loses_nothing(p: Placement) {
     let dir = tempfile::tempdir().unwrap();
-    let (tx, rx) = teams(p, dir.path(), |b| b.inbox_capacity(4).ring_bytes(4096));
+    // A small hold queue too: the receiving runtime sets aside at most 8
+    // messages for the full port before the channel itself fills.
+    let (tx, rx) = teams(p, dir.path(), |b| b.inbox_capacity(4).hold_capacity(8).ring_bytes(4096));
     let port = rx.open_port::<u32>().unwrap();
     let s = tx.sender::<u32>(port.id());
     let mut accepted = 0u32;
@@ -1062,4 +1064,33 @@ fn tasks_run_in_a_team_without_processors() {
     let answer = team.spawn(async move { to.send_async(b"hi", Checkpoint::OnDelivery).await.map(|_| 42) });
     assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"hi");
     assert_eq!(team.block_on(answer).unwrap().unwrap(), 42);
+}
+
+/// A full port does not block the channel: a call to another endpoint
+/// behind messages for the full port is answered at once, and the held
+/// messages arrive later, in order.
+#[test]
+fn a_full_port_does_not_block_other_traffic_on_the_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let rx = Team::builder().runtime_dir(dir.path()).inbox_capacity(1).spin(Duration::from_micros(5)).start().unwrap();
+    let tx = Team::builder().runtime_dir(dir.path()).spin(Duration::from_micros(5)).start().unwrap();
+    let full = rx.open_raw_port().unwrap();
+    let service = rx.open_raw_port().unwrap();
+    let service_id = service.id();
+    let server = std::thread::spawn(move || {
+        let m = service.recv_timeout(Duration::from_secs(5)).unwrap();
+        m.reply(b"pong").unwrap();
+    });
+    let to_full = tx.raw_sender(full.id());
+    for i in 0..3u8 {
+        to_full.send(&[i], Checkpoint::Immediate).unwrap();
+    }
+    let t0 = Instant::now();
+    let reply = tx.raw_sender(service_id).with_timeout(Duration::from_secs(5)).call(b"ping").unwrap();
+    assert_eq!(reply, b"pong");
+    assert!(t0.elapsed() < Duration::from_secs(1), "the call waited {:?} behind a full port", t0.elapsed());
+    server.join().unwrap();
+    for i in 0..3u8 {
+        assert_eq!(full.recv_timeout(Duration::from_secs(5)).unwrap().payload(), [i]);
+    }
 }

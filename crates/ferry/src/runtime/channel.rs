@@ -2,6 +2,7 @@
 //! state the runtime keeps for it (piece reassembly, a backlog of control
 //! frames, whether the peer is gone).
 
+use super::payload::Payload;
 use crate::id::TeamId;
 use crate::transport::{SendError, Transport};
 use crate::wire::Header;
@@ -21,7 +22,7 @@ pub(crate) struct Channel {
     pub backlog: Mutex<VecDeque<(Header, Vec<u8>)>>,
     /// Whether `backlog` may hold anything: lets the progress loop skip its lock.
     backlog_used: AtomicBool,
-    /// Whether `rx.ready` holds a message its full inbox refused.
+    /// Whether `rx.held` holds messages their full inboxes refused.
     pub held: AtomicBool,
     /// The peer died or broke the protocol: no more sends; receive until empty, then finalize.
     pub gone: AtomicBool,
@@ -38,8 +39,10 @@ pub(crate) struct RxState {
     pub last_inbox: Option<(u32, std::sync::Arc<super::inbox::Inbox>)>,
     /// A message being put back together from pieces: its first header and the bytes so far.
     pub assembling: Option<(Header, Vec<u8>)>,
-    /// A whole reassembled message its destination refused (full port); offered again first.
-    pub ready: Option<(Header, Vec<u8>)>,
+    /// Data messages their full inboxes refused, in arrival order; offered
+    /// again first. Holding them (up to a bound) keeps the channel moving
+    /// for acks, replies and other endpoints' messages behind them.
+    pub held: VecDeque<(Header, Payload)>,
     /// Skipping the remaining pieces of a message refused as too large.
     pub discarding: bool,
     /// Cost accounting: when the frame being routed was picked up.

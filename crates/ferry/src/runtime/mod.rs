@@ -54,6 +54,7 @@ pub struct Config {
     pub ring_bytes: usize,
     pub max_ring_bytes: usize,
     pub inbox_capacity: usize,
+    pub hold_capacity: usize,
     pub max_message: usize,
     pub runtime_dir: Option<PathBuf>,
 }
@@ -68,6 +69,7 @@ impl Default for Config {
             ring_bytes: 64 * 1024,
             max_ring_bytes: 64 * 1024 * 1024,
             inbox_capacity: 1024,
+            hold_capacity: 1024,
             max_message: 64 * 1024 * 1024,
             runtime_dir: None,
         }
@@ -119,6 +121,13 @@ impl TeamBuilder {
     /// Messages an endpoint queues before the sender is pushed back (default 1024).
     pub fn inbox_capacity(mut self, n: usize) -> Self {
         self.cfg.inbox_capacity = n.max(1);
+        self
+    }
+    /// Messages a channel sets aside when their endpoint's inbox is full
+    /// (default 1024), so that traffic behind them (replies, acks, other
+    /// endpoints) keeps flowing; past that the channel pushes back on the sender.
+    pub fn hold_capacity(mut self, n: usize) -> Self {
+        self.cfg.hold_capacity = n;
         self
     }
     /// Largest message sent or accepted (default 64 MiB).
@@ -592,7 +601,7 @@ impl TeamInner {
                 }
             }
             // A gone peer's channel is finished only once everything it sent was taken.
-            let drained = !ch.transport.has_frame() && rx.ready.is_none() && rx.assembling.is_none();
+            let drained = !ch.transport.has_frame() && rx.held.is_empty() && rx.assembling.is_none();
             if ch.is_gone() && drained && !ch.finished.load(Ordering::Acquire) {
                 finished.push(ch.clone());
             }
@@ -623,12 +632,25 @@ impl TeamInner {
     /// Takes frames from one channel until it is empty, a destination is
     /// full, or a budget is spent (so one busy peer cannot starve the rest).
     fn drain(&self, ch: &Arc<Channel>, rx: &mut channel::RxState) -> std::result::Result<usize, String> {
-        if let Some((h, p)) = rx.ready.take() {
-            if let Some(back) = self.dispatch(ch, rx, h, p) {
-                rx.ready = Some(back);
-                return Ok(0);
+        // Held messages first, in order per endpoint, as far as their inboxes take them.
+        if !rx.held.is_empty() {
+            let mut refused: Vec<EndpointId> = Vec::new();
+            let mut i = 0;
+            while i < rx.held.len() {
+                let dst = rx.held[i].0.dst;
+                if refused.contains(&dst) {
+                    i += 1;
+                    continue;
+                }
+                let (h, p) = rx.held.remove(i).unwrap();
+                let mut slot = Some(p);
+                if !self.deliver(ch, rx, &h, || slot.take().unwrap()) {
+                    rx.held.insert(i, (h, slot.take().unwrap()));
+                    refused.push(dst);
+                    i += 1;
+                }
             }
-            ch.held.store(false, Ordering::Relaxed);
+            ch.held.store(!rx.held.is_empty(), Ordering::Relaxed);
         }
         if !ch.transport.has_frame() {
             // Nothing new: a good moment for the transport's deferred work.
@@ -652,7 +674,8 @@ impl TeamInner {
         Ok(taken)
     }
 
-    /// Handles one frame; returns false to leave it in the channel (its port is full).
+    /// Handles one frame; returns false to leave it in the channel (its
+    /// inbox is full and so is the channel's hold queue).
     fn route(
         &self,
         ch: &Arc<Channel>,
@@ -661,9 +684,7 @@ impl TeamInner {
         payload: &[u8],
         violation: &mut Option<String>,
     ) -> bool {
-        if rx.ready.is_some() {
-            return false;
-        }
+        let hold_full = rx.held.len() >= self.cfg.hold_capacity;
         if h.kind == Kind::Fragment {
             if rx.discarding {
                 rx.discarding = h.more();
@@ -686,8 +707,9 @@ impl TeamInner {
                 let (mut first, whole) = rx.assembling.take().unwrap();
                 first.flags &= !flags::MORE;
                 first.len = whole.len() as u32;
-                rx.ready = self.dispatch(ch, rx, first, whole);
-                ch.held.store(rx.ready.is_some(), Ordering::Relaxed);
+                // Room in the hold queue was checked at the first piece, and
+                // nothing else travels between the pieces of one message.
+                self.dispatch(ch, rx, first, Payload::Heap(whole));
             }
             return true;
         }
@@ -696,11 +718,18 @@ impl TeamInner {
             return false;
         }
         if h.more() {
+            if h.kind == Kind::Data && hold_full {
+                return false;
+            }
             rx.assembling = Some((*h, payload.to_vec()));
             return true;
         }
         match h.kind {
-            Kind::Data => self.deliver(ch, rx, h, || Payload::from_slice(payload)),
+            Kind::Data if hold_full => false,
+            Kind::Data => {
+                self.dispatch(ch, rx, *h, Payload::from_slice(payload));
+                true
+            }
             Kind::Cancel => {
                 let f = self.cancels.lock().remove(&(Arc::as_ptr(ch) as usize, h.call_id));
                 if let Some(f) = f {
@@ -715,23 +744,21 @@ impl TeamInner {
         }
     }
 
-    /// Dispatches a whole message; gives it back if its destination is full.
-    fn dispatch(
-        &self,
-        ch: &Arc<Channel>,
-        rx: &mut channel::RxState,
-        h: Header,
-        payload: Vec<u8>,
-    ) -> Option<(Header, Vec<u8>)> {
+    /// Dispatches a whole message: answers go to the sends waiting for them;
+    /// data goes to its inbox, or to the hold queue if that inbox is full
+    /// (or messages for the same endpoint wait there already: order per
+    /// endpoint is kept).
+    fn dispatch(&self, ch: &Arc<Channel>, rx: &mut channel::RxState, h: Header, payload: Payload) {
         if h.kind != Kind::Data {
             self.complete(ch, &h, &payload);
-            return None;
+            return;
         }
         let mut slot = Some(payload);
-        if self.deliver(ch, rx, &h, || Payload::Heap(slot.take().unwrap())) {
-            None
-        } else {
-            Some((h, slot.take().unwrap()))
+        // Behind a held message for the same endpoint, or refused: hold it.
+        let behind = rx.held.iter().any(|(held, _)| held.dst == h.dst);
+        if behind || !self.deliver(ch, rx, &h, || slot.take().unwrap()) {
+            rx.held.push_back((h, slot.take().unwrap()));
+            ch.held.store(true, Ordering::Relaxed);
         }
     }
 
