@@ -1094,3 +1094,31 @@ fn a_full_port_does_not_block_other_traffic_on_the_channel() {
         assert_eq!(full.recv_timeout(Duration::from_secs(5)).unwrap().payload(), [i]);
     }
 }
+
+/// While a large message is being streamed into a slow receiver, an
+/// `Immediate` send on the same channel answers at once (`WouldBlock`)
+/// instead of waiting behind it; a waiting send goes after it.
+#[test]
+fn immediate_send_never_waits_behind_a_streamed_message() {
+    let dir = tempfile::tempdir().unwrap();
+    // No processor and nobody receiving yet: nothing drains the receiver's
+    // ring, so the stream stalls after 4 KiB.
+    let rx = Team::builder().runtime_dir(dir.path()).processors(0).spin(Duration::from_micros(5)).start().unwrap();
+    let tx = Team::builder().runtime_dir(dir.path()).ring_bytes(4096).spin(Duration::from_micros(5)).start().unwrap();
+    let port = rx.open_raw_port().unwrap();
+    let to = tx.raw_sender(port.id());
+    let big = vec![9u8; 4 << 20];
+    let streamer = {
+        let to = to.clone();
+        std::thread::spawn(move || to.send(&big, Checkpoint::Immediate).map(drop))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    let r = to.send(b"small", Checkpoint::Immediate);
+    assert!(t0.elapsed() < Duration::from_millis(200), "Immediate waited {:?}", t0.elapsed());
+    assert!(matches!(r, Err(Error::WouldBlock { .. })), "{r:?}");
+    // Receiving drains the channel; the stream completes and arrives whole.
+    let m = port.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(m.payload().len(), 4 << 20);
+    streamer.join().unwrap().unwrap();
+}

@@ -16,6 +16,8 @@ pub(crate) struct Channel {
     pub transport: Box<dyn Transport>,
     /// Held for the whole of one message, so pieces of two messages never interleave.
     pub tx: Mutex<()>,
+    /// A message of several pieces is being written (its sender holds `tx`).
+    pub streaming: AtomicBool,
     /// The receive side; `try_lock`ed so one thread at a time drains it.
     pub rx: Mutex<RxState>,
     /// Acks and nacks that found the transport busy or full; sent before anything else is received.
@@ -55,6 +57,7 @@ impl Channel {
             peer,
             transport,
             tx: Mutex::new(()),
+            streaming: AtomicBool::new(false),
             rx: Mutex::new(RxState::default()),
             backlog: Mutex::new(VecDeque::new()),
             backlog_used: AtomicBool::new(false),
@@ -123,7 +126,11 @@ impl Channel {
                     backlog.clear();
                     return;
                 }
-                Err(_) => return,
+                Err(_) => {
+                    // Be woken when the peer makes room, not at the next park timeout.
+                    self.transport.want_space();
+                    return;
+                }
             }
         }
     }

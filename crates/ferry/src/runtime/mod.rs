@@ -439,23 +439,34 @@ impl TeamInner {
         if payload.len() > self.cfg.max_message {
             return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
-        let _tx = ch.tx.lock();
         let max = ch.transport.max_payload();
         if payload.len() <= max {
-            return self.push_frame(ch, &header, payload, wait, deadline);
+            // One frame: the send lock is taken per attempt, never held while waiting.
+            return self.push_frame(ch, &header, payload, wait, deadline, true);
         }
+        // Pieces of one message must be contiguous: the lock is held for all of
+        // them. An Immediate send never waits behind a message being streamed.
+        let _tx = if wait { ch.tx.lock() } else { ch.tx.try_lock().ok_or(Error::WouldBlock { to: header.dst })? };
+        ch.streaming.store(true, Ordering::Relaxed);
+        let _streaming = scopeguard(|| {
+            ch.streaming.store(false, Ordering::Relaxed);
+            // Senders of this team that waited behind the stream may go on.
+            self.doorbell.ring_now();
+        });
         let mut pieces = payload.chunks(max).peekable();
         let mut h = header;
         h.flags |= flags::MORE;
-        self.push_frame(ch, &h, pieces.next().unwrap(), wait, deadline)?;
+        self.push_frame(ch, &h, pieces.next().unwrap(), wait, deadline, false)?;
         let mut frag = Header::new(Kind::Fragment, header.src, header.dst, header.call_id);
         while let Some(piece) = pieces.next() {
             frag.flags = if pieces.peek().is_some() { flags::MORE } else { 0 };
-            self.push_frame(ch, &frag, piece, true, None)?;
+            self.push_frame(ch, &frag, piece, true, None, false)?;
         }
         Ok(())
     }
 
+    /// Writes one frame, waiting for room if `wait`. With `lock`, takes the
+    /// channel's send lock for each attempt (else the caller holds it).
     fn push_frame(
         &self,
         ch: &Channel,
@@ -463,7 +474,19 @@ impl TeamInner {
         payload: &[u8],
         wait: bool,
         deadline: Option<Instant>,
+        lock: bool,
     ) -> Result<()> {
+        let attempt = || {
+            let _tx = match lock {
+                // Behind a message being streamed the channel counts as full:
+                // Immediate sends fail, others wait in the idle loop (with
+                // their deadline), not on the lock.
+                true if ch.streaming.load(Ordering::Relaxed) => return Err(SendError::Full),
+                true => Some(ch.tx.lock()),
+                false => None,
+            };
+            ch.transport.try_send(h, payload)
+        };
         let outcome = |r: std::result::Result<(), SendError>| match r {
             Ok(()) => Some(Ok(())),
             Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
@@ -471,7 +494,7 @@ impl TeamInner {
             Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: h.dst })),
             Err(SendError::Full) => None,
         };
-        if let Some(r) = outcome(ch.transport.try_send(h, payload)) {
+        if let Some(r) = outcome(attempt()) {
             return r;
         }
         let mut idle = idle::Idle::new(self).until(deadline);
@@ -488,7 +511,7 @@ impl TeamInner {
             let done = std::cell::Cell::new(None);
             idle.step(
                 &|| {
-                    let r = outcome(ch.transport.try_send(h, payload));
+                    let r = outcome(attempt());
                     let ready = r.is_some();
                     done.set(r);
                     ready
@@ -498,7 +521,7 @@ impl TeamInner {
             if let Some(r) = done.take() {
                 return r;
             }
-            if let Some(r) = outcome(ch.transport.try_send(h, payload)) {
+            if let Some(r) = outcome(attempt()) {
                 return r;
             }
         }
@@ -553,7 +576,9 @@ impl TeamInner {
 
     /// Replies to a received `OnReturn` message `h`, on the channel it came by.
     pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
-        self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, None)
+        // Nobody waits for a reply past the request's deadline.
+        let deadline = TeamInner::deadline_of(h);
+        self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, deadline)
     }
 
     pub fn ack(&self, ch: &Arc<Channel>, h: &Header, checkpoint: Checkpoint) {
@@ -945,6 +970,19 @@ impl TeamInner {
     }
 }
 
+/// Runs `f` when dropped.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
+
 /// Removes a dead peer's names and files. Its socket can hang up a moment
 /// before the kernel drops its lock, so if it still looks alive, a short
 /// background retry finishes the job.
@@ -1070,6 +1108,9 @@ impl Delivery {
             DeliveryState::Waiting(w) => w,
         };
         if let Poll::Ready(r) = w.completion.poll_done(cx) {
+            if let Some(t) = self.timer.take() {
+                w.team.timers.cancel(t);
+            }
             return Poll::Ready(r);
         }
         if let Some(at) = self.deadline {
