@@ -12,11 +12,11 @@ use crate::runtime::inbox::{Inbox, Incoming};
 use crate::runtime::payload::Payload;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
 use crate::wire::{codec, Checkpoint, Header, Kind, NackReason};
-use arc_swap::ArcSwapOption;
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,7 @@ impl Team {
     }
 
     pub fn raw_sender(&self, to: EndpointId) -> RawSender {
-        RawSender { team: self.inner.clone(), to, timeout: None, channel: Arc::new(ArcSwapOption::empty()) }
+        RawSender { team: self.inner.clone(), to, timeout: None, channel: Arc::new(OnceLock::new()) }
     }
 
     /// Looks `name` up and returns a sender to it.
@@ -242,8 +242,9 @@ pub struct RawSender {
     team: Arc<TeamInner>,
     to: EndpointId,
     timeout: Option<Duration>,
-    /// The channel to `to`'s team, found on first use, replaced if it dies.
-    channel: Arc<ArcSwapOption<Channel>>,
+    /// The channel to `to`'s team, found on first use. If it dies, sends
+    /// look the team's current channel up instead (binding a new one).
+    channel: Arc<OnceLock<Arc<Channel>>>,
 }
 
 impl Clone for RawSender {
@@ -269,12 +270,12 @@ impl RawSender {
     pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        match self.channel.load().as_ref() {
+        match self.channel.get() {
             Some(ch) if !ch.is_gone() => self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline),
             // First use, or the channel died: the team finds (or binds) the current one.
             _ => match self.team.channel_to(self.to.team_id()) {
                 Ok(ch) => {
-                    self.channel.store(Some(ch.clone()));
+                    let _ = self.channel.set(ch.clone());
                     self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline)
                 }
                 Err(e) => Delivery::failed(e),
@@ -285,7 +286,7 @@ impl RawSender {
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
-            if let Some(ch) = self.channel.load().as_ref().filter(|c| !c.is_gone()) {
+            if let Some(ch) = self.channel.get().filter(|c| !c.is_gone()) {
                 let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap(), self.to, 0);
                 return self.team.send_immediate(ch, h, bytes).map(|()| Vec::new());
             }

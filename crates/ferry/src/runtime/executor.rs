@@ -15,6 +15,8 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// The ready queue shared by the team's processors.
 pub(crate) struct Executor {
     ready: Mutex<VecDeque<Arc<Task>>>,
+    /// Length of `ready`, readable without the lock (idle loops look often).
+    queued: AtomicUsize,
     /// Processors asleep on the doorbell; a new ready task must wake one.
     pub parked: AtomicUsize,
     pub doorbell: Arc<crate::transport::doorbell::Doorbell>,
@@ -42,24 +44,43 @@ impl Wake for Task {
 
 impl Executor {
     pub fn new(doorbell: Arc<crate::transport::doorbell::Doorbell>) -> Arc<Executor> {
-        Arc::new(Executor { ready: Mutex::new(VecDeque::new()), parked: AtomicUsize::new(0), doorbell })
+        Arc::new(Executor {
+            ready: Mutex::new(VecDeque::new()),
+            queued: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
+            doorbell,
+        })
     }
 
     fn push(&self, task: Arc<Task>) {
-        self.ready.lock().push_back(task);
+        {
+            let mut ready = self.ready.lock();
+            ready.push_back(task);
+            self.queued.store(ready.len(), Ordering::Release);
+        }
         if self.parked.load(Ordering::SeqCst) != 0 {
             self.doorbell.ring_now();
         }
     }
 
     pub fn has_ready(&self) -> bool {
-        !self.ready.lock().is_empty()
+        self.queued.load(Ordering::Acquire) != 0
     }
 
     /// Whether a ready task could run here now (not one being polled further
     /// up this thread's stack).
     pub fn has_runnable(&self) -> bool {
-        self.ready.lock().iter().any(|t| !t.future.is_locked())
+        self.has_ready() && self.ready.lock().iter().any(|t| !t.future.is_locked())
+    }
+
+    fn pop(&self) -> Option<Arc<Task>> {
+        if !self.has_ready() {
+            return None;
+        }
+        let mut ready = self.ready.lock();
+        let t = ready.pop_front();
+        self.queued.store(ready.len(), Ordering::Release);
+        t
     }
 
     pub fn spawn<F>(self: &Arc<Self>, fut: F) -> JoinHandle<F::Output>
@@ -88,9 +109,9 @@ impl Executor {
     /// further up this thread's stack (it made a blocking call, which runs
     /// other tasks meanwhile) is left queued, never re-entered.
     pub fn run_one(&self) -> bool {
-        let Some(task) = self.ready.lock().pop_front() else { return false };
+        let Some(task) = self.pop() else { return false };
         let Some(mut slot) = task.future.try_lock() else {
-            self.ready.lock().push_back(task);
+            self.push(task);
             return false;
         };
         task.scheduled.store(false, Ordering::Release);
@@ -114,7 +135,11 @@ impl Executor {
     /// sends and timers were failed or cleared, which wakes (readies) the
     /// tasks that waited on them, so none is kept alive by a cycle.
     pub fn clear(&self) {
-        let tasks: Vec<_> = self.ready.lock().drain(..).collect();
+        let tasks: Vec<_> = {
+            let mut ready = self.ready.lock();
+            self.queued.store(0, Ordering::Release);
+            ready.drain(..).collect()
+        };
         for t in tasks {
             t.future.lock().take();
         }

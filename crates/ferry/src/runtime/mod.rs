@@ -751,6 +751,8 @@ impl TeamInner {
         }
         match h.kind {
             Kind::Data if hold_full => false,
+            // The common case, nothing held: straight into the inbox.
+            Kind::Data if rx.held.is_empty() && self.deliver(ch, rx, h, || Payload::from_slice(payload)) => true,
             Kind::Data => {
                 self.dispatch(ch, rx, *h, Payload::from_slice(payload));
                 true
