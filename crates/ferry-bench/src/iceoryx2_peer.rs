@@ -1,6 +1,11 @@
-//! The iceoryx2 peer: `iceoryx2.req_resp`, iceoryx2's request-response
-//! (client in the parent, server in the child, u64 payloads), both sides
-//! busy-polling: one round trip = send a request, spin until its response.
+//! The iceoryx2 peer: iceoryx2's request-response (client in the parent,
+//! server in the child), both sides busy-polling: one round trip = send a
+//! request, spin until its response.
+//!
+//! - `iceoryx2.req_resp`: a `u64` request, answered with the number + 1;
+//! - `iceoryx2.req_resp.arg1024`: a 1024-byte request (a sequence number,
+//!   then the fixed [`argument`] pattern), answered with the number plus the
+//!   sum of the other bytes, so the server reads the whole request.
 //!
 //! The service name includes the run id (parent pid and sequence number),
 //! so parallel or crashed runs never meet. The child leaves on a STOP
@@ -8,23 +13,76 @@
 //! iceoryx2 removes its files. (Nodes of crashed processes are cleaned up
 //! by iceoryx2 when the next node is created.)
 
+use std::fmt::Debug;
 use std::io::{Read, Write};
 use std::time::Duration;
 
 use iceoryx2::prelude::*;
 
 use crate::harness::{Case, ChildCtx, Params, Peer};
+use crate::rpc_peers::{argument, MAX_ARG};
 
 const STOP: u64 = u64::MAX;
-/// A round trip is ~2.3 µs: scale `Params::iters` down by this.
+/// A round trip is a few µs: scale `Params::iters` down by this.
 const ITERS_DIV: usize = 4;
 
-pub fn case() -> Case {
-    Case { name: "iceoryx2.req_resp", parent, child }
+/// A request type: built from a sequence number, answered by the server.
+trait Request: Debug + ZeroCopySend + Copy + 'static {
+    const NAME: &'static str;
+    fn with_seq(self, seq: u64) -> Self;
+    fn seq(&self) -> u64;
+    /// What the server answers.
+    fn answer(&self) -> u64;
+    fn first() -> Self;
 }
 
-fn service_name(run_id: &str) -> ServiceName {
-    ServiceName::new(&format!("ferry-bench/{run_id}/req_resp")).expect("iceoryx2 service name")
+impl Request for u64 {
+    const NAME: &'static str = "iceoryx2.req_resp";
+    fn with_seq(self, seq: u64) -> u64 {
+        seq
+    }
+    fn seq(&self) -> u64 {
+        *self
+    }
+    fn answer(&self) -> u64 {
+        self.wrapping_add(1)
+    }
+    fn first() -> u64 {
+        0
+    }
+}
+
+type Arg = [u8; MAX_ARG];
+
+impl Request for Arg {
+    const NAME: &'static str = "iceoryx2.req_resp.arg1024";
+    fn with_seq(mut self, seq: u64) -> Arg {
+        self[..8].copy_from_slice(&seq.to_le_bytes());
+        self
+    }
+    fn seq(&self) -> u64 {
+        u64::from_le_bytes(self[..8].try_into().unwrap())
+    }
+    fn answer(&self) -> u64 {
+        self[8..].iter().fold(self.seq(), |sum, &b| sum.wrapping_add(b as u64))
+    }
+    fn first() -> Arg {
+        argument(MAX_ARG).try_into().unwrap()
+    }
+}
+
+/// `iceoryx2.req_resp`.
+pub fn case() -> Case {
+    Case { name: <u64 as Request>::NAME, parent: parent::<u64>, child: child::<u64> }
+}
+
+/// `iceoryx2.req_resp.arg1024`.
+pub fn arg1024_case() -> Case {
+    Case { name: <Arg as Request>::NAME, parent: parent::<Arg>, child: child::<Arg> }
+}
+
+fn service_name<R: Request>(run_id: &str) -> ServiceName {
+    ServiceName::new(&format!("ferry-bench/{run_id}/{}", R::NAME)).expect("iceoryx2 service name")
 }
 
 fn node() -> Node<ipc::Service> {
@@ -36,11 +94,11 @@ fn node() -> Node<ipc::Service> {
         .expect("iceoryx2 node")
 }
 
-fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+fn parent<R: Request>(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let node = node();
     let service = node
-        .service_builder(&service_name(&peer.run_id))
-        .request_response::<u64, u64>()
+        .service_builder(&service_name::<R>(&peer.run_id))
+        .request_response::<R, u64>()
         .create()
         .expect("iceoryx2 service");
     let client = service.client_builder().create().expect("iceoryx2 client");
@@ -50,8 +108,10 @@ fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     (&peer.sock).write_all(b"S").expect("handshake");
     (&peer.sock).read_exact(&mut [0u8]).expect("iceoryx2 server did not start");
 
-    let call = |v: u64| -> u64 {
-        let pending = client.send_copy(v).expect("iceoryx2 send request");
+    let mut req = R::first();
+    let mut call = |seq: u64| -> (u64, u64) {
+        req = req.with_seq(seq);
+        let pending = client.send_copy(req).expect("iceoryx2 send request");
         let mut answer = None;
         peer.spin_until(|| match pending.receive().expect("iceoryx2 receive response") {
             Some(response) => {
@@ -60,25 +120,26 @@ fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
             }
             None => false,
         });
-        answer.expect("response")
+        (answer.expect("response"), req.answer())
     };
-    let mut v = 0;
+    let mut seq = 0;
     let samples = p.measure(p.iters_div(ITERS_DIV), |n| {
         for _ in 0..n {
-            v += 1;
-            assert_eq!(call(v), v + 1, "iceoryx2: wrong response");
+            seq += 1;
+            let (got, want) = call(seq);
+            assert_eq!(got, want, "iceoryx2: wrong response");
         }
     });
     call(STOP); // answered just before the child drops its node and exits
     samples
 }
 
-fn child(ctx: &ChildCtx) {
+fn child<R: Request>(ctx: &ChildCtx) {
     (&ctx.sock).read_exact(&mut [0u8]).expect("handshake");
     let node = node();
     let service = node
-        .service_builder(&service_name(&ctx.run_id))
-        .request_response::<u64, u64>()
+        .service_builder(&service_name::<R>(&ctx.run_id))
+        .request_response::<R, u64>()
         .open()
         .expect("iceoryx2 open service");
     let server = service.server_builder().create().expect("iceoryx2 server");
@@ -88,10 +149,9 @@ fn child(ctx: &ChildCtx) {
         let Some(request) = server.receive().expect("iceoryx2 receive request") else {
             continue;
         };
-        let v = *request;
-        let answer = if v == STOP { STOP } else { v + 1 };
-        request.send_copy(answer).expect("iceoryx2 send response");
-        if v == STOP {
+        let req: R = *request;
+        request.send_copy(req.answer()).expect("iceoryx2 send response");
+        if req.seq() == STOP {
             return;
         }
     }

@@ -25,8 +25,6 @@ use std::time::Duration;
 
 use crate::harness::{Case, ChildCtx, Params, Peer};
 
-#[cfg(feature = "iceoryx2")]
-mod iceoryx2_arg;
 #[cfg(feature = "tonic")]
 mod tonic_peer;
 #[cfg(feature = "zmq")]
@@ -42,7 +40,7 @@ pub fn cases() -> Vec<Case> {
     #[allow(unused_mut)]
     let mut cases = raw_uds_cases();
     #[cfg(feature = "iceoryx2")]
-    cases.push(iceoryx2_arg::case());
+    cases.push(crate::iceoryx2_peer::arg1024_case());
     #[cfg(feature = "tonic")]
     cases.extend(tonic_peer::cases());
     #[cfg(feature = "zmq")]

@@ -90,20 +90,20 @@ pub fn push_batch_entry(buf: &mut Vec<u8>, count: &mut u32, method: u32, args: &
 }
 
 pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32);
-    out.push(OK);
-    match codec::encode_into(value, &mut out) {
-        Ok(()) => out,
-        Err(e) => status(CODEC, &format!("the result did not encode: {e}")),
-    }
+    encoded(OK, value, "result")
 }
 
 pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
+    encoded(REMOTE, err, "error")
+}
+
+/// A status byte then `value` in MessagePack (or a CODEC status if it does not encode).
+fn encoded<T: Serialize + ?Sized>(code: u8, value: &T, what: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
-    out.push(REMOTE);
-    match codec::encode_into(err, &mut out) {
+    out.push(code);
+    match codec::encode_into(value, &mut out) {
         Ok(()) => out,
-        Err(e) => status(CODEC, &format!("the error did not encode: {e}")),
+        Err(e) => status(CODEC, &format!("the {what} did not encode: {e}")),
     }
 }
 
