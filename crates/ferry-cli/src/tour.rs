@@ -76,7 +76,10 @@ pub fn run() -> Result<()> {
         .spawn()
         .map_err(ferry::Error::io("start the second process"))?;
     let _child = KillOnDrop(child);
-    let team = Team::builder().runtime_dir(&dir).spin(Duration::from_micros(200)).start()?;
+    // Two cores, two processes: each side keeps one thread spinning at most.
+    // Here the calling thread drives the team (no processor); the second
+    // process runs everything as tasks on its one processor.
+    let team = Team::builder().runtime_dir(&dir).processors(0).spin(Duration::from_micros(200)).start()?;
     let result = tour(&team);
     team.shutdown();
     drop(_child);
@@ -150,6 +153,7 @@ fn tour(team: &Team) -> Result<()> {
     rpc_tour(team)?;
 
     println!("\nbackpressure: Immediate sends into a receiver that does not keep up");
+    echo.send(&b"pause".to_vec(), Checkpoint::OnDelivery)?; // the receiver stops reading for a while
     let mut sent = 0;
     let err = loop {
         match echo.send(&msg, Checkpoint::Immediate) {
@@ -218,22 +222,37 @@ fn rpc_tour(team: &Team) -> Result<()> {
 pub fn child() -> Result<()> {
     // Die with the tour, whatever happens to it.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
-    let team = Team::builder().spin(Duration::from_micros(200)).start()?;
+    let team = Team::builder().processors(1).spin(Duration::from_micros(200)).start()?;
     let _greeter = GreeterServer::serve(&team, "tour.greeter", GreeterImpl { team: team.clone() })?;
     let port = team.open_named_raw_port("tour.echo")?;
-    let mut dying = false;
+    let t = team.clone();
+    let echo = team.spawn(async move {
+        let mut dying = false;
+        loop {
+            let m = port.recv().await?;
+            if dying {
+                std::process::abort();
+            }
+            if m.payload() == b"die" {
+                dying = true;
+                continue;
+            }
+            // (msgpack of the bytes "pause", as the tour's typed sender sends them)
+            if m.payload() == ferry::wire::codec::encode(&b"pause".to_vec())? {
+                t.sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            if m.wants_reply() {
+                let body = m.payload().to_vec();
+                m.reply(&body)?;
+            }
+        }
+    });
+    // This thread only waits (in the kernel) until the tour ends it.
     loop {
-        let m = port.recv_blocking()?;
-        if dying {
-            std::process::abort();
-        }
-        if m.payload() == b"die" {
-            dying = true;
-            continue;
-        }
-        if m.wants_reply() {
-            let body = m.payload().to_vec();
-            m.reply(&body)?;
+        std::thread::sleep(Duration::from_secs(3600));
+        if false {
+            return team.block_on(echo)?;
         }
     }
 }

@@ -57,11 +57,16 @@ impl Doorbell {
         // `sleepers` first: while nobody sleeps (the spinning case) the
         // `pollers` line, which the team writes often, is never pulled over.
         if self.word(SLEEPERS).load(Ordering::Relaxed) != 0 && self.word(POLLERS).load(Ordering::Relaxed) == 0 {
-            self.ring_now();
+            // One thread is enough to drain the channels; it wakes whoever
+            // the messages are for. Waking all would make every idle thread
+            // of the team spin again for nothing, stealing the cores.
+            self.word(SEQ).fetch_add(1, Ordering::SeqCst);
+            futex::wake(self.word(SEQ), 1);
         }
     }
 
-    /// Wakes every sleeper unconditionally.
+    /// Wakes every sleeper unconditionally (a waker whose thread sleeps
+    /// here, shutdown, a channel's end).
     pub fn ring_now(&self) {
         self.word(SEQ).fetch_add(1, Ordering::SeqCst);
         futex::wake(self.word(SEQ), i32::MAX);
