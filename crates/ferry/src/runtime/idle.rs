@@ -98,7 +98,11 @@ impl<'a> Idle<'a> {
 
 impl Drop for Idle<'_> {
     fn drop(&mut self) {
-        self.team.doorbell.leave_polling();
+        // The last poller leaving must not strand a frame that arrived while
+        // it polled (its sender saw a poller and did not ring).
+        if self.team.doorbell.leave_polling() && self.channels.load().iter().any(|c| c.needs_attention()) {
+            self.team.doorbell.ring_one();
+        }
     }
 }
 

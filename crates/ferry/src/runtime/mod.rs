@@ -505,12 +505,13 @@ impl TeamInner {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::DeadlineExceeded);
             }
-            ch.transport.want_space();
-            // Retried after the park ticket is taken, so room made (and rung
-            // for) between `want_space` and the ticket is not slept through.
+            // Asked for (and retried) only after the park ticket is taken, so
+            // room made between the two is not slept through, and a writer
+            // that merely spins costs the reader no wake-up calls.
             let done = std::cell::Cell::new(None);
             idle.step(
                 &|| {
+                    ch.transport.want_space();
                     let r = outcome(attempt());
                     let ready = r.is_some();
                     done.set(r);

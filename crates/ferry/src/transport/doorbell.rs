@@ -60,8 +60,7 @@ impl Doorbell {
             // One thread is enough to drain the channels; it wakes whoever
             // the messages are for. Waking all would make every idle thread
             // of the team spin again for nothing, stealing the cores.
-            self.word(SEQ).fetch_add(1, Ordering::SeqCst);
-            futex::wake(self.word(SEQ), 1);
+            self.ring_one();
         }
     }
 
@@ -78,9 +77,21 @@ impl Doorbell {
         self.word(POLLERS).fetch_add(1, Ordering::SeqCst);
     }
 
+    /// A thread stops polling. Returns true if it was the last poller while
+    /// others sleep: a sender that saw it polling did not ring, so the
+    /// caller must look at the channels once more and `ring_one` if
+    /// anything waits (Dekker with `ring`).
     #[inline]
-    pub fn leave_polling(&self) {
-        self.word(POLLERS).fetch_sub(1, Ordering::SeqCst);
+    pub fn leave_polling(&self) -> bool {
+        let last = self.word(POLLERS).fetch_sub(1, Ordering::SeqCst) == 1;
+        fence(Ordering::SeqCst);
+        last && self.word(SLEEPERS).load(Ordering::Relaxed) != 0
+    }
+
+    /// Wakes one sleeper.
+    pub fn ring_one(&self) {
+        self.word(SEQ).fetch_add(1, Ordering::SeqCst);
+        futex::wake(self.word(SEQ), 1);
     }
 
     /// First half of parking: the caller stops counting as a poller and as a

@@ -92,6 +92,10 @@ impl Transport for InprocEnd {
             f.queue.push_back((h, payload.to_vec()));
             self.tx.queued.fetch_add(1, Ordering::Release);
         }
+        // Room was found: this writer no longer waits (only it clears the flag).
+        if self.tx.writer_waiting.load(Ordering::Relaxed) {
+            self.tx.writer_waiting.store(false, Ordering::Relaxed);
+        }
         self.tx.reader.ring();
         Ok(())
     }
@@ -116,7 +120,8 @@ impl Transport for InprocEnd {
         }
         self.rx.frames.lock().bytes -= HEADER_LEN + payload.len();
         self.rx.queued.fetch_sub(1, Ordering::Release);
-        if self.rx.writer_waiting.swap(false, Ordering::SeqCst) {
+        // The flag stays set until the writer has room (it clears it).
+        if self.rx.writer_waiting.load(Ordering::SeqCst) {
             self.rx.writer.ring_now();
         }
         Ok(Recv::Consumed)

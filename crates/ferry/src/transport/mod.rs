@@ -62,8 +62,9 @@ pub trait Transport: Send + Sync {
     /// Wakes the receiving team if it sleeps.
     fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError>;
 
-    /// Asks to be woken (through this team's doorbell) when the peer frees space.
-    /// The caller retries `try_send` after this and before it parks.
+    /// Asks to be woken (through this team's doorbell) when the peer frees
+    /// space; it holds until a `try_send` succeeds. The caller retries
+    /// `try_send` after this and before it parks.
     fn want_space(&self);
 
     /// Whether a frame may be waiting: a cheap probe (a load or two, no

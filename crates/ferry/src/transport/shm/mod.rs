@@ -113,13 +113,13 @@ impl ShmEnd {
         }
     }
 
-    /// After releasing ring space: wakes the producer if it sleeps waiting for room.
+    /// After releasing ring space: wakes the producer if it waits for room.
+    /// The flag is left set (the producer clears it once it has room):
+    /// clearing it here could erase a newer wait's flag and lose its wake-up.
     fn wake_waiting_writer(&self) {
         // Dekker with the producer's want_space → fence → retry → park.
         fence(Ordering::SeqCst);
-        if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0
-            && self.flag(self.rx_waiting).swap(0, Ordering::Relaxed) != 0
-        {
+        if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0 {
             self.peer_doorbell.ring_now();
         }
     }
@@ -148,7 +148,13 @@ impl Transport for ShmEnd {
         let mut head = [0u8; HEADER_LEN];
         h.encode(&mut head);
         match self.producer.lock().push(&[&head, payload]) {
-            Ok(()) => {}
+            Ok(()) => {
+                // Room was found: this writer no longer waits (only it clears the flag).
+                let waiting = self.flag(self.tx_waiting);
+                if waiting.load(Ordering::Relaxed) != 0 {
+                    waiting.store(0, Ordering::Relaxed);
+                }
+            }
             Err(RingError::Full) => return Err(SendError::Full),
             Err(RingError::Corrupt(what)) => {
                 tracing::warn!(what, "shared-memory channel corrupted by peer; closing it");
