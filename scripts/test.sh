@@ -14,6 +14,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 cargo build --workspace --all-targets --locked
+cargo clippy --workspace --all-targets --locked -- -D warnings
 status=0
 cargo test --workspace --locked --no-fail-fast -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee "$log" || status=$?
 

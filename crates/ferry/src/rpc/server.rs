@@ -201,7 +201,7 @@ impl<T: Serialize, E: Serialize> Reply<T, E> {
     }
 }
 
-enum Request2 {
+enum Received {
     One(IncomingCall),
     /// Calls to run in order; only the last may want a reply.
     Batch(Vec<IncomingCall>),
@@ -253,8 +253,8 @@ impl ServiceEndpoint {
                 return Ok(c);
             }
             match self.next_request().await? {
-                Request2::One(c) => self.queued.lock().push_back(c),
-                Request2::Batch(v) => self.queued.lock().extend(v),
+                Received::One(c) => self.queued.lock().push_back(c),
+                Received::Batch(v) => self.queued.lock().extend(v),
             }
         }
     }
@@ -275,8 +275,8 @@ impl ServiceEndpoint {
             while let Ok(r) = self.next_request().await {
                 let (inner, h) = (self.team.inner.clone(), handler.clone());
                 match r {
-                    Request2::One(c) => run_or_spawn(&self.team, &handler, c),
-                    Request2::Batch(v) => drop(self.team.spawn(async move {
+                    Received::One(c) => run_or_spawn(&self.team, &handler, c),
+                    Received::Batch(v) => drop(self.team.spawn(async move {
                         for c in v {
                             run_call(inner.clone(), h.clone(), c).await;
                         }
@@ -287,7 +287,7 @@ impl ServiceEndpoint {
         Serving { task }
     }
 
-    async fn next_request(&self) -> Result<Request2> {
+    async fn next_request(&self) -> Result<Received> {
         loop {
             let msg = self.port.recv().await?;
             if let Some(r) = self.parse(msg) {
@@ -297,7 +297,7 @@ impl ServiceEndpoint {
     }
 
     /// Turns a message into calls; answers binds and malformed requests itself.
-    fn parse(&self, mut msg: RawMessage) -> Option<Request2> {
+    fn parse(&self, mut msg: RawMessage) -> Option<Received> {
         let responder = msg.responder();
         let deadline = msg.deadline();
         let arrived = msg.arrived();
@@ -320,7 +320,7 @@ impl ServiceEndpoint {
             }
             Ok(Request::Call { method, args }) => {
                 let call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
-                return Some(Request2::One(IncomingCall { arrived, ..call }));
+                return Some(Received::One(IncomingCall { arrived, ..call }));
             }
             Ok(Request::Batch(entries)) => {
                 let last = entries.len() - 1;
@@ -333,7 +333,7 @@ impl ServiceEndpoint {
                         self.incoming(m, Payload::from_slice(a), msg.from(), deadline, r)
                     })
                     .collect();
-                return Some(Request2::Batch(calls));
+                return Some(Received::Batch(calls));
             }
         }
         None

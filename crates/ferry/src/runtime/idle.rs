@@ -12,13 +12,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
+type ChannelList = Arc<Vec<Arc<Channel>>>;
+type ChannelCache<'a> = Cache<&'a ArcSwap<Vec<Arc<Channel>>>, ChannelList>;
+
 /// Counts this thread as a poller of the team's channels while alive.
 pub(crate) struct Idle<'a> {
     team: &'a TeamInner,
     /// A blocking call made inside a task: run the processor's other tasks while waiting.
     run_tasks: bool,
     /// The team's channel list, revalidated with one load per turn.
-    channels: Cache<&'a ArcSwap<Vec<Arc<Channel>>>, Arc<Vec<Arc<Channel>>>>,
+    channels: ChannelCache<'a>,
     spin_started: Option<Instant>,
     spins: u32,
     until: Option<Instant>,
@@ -58,7 +61,7 @@ impl<'a> Idle<'a> {
         self.spins = self.spins.wrapping_add(1);
         // Timers are looked at every 16th turn, busy or not: reading the clock
         // costs as much as a poll, and a busy channel must not starve them.
-        let fired = self.spins % 16 == 0 && team.timers.fire();
+        let fired = self.spins.is_multiple_of(16) && team.timers.fire();
         if team.progress_on(self.channels.load()) || fired {
             self.spin_started = None;
             return;
@@ -69,7 +72,7 @@ impl<'a> Idle<'a> {
             let started = *self.spin_started.get_or_insert_with(Instant::now);
             // No PAUSE hint: on this hardware it costs ~40 ns, a good part of a
             // round trip, and the poll itself already paces the loop.
-            if self.spins % 64 != 0 || started.elapsed() < spin {
+            if !self.spins.is_multiple_of(64) || started.elapsed() < spin {
                 return;
             }
         }
@@ -238,7 +241,7 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>) {
         if exec.run_one() {
             // Busy with tasks: still fire due timers now and then.
             ran = ran.wrapping_add(1);
-            if ran % 16 == 0 {
+            if ran.is_multiple_of(16) {
                 team.timers.fire();
             }
             continue;

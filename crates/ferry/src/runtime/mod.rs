@@ -44,6 +44,9 @@ use timer::Timers;
 /// second team in the same process).
 const EXTRA_TEAMS: u32 = 1 << 22;
 
+/// What runs when a peer cancels a call it made to this team.
+type OnCancel = Box<dyn FnOnce() + Send>;
+
 /// Settings of a team. Build with [`Team::builder`].
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -270,7 +273,7 @@ pub(crate) struct TeamInner {
     pending: Mutex<FxHashMap<u64, Arc<Completion>>>,
     next_call: AtomicU64,
     /// What to do when a peer cancels one of its calls: keyed by (channel address, call id).
-    cancels: Mutex<FxHashMap<(usize, u64), Box<dyn FnOnce() + Send>>>,
+    cancels: Mutex<FxHashMap<(usize, u64), OnCancel>>,
     shut_down: AtomicBool,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     reactor: reactor::Reactor,
@@ -926,12 +929,7 @@ impl TeamInner {
 
     /// Runs `on_cancel` if the peer on `ch` cancels its call `call_id`,
     /// until the returned guard is dropped.
-    pub fn on_cancel(
-        self: &Arc<Self>,
-        ch: &Arc<Channel>,
-        call_id: u64,
-        on_cancel: Box<dyn FnOnce() + Send>,
-    ) -> CancelGuard {
+    pub fn on_cancel(self: &Arc<Self>, ch: &Arc<Channel>, call_id: u64, on_cancel: OnCancel) -> CancelGuard {
         let key = (Arc::as_ptr(ch) as usize, call_id);
         self.cancels.lock().insert(key, on_cancel);
         CancelGuard { team: Arc::downgrade(self), key }

@@ -43,7 +43,7 @@ impl Doorbell {
     }
 
     fn word(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset + 4 <= DOORBELL_LEN && offset % 4 == 0);
+        debug_assert!(offset + 4 <= DOORBELL_LEN && offset.is_multiple_of(4));
         // SAFETY: the mapping is DOORBELL_LEN bytes, page-aligned, and lives as
         // long as `self`; the offsets are in bounds and 4-aligned. Shared memory
         // is only ever accessed through atomics here.

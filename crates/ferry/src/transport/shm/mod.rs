@@ -343,7 +343,8 @@ pub fn accept(
     Ok((ShmEnd::new(segment, cap, Side::Acceptor, peer_doorbell), peer))
 }
 
-/// A connected pair in one process (both ends in this team), for tests.
+/// A connected pair in one process, for the transport conformance suite.
+#[doc(hidden)]
 pub fn pair_for_tests(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
     let segment = Mapping::create("ferry-channel", segment_len(cap))?;
     let fd = rustix::io::dup(segment.fd()).map_err(|e| Error::io("dup")(e.into()))?;

@@ -50,7 +50,7 @@ pub enum RingError {
 
 impl RingMem {
     fn stamp_at(&self, pos: usize) -> &AtomicU64 {
-        debug_assert!(pos % CELL == 0 && pos < self.cap);
+        debug_assert!(pos.is_multiple_of(CELL) && pos < self.cap);
         // SAFETY: pos is cell-aligned and < cap, so 8 aligned bytes inside the
         // data area, which outlives `self`'s users (see the owner, `ShmEnd`).
         unsafe { &*(self.data.add(pos) as *const AtomicU64) }
@@ -185,10 +185,6 @@ impl Consumer {
         self.head + self.unreleased as u64
     }
 
-    pub fn mem(&self) -> RingMem {
-        self.mem
-    }
-
     /// If a record is ready, copies its body out and offers it to `accept`.
     /// Returns `Ok(None)` if none is ready, `Ok(Some(true))` if consumed,
     /// `Ok(Some(false))` if `accept` refused it (it stays).
@@ -206,7 +202,7 @@ impl Consumer {
             }
             let len = (stamp & LEN_MASK) as usize;
             if stamp & PAD_FLAG != 0 {
-                if len != cap - pos || len % CELL != 0 {
+                if len != cap - pos || !len.is_multiple_of(CELL) {
                     return Err(RingError::Corrupt("bad padding length"));
                 }
                 self.mem.stamp_at(pos).store(0, Ordering::Relaxed);
