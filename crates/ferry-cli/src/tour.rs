@@ -225,34 +225,30 @@ pub fn child() -> Result<()> {
     let team = Team::builder().processors(1).spin(Duration::from_micros(200)).start()?;
     let _greeter = GreeterServer::serve(&team, "tour.greeter", GreeterImpl { team: team.clone() })?;
     let port = team.open_named_raw_port("tour.echo")?;
-    let t = team.clone();
-    let echo = team.spawn(async move {
-        let mut dying = false;
-        loop {
-            let m = port.recv().await?;
-            if dying {
-                std::process::abort();
-            }
-            if m.payload() == b"die" {
-                dying = true;
-                continue;
-            }
-            // (msgpack of the bytes "pause", as the tour's typed sender sends them)
-            if m.payload() == ferry::wire::codec::encode(&b"pause".to_vec())? {
-                t.sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-            if m.wants_reply() {
-                let body = m.payload().to_vec();
-                m.reply(&body)?;
-            }
-        }
-    });
-    // This thread only waits (in the kernel) until the tour ends it.
+    let _echo = team.spawn(echo(team.clone(), port));
+    // This thread only waits (in the kernel) until the tour ends the process.
     loop {
-        std::thread::sleep(Duration::from_secs(3600));
-        if false {
-            return team.block_on(echo)?;
+        std::thread::park();
+    }
+}
+
+/// The second process's echo port: answers calls with their payload; on
+/// "pause" stops reading for a while; on "die" aborts at the next message.
+async fn echo(team: Team, port: ferry::RawPort) -> Result<()> {
+    let pause = ferry::wire::codec::encode(&b"pause".to_vec())?; // as the tour's typed sender sends it
+    let mut dying = false;
+    loop {
+        let m = port.recv().await?;
+        if dying {
+            std::process::abort();
+        }
+        if m.payload() == b"die" {
+            dying = true;
+        } else if m.payload() == pause {
+            team.sleep(Duration::from_millis(500)).await;
+        } else if m.wants_reply() {
+            let body = m.payload().to_vec();
+            m.reply(&body)?;
         }
     }
 }
