@@ -68,6 +68,7 @@ fn show(what: &str, ns: f64) {
 
 pub fn run() -> Result<()> {
     let dir = tempdir()?;
+    let _cleanup = RemoveOnDrop(dir.clone());
     println!("ferry tour — two processes on this machine, runtime dir {}", dir.display());
     let child = Command::new(std::env::current_exe().expect("own path"))
         .arg("tour-child")
@@ -83,8 +84,16 @@ pub fn run() -> Result<()> {
     let result = tour(&team);
     team.shutdown();
     drop(_child);
-    let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// The tour's runtime dir goes away with the tour, even if it fails.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The second process never outlives the tour, even if the tour fails.
