@@ -302,6 +302,36 @@ fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
     assert_eq!(client_team.block_on(acceptor).unwrap(), 3);
 }
 
+/// A call cancelled while it still waits in the server's queue is seen as
+/// cancelled when it is accepted (its cancel arrived before its hook).
+fn cancel_before_accept_is_not_lost(p: Placement) {
+    let dir = tempfile::tempdir().unwrap();
+    let server_team = team(dir.path());
+    let client_team = match p {
+        Placement::SameTeam => server_team.clone(),
+        Placement::TwoTeams => team(dir.path()),
+    };
+    let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
+    let (sent, wait_sent) = std::sync::mpsc::channel();
+    let client = std::thread::spawn(move || {
+        let calc = CalcClient::bind(&client_team, "calc").unwrap();
+        assert_eq!(calc.add_blocking(1, 1).unwrap(), 2);
+        drop(calc.slow(1_000)); // sent, then cancelled at once
+        std::thread::sleep(Duration::from_millis(50)); // the cancel is there before anyone accepts
+        sent.send(()).unwrap();
+    });
+    // The bind is answered inside accept; the first call is the add.
+    match CalcRequest::from_call(endpoint.accept_blocking().unwrap()).unwrap() {
+        CalcRequest::Add { a, b, reply } => reply.ok(&(a + b)).unwrap(),
+        _ => panic!("expected add"),
+    }
+    wait_sent.recv_timeout(Duration::from_secs(10)).unwrap();
+    let call = endpoint.accept_blocking().unwrap();
+    assert_eq!(call.method_name(), "slow");
+    assert!(call.cancel_token().unwrap().is_cancelled(), "the early cancel was lost");
+    client.join().unwrap();
+}
+
 macro_rules! placements {
     ($($case:ident),* $(,)?) => {
         mod same_team {
@@ -321,6 +351,7 @@ placements!(
     dropped_call_cancels_the_handler,
     server_calls_back_over_the_same_channel,
     explicit_and_implicit_receipt_on_one_server,
+    cancel_before_accept_is_not_lost,
 );
 
 #[test]

@@ -274,6 +274,9 @@ pub(crate) struct TeamInner {
     next_call: AtomicU64,
     /// What to do when a peer cancels one of its calls: keyed by (channel address, call id).
     cancels: Mutex<FxHashMap<(usize, u64), OnCancel>>,
+    /// Cancels that came before their call registered a hook (the call was
+    /// still queued): applied when it does. Bounded: the oldest are forgotten.
+    early_cancels: Mutex<std::collections::VecDeque<(usize, u64)>>,
     shut_down: AtomicBool,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     reactor: reactor::Reactor,
@@ -306,6 +309,7 @@ impl TeamInner {
             pending: Mutex::new(FxHashMap::default()),
             next_call: AtomicU64::new(1),
             cancels: Mutex::new(FxHashMap::default()),
+            early_cancels: Mutex::new(std::collections::VecDeque::new()),
             shut_down: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             reactor,
@@ -762,10 +766,7 @@ impl TeamInner {
                 true
             }
             Kind::Cancel => {
-                let f = self.cancels.lock().remove(&(Arc::as_ptr(ch) as usize, h.call_id));
-                if let Some(f) = f {
-                    f();
-                }
+                self.cancel_arrived((Arc::as_ptr(ch) as usize, h.call_id));
                 true
             }
             _ => {
@@ -922,17 +923,49 @@ impl TeamInner {
         // Break the cycles that keep tasks (and through them this team) alive.
         self.timers.clear();
         self.cancels.lock().clear();
+        self.early_cancels.lock().clear();
         self.exec.clear();
         self.lease.lock().take();
         tracing::debug!(team = %self.id, "team shut down");
     }
 
-    /// Runs `on_cancel` if the peer on `ch` cancels its call `call_id`,
-    /// until the returned guard is dropped.
+    /// A peer cancelled its call `key`: run its hook, or remember the cancel
+    /// for a hook not registered yet.
+    fn cancel_arrived(&self, key: (usize, u64)) {
+        // `cancels` is held while `early_cancels` is looked at, here and in
+        // `on_cancel`: a cancel and its hook never miss each other.
+        let mut cancels = self.cancels.lock();
+        match cancels.remove(&key) {
+            Some(f) => {
+                drop(cancels);
+                f();
+            }
+            None => {
+                let mut early = self.early_cancels.lock();
+                if early.len() == 1024 {
+                    early.pop_front();
+                }
+                early.push_back(key);
+            }
+        }
+    }
+
+    /// Runs `on_cancel` if the peer on `ch` cancels its call `call_id`
+    /// (at once if it already did), until the returned guard is dropped.
     pub fn on_cancel(self: &Arc<Self>, ch: &Arc<Channel>, call_id: u64, on_cancel: OnCancel) -> CancelGuard {
         let key = (Arc::as_ptr(ch) as usize, call_id);
-        self.cancels.lock().insert(key, on_cancel);
-        CancelGuard { team: Arc::downgrade(self), key }
+        let guard = CancelGuard { team: Arc::downgrade(self), key };
+        let mut cancels = self.cancels.lock();
+        let mut early = self.early_cancels.lock();
+        if let Some(i) = early.iter().position(|k| *k == key) {
+            early.remove(i);
+            drop((early, cancels));
+            on_cancel();
+            return guard;
+        }
+        drop(early);
+        cancels.insert(key, on_cancel);
+        guard
     }
 
     /// Turns a frame's wall-clock deadline into a local instant.
