@@ -115,13 +115,19 @@ fn team(dir: &std::path::Path) -> Team {
     Team::builder().runtime_dir(dir).processors(1).spin(Duration::from_micros(5)).start().unwrap()
 }
 
+/// The server's team and the client's: one team for both, or two.
+fn server_and_client(p: Placement, dir: &std::path::Path) -> (Team, Team) {
+    let server = team(dir);
+    let client = match p {
+        Placement::SameTeam => server.clone(),
+        Placement::TwoTeams => team(dir),
+    };
+    (server, client)
+}
+
 fn setup(p: Placement) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let server_team = team(dir.path());
-    let client_team = match p {
-        Placement::SameTeam => server_team.clone(),
-        Placement::TwoTeams => team(dir.path()),
-    };
+    let (server_team, client_team) = server_and_client(p, dir.path());
     let ticks = Arc::new(AtomicU64::new(0));
     let imp = CalcImpl { team: server_team.clone(), pushed: Default::default(), ticks: ticks.clone() };
     let serving = CalcServer::serve(&server_team, "calc", imp).unwrap();
@@ -262,11 +268,7 @@ fn server_calls_back_over_the_same_channel(p: Placement) {
 /// the implicit dispatcher.
 fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
     let dir = tempfile::tempdir().unwrap();
-    let server_team = team(dir.path());
-    let client_team = match p {
-        Placement::SameTeam => server_team.clone(),
-        Placement::TwoTeams => team(dir.path()),
-    };
+    let (server_team, client_team) = server_and_client(p, dir.path());
     let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
     let implicit = Arc::new(CalcServer::new(CalcImpl {
         team: server_team.clone(),
@@ -306,11 +308,7 @@ fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
 /// cancelled when it is accepted (its cancel arrived before its hook).
 fn cancel_before_accept_is_not_lost(p: Placement) {
     let dir = tempfile::tempdir().unwrap();
-    let server_team = team(dir.path());
-    let client_team = match p {
-        Placement::SameTeam => server_team.clone(),
-        Placement::TwoTeams => team(dir.path()),
-    };
+    let (server_team, client_team) = server_and_client(p, dir.path());
     let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
     let (sent, wait_sent) = std::sync::mpsc::channel();
     let client = std::thread::spawn(move || {
