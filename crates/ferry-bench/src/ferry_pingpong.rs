@@ -3,8 +3,8 @@
 //! and between two threads or two tasks of one team.
 
 use crate::harness::{Case, ChildCtx, Params, Peer};
+use crate::run_dir::{run_dir, RemoveRunDir};
 use ferry::{Checkpoint, RawPort, RawSender, Team};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub fn cases() -> Vec<Case> {
@@ -18,15 +18,10 @@ pub fn cases() -> Vec<Case> {
 
 const STOP: &[u8] = b"";
 
-/// Runtime dir shared by the two sides of one run.
-fn runtime_dir(run_id: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("ferry-bench-{run_id}"))
-}
-
 fn start_team(run_id: &str, spin: bool) -> Team {
     // No processors: the measuring thread itself drives the channel (spin
     // then park), so nothing else competes for the two cores.
-    let b = Team::builder().runtime_dir(runtime_dir(run_id)).processors(0);
+    let b = Team::builder().runtime_dir(run_dir(run_id)).processors(0);
     let b = if spin { b.spin(Duration::from_secs(5)) } else { b.blocking().park_timeout(Duration::from_secs(5)) };
     b.start().expect("start team")
 }
@@ -46,7 +41,7 @@ fn rendezvous(team: &Team, mine: &str, theirs: &str) -> (RawPort, RawSender) {
 }
 
 fn parent(peer: &mut Peer, p: &Params, spin: bool) -> Vec<f64> {
-    let _ = std::fs::create_dir_all(runtime_dir(&peer.run_id));
+    let _dir = RemoveRunDir::new(&peer.run_id);
     let team = start_team(&peer.run_id, spin);
     let (port, to) = rendezvous(&team, "bench.ping", "bench.pong");
     let msg = [7u8; 8];
@@ -60,7 +55,6 @@ fn parent(peer: &mut Peer, p: &Params, spin: bool) -> Vec<f64> {
     to.send(STOP, Checkpoint::Immediate).unwrap();
     drop(port);
     team.shutdown();
-    let _ = std::fs::remove_dir_all(runtime_dir(&peer.run_id));
     samples
 }
 
@@ -94,9 +88,9 @@ fn no_child(_: &ChildCtx) {}
 
 /// Two threads of one team, each blocked in a receive, bounce a message.
 fn inproc_threads(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let dir = runtime_dir(&peer.run_id);
-    let _ = std::fs::create_dir_all(&dir);
-    let team = Team::builder().runtime_dir(&dir).processors(0).spin(Duration::from_secs(5)).start().unwrap();
+    let _dir = RemoveRunDir::new(&peer.run_id);
+    let team =
+        Team::builder().runtime_dir(run_dir(&peer.run_id)).processors(0).spin(Duration::from_secs(5)).start().unwrap();
     let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
     let (to_a, to_b) = (team.raw_sender(a.id()), team.raw_sender(b.id()));
     let cpu = peer.child_cpu;
@@ -122,15 +116,14 @@ fn inproc_threads(peer: &mut Peer, p: &Params) -> Vec<f64> {
     to_b.send(STOP, Checkpoint::Immediate).unwrap();
     echo.join().unwrap();
     team.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
     samples
 }
 
 /// Two tasks on one processor bounce a message: pure task hand-off.
 fn inproc_tasks(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let dir = runtime_dir(&peer.run_id);
-    let _ = std::fs::create_dir_all(&dir);
-    let team = Team::builder().runtime_dir(&dir).processors(1).spin(Duration::from_secs(5)).start().unwrap();
+    let _dir = RemoveRunDir::new(&peer.run_id);
+    let team =
+        Team::builder().runtime_dir(run_dir(&peer.run_id)).processors(1).spin(Duration::from_secs(5)).start().unwrap();
     let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
     let (to_a, to_b) = (team.raw_sender(a.id()), team.raw_sender(b.id()));
     let echo = team.spawn(async move {
@@ -161,6 +154,5 @@ fn inproc_tasks(peer: &mut Peer, p: &Params) -> Vec<f64> {
     to_b.send(STOP, Checkpoint::Immediate).unwrap();
     team.block_on(echo).unwrap();
     team.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
     samples
 }

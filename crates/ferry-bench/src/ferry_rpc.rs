@@ -13,10 +13,10 @@
 
 use crate::harness::{pin_current_thread, Case, ChildCtx, Params, Peer};
 use crate::rpc_peers::{answer, argument};
+use crate::run_dir::{run_dir, RemoveRunDir};
 use ferry::rpc::ServiceEndpoint;
 use ferry::Team;
 use serde_bytes::ByteBuf;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,14 +62,8 @@ enum Mode {
     Parked,
 }
 
-fn runtime_dir(run_id: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("ferry-bench-{run_id}"))
-}
-
 fn team(run_id: &str, mode: Mode, processors: usize) -> Team {
-    let dir = runtime_dir(run_id);
-    let _ = std::fs::create_dir_all(&dir);
-    let b = Team::builder().runtime_dir(dir).processors(processors);
+    let b = Team::builder().runtime_dir(run_dir(run_id)).processors(processors);
     let b = match mode {
         Mode::Spin => b.spin(Duration::from_secs(5)),
         Mode::Parked => b.blocking().park_timeout(Duration::from_secs(5)),
@@ -119,6 +113,7 @@ fn serve(ctx: &ChildCtx, mode: Mode, explicit: bool) {
 
 /// The parent: `iters` calls per round of `call`.
 fn client(peer: &Peer, p: &Params, mode: Mode, iters: usize, call: impl Fn(&BenchClient)) -> Vec<f64> {
+    let _dir = RemoveRunDir::new(&peer.run_id);
     let team = team(&peer.run_id, mode, 0);
     let c = bind(&team);
     let samples = p.measure(iters, |n| {
@@ -129,7 +124,6 @@ fn client(peer: &Peer, p: &Params, mode: Mode, iters: usize, call: impl Fn(&Benc
     c.stop_blocking().unwrap();
     drop(c);
     team.shutdown();
-    let _ = std::fs::remove_dir_all(runtime_dir(&peer.run_id));
     samples
 }
 
@@ -202,6 +196,7 @@ fn no_child(_: &ChildCtx) {}
 
 /// Server team made on a thread pinned to the other CPU, so its processor runs there.
 fn inproc(peer: &mut Peer, p: &Params, call: impl Fn(&BenchClient)) -> Vec<f64> {
+    let _dir = RemoveRunDir::new(&peer.run_id);
     let run_id = peer.run_id.clone();
     let cpu = peer.child_cpu;
     let server = std::thread::spawn(move || {
@@ -223,7 +218,6 @@ fn inproc(peer: &mut Peer, p: &Params, call: impl Fn(&BenchClient)) -> Vec<f64> 
     drop(c);
     drop(_serving);
     server.shutdown();
-    let _ = std::fs::remove_dir_all(runtime_dir(&peer.run_id));
     samples
 }
 
@@ -234,6 +228,7 @@ fn tasks_child(ctx: &ChildCtx) {
 /// T tasks on one client processor, each making calls back to back; the
 /// sample is wall time per call (1 / throughput).
 fn tasks<const T: usize>(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let _dir = RemoveRunDir::new(&peer.run_id);
     let team = team(&peer.run_id, Mode::Spin, 1);
     let c = bind(&team);
     let per_round = p.iters_div(4).max(T);
@@ -256,7 +251,6 @@ fn tasks<const T: usize>(peer: &mut Peer, p: &Params) -> Vec<f64> {
     c.stop_blocking().unwrap();
     drop(c);
     team.shutdown();
-    let _ = std::fs::remove_dir_all(runtime_dir(&peer.run_id));
     samples
 }
 
@@ -264,6 +258,7 @@ fn tasks<const T: usize>(peer: &mut Peer, p: &Params) -> Vec<f64> {
 /// both processes; the table of where a call's time goes.
 pub fn breakdown(calls: usize) -> ferry::Result<ferry::cost::Breakdown> {
     let run_id = format!("breakdown-{}", std::process::id());
+    let _dir = RemoveRunDir::new(&run_id);
     let mut child = std::process::Command::new(std::env::current_exe().map_err(ferry::Error::io("own path"))?)
         .env(BREAKDOWN_CHILD, &run_id)
         .spawn()
@@ -282,7 +277,6 @@ pub fn breakdown(calls: usize) -> ferry::Result<ferry::cost::Breakdown> {
     let _ = c.stop_blocking();
     let _ = child.wait();
     team.shutdown();
-    let _ = std::fs::remove_dir_all(runtime_dir(&run_id));
     // The client side of the client, the server side of the server.
     let client_rows = client.rows.into_iter().filter(|r| r.0 == ferry::cost::Side::Client).collect();
     let server_only =

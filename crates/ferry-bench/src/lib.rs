@@ -33,6 +33,7 @@ pub mod iceoryx2_peer;
 mod memory;
 mod report;
 pub mod rpc_peers;
+mod run_dir;
 mod shm;
 mod stats;
 mod suites;

@@ -1,0 +1,28 @@
+//! The runtime dir of one ferry benchmark run: shared by the run's two
+//! processes (both derive it from the run id), removed by the side that
+//! owns it when the case ends, even if it panics.
+
+use std::path::PathBuf;
+
+/// The run's runtime dir, created if missing.
+pub(crate) fn run_dir(run_id: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferry-bench-{run_id}"));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// Removes the run's runtime dir when dropped: declare it before the teams
+/// that use it, so it goes last.
+pub(crate) struct RemoveRunDir(PathBuf);
+
+impl RemoveRunDir {
+    pub(crate) fn new(run_id: &str) -> RemoveRunDir {
+        RemoveRunDir(run_dir(run_id))
+    }
+}
+
+impl Drop for RemoveRunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
