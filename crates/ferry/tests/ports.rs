@@ -6,6 +6,9 @@
 //! Every wait is bounded (`recv_timeout`, [`within`]) so a bug fails a case
 //! instead of hanging the suite.
 
+mod common;
+
+use common::pattern;
 use ferry::wire::codec;
 use ferry::{Checkpoint, Error, Port, RawPort, Select, Team, TeamBuilder};
 use serde::{Deserialize, Serialize};
@@ -90,19 +93,6 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < until, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-/// Deterministic bytes for message `i`.
-fn pattern(i: u64, len: usize) -> Vec<u8> {
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]

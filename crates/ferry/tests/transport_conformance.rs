@@ -8,6 +8,8 @@
 //! Every wait is bounded by a deadline, so a broken transport fails a case
 //! instead of hanging the suite.
 
+mod common;
+
 use ferry::transport::doorbell::Doorbell;
 use ferry::transport::{Recv, RecvError, SendError, Transport};
 use ferry::wire::{flags, Checkpoint, Header, Kind};
@@ -69,15 +71,7 @@ fn data(call_id: u64) -> Header {
 
 /// Deterministic payload of frame `i`, `len` bytes long.
 fn payload(i: u64, len: usize) -> Vec<u8> {
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::pattern(i, len)
 }
 
 /// Payload sizes cycling through 0, max, and a spread in between.
