@@ -376,16 +376,7 @@ impl Drop for Serving {
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
 fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, call: IncomingCall) {
-    if call.method == envelope::FLUSH {
-        let _ = call.reply_ok(&());
-        return;
-    }
-    if call.deadline.is_some_and(|d| Instant::now() >= d) {
-        let _ = call.reply_raw(&envelope::status(envelope::DEADLINE, ""));
-        return;
-    }
-    let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let mut work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, &call.args)));
+    let Some((call, mut work, t)) = start(handler, call) else { return };
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
     let mut cx = std::task::Context::from_waker(Waker::noop());
@@ -400,6 +391,25 @@ fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, call: IncomingCall) 
     }
 }
 
+/// Starts a call's handler. `None` if the call is answered already: a
+/// flush, or a call whose deadline passed while it waited in the queue.
+fn start<D: Dispatch>(handler: &Arc<D>, call: IncomingCall) -> Option<(IncomingCall, Work, Option<Instant>)> {
+    let answered = if call.method == envelope::FLUSH {
+        Some(envelope::ok(&()))
+    } else if call.deadline.is_some_and(|d| Instant::now() >= d) {
+        Some(envelope::status(envelope::DEADLINE, ""))
+    } else {
+        None
+    };
+    if let Some(response) = answered {
+        let _ = call.reply_raw(&response);
+        return None;
+    }
+    let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
+    let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, &call.args)));
+    Some((call, work, t))
+}
+
 type Work = CatchUnwind<dyn Future<Output = Vec<u8>> + Send>;
 
 fn handler_response(r: std::thread::Result<Vec<u8>>) -> Vec<u8> {
@@ -411,13 +421,9 @@ fn handler_response(r: std::thread::Result<Vec<u8>>) -> Vec<u8> {
 
 /// Runs one call to the end in its own task.
 async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, call: IncomingCall) {
-    if call.method == envelope::FLUSH {
-        let _ = call.reply_ok(&());
-        return;
+    if let Some((call, work, t)) = start(&handler, call) {
+        finish_call(team, call, work, t).await
     }
-    let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let work = CatchUnwind(AssertUnwindSafe(handler.dispatch(call.method, &call.args)));
-    finish_call(team, call, work, t).await
 }
 
 /// Drives a handler to the end unless it panics (the caller gets

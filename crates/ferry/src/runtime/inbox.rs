@@ -66,10 +66,10 @@ impl Inbox {
     }
 
     pub fn try_pop(&self) -> Option<Incoming> {
-        let mut s = self.state.lock();
-        let m = s.queue.pop_front();
-        self.made_room(&mut s, m.is_some());
-        m
+        match self.poll_pop_now() {
+            Poll::Ready(m) => m,
+            Poll::Pending => None,
+        }
     }
 
     /// Pops a message without registering anyone: `Ready(None)` once closed and empty.

@@ -1116,14 +1116,6 @@ impl Delivery {
             }
         }
     }
-
-    /// Call id of the send (0 for `Immediate`).
-    pub fn call_id(&self) -> u64 {
-        match &self.state {
-            DeliveryState::Waiting(w) => w.header.call_id,
-            _ => 0,
-        }
-    }
 }
 
 impl Future for Delivery {
