@@ -742,7 +742,7 @@ impl TeamInner {
                 first.len = whole.len() as u32;
                 // Room in the hold queue was checked at the first piece, and
                 // nothing else travels between the pieces of one message.
-                self.dispatch(ch, rx, first, Payload::Heap(whole));
+                self.dispatch(ch, rx, &first, || Payload::Heap(whole));
             }
             return true;
         }
@@ -759,10 +759,8 @@ impl TeamInner {
         }
         match h.kind {
             Kind::Data if hold_full => false,
-            // The common case, nothing held: straight into the inbox.
-            Kind::Data if rx.held.is_empty() && self.deliver(ch, rx, h, || Payload::from_slice(payload)) => true,
             Kind::Data => {
-                self.dispatch(ch, rx, *h, Payload::from_slice(payload));
+                self.dispatch(ch, rx, h, || Payload::from_slice(payload));
                 true
             }
             Kind::Cancel => {
@@ -780,16 +778,18 @@ impl TeamInner {
     /// data goes to its inbox, or to the hold queue if that inbox is full
     /// (or messages for the same endpoint wait there already: order per
     /// endpoint is kept).
-    fn dispatch(&self, ch: &Arc<Channel>, rx: &mut channel::RxState, h: Header, payload: Payload) {
+    fn dispatch(&self, ch: &Arc<Channel>, rx: &mut channel::RxState, h: &Header, payload: impl FnOnce() -> Payload) {
         if h.kind != Kind::Data {
-            self.complete(ch, &h, &payload);
+            self.complete(ch, h, &payload());
             return;
         }
-        let mut slot = Some(payload);
         // Behind a held message for the same endpoint, or refused: hold it.
+        // (`deliver` builds the payload only when it takes the message.)
+        let mut make = Some(payload);
         let behind = rx.held.iter().any(|(held, _)| held.dst == h.dst);
-        if behind || !self.deliver(ch, rx, &h, || slot.take().unwrap()) {
-            rx.held.push_back((h, slot.take().unwrap()));
+        if behind || !self.deliver(ch, rx, h, || (make.take().unwrap())()) {
+            let payload = (make.take().expect("a refused message was not built"))();
+            rx.held.push_back((*h, payload));
             ch.held.store(true, Ordering::Relaxed);
         }
     }
