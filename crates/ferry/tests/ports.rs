@@ -1000,6 +1000,28 @@ fn nothing_is_lost_when_a_peer_leaves_right_after_sending() {
     }
 }
 
+/// A reply written just before its peer leaves reaches the caller, however
+/// the caller's send, the reply and the peer's exit interleave (a caller
+/// that was slow to look after its send used to see `PeerGone`).
+#[test]
+fn a_reply_sent_just_before_the_peer_leaves_is_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let caller = Team::builder().runtime_dir(dir.path()).spin(Duration::from_micros(5)).start().unwrap();
+    for round in 0..200 {
+        let server = Team::builder().runtime_dir(dir.path()).spin(Duration::from_micros(5)).start().unwrap();
+        let port = server.open_raw_port().unwrap();
+        let to = caller.raw_sender(port.id());
+        let answer = std::thread::spawn(move || {
+            let m = port.recv_timeout(PATIENCE).unwrap();
+            m.reply(b"bye").unwrap();
+            server.shutdown();
+        });
+        let reply = to.call(b"quit").unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(reply, b"bye");
+        answer.join().unwrap();
+    }
+}
+
 /// A task that never waits must not starve timers on its processor.
 #[test]
 fn timers_fire_while_a_task_keeps_the_processor_busy() {

@@ -570,9 +570,10 @@ impl TeamInner {
             return Delivery::failed(e);
         }
         self.hand_off(ch);
-        // A peer that died while we sent would never answer.
-        if ch.is_gone() && ch.finished.load(Ordering::Acquire) {
-            self.pending.lock().remove(&header.call_id);
+        // A peer that died while we sent would never answer, unless it did
+        // (the answer already completed the call and took it from `pending`).
+        if ch.is_gone() && ch.finished.load(Ordering::Acquire) && self.pending.lock().remove(&header.call_id).is_some()
+        {
             return Delivery::failed(self.gone_error(ch));
         }
         Delivery {
@@ -633,9 +634,12 @@ impl TeamInner {
                     continue;
                 }
             }
-            // A gone peer's channel is finished only once everything it sent was taken.
+            // A gone peer's channel is finished only once everything it sent
+            // was taken. `gone` is read first: a peer that writes a last frame
+            // and then dies must not be seen as drained-before and gone-after.
+            let gone = ch.is_gone();
             let drained = !ch.transport.has_frame() && rx.held.is_empty() && rx.assembling.is_none();
-            if ch.is_gone() && drained && !ch.finished.load(Ordering::Acquire) {
+            if gone && drained && !ch.finished.load(Ordering::Acquire) {
                 finished.push(ch.clone());
             }
         }
