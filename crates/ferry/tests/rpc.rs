@@ -28,6 +28,8 @@ pub trait Calc {
     /// The same, with the blocking API inside the handler (the processor
     /// keeps running other tasks while this one blocks).
     async fn call_me_back_sync(&self, to: ferry::EndpointId, text: String) -> String;
+    /// The name of the thread the handler runs on.
+    async fn thread(&self) -> String;
 }
 
 #[ferry::service]
@@ -79,6 +81,9 @@ impl Calc for CalcImpl {
     }
     async fn call_me_back_sync(&self, to: ferry::EndpointId, text: String) -> String {
         self.notify_blocking(to, text)
+    }
+    async fn thread(&self) -> String {
+        std::thread::current().name().unwrap_or("?").to_string()
     }
 }
 
@@ -330,6 +335,23 @@ fn cancel_before_accept_is_not_lost(p: Placement) {
     client.join().unwrap();
 }
 
+/// Implicit handlers run on the server team's processors (most often the
+/// one that received the call, with no task switch), never on a client
+/// thread that happened to receive the call while it waited.
+fn handlers_run_on_the_servers_processors(p: Placement) {
+    let s = setup(p);
+    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
+    for _ in 0..200 {
+        let on = calc.thread_blocking().unwrap();
+        assert!(on.starts_with("ferry-proc"), "handler ran on {on:?}");
+    }
+    let calls: Vec<_> = (0..50).map(|_| calc.thread()).collect();
+    for c in calls {
+        let on = s.client_team.block_on(c).unwrap();
+        assert!(on.starts_with("ferry-proc"), "handler ran on {on:?}");
+    }
+}
+
 macro_rules! placements {
     ($($case:ident),* $(,)?) => {
         mod same_team {
@@ -350,6 +372,7 @@ placements!(
     server_calls_back_over_the_same_channel,
     explicit_and_implicit_receipt_on_one_server,
     cancel_before_accept_is_not_lost,
+    handlers_run_on_the_servers_processors,
 );
 
 #[test]

@@ -270,21 +270,39 @@ impl ServiceEndpoint {
     /// accept (put long computations behind an `await` or in a task).
     /// Serving stops when the returned handle is dropped.
     pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
-        let team = self.team.clone();
+        let endpoint = Arc::new(self);
+        let inbox = endpoint.port.inbox().clone();
+        // A call received by a thread that runs this team's tasks is handled
+        // right there (no queue, no wake-up of the accepting task); the task
+        // takes the calls other threads received.
+        let (e, h) = (endpoint.clone(), handler.clone());
+        inbox.set_direct(Some(Arc::new(move |m| {
+            if let Some(r) = e.parse(crate::port::take(&e.team.inner, m)) {
+                e.handle(&h, r);
+            }
+        })));
+        let team = endpoint.team.clone();
         let task = team.spawn(async move {
-            while let Ok(r) = self.next_request().await {
-                let (inner, h) = (self.team.inner.clone(), handler.clone());
-                match r {
-                    Received::One(c) => run_or_spawn(&self.team, &handler, c),
-                    Received::Batch(v) => drop(self.team.spawn(async move {
-                        for c in v {
-                            run_call(inner.clone(), h.clone(), c).await;
-                        }
-                    })),
-                }
+            while let Ok(r) = endpoint.next_request().await {
+                endpoint.handle(&handler, r);
             }
         });
-        Serving { task }
+        Serving { task, inbox }
+    }
+
+    /// Implicit receipt of one request (or batch).
+    fn handle<D: Dispatch>(&self, handler: &Arc<D>, r: Received) {
+        match r {
+            Received::One(c) => run_or_spawn(&self.team, handler, c),
+            Received::Batch(v) => {
+                let (inner, h) = (self.team.inner.clone(), handler.clone());
+                drop(self.team.spawn(async move {
+                    for c in v {
+                        run_call(inner.clone(), h.clone(), c).await;
+                    }
+                }))
+            }
+        }
     }
 
     async fn next_request(&self) -> Result<Received> {
@@ -364,10 +382,12 @@ impl ServiceEndpoint {
 /// A service being served implicitly; dropping it stops accepting calls.
 pub struct Serving {
     task: JoinHandle<()>,
+    inbox: Arc<crate::runtime::inbox::Inbox>,
 }
 
 impl Drop for Serving {
     fn drop(&mut self) {
+        self.inbox.set_direct(None);
         self.task.abort();
     }
 }

@@ -49,6 +49,8 @@ pub(crate) struct RxState {
     pub discarding: bool,
     /// Cost accounting: when the frame being routed was picked up.
     pub since: Option<std::time::Instant>,
+    /// Messages for direct takers, run once the channel's locks are released.
+    pub direct: Vec<(super::inbox::Direct, super::inbox::Incoming)>,
 }
 
 impl Channel {

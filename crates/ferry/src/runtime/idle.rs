@@ -2,9 +2,8 @@
 //! fire timers, spin a bounded time, then sleep on the team's doorbell.
 //! Both `block_on` (threads outside the runtime) and processors use it.
 
-use super::channel::Channel;
+use super::channel_list::Snapshot;
 use super::TeamInner;
-use arc_swap::{ArcSwap, Cache};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,16 +11,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
-type ChannelList = Arc<Vec<Arc<Channel>>>;
-type ChannelCache<'a> = Cache<&'a ArcSwap<Vec<Arc<Channel>>>, ChannelList>;
-
 /// Counts this thread as a poller of the team's channels while alive.
 pub(crate) struct Idle<'a> {
     team: &'a TeamInner,
     /// A blocking call made inside a task: run the processor's other tasks while waiting.
     run_tasks: bool,
     /// The team's channel list, revalidated with one load per turn.
-    channels: ChannelCache<'a>,
+    channels: Snapshot,
     spin_started: Option<Instant>,
     spins: u32,
     until: Option<Instant>,
@@ -35,7 +31,7 @@ impl<'a> Idle<'a> {
             // Inside a task, or with no processors at all, a waiting thread
             // runs the team's ready tasks itself.
             run_tasks: super::executor::in_task() || team.cfg.processors == 0,
-            channels: Cache::new(&team.channels),
+            channels: team.channels.snapshot(),
             spin_started: None,
             spins: 0,
             until: None,
@@ -62,7 +58,8 @@ impl<'a> Idle<'a> {
         // Timers are looked at every 16th turn, busy or not: reading the clock
         // costs as much as a poll, and a busy channel must not starve them.
         let fired = self.spins.is_multiple_of(16) && team.timers.fire();
-        if team.progress_on(self.channels.load()) || fired {
+        team.channels.refresh(&mut self.channels);
+        if team.progress_on(&self.channels) || fired {
             self.spin_started = None;
             return;
         }
@@ -103,7 +100,8 @@ impl Drop for Idle<'_> {
     fn drop(&mut self) {
         // The last poller leaving must not strand a frame that arrived while
         // it polled (its sender saw a poller and did not ring).
-        if self.team.doorbell.leave_polling() && self.channels.load().iter().any(|c| c.needs_attention()) {
+        self.team.channels.refresh(&mut self.channels);
+        if self.team.doorbell.leave_polling() && self.channels.iter().any(|c| c.needs_attention()) {
             self.team.doorbell.ring_one();
         }
     }
@@ -197,23 +195,24 @@ pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
 /// Waits on this thread for `attempt` to be ready, driving the team's
 /// channels meanwhile. While spinning, `attempt(None)` just looks; only
 /// before sleeping is it called with a context, to register this thread's
-/// waker. So a message that arrives while the thread spins costs no waker
-/// traffic at all.
+/// waker (taken only then). So a message that arrives while the thread
+/// spins costs no waker traffic at all.
 pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>) -> T {
     let attempt = std::cell::RefCell::new(attempt);
     if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
         return v;
     }
-    let (tw, waker, _lease) = thread_waker(team);
-    tw.woken.store(false, Ordering::Relaxed);
+    let sleeper = std::cell::OnceCell::new();
+    let sleeper = || sleeper.get_or_init(|| thread_waker(team));
     let got = std::cell::Cell::new(None);
     let mut idle = Idle::new(team);
     loop {
         idle.step(
             &|| {
+                let (tw, waker, _) = sleeper();
                 // Only a wake after this registration may stop the park.
                 tw.woken.store(false, Ordering::SeqCst);
-                let mut cx = Context::from_waker(&waker);
+                let mut cx = Context::from_waker(waker);
                 match (attempt.borrow_mut())(Some(&mut cx)) {
                     Poll::Ready(v) => {
                         got.set(Some(v));
@@ -222,7 +221,7 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
                     Poll::Pending => tw.woken.load(Ordering::SeqCst),
                 }
             },
-            &|p| tw.parked.store(p, Ordering::SeqCst),
+            &|p| sleeper().0.parked.store(p, Ordering::SeqCst),
         );
         if let Some(v) = got.take() {
             return v;
@@ -233,8 +232,19 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     }
 }
 
+thread_local! {
+    /// The team this thread is a processor of (its address), or 0.
+    static PROCESSOR_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+pub(crate) fn is_processor_of(team: &TeamInner) -> bool {
+    PROCESSOR_OF.get() == team as *const TeamInner as usize
+}
+
 /// A processor: runs ready tasks; when there are none, idles.
 pub(crate) fn processor_loop(team: Arc<TeamInner>) {
+    // Compared by address only while `team` (and so its address) is alive.
+    PROCESSOR_OF.set(Arc::as_ptr(&team) as usize);
     let exec = team.exec.clone();
     let mut ran: u32 = 0;
     while !team.is_shut_down() {
@@ -257,4 +267,5 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>) {
             });
         }
     }
+    PROCESSOR_OF.set(0);
 }

@@ -20,6 +20,10 @@ pub(crate) struct Incoming {
     pub arrived: Option<std::time::Instant>,
 }
 
+/// Takes an endpoint's messages as they arrive, instead of its queue (see
+/// [`Inbox::set_direct`]).
+pub(crate) type Direct = Arc<dyn Fn(Incoming) + Send + Sync>;
+
 pub(crate) struct Inbox {
     state: Mutex<State>,
     capacity: usize,
@@ -33,25 +37,33 @@ struct State {
     waiters: Vec<Waker>,
     closed: bool,
     refused: bool,
+    direct: Option<Direct>,
 }
 
 pub(crate) enum Offer {
     Accepted,
+    /// For the endpoint's direct taker: the caller runs it (with no locks held).
+    Direct(Direct, Incoming),
     Full,
     Closed,
 }
 
 impl Inbox {
     pub fn new(capacity: usize, doorbell: Arc<Doorbell>) -> Inbox {
-        let state = State { queue: VecDeque::new(), waiters: Vec::new(), closed: false, refused: false };
+        let state = State { queue: VecDeque::new(), waiters: Vec::new(), closed: false, refused: false, direct: None };
         Inbox { state: Mutex::new(state), capacity, doorbell }
     }
 
-    /// Queues the message `make` builds, if there is room.
-    pub fn offer(&self, make: impl FnOnce() -> Incoming) -> Offer {
+    /// Queues the message `make` builds, if there is room. With a direct
+    /// taker, an empty queue and `direct_ok` (this thread may run it), hands
+    /// the message back for the taker instead: queued messages go first.
+    pub fn offer(&self, direct_ok: bool, make: impl FnOnce() -> Incoming) -> Offer {
         let mut s = self.state.lock();
         if s.closed {
             return Offer::Closed;
+        }
+        if let Some(d) = s.direct.as_ref().filter(|_| direct_ok && s.queue.is_empty()) {
+            return Offer::Direct(d.clone(), make());
         }
         if s.queue.len() >= self.capacity {
             s.refused = true;
@@ -59,8 +71,10 @@ impl Inbox {
         }
         s.queue.push_back(make());
         // Woken under the lock, draining in place: the vector keeps its buffer.
-        for w in s.waiters.drain(..) {
-            w.wake();
+        if !s.waiters.is_empty() {
+            for w in s.waiters.drain(..) {
+                w.wake();
+            }
         }
         Offer::Accepted
     }
@@ -113,13 +127,24 @@ impl Inbox {
         self.state.lock().queue.len()
     }
 
+    /// Sets (or with `None` removes) the direct taker: messages that arrive
+    /// while the queue is empty go to it, run by the thread that received
+    /// them, with no queue, wake-up or task switch in between. The queue
+    /// stays for messages received by threads that may not run it.
+    pub fn set_direct(&self, direct: Option<Direct>) {
+        let old = std::mem::replace(&mut self.state.lock().direct, direct);
+        drop(old);
+    }
+
     /// Refuses further messages, wakes every waiter, and returns what was queued.
     pub fn close(&self) -> Vec<Incoming> {
         let mut s = self.state.lock();
         s.closed = true;
+        let direct = s.direct.take();
         let waiters = std::mem::take(&mut s.waiters);
         let left = s.queue.drain(..).collect();
         drop(s);
+        drop(direct);
         for w in waiters {
             w.wake();
         }

@@ -7,6 +7,7 @@
 //! makes no system call.
 
 pub(crate) mod channel;
+mod channel_list;
 mod executor;
 pub(crate) mod idle;
 pub(crate) mod inbox;
@@ -23,7 +24,6 @@ use crate::names::{NodeNames, RuntimeDir, TeamLease};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{inproc, shm, Recv, SendError};
 use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
-use arc_swap::ArcSwap;
 use channel::Channel;
 use executor::Executor;
 use inbox::{Inbox, Incoming, Offer};
@@ -265,7 +265,7 @@ pub(crate) struct TeamInner {
     next_slot: AtomicU32,
     /// Every channel the progress loop drains, the loop-back first. Read
     /// lock-free at every idle turn; replaced whole when a channel comes or goes.
-    pub(crate) channels: ArcSwap<Vec<Arc<Channel>>>,
+    pub(crate) channels: channel_list::ChannelList,
     /// The channel used to send to each peer team.
     peers: Mutex<HashMap<u32, Arc<Channel>>>,
     connecting: Mutex<()>,
@@ -302,7 +302,7 @@ impl TeamInner {
             timers: Timers::new(),
             inboxes: RwLock::new(HashMap::new()),
             next_slot: AtomicU32::new(1),
-            channels: ArcSwap::from_pointee(vec![loopback.clone()]),
+            channels: channel_list::ChannelList::new(loopback.clone()),
             peers: Mutex::new(HashMap::new()),
             connecting: Mutex::new(()),
             loopback,
@@ -415,11 +415,7 @@ impl TeamInner {
 
     pub(crate) fn add_channel(&self, ch: Arc<Channel>) {
         self.reactor.watch(&ch);
-        self.channels.rcu(|v| {
-            let mut v = Vec::clone(v);
-            v.push(ch.clone());
-            v
-        });
+        self.channels.update(|v| v.iter().chain([&ch]).cloned().collect());
         // A frame may have come (and rung) before the channel was in the list.
         self.doorbell.ring_now();
         let mut peers = self.peers.lock();
@@ -610,8 +606,7 @@ impl TeamInner {
 
     /// Drains every channel once. Returns whether anything was received.
     pub fn progress(&self) -> bool {
-        let channels = self.channels.load_full();
-        self.progress_on(&channels)
+        self.progress_on(&self.channels.load())
     }
 
     /// `progress` over a snapshot of the channel list (an idle thread keeps
@@ -631,6 +626,7 @@ impl TeamInner {
                     tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
                     ch.mark_gone();
                     finished.push(ch.clone());
+                    Self::run_direct(rx);
                     continue;
                 }
             }
@@ -642,6 +638,7 @@ impl TeamInner {
             if gone && drained && !ch.finished.load(Ordering::Acquire) {
                 finished.push(ch.clone());
             }
+            Self::run_direct(rx);
         }
         for ch in finished {
             self.finish_channel(&ch);
@@ -662,8 +659,35 @@ impl TeamInner {
         if Arc::ptr_eq(ch, &self.loopback) {
             if let Some(mut rx) = ch.rx.try_lock() {
                 let _ = self.drain(ch, &mut rx);
+                Self::run_direct(rx);
             }
         }
+    }
+
+    /// Runs what a drain found for direct takers, once `rx` is unlocked (a
+    /// taker may send, wait, or drain this channel itself).
+    fn run_direct(mut rx: parking_lot::MutexGuard<'_, channel::RxState>) {
+        if rx.direct.is_empty() {
+            return;
+        }
+        thread_local! {
+            /// A buffer to swap with `rx.direct`, so neither allocates per message.
+            static SPARE: std::cell::Cell<Vec<(inbox::Direct, Incoming)>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        let mut batch = SPARE.take();
+        std::mem::swap(&mut batch, &mut rx.direct);
+        drop(rx);
+        for (taker, m) in batch.drain(..) {
+            taker(m);
+        }
+        SPARE.set(batch);
+    }
+
+    /// Whether this thread runs the team's tasks: a processor, a thread
+    /// inside a task, or any thread of a team without processors. Only such
+    /// threads run direct takers (they run a service's handlers).
+    fn runs_tasks_here(&self) -> bool {
+        self.cfg.processors == 0 || executor::in_task() || idle::is_processor_of(self)
     }
 
     /// Takes frames from one channel until it is empty, a destination is
@@ -819,11 +843,19 @@ impl TeamInner {
         // The channel goes with the message only if an answer will travel back on it.
         let answer_on = (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone());
         let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
-        match inbox.offer(|| Incoming { header: *h, payload: payload(), channel: answer_on, arrived }) {
+        let direct_ok = self.runs_tasks_here();
+        match inbox.offer(direct_ok, || Incoming { header: *h, payload: payload(), channel: answer_on, arrived }) {
             Offer::Accepted => {
                 if h.checkpoint() == Checkpoint::OnReceipt {
                     self.ack(ch, h, Checkpoint::OnReceipt);
                 }
+                true
+            }
+            Offer::Direct(taker, m) => {
+                if h.checkpoint() == Checkpoint::OnReceipt {
+                    self.ack(ch, h, Checkpoint::OnReceipt);
+                }
+                rx.direct.push((taker, m));
                 true
             }
             Offer::Full => false,
@@ -857,7 +889,7 @@ impl TeamInner {
         if ch.finished.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.channels.rcu(|v| v.iter().filter(|c| !Arc::ptr_eq(c, ch)).cloned().collect::<Vec<_>>());
+        self.channels.update(|v| v.iter().filter(|c| !Arc::ptr_eq(c, ch)).cloned().collect());
         {
             let mut peers = self.peers.lock();
             if peers.get(&ch.peer.team).is_some_and(|c| Arc::ptr_eq(c, ch)) {
@@ -898,7 +930,7 @@ impl TeamInner {
         }
         // First fail everything that waits, so threads blocked in ferry calls
         // (processors included) return; then stop and join the threads.
-        let channels = self.channels.swap(Arc::new(Vec::new()));
+        let channels = self.channels.take();
         self.peers.lock().clear();
         for ch in channels.iter() {
             ch.mark_gone();
