@@ -89,13 +89,19 @@ impl Client {
         method: u32,
         args: &A,
     ) -> CallFuture<R, E> {
+        thread_local! {
+            /// Where requests are encoded: the ring takes a copy, so one buffer serves every call.
+            static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+        }
         let t = cost::start();
-        let payload = match self.take_batch_with(method, args) {
-            Ok(p) => p,
-            Err(e) => return CallFuture::failed(e.into()),
-        };
+        let mut payload = SCRATCH.take();
+        payload.clear();
+        if let Err(e) = self.encode_request(method, args, &mut payload) {
+            return CallFuture::failed(e.into());
+        }
         let t = cost::record(Side::Client, Stage::Encode, t);
         let delivery = self.sender.send_async(&payload, Checkpoint::OnReturn);
+        SCRATCH.set(payload);
         let t = cost::record(Side::Client, Stage::Send, t);
         CallFuture { team: Some(self.team.clone()), delivery: Some(delivery), failed: None, since: t, _r: PhantomData }
     }
@@ -140,17 +146,20 @@ impl Client {
         self.call_blocking::<(), (), super::Never>(envelope::FLUSH, &())
     }
 
-    fn take_batch_with<A: Serialize>(&self, method: u32, args: &A) -> Result<Vec<u8>> {
+    /// The request for one call into `out`, behind the batched calls
+    /// waiting for it, if any.
+    fn encode_request<A: Serialize>(&self, method: u32, args: &A, out: &mut Vec<u8>) -> Result<()> {
         let mut b = self.batch.lock();
         if b.1 == 0 {
-            return envelope::call(method, args);
+            drop(b);
+            return envelope::call_into(method, args, out);
         }
-        // Encode first: a call that does not encode leaves the batch queued.
         let args = codec::encode(args)?;
-        let (mut buf, mut count) = std::mem::take(&mut *b);
+        let (buf, mut count) = std::mem::take(&mut *b);
         drop(b);
-        envelope::push_batch_entry(&mut buf, &mut count, method, &args);
-        Ok(buf)
+        *out = buf;
+        envelope::push_batch_entry(out, &mut count, method, &args);
+        Ok(())
     }
 }
 

@@ -31,10 +31,15 @@ pub const CODEC: u8 = 6;
 
 pub fn call<A: Serialize + ?Sized>(method: u32, args: &A) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(32);
+    call_into(method, args, &mut out)?;
+    Ok(out)
+}
+
+/// `call`, written at the end of `out`.
+pub fn call_into<A: Serialize + ?Sized>(method: u32, args: &A, out: &mut Vec<u8>) -> Result<()> {
     out.push(CALL);
     out.extend_from_slice(&method.to_le_bytes());
-    codec::encode_into(args, &mut out)?;
-    Ok(out)
+    codec::encode_into(args, out)
 }
 
 /// One request as the server sees it.

@@ -57,12 +57,12 @@ impl Inbox {
     /// Queues the message `make` builds, if there is room. With a direct
     /// taker, an empty queue and `direct_ok` (this thread may run it), hands
     /// the message back for the taker instead: queued messages go first.
-    pub fn offer(&self, direct_ok: bool, make: impl FnOnce() -> Incoming) -> Offer {
+    pub fn offer(&self, direct_ok: impl FnOnce() -> bool, make: impl FnOnce() -> Incoming) -> Offer {
         let mut s = self.state.lock();
         if s.closed {
             return Offer::Closed;
         }
-        if let Some(d) = s.direct.as_ref().filter(|_| direct_ok && s.queue.is_empty()) {
+        if let Some(d) = s.direct.as_ref().filter(|_| s.queue.is_empty() && direct_ok()) {
             return Offer::Direct(d.clone(), make());
         }
         if s.queue.len() >= self.capacity {

@@ -613,35 +613,35 @@ impl TeamInner {
     /// one and revalidates it with a single load per turn).
     pub fn progress_on(&self, channels: &[Arc<Channel>]) -> bool {
         let mut did = false;
-        let mut finished = Vec::new();
         for ch in channels.iter() {
             if !ch.needs_attention() {
                 continue;
             }
             let Some(mut rx) = ch.rx.try_lock() else { continue };
             ch.flush_backlog();
-            match self.drain(ch, &mut rx) {
-                Ok(n) => did |= n > 0,
+            let finished = match self.drain(ch, &mut rx) {
+                Ok(n) => {
+                    did |= n > 0;
+                    // A gone peer's channel is finished only once everything it
+                    // sent was taken. `gone` is read first: a peer that writes a
+                    // last frame and then dies must not be seen as
+                    // drained-before and gone-after.
+                    ch.is_gone()
+                        && !ch.transport.has_frame()
+                        && rx.held.is_empty()
+                        && rx.assembling.is_none()
+                        && !ch.finished.load(Ordering::Acquire)
+                }
                 Err(what) => {
                     tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
                     ch.mark_gone();
-                    finished.push(ch.clone());
-                    Self::run_direct(rx);
-                    continue;
+                    true
                 }
-            }
-            // A gone peer's channel is finished only once everything it sent
-            // was taken. `gone` is read first: a peer that writes a last frame
-            // and then dies must not be seen as drained-before and gone-after.
-            let gone = ch.is_gone();
-            let drained = !ch.transport.has_frame() && rx.held.is_empty() && rx.assembling.is_none();
-            if gone && drained && !ch.finished.load(Ordering::Acquire) {
-                finished.push(ch.clone());
-            }
+            };
             Self::run_direct(rx);
-        }
-        for ch in finished {
-            self.finish_channel(&ch);
+            if finished {
+                self.finish_channel(ch);
+            }
         }
         did
     }
@@ -843,8 +843,10 @@ impl TeamInner {
         // The channel goes with the message only if an answer will travel back on it.
         let answer_on = (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone());
         let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
-        let direct_ok = self.runs_tasks_here();
-        match inbox.offer(direct_ok, || Incoming { header: *h, payload: payload(), channel: answer_on, arrived }) {
+        match inbox.offer(
+            || self.runs_tasks_here(),
+            || Incoming { header: *h, payload: payload(), channel: answer_on, arrived },
+        ) {
             Offer::Accepted => {
                 if h.checkpoint() == Checkpoint::OnReceipt {
                     self.ack(ch, h, Checkpoint::OnReceipt);
