@@ -309,6 +309,54 @@ fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
     assert_eq!(client_team.block_on(acceptor).unwrap(), 3);
 }
 
+/// Explicit receipt enforces deadlines too: the accepted call's cancel token
+/// fires at the caller's deadline (even for a one-way call, whose caller
+/// sends no cancel), and a call whose deadline passed while it waited in the
+/// queue is answered for the caller instead of being accepted.
+fn explicit_receipt_sees_the_deadline(p: Placement) {
+    use std::future::Future;
+    let dir = tempfile::tempdir().unwrap();
+    let (server_team, client_team) = server_and_client(p, dir.path());
+    let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
+    let st = server_team.clone();
+    let acceptor = server_team.spawn(async move {
+        // Holds the first call while the next two expire in the queue.
+        let first = endpoint.accept().await.unwrap();
+        assert_eq!(first.method_name(), "div");
+        st.sleep(Duration::from_millis(200)).await;
+        first.reply_ok(&0i32).unwrap();
+        // The expired calls are answered for their callers, not handed out.
+        let call = endpoint.accept().await.unwrap();
+        assert_eq!(call.method_name(), "push", "an expired call was accepted");
+        let token = call.cancel_token().unwrap().clone();
+        let waited = Instant::now();
+        let patience = st.sleep(Duration::from_secs(5));
+        let mut patience = std::pin::pin!(patience);
+        let cancelled = token.cancelled();
+        let mut cancelled = std::pin::pin!(cancelled);
+        std::future::poll_fn(|cx| {
+            if cancelled.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+            patience.as_mut().poll(cx).map(|()| panic!("the deadline never cancelled the call"))
+        })
+        .await;
+        waited.elapsed()
+    });
+    let calc = CalcClient::bind(&client_team, "calc").unwrap();
+    let short = calc.with_timeout(Duration::from_millis(100));
+    let first = calc.div(1, 1);
+    let expired = [short.add(1, 2), short.add(3, 4)];
+    for call in expired {
+        assert!(matches!(client_team.block_on(call), Err(RpcError::DeadlineExceeded)));
+    }
+    assert_eq!(client_team.block_on(first).unwrap(), 0);
+    // One-way: no caller waits to send a cancel, the deadline alone must stop it.
+    short.push_oneway(7, Checkpoint::OnReceipt).unwrap();
+    let waited = client_team.block_on(acceptor).unwrap();
+    assert!(waited < Duration::from_secs(2), "cancelled after {waited:?}");
+}
+
 /// A call cancelled while it still waits in the server's queue is seen as
 /// cancelled when it is accepted (its cancel arrived before its hook).
 fn cancel_before_accept_is_not_lost(p: Placement) {
@@ -373,6 +421,7 @@ placements!(
     explicit_and_implicit_receipt_on_one_server,
     cancel_before_accept_is_not_lost,
     handlers_run_on_the_servers_processors,
+    explicit_receipt_sees_the_deadline,
 );
 
 #[test]

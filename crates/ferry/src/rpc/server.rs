@@ -91,6 +91,8 @@ pub struct IncomingCall {
     /// Keeps the "peer cancelled this call" hook registered while the call
     /// lives; made when the call first needs it (see `watch_cancel`).
     hook: Option<CancelGuard>,
+    /// Explicit receipt: cancels the token at the caller's deadline.
+    deadline_watch: Option<DeadlineWatch>,
     service: Arc<ServiceDescriptor>,
 }
 
@@ -120,8 +122,9 @@ impl IncomingCall {
         self.deadline
     }
 
-    /// Cancelled when the caller gives up on the call (calls from `accept`
-    /// and handlers that wait have one; a call answered at once does not).
+    /// Cancelled when the caller gives up on the call or its deadline
+    /// passes (calls from `accept` and handlers that wait have one; a call
+    /// answered at once does not).
     pub fn cancel_token(&self) -> Option<&CancelToken> {
         self.cancel.as_ref()
     }
@@ -169,8 +172,31 @@ impl IncomingCall {
     }
 
     /// Hands the call to the implicit dispatcher: a new task runs it.
-    pub fn dispatch<D: Dispatch>(self, team: &Team, handler: &Arc<D>) -> JoinHandle<()> {
+    pub fn dispatch<D: Dispatch>(mut self, team: &Team, handler: &Arc<D>) -> JoinHandle<()> {
+        // The dispatcher enforces the deadline itself (and answers `DEADLINE`).
+        self.deadline_watch = None;
         team.spawn(run_call(team.inner.clone(), handler.clone(), self))
+    }
+
+    /// Explicit receipt: the cancel token fires at the caller's deadline, so
+    /// code holding the call sees it expire as an implicit handler would.
+    fn watch_deadline(&mut self, team: &Team) {
+        let (Some(at), Some(token)) = (self.deadline, self.cancel.clone()) else { return };
+        let inner = team.inner.clone();
+        let task = team.spawn(async move {
+            Sleep::until(&inner, at).await;
+            token.cancel();
+        });
+        self.deadline_watch = Some(DeadlineWatch(task.abort_handle()));
+    }
+}
+
+/// Stops a call's deadline watch when the call is answered or dropped.
+struct DeadlineWatch(crate::runtime::AbortHandle<()>);
+
+impl Drop for DeadlineWatch {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -248,8 +274,14 @@ impl ServiceEndpoint {
                     c.reply_ok(&())?;
                     continue;
                 }
+                if c.deadline.is_some_and(|d| Instant::now() >= d) {
+                    // Nobody waits for it any more.
+                    let _ = c.reply_raw(&envelope::status(envelope::DEADLINE, ""));
+                    continue;
+                }
                 let mut c = c;
                 c.watch_cancel(&self.team.inner);
+                c.watch_deadline(&self.team);
                 return Ok(c);
             }
             match self.next_request().await? {
@@ -374,6 +406,7 @@ impl ServiceEndpoint {
             cancel: None,
             arrived: None,
             hook: None,
+            deadline_watch: None,
             service: self.descriptor.clone(),
         }
     }
