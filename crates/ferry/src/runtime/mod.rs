@@ -903,6 +903,12 @@ impl TeamInner {
             // Tells the peer too (it may not know: a protocol violation is found here).
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+        if !self.is_shut_down() {
+            tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
+            // Before the waiters learn of it: whoever sees `PeerGone` finds
+            // the dead team's names and files gone (or being swept).
+            sweep_dead_team(&self.names, ch.peer.team);
+        }
         let err = || self.gone_error(ch);
         let failed: Vec<_> = {
             let mut pending = self.pending.lock();
@@ -912,10 +918,6 @@ impl TeamInner {
         };
         for c in failed {
             c.finish(Err(err()));
-        }
-        if !self.is_shut_down() {
-            tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
-            sweep_dead_team(&self.names, ch.peer.team);
         }
     }
 
