@@ -295,11 +295,12 @@ impl ServiceEndpoint {
         self.team.block_on(self.accept())
     }
 
-    /// Implicit receipt: every call runs in a task of its own (a batch in
-    /// one task, in order). The handler is first polled right here, and gets
-    /// its task only if it has to wait: handlers that finish at once cost no
-    /// task, but work done before a handler's first `await` delays the next
-    /// accept (put long computations behind an `await` or in a task).
+    /// Implicit receipt: every call runs as a task of its own (a batch in
+    /// one task, in order). The handler is first polled by the processor
+    /// that received the call, and gets its task only if it has to wait:
+    /// handlers that finish at once cost no task and no wake-up, but work
+    /// done before a handler's first `await` delays what that processor
+    /// does next (put long computations behind an `await` or in a task).
     /// Serving stops when the returned handle is dropped.
     pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
         let endpoint = Arc::new(self);
