@@ -56,7 +56,7 @@ impl ChannelList {
     }
 
     /// The current list (a clone of the `Arc`).
-    pub fn load(&self) -> List {
+    fn load(&self) -> List {
         self.list.lock().clone()
     }
 

@@ -79,7 +79,11 @@ impl<'a> Idle<'a> {
             team.exec.parked.fetch_add(1, Ordering::SeqCst);
         }
         let ticket = team.doorbell.prepare_park();
-        if ready() || team.progress() || team.is_shut_down() || (self.run_tasks && team.exec.has_runnable()) {
+        if ready()
+            || team.progress_on(&self.channels)
+            || team.is_shut_down()
+            || (self.run_tasks && team.exec.has_runnable())
+        {
             team.doorbell.cancel_park();
         } else {
             let mut timeout = team.timers.until_next(team.cfg.park_timeout);

@@ -604,13 +604,8 @@ impl TeamInner {
 
     // ---- receiving ----
 
-    /// Drains every channel once. Returns whether anything was received.
-    pub fn progress(&self) -> bool {
-        self.progress_on(&self.channels.load())
-    }
-
-    /// `progress` over a snapshot of the channel list (an idle thread keeps
-    /// one and revalidates it with a single load per turn).
+    /// Drains each of `channels` (an idle thread's snapshot of the team's
+    /// list) once. Returns whether anything was received.
     pub fn progress_on(&self, channels: &[Arc<Channel>]) -> bool {
         let mut did = false;
         for ch in channels.iter() {
