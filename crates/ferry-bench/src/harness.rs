@@ -43,7 +43,11 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How a suite is run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Params {
-    /// Timed rounds; each gives one sample. Odd, so the median is a sample.
+    /// Times the whole suite runs, case after case: a ratio is taken within
+    /// each pass (its cases ran minutes apart at most) and the median over
+    /// passes reported, so slow drifts of a shared machine cancel out.
+    pub passes: usize,
+    /// Timed rounds per case and pass; each gives one sample.
     pub rounds: usize,
     /// Round trips per round (for spin cases; slow cases scale it down with
     /// [`Params::iters_div`]).
@@ -54,7 +58,7 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Self { rounds: 31, iters: 20_000, warmup: 2 }
+        Self { passes: 3, rounds: 11, iters: 20_000, warmup: 2 }
     }
 }
 
@@ -86,7 +90,7 @@ impl Params {
 
     pub(crate) fn from_env(s: &str) -> Option<Self> {
         let mut it = s.split(',').map(|x| x.parse::<usize>().ok());
-        let p = Self { rounds: it.next()??, iters: it.next()??, warmup: it.next()?? };
+        let p = Self { passes: 1, rounds: it.next()??, iters: it.next()??, warmup: it.next()?? };
         Some(p)
     }
 }
@@ -326,16 +330,27 @@ pub fn run_suite(suite: &str, cases: &[Case], params: &Params) -> Report {
     );
     let mut report = Report::new(suite, params);
     let (pinned, child_cpu) = Pinned::parent_and_child();
-    for case in cases {
-        match run_case(case, params, child_cpu) {
-            Ok(samples) => report.push(case.name, samples),
-            Err(msg) => {
-                eprintln!("ferry-bench: {} failed: {msg}", case.name);
-                report.fail(case.name, msg);
+    // Per case: the samples of each pass, or why it failed (it is not run again).
+    let mut outcomes: Vec<Result<Vec<Vec<f64>>, String>> = vec![Ok(Vec::new()); cases.len()];
+    for _ in 0..params.passes.max(1) {
+        for (case, outcome) in cases.iter().zip(&mut outcomes) {
+            let Ok(passes) = outcome else { continue };
+            match run_case(case, params, child_cpu) {
+                Ok(samples) => passes.push(samples),
+                Err(msg) => {
+                    eprintln!("ferry-bench: {} failed: {msg}", case.name);
+                    *outcome = Err(msg);
+                }
             }
         }
     }
     drop(pinned);
+    for (case, outcome) in cases.iter().zip(outcomes) {
+        match outcome {
+            Ok(passes) => report.push_passes(case.name, passes),
+            Err(msg) => report.fail(case.name, msg),
+        }
+    }
     report
 }
 
@@ -369,14 +384,14 @@ mod tests {
 
     #[test]
     fn params_round_trip_through_env() {
-        let p = Params { rounds: 5, iters: 77, warmup: 1 };
+        let p = Params { passes: 1, rounds: 5, iters: 77, warmup: 1 };
         assert_eq!(Params::from_env(&p.to_env()), Some(p));
         assert_eq!(Params::from_env("1,2"), None);
     }
 
     #[test]
     fn measure_gives_one_sample_per_round() {
-        let p = Params { rounds: 3, iters: 10, warmup: 2 };
+        let p = Params { passes: 1, rounds: 3, iters: 10, warmup: 2 };
         let mut calls = 0;
         let samples = p.measure(10, |n| calls += n);
         assert_eq!(samples.len(), 3);

@@ -7,12 +7,15 @@ use serde_json::{json, Map, Value};
 use crate::harness::Params;
 use crate::stats::Stats;
 
-/// One case's samples (ns per round trip, one per round) and their summary.
+/// One case's samples (ns per round trip, one per round, every pass) and
+/// their summary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CaseResult {
     pub name: String,
     pub stats: Stats,
     pub samples: Vec<f64>,
+    /// The median of each pass, in order.
+    pub pass_medians: Vec<f64>,
 }
 
 /// Results of a suite, in the order the cases ran.
@@ -39,12 +42,22 @@ impl Report {
         }
     }
 
-    /// Adds a result (for example one measured outside [`crate::run_suite`]).
-    /// No samples counts as a failure.
+    /// Adds a result of one pass (for example one measured outside
+    /// [`crate::run_suite`]). No samples counts as a failure.
     pub fn push(&mut self, name: &str, samples: Vec<f64>) {
-        match Stats::of(&samples) {
-            Some(stats) => self.results.push(CaseResult { name: name.to_string(), stats, samples }),
-            None => self.fail(name, "no samples".to_string()),
+        self.push_passes(name, vec![samples]);
+    }
+
+    /// Adds a result measured in several passes. A pass without samples
+    /// counts as a failure.
+    pub fn push_passes(&mut self, name: &str, passes: Vec<Vec<f64>>) {
+        let pass_medians: Option<Vec<f64>> = passes.iter().map(|p| Some(Stats::of(p)?.median)).collect();
+        let samples: Vec<f64> = passes.concat();
+        match (Stats::of(&samples), pass_medians) {
+            (Some(stats), Some(pass_medians)) => {
+                self.results.push(CaseResult { name: name.to_string(), stats, samples, pass_medians })
+            }
+            _ => self.fail(name, "no samples".to_string()),
         }
     }
 
@@ -57,11 +70,22 @@ impl Report {
         self.results.iter().find(|r| r.name == name)
     }
 
-    /// Median of `name` over median of `baseline`.
+    /// `name` over `baseline`: the median over passes of the ratio of
+    /// their medians in that pass.
     pub fn ratio(&self, name: &str, baseline: &str) -> Option<f64> {
-        let base = self.get(baseline)?.stats.median;
-        let median = self.get(name)?.stats.median;
-        (base > 0.0).then_some(median / base)
+        Some(Stats::of(&self.pass_ratios(name, baseline)?)?.median)
+    }
+
+    /// The ratio of `name`'s median to `baseline`'s in each pass (the
+    /// overall medians if the two ran a different number of passes).
+    pub fn pass_ratios(&self, name: &str, baseline: &str) -> Option<Vec<f64>> {
+        let (r, b) = (self.get(name)?, self.get(baseline)?);
+        let pairs: Vec<(f64, f64)> = if r.pass_medians.len() == b.pass_medians.len() {
+            r.pass_medians.iter().copied().zip(b.pass_medians.iter().copied()).collect()
+        } else {
+            vec![(r.stats.median, b.stats.median)]
+        };
+        pairs.iter().map(|&(x, base)| (base > 0.0).then_some(x / base)).collect()
     }
 
     /// Inserts `"baseline": name` and `"ratios": {case: median / baseline
@@ -100,7 +124,7 @@ impl Report {
         out.insert("results".into(), Value::Array(results));
         out.insert(
             "params".into(),
-            json!({"rounds": self.params.rounds, "iters": self.params.iters, "warmup": self.params.warmup}),
+            json!({"passes": self.params.passes, "rounds": self.params.rounds, "iters": self.params.iters, "warmup": self.params.warmup}),
         );
         if self.errors.is_empty() {
             out.remove("errors");
@@ -126,8 +150,9 @@ impl Report {
         let p = &self.params;
         let _ = writeln!(
             t,
-            "{}: round-trip time, median of {} rounds (+{} warm-up), each the mean of up to {} round trips",
-            self.suite, p.rounds, p.warmup, p.iters
+            "{}: round-trip time, median of {} passes × {} rounds (+{} warm-up), each the mean of up to {} round trips;\n\
+             ratios are the median over passes of the ratio within a pass",
+            self.suite, p.passes, p.rounds, p.warmup, p.iters
         );
         let _ = writeln!(t, "{:<width$}  {:>10}  {:>21}  x {baseline}", "case", "median", "min – max");
         for r in &self.results {
@@ -195,7 +220,7 @@ mod tests {
             ])
         );
         assert_eq!(v["memory"], json!({"rss_kib": 1}));
-        assert_eq!(v["params"], json!({"rounds": 31, "iters": 20000, "warmup": 2}));
+        assert_eq!(v["params"], json!({"passes": 3, "rounds": 11, "iters": 20000, "warmup": 2}));
         assert!(v.get("errors").is_none());
     }
 
@@ -221,7 +246,22 @@ mod tests {
         assert!(t.contains("8.15 µs"), "{t}");
         assert!(t.contains("26.29"), "{t}");
         assert!(t.contains("x.y.z") && t.contains("FAILED: boom"), "{t}");
-        assert!(r.table("no.such.case").lines().nth(2).unwrap().ends_with(" -"));
+        let t = r.table("no.such.case");
+        assert!(t.lines().find(|l| l.starts_with("floor.futex")).unwrap().ends_with(" -"), "{t}");
+    }
+
+    #[test]
+    fn ratios_are_taken_within_each_pass() {
+        let mut r = Report::new("x", &Params::default());
+        // The machine got twice as slow between the passes: both cases show it.
+        r.push_passes("base", vec![vec![100.0], vec![200.0], vec![100.0]]);
+        r.push_passes("case", vec![vec![150.0], vec![300.0], vec![160.0]]);
+        assert_eq!(r.pass_ratios("case", "base"), Some(vec![1.5, 1.5, 1.6]));
+        assert_eq!(r.ratio("case", "base"), Some(1.5));
+        // Pooled medians would say 160 / 100.
+        assert_eq!(r.get("case").unwrap().stats.median, 160.0);
+        r.push("single", vec![300.0]);
+        assert_eq!(r.ratio("single", "base"), Some(3.0));
     }
 
     #[test]
