@@ -1142,7 +1142,7 @@ fn immediate_send_never_waits_behind_a_streamed_message() {
     std::thread::sleep(Duration::from_millis(50));
     let t0 = Instant::now();
     let r = to.send(b"small", Checkpoint::Immediate);
-    assert!(t0.elapsed() < Duration::from_millis(200), "Immediate waited {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(2), "Immediate waited {:?}", t0.elapsed());
     assert!(matches!(r, Err(Error::WouldBlock { .. })), "{r:?}");
     // Receiving drains the channel; the stream completes and arrives whole.
     let m = port.recv_timeout(Duration::from_secs(10)).unwrap();
