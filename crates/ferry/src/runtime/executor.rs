@@ -151,10 +151,11 @@ thread_local! {
 }
 
 /// Marks this thread as polling a task (restores the previous mark on drop).
-struct InTask(bool);
+/// Marks this thread as running on behalf of a task while alive.
+pub(crate) struct InTask(bool);
 
 impl InTask {
-    fn enter() -> InTask {
+    pub(crate) fn enter() -> InTask {
         InTask(IN_TASK.with(|t| t.replace(true)))
     }
 }

@@ -672,6 +672,9 @@ impl TeamInner {
         let mut batch = SPARE.take();
         std::mem::swap(&mut batch, &mut rx.direct);
         drop(rx);
+        // A taker runs handlers: like a task, a blocking call it makes must
+        // keep running the team's tasks (one of them may be what it waits for).
+        let _in_task = executor::InTask::enter();
         for (taker, m) in batch.drain(..) {
             taker(m);
         }
