@@ -37,7 +37,7 @@ fn smoke_inproc_and_shm() {
 #[test]
 fn two_threads_bounce_over_loopback() {
     let dir = tempfile::tempdir().unwrap();
-    let team = Team::builder().runtime_dir(dir.path()).processors(0).spin(Duration::from_millis(50)).start().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).processors(0).spin(Duration::from_micros(50)).start().unwrap();
     let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
     let (to_a, to_b) = (team.raw_sender(a.id()), team.raw_sender(b.id()));
     let echo = std::thread::spawn(move || loop {
@@ -47,7 +47,7 @@ fn two_threads_bounce_over_loopback() {
         }
         to_a.send(m.payload(), Checkpoint::Immediate).unwrap();
     });
-    for i in 0..20000u32 {
+    for i in 0..5000u32 {
         to_b.send(&i.to_le_bytes(), Checkpoint::Immediate).unwrap();
         let t = std::time::Instant::now();
         let m = a.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|e| panic!("round {i}: {e}"));
