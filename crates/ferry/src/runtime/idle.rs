@@ -79,6 +79,10 @@ impl<'a> Idle<'a> {
             team.exec.parked.fetch_add(1, Ordering::SeqCst);
         }
         let ticket = team.doorbell.prepare_park();
+        // A channel added since the turn began (its ring came before our
+        // ticket) may already carry a frame whose sender saw us polling and
+        // did not ring: the last look before sleeping must include it.
+        team.channels.refresh(&mut self.channels);
         if ready()
             || team.progress_on(&self.channels)
             || team.is_shut_down()
