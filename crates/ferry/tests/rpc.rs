@@ -315,32 +315,27 @@ fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
 /// queue is answered for the caller instead of being accepted.
 fn explicit_receipt_sees_the_deadline(p: Placement) {
     use std::future::Future;
+    use std::sync::atomic::AtomicBool;
+    use std::task::Poll;
     let dir = tempfile::tempdir().unwrap();
     let (server_team, client_team) = server_and_client(p, dir.path());
     let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
-    let st = server_team.clone();
+    let (st, adds_expired) = (server_team.clone(), Arc::new(AtomicBool::new(false)));
+    let expired_flag = adds_expired.clone();
     let acceptor = server_team.spawn(async move {
-        // Holds the first call while the next two expire in the queue.
+        // Holds the first call until the next two have expired in the queue.
         let first = endpoint.accept().await.unwrap();
         assert_eq!(first.method_name(), "div");
-        st.sleep(Duration::from_millis(200)).await;
+        while !expired_flag.load(Ordering::SeqCst) {
+            st.sleep(Duration::from_millis(5)).await;
+        }
         first.reply_ok(&0i32).unwrap();
         // The expired calls are answered for their callers, not handed out.
         let call = endpoint.accept().await.unwrap();
         assert_eq!(call.method_name(), "push", "an expired call was accepted");
         let token = call.cancel_token().unwrap().clone();
         let waited = Instant::now();
-        let patience = st.sleep(Duration::from_secs(5));
-        let mut patience = std::pin::pin!(patience);
-        let cancelled = token.cancelled();
-        let mut cancelled = std::pin::pin!(cancelled);
-        std::future::poll_fn(|cx| {
-            if cancelled.as_mut().poll(cx).is_ready() {
-                return std::task::Poll::Ready(());
-            }
-            patience.as_mut().poll(cx).map(|()| panic!("the deadline never cancelled the call"))
-        })
-        .await;
+        token.cancelled().await;
         waited.elapsed()
     });
     let calc = CalcClient::bind(&client_team, "calc").unwrap();
@@ -350,11 +345,20 @@ fn explicit_receipt_sees_the_deadline(p: Placement) {
     for call in expired {
         assert!(matches!(client_team.block_on(call), Err(RpcError::DeadlineExceeded)));
     }
+    adds_expired.store(true, Ordering::SeqCst);
     assert_eq!(client_team.block_on(first).unwrap(), 0);
-    // One-way: no caller waits to send a cancel, the deadline alone must stop it.
-    short.push_oneway(7, Checkpoint::OnReceipt).unwrap();
-    let waited = client_team.block_on(acceptor).unwrap();
-    assert!(waited < Duration::from_secs(2), "cancelled after {waited:?}");
+    // One-way: no caller waits to send a cancel, the deadline alone must
+    // stop it. (Long enough not to expire in the queue on a slow machine.)
+    calc.with_timeout(Duration::from_millis(500)).push_oneway(7, Checkpoint::OnReceipt).unwrap();
+    let mut acceptor = std::pin::pin!(acceptor);
+    let mut patience = std::pin::pin!(client_team.sleep(Duration::from_secs(10)));
+    let waited = client_team.block_on(std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = acceptor.as_mut().poll(cx) {
+            return Poll::Ready(r.unwrap());
+        }
+        patience.as_mut().poll(cx).map(|()| panic!("the deadline never cancelled the accepted call"))
+    }));
+    assert!(waited < Duration::from_secs(3), "cancelled after {waited:?}");
 }
 
 /// A call cancelled while it still waits in the server's queue is seen as
