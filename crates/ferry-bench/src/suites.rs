@@ -53,7 +53,7 @@ fn run(suite: &str, cases: Vec<Case>, args: &BenchArgs, baseline: &str, targets:
         .iter()
         .filter_map(|(name, against, max)| {
             let r = report.ratio(name, against)?;
-            let passes: Vec<f64> = report.pass_ratios(name, against)?.iter().map(|x| (x * 1000.0).round() / 1000.0).collect();
+            let passes: Vec<f64> = report.pass_ratios(name, against)?.into_iter().map(crate::report::round3).collect();
             Some(json!({"case": name, "against": against, "ratio": r, "per_pass": passes, "target": max, "met": r <= *max}))
         })
         .collect();
