@@ -154,6 +154,7 @@ impl Client {
             drop(b);
             return envelope::call_into(method, args, out);
         }
+        // Encode first: a call that does not encode leaves the batch queued.
         let args = codec::encode(args)?;
         let (buf, mut count) = std::mem::take(&mut *b);
         drop(b);
