@@ -8,8 +8,9 @@ pub use select::Select;
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::runtime::channel::Channel;
-use crate::runtime::inbox::{Inbox, Incoming};
+use crate::runtime::channel::Incoming;
 use crate::runtime::payload::Payload;
+use crate::runtime::EndpointInbox as Inbox;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
 use crate::wire::{codec, Checkpoint, Header, Kind, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
@@ -189,7 +190,7 @@ impl RawMessage {
     pub fn deadline(&self) -> Option<Instant> {
         let mut h = crate::wire::Header::new(crate::wire::Kind::Data, self.from, self.from, 0);
         h.deadline_ns = self.deadline_ns;
-        TeamInner::deadline_of(&h)
+        crate::runtime::deadline_of(&h)
     }
 
     /// Whether the sender waits for a reply (`OnReturn`).

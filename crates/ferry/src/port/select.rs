@@ -2,7 +2,7 @@
 
 use super::{take, RawMessage, RawPort};
 use crate::error::{Error, Result};
-use crate::runtime::inbox::Inbox;
+use crate::runtime::EndpointInbox as Inbox;
 use crate::runtime::{idle, TeamInner};
 use std::future::poll_fn;
 use std::sync::Arc;

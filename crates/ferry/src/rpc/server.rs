@@ -416,7 +416,7 @@ impl ServiceEndpoint {
 /// A service being served implicitly; dropping it stops accepting calls.
 pub struct Serving {
     task: JoinHandle<()>,
-    inbox: Arc<crate::runtime::inbox::Inbox>,
+    inbox: Arc<crate::runtime::EndpointInbox>,
 }
 
 impl Drop for Serving {

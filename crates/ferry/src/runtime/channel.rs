@@ -2,6 +2,7 @@
 //! state the runtime keeps for it (piece reassembly, a backlog of control
 //! frames, whether the peer is gone).
 
+use super::inbox::{self, Inbox};
 use super::payload::Payload;
 use crate::id::TeamId;
 use crate::transport::{SendError, Transport};
@@ -10,6 +11,21 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A message as it arrived: its header (source, call id, checkpoint,
+/// deadline), its payload, and the channel it came on when the sender
+/// waits for an answer (an ack, a reply or a nack goes back on it).
+pub(crate) struct Incoming {
+    pub header: Header,
+    pub payload: Payload,
+    pub channel: Option<Arc<Channel>>,
+    /// Cost accounting: when it was queued (only while recording).
+    pub arrived: Option<std::time::Instant>,
+}
+
+/// Takes an endpoint's messages as they arrive (see `Inbox::set_direct`).
+pub(crate) type Direct = inbox::Direct<Incoming>;
 
 pub(crate) struct Channel {
     pub peer: TeamId,
@@ -38,7 +54,7 @@ pub(crate) struct Channel {
 pub(crate) struct RxState {
     /// The inbox the last data frame went to: most traffic on a channel
     /// goes to one endpoint, so this saves the team's endpoint table.
-    pub last_inbox: Option<(u32, std::sync::Arc<super::inbox::Inbox>)>,
+    pub last_inbox: Option<(u32, Arc<Inbox<Incoming>>)>,
     /// A message being put back together from pieces: its first header and the bytes so far.
     pub assembling: Option<(Header, Vec<u8>)>,
     /// Data messages their full inboxes refused, in arrival order; offered
@@ -50,7 +66,7 @@ pub(crate) struct RxState {
     /// Cost accounting: when the frame being routed was picked up.
     pub since: Option<std::time::Instant>,
     /// Messages for direct takers, run once the channel's locks are released.
-    pub direct: Vec<(super::inbox::Direct, super::inbox::Incoming)>,
+    pub direct: Vec<(Direct, Incoming)>,
 }
 
 impl Channel {
@@ -68,6 +84,12 @@ impl Channel {
             finished: AtomicBool::new(false),
             socket,
         }
+    }
+
+    /// Names this channel in the tables of calls that only it may answer.
+    #[inline]
+    pub fn key(&self) -> usize {
+        self as *const Channel as usize
     }
 
     /// Whether the progress loop has anything to do here (lock-free check).

@@ -1,55 +1,43 @@
-//! An inbox: the bounded queue of messages behind one endpoint (a port, a
-//! service). The progress loop offers messages; receivers pop them.
+//! An inbox: the bounded queue of messages `M` behind one endpoint (a
+//! port, a service). The progress loop offers messages; receivers pop them.
+//! It knows nothing of what a message is or where it came from.
 
-use super::channel::Channel;
 use crate::transport::doorbell::Doorbell;
-use crate::wire::Header;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-/// A message as it arrived: its header (source, call id, checkpoint,
-/// deadline), its payload, and the channel it came on when the sender
-/// waits for an answer (an ack, a reply or a nack goes back on it).
-pub(crate) struct Incoming {
-    pub header: Header,
-    pub payload: super::payload::Payload,
-    pub channel: Option<Arc<Channel>>,
-    /// Cost accounting: when it was queued (only while recording).
-    pub arrived: Option<std::time::Instant>,
-}
-
 /// Takes an endpoint's messages as they arrive, instead of its queue (see
 /// [`Inbox::set_direct`]).
-pub(crate) type Direct = Arc<dyn Fn(Incoming) + Send + Sync>;
+pub(crate) type Direct<M> = Arc<dyn Fn(M) + Send + Sync>;
 
-pub(crate) struct Inbox {
-    state: Mutex<State>,
+pub(crate) struct Inbox<M> {
+    state: Mutex<State<M>>,
     capacity: usize,
     /// Rung when a pop makes room after an offer was refused, so the
     /// message left waiting in its channel is offered again promptly.
     doorbell: Arc<Doorbell>,
 }
 
-struct State {
-    queue: VecDeque<Incoming>,
+struct State<M> {
+    queue: VecDeque<M>,
     waiters: Vec<Waker>,
     closed: bool,
     refused: bool,
-    direct: Option<Direct>,
+    direct: Option<Direct<M>>,
 }
 
-pub(crate) enum Offer {
+pub(crate) enum Offer<M> {
     Accepted,
     /// For the endpoint's direct taker: the caller runs it (with no locks held).
-    Direct(Direct, Incoming),
+    Direct(Direct<M>, M),
     Full,
     Closed,
 }
 
-impl Inbox {
-    pub fn new(capacity: usize, doorbell: Arc<Doorbell>) -> Inbox {
+impl<M> Inbox<M> {
+    pub fn new(capacity: usize, doorbell: Arc<Doorbell>) -> Inbox<M> {
         let state = State { queue: VecDeque::new(), waiters: Vec::new(), closed: false, refused: false, direct: None };
         Inbox { state: Mutex::new(state), capacity, doorbell }
     }
@@ -57,7 +45,7 @@ impl Inbox {
     /// Queues the message `make` builds, if there is room. With a direct
     /// taker, an empty queue and `direct_ok` (this thread may run it), hands
     /// the message back for the taker instead: queued messages go first.
-    pub fn offer(&self, direct_ok: impl FnOnce() -> bool, make: impl FnOnce() -> Incoming) -> Offer {
+    pub fn offer(&self, direct_ok: impl FnOnce() -> bool, make: impl FnOnce() -> M) -> Offer<M> {
         let mut s = self.state.lock();
         if s.closed {
             return Offer::Closed;
@@ -79,7 +67,7 @@ impl Inbox {
         Offer::Accepted
     }
 
-    pub fn try_pop(&self) -> Option<Incoming> {
+    pub fn try_pop(&self) -> Option<M> {
         match self.poll_pop_now() {
             Poll::Ready(m) => m,
             Poll::Pending => None,
@@ -87,7 +75,7 @@ impl Inbox {
     }
 
     /// Pops a message without registering anyone: `Ready(None)` once closed and empty.
-    pub fn poll_pop_now(&self) -> Poll<Option<Incoming>> {
+    pub fn poll_pop_now(&self) -> Poll<Option<M>> {
         let mut s = self.state.lock();
         if let Some(m) = s.queue.pop_front() {
             self.made_room(&mut s, true);
@@ -100,7 +88,7 @@ impl Inbox {
         }
     }
 
-    fn made_room(&self, s: &mut State, popped: bool) {
+    fn made_room(&self, s: &mut State<M>, popped: bool) {
         if popped && s.refused {
             s.refused = false;
             self.doorbell.ring_now();
@@ -108,7 +96,7 @@ impl Inbox {
     }
 
     /// Pops a message, or registers `cx`'s waker; `Ready(None)` once closed and empty.
-    pub fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<Option<Incoming>> {
+    pub fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<Option<M>> {
         let mut s = self.state.lock();
         if let Some(m) = s.queue.pop_front() {
             self.made_room(&mut s, true);
@@ -131,13 +119,13 @@ impl Inbox {
     /// while the queue is empty go to it, run by the thread that received
     /// them, with no queue, wake-up or task switch in between. The queue
     /// stays for messages received by threads that may not run it.
-    pub fn set_direct(&self, direct: Option<Direct>) {
+    pub fn set_direct(&self, direct: Option<Direct<M>>) {
         let old = std::mem::replace(&mut self.state.lock().direct, direct);
         drop(old);
     }
 
     /// Refuses further messages, wakes every waiter, and returns what was queued.
-    pub fn close(&self) -> Vec<Incoming> {
+    pub fn close(&self) -> Vec<M> {
         let mut s = self.state.lock();
         s.closed = true;
         let direct = s.direct.take();

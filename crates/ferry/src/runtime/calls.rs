@@ -1,0 +1,169 @@
+//! Calls in flight, both ways: our sends waiting for their checkpoint
+//! (`pending`), and the hooks that stop work on a peer's call when it
+//! cancels (`cancels`).
+
+use super::channel::Channel;
+use super::payload::Payload;
+use super::team::TeamInner;
+use crate::error::Result;
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
+
+/// What runs when a peer cancels a call it made to this team.
+pub(crate) type OnCancel = Box<dyn FnOnce() + Send>;
+
+/// Names a peer's call: (the channel it came on, its call id).
+type CallKey = (usize, u64);
+
+/// Cancels remembered for calls whose hook is not registered yet.
+const EARLY_CANCELS: usize = 1024;
+
+/// A pending send waiting for its checkpoint (an ack, a reply or a nack).
+pub(crate) struct Completion {
+    /// The channel the send went out on (see [`Channel::key`]): only it may answer.
+    channel: usize,
+    state: Mutex<(Option<Result<Payload>>, Option<Waker>)>,
+}
+
+impl Completion {
+    pub fn finish(&self, r: Result<Payload>) {
+        let mut s = self.state.lock();
+        if s.0.is_none() {
+            s.0 = Some(r);
+        }
+        if let Some(w) = s.1.take() {
+            drop(s);
+            w.wake();
+        }
+    }
+
+    pub fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Result<Payload>> {
+        let mut s = self.state.lock();
+        match s.0.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                s.1 = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Calls {
+    pending: Mutex<FxHashMap<u64, Arc<Completion>>>,
+    next_call: AtomicU64,
+    cancels: Mutex<FxHashMap<CallKey, OnCancel>>,
+    /// Cancels that came before their call registered a hook (the call was
+    /// still queued): applied when it does. Bounded: the oldest are forgotten.
+    early_cancels: Mutex<VecDeque<CallKey>>,
+}
+
+impl Calls {
+    /// Registers a send on `ch` that waits for an answer; returns its call id.
+    pub fn start(&self, ch: &Channel) -> (u64, Arc<Completion>) {
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed) + 1;
+        let completion = Arc::new(Completion { channel: ch.key(), state: Mutex::new((None, None)) });
+        self.pending.lock().insert(id, completion.clone());
+        (id, completion)
+    }
+
+    /// Stops waiting for call `id`; whether it was still pending.
+    pub fn forget(&self, id: u64) -> bool {
+        self.pending.lock().remove(&id).is_some()
+    }
+
+    /// Takes call `id` if it is pending and went out on `ch` (only that
+    /// channel may answer it).
+    pub fn take_answered(&self, ch: &Channel, id: u64) -> Option<Arc<Completion>> {
+        let mut pending = self.pending.lock();
+        pending.get(&id).filter(|c| c.channel == ch.key())?;
+        pending.remove(&id)
+    }
+
+    /// Fails every call that went out on `ch`.
+    pub fn fail_channel(&self, ch: &Channel, err: impl Fn() -> crate::Error) {
+        let failed: Vec<_> = {
+            let mut pending = self.pending.lock();
+            let ids: Vec<u64> = pending.iter().filter(|(_, c)| c.channel == ch.key()).map(|(id, _)| *id).collect();
+            ids.into_iter().filter_map(|id| pending.remove(&id)).collect()
+        };
+        for c in failed {
+            c.finish(Err(err()));
+        }
+    }
+
+    /// Fails every pending call (at shutdown).
+    pub fn fail_all(&self, err: impl Fn() -> crate::Error) {
+        let pending: Vec<_> = self.pending.lock().drain().map(|(_, c)| c).collect();
+        for c in pending {
+            c.finish(Err(err()));
+        }
+    }
+
+    /// A peer cancelled its call `call_id` on `ch`: run its hook, or
+    /// remember the cancel for a hook not registered yet.
+    pub fn cancel_arrived(&self, ch: &Channel, call_id: u64) {
+        let key = (ch.key(), call_id);
+        // `cancels` is held while `early_cancels` is looked at, here and in
+        // `on_cancel`: a cancel and its hook never miss each other.
+        let mut cancels = self.cancels.lock();
+        match cancels.remove(&key) {
+            Some(f) => {
+                drop(cancels);
+                f();
+            }
+            None => {
+                let mut early = self.early_cancels.lock();
+                if early.len() == EARLY_CANCELS {
+                    early.pop_front();
+                }
+                early.push_back(key);
+            }
+        }
+    }
+
+    /// Drops every hook (at shutdown): they may hold tasks alive.
+    pub fn clear_cancels(&self) {
+        self.cancels.lock().clear();
+        self.early_cancels.lock().clear();
+    }
+}
+
+impl TeamInner {
+    /// Runs `on_cancel` if the peer on `ch` cancels its call `call_id`
+    /// (at once if it already did), until the returned guard is dropped.
+    pub fn on_cancel(self: &Arc<Self>, ch: &Arc<Channel>, call_id: u64, on_cancel: OnCancel) -> CancelGuard {
+        let key = (ch.key(), call_id);
+        let guard = CancelGuard { team: Arc::downgrade(self), key };
+        let mut cancels = self.calls.cancels.lock();
+        let mut early = self.calls.early_cancels.lock();
+        if let Some(i) = early.iter().position(|k| *k == key) {
+            early.remove(i);
+            drop((early, cancels));
+            on_cancel();
+            return guard;
+        }
+        drop(early);
+        cancels.insert(key, on_cancel);
+        guard
+    }
+}
+
+/// Keeps a cancellation hook registered (see `TeamInner::on_cancel`).
+pub(crate) struct CancelGuard {
+    team: Weak<TeamInner>,
+    key: CallKey,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.team.upgrade() {
+            t.calls.cancels.lock().remove(&self.key);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! A team's settings and the builder that starts a team with them.
+
+use super::team::{Team, TeamInner};
+use crate::error::Result;
+use crate::transport::shm;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of a team. Build with [`Team::builder`].
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node: u16,
+    pub processors: usize,
+    pub spin: Duration,
+    pub park_timeout: Duration,
+    pub ring_bytes: usize,
+    pub max_ring_bytes: usize,
+    pub inbox_capacity: usize,
+    pub hold_capacity: usize,
+    pub max_message: usize,
+    pub runtime_dir: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node: std::env::var("FERRY_NODE").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+            processors: 1,
+            spin: Duration::from_micros(20),
+            park_timeout: Duration::from_millis(50),
+            ring_bytes: 64 * 1024,
+            max_ring_bytes: 64 * 1024 * 1024,
+            inbox_capacity: 1024,
+            hold_capacity: 1024,
+            max_message: 64 * 1024 * 1024,
+            runtime_dir: None,
+        }
+    }
+}
+
+/// Builds a [`Team`].
+#[derive(Clone, Debug, Default)]
+pub struct TeamBuilder {
+    cfg: Config,
+}
+
+impl TeamBuilder {
+    /// This machine's node number (default: `$FERRY_NODE`, else 0).
+    pub fn node(mut self, node: u16) -> Self {
+        self.cfg.node = node;
+        self
+    }
+    /// OS threads that run tasks (default 1). With 0, threads blocked in
+    /// ferry's blocking calls drive the team's channels and run its tasks;
+    /// futures awaited from another executor then make progress only while
+    /// some thread is in such a call.
+    pub fn processors(mut self, n: usize) -> Self {
+        self.cfg.processors = n;
+        self
+    }
+    /// How long an idle thread polls before it sleeps (default 20 µs).
+    pub fn spin(mut self, d: Duration) -> Self {
+        self.cfg.spin = d;
+        self
+    }
+    /// Pure blocking mode for machines with few cores: never spin, sleep at once.
+    pub fn blocking(self) -> Self {
+        self.spin(Duration::ZERO)
+    }
+    /// Longest sleep without looking around (default 50 ms). Bounds how late a
+    /// sleeper notices anything whose wake-up was lost, a dead peer included.
+    pub fn park_timeout(mut self, d: Duration) -> Self {
+        self.cfg.park_timeout = d.max(Duration::from_micros(100));
+        self
+    }
+    /// Bytes of each ring (one per direction) of a shared-memory channel this
+    /// team opens; rounded up to a power of two, at least 4 KiB (default 64 KiB:
+    /// a channel pair costs 132 KiB of shared memory).
+    pub fn ring_bytes(mut self, n: usize) -> Self {
+        self.cfg.ring_bytes = n.max(shm::MIN_RING).next_power_of_two();
+        self
+    }
+    /// Messages an endpoint queues before the sender is pushed back (default 1024).
+    pub fn inbox_capacity(mut self, n: usize) -> Self {
+        self.cfg.inbox_capacity = n.max(1);
+        self
+    }
+    /// Messages a channel sets aside when their endpoint's inbox is full
+    /// (default 1024), so that traffic behind them (replies, acks, other
+    /// endpoints) keeps flowing; past that the channel pushes back on the sender.
+    pub fn hold_capacity(mut self, n: usize) -> Self {
+        self.cfg.hold_capacity = n;
+        self
+    }
+    /// Largest message sent or accepted (default 64 MiB).
+    pub fn max_message(mut self, n: usize) -> Self {
+        self.cfg.max_message = n;
+        self
+    }
+    /// Directory of the node name plane (default `$FERRY_RUNTIME_DIR`, see `RuntimeDir::from_env`).
+    pub fn runtime_dir(mut self, p: impl Into<PathBuf>) -> Self {
+        self.cfg.runtime_dir = Some(p.into());
+        self
+    }
+
+    pub fn start(self) -> Result<Team> {
+        TeamInner::start(self.cfg)
+    }
+}

@@ -1,0 +1,278 @@
+//! The receive path: the progress loop drains each channel, reassembles
+//! pieces, routes answers to the sends waiting for them and data to its
+//! endpoint's inbox (or the channel's hold queue when that inbox is full).
+
+use super::channel::{Channel, Direct, Incoming, RxState};
+use super::executor;
+use super::idle;
+use super::inbox::Offer;
+use super::payload::Payload;
+use super::team::TeamInner;
+use crate::error::Error;
+use crate::id::EndpointId;
+use crate::transport::Recv;
+use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl TeamInner {
+    /// Drains each of `channels` (an idle thread's snapshot of the team's
+    /// list) once. Returns whether anything was received.
+    pub fn progress_on(&self, channels: &[Arc<Channel>]) -> bool {
+        let mut did = false;
+        for ch in channels.iter() {
+            if !ch.needs_attention() {
+                continue;
+            }
+            let Some(mut rx) = ch.rx.try_lock() else { continue };
+            ch.flush_backlog();
+            let finished = match self.drain(ch, &mut rx) {
+                Ok(n) => {
+                    did |= n > 0;
+                    // A gone peer's channel is finished only once everything it
+                    // sent was taken. `gone` is read first: a peer that writes a
+                    // last frame and then dies must not be seen as
+                    // drained-before and gone-after.
+                    ch.is_gone()
+                        && !ch.transport.has_frame()
+                        && rx.held.is_empty()
+                        && rx.assembling.is_none()
+                        && !ch.finished.load(Ordering::Acquire)
+                }
+                Err(what) => {
+                    tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
+                    ch.mark_gone();
+                    true
+                }
+            };
+            Self::run_direct(rx);
+            if finished {
+                self.finish_channel(ch);
+            }
+        }
+        did
+    }
+
+    /// Runs what a drain found for direct takers, once `rx` is unlocked (a
+    /// taker may send, wait, or drain this channel itself).
+    pub(super) fn run_direct(mut rx: parking_lot::MutexGuard<'_, RxState>) {
+        if rx.direct.is_empty() {
+            return;
+        }
+        thread_local! {
+            /// A buffer to swap with `rx.direct`, so neither allocates per message.
+            static SPARE: std::cell::Cell<Vec<(Direct, Incoming)>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        let mut batch = SPARE.take();
+        std::mem::swap(&mut batch, &mut rx.direct);
+        drop(rx);
+        // A taker runs handlers: like a task, a blocking call it makes must
+        // keep running the team's tasks (one of them may be what it waits for).
+        let _in_task = executor::InTask::enter();
+        for (taker, m) in batch.drain(..) {
+            taker(m);
+        }
+        SPARE.set(batch);
+    }
+
+    /// Whether this thread runs the team's tasks: a processor, a thread
+    /// inside a task, or any thread of a team without processors. Only such
+    /// threads run direct takers (they run a service's handlers).
+    fn runs_tasks_here(&self) -> bool {
+        self.cfg.processors == 0 || executor::in_task() || idle::is_processor_of(self)
+    }
+
+    /// Takes frames from one channel until it is empty, a destination is
+    /// full, or a budget is spent (so one busy peer cannot starve the rest).
+    pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<usize, String> {
+        // Held messages first, in order per endpoint, as far as their inboxes take them.
+        if !rx.held.is_empty() {
+            let mut refused: Vec<EndpointId> = Vec::new();
+            let mut i = 0;
+            while i < rx.held.len() {
+                let dst = rx.held[i].0.dst;
+                if refused.contains(&dst) {
+                    i += 1;
+                    continue;
+                }
+                let (h, p) = rx.held.remove(i).unwrap();
+                let mut slot = Some(p);
+                if !self.deliver(ch, rx, &h, || slot.take().unwrap()) {
+                    rx.held.insert(i, (h, slot.take().unwrap()));
+                    refused.push(dst);
+                    i += 1;
+                }
+            }
+            ch.held.store(!rx.held.is_empty(), Ordering::Relaxed);
+        }
+        if !ch.transport.has_frame() {
+            // Nothing new: a good moment for the transport's deferred work.
+            ch.transport.tidy();
+            return Ok(0);
+        }
+        let mut taken = 0;
+        let mut violation = None;
+        while taken < 64 {
+            rx.since = crate::cost::start();
+            let got = ch.transport.try_recv(&mut |h, payload| self.route(ch, rx, h, payload, &mut violation));
+            if let Some(v) = violation.take() {
+                return Err(v);
+            }
+            match got.map_err(|e| e.to_string())? {
+                Recv::Consumed if ch.transport.has_frame() => taken += 1,
+                Recv::Consumed => return Ok(taken + 1),
+                Recv::Empty | Recv::Kept => break,
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Handles one frame; returns false to leave it in the channel (its
+    /// inbox is full and so is the channel's hold queue).
+    fn route(
+        &self,
+        ch: &Arc<Channel>,
+        rx: &mut RxState,
+        h: &Header,
+        payload: &[u8],
+        violation: &mut Option<String>,
+    ) -> bool {
+        let hold_full = rx.held.len() >= self.cfg.hold_capacity;
+        if h.kind == Kind::Fragment {
+            if rx.discarding {
+                rx.discarding = h.more();
+                return true;
+            }
+            let Some((first, buf)) = rx.assembling.as_mut() else {
+                *violation = Some("a piece with no message to belong to".into());
+                return false;
+            };
+            if buf.len() + payload.len() > self.cfg.max_message {
+                // Refuse this message, skip its remaining pieces, keep the channel.
+                let first = *first;
+                rx.assembling = None;
+                rx.discarding = h.more();
+                self.nack(ch, &first, NackReason::TooLarge, &format!("larger than {} bytes", self.cfg.max_message));
+                return true;
+            }
+            buf.extend_from_slice(payload);
+            if !h.more() {
+                let (mut first, whole) = rx.assembling.take().unwrap();
+                first.flags &= !flags::MORE;
+                first.len = whole.len() as u32;
+                // Room in the hold queue was checked at the first piece, and
+                // nothing else travels between the pieces of one message.
+                self.dispatch(ch, rx, &first, || Payload::Heap(whole));
+            }
+            return true;
+        }
+        if rx.assembling.is_some() || rx.discarding {
+            *violation = Some("a new message before the last piece of the previous one".into());
+            return false;
+        }
+        if h.more() {
+            if h.kind == Kind::Data && hold_full {
+                return false;
+            }
+            rx.assembling = Some((*h, payload.to_vec()));
+            return true;
+        }
+        match h.kind {
+            Kind::Data if hold_full => false,
+            Kind::Data => {
+                self.dispatch(ch, rx, h, || Payload::from_slice(payload));
+                true
+            }
+            Kind::Cancel => {
+                self.calls.cancel_arrived(ch, h.call_id);
+                true
+            }
+            _ => {
+                self.complete(ch, h, payload);
+                true
+            }
+        }
+    }
+
+    /// Dispatches a whole message: answers go to the sends waiting for them;
+    /// data goes to its inbox, or to the hold queue if that inbox is full
+    /// (or messages for the same endpoint wait there already: order per
+    /// endpoint is kept).
+    fn dispatch(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, payload: impl FnOnce() -> Payload) {
+        if h.kind != Kind::Data {
+            self.complete(ch, h, &payload());
+            return;
+        }
+        // Behind a held message for the same endpoint, or refused: hold it.
+        // (`deliver` builds the payload only when it takes the message.)
+        let mut make = Some(payload);
+        let behind = rx.held.iter().any(|(held, _)| held.dst == h.dst);
+        if behind || !self.deliver(ch, rx, h, || (make.take().unwrap())()) {
+            let payload = (make.take().expect("a refused message was not built"))();
+            rx.held.push_back((*h, payload));
+            ch.held.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Puts a data message into its endpoint's inbox; false if the inbox is full.
+    fn deliver(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, payload: impl FnOnce() -> Payload) -> bool {
+        let slot = h.dst.slot();
+        if rx.last_inbox.as_ref().is_none_or(|(s, _)| *s != slot) {
+            let Some(i) = self.endpoints.get(h.dst) else {
+                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("no endpoint {}", h.dst));
+                return true;
+            };
+            rx.last_inbox = Some((slot, i));
+        }
+        let inbox = &rx.last_inbox.as_ref().unwrap().1;
+        // The channel goes with the message only if an answer will travel back on it.
+        let answer_on = (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone());
+        let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
+        match inbox.offer(
+            || self.runs_tasks_here(),
+            || Incoming { header: *h, payload: payload(), channel: answer_on, arrived },
+        ) {
+            Offer::Accepted => {
+                if h.checkpoint() == Checkpoint::OnReceipt {
+                    self.ack(ch, h, Checkpoint::OnReceipt);
+                }
+                true
+            }
+            Offer::Direct(taker, m) => {
+                if h.checkpoint() == Checkpoint::OnReceipt {
+                    self.ack(ch, h, Checkpoint::OnReceipt);
+                }
+                rx.direct.push((taker, m));
+                true
+            }
+            Offer::Full => false,
+            Offer::Closed => {
+                rx.last_inbox = None;
+                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("endpoint {} closed", h.dst));
+                true
+            }
+        }
+    }
+
+    /// An ack, reply or nack for one of our sends.
+    fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: &[u8]) {
+        let Some(c) = self.calls.take_answered(ch, h.call_id) else {
+            tracing::debug!(call = h.call_id, peer = %ch.peer, "answer to no pending send; ignored");
+            return;
+        };
+        c.finish(match h.kind {
+            Kind::Ack | Kind::Reply => Ok(Payload::from_slice(payload)),
+            _ => Err(nack_error(h, payload)),
+        });
+    }
+}
+
+fn nack_error(h: &Header, payload: &[u8]) -> Error {
+    let text = String::from_utf8_lossy(payload.get(1..).unwrap_or_default()).into_owned();
+    match payload.first().map(|b| NackReason::from_u8(*b)) {
+        Some(NackReason::NoSuchEndpoint) => Error::NoSuchEndpoint(h.src),
+        Some(NackReason::TooLarge) => Error::Refused(format!("too large: {text}")),
+        Some(NackReason::NoReply) => Error::Refused(format!("no reply: {text}")),
+        _ => Error::Refused(text),
+    }
+}

@@ -1,0 +1,210 @@
+//! The send path: one message onto a channel (in pieces if it is larger
+//! than a frame), waiting for room if asked, and the answers a receiver
+//! sends back (acks, replies, nacks).
+
+use super::channel::Channel;
+use super::deadline::{deadline_of, deadline_to_wall_ns};
+use super::delivery::{Delivery, Waiting};
+use super::idle;
+use super::team::TeamInner;
+use crate::error::{Error, Result};
+use crate::id::EndpointId;
+use crate::transport::SendError;
+use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl TeamInner {
+    /// Sends one message (split into pieces if needed). With `wait` false,
+    /// a full channel fails with `WouldBlock` instead of waiting for room;
+    /// with a deadline, waiting for room to start the message ends there
+    /// (once a first piece is out, the rest follows regardless).
+    pub fn send_message(
+        &self,
+        ch: &Channel,
+        header: Header,
+        payload: &[u8],
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        if payload.len() > self.cfg.max_message {
+            return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
+        }
+        let max = ch.transport.max_payload();
+        if payload.len() <= max {
+            // One frame: the send lock is taken per attempt, never held while waiting.
+            return self.push_frame(ch, &header, payload, wait, deadline, true);
+        }
+        // Pieces of one message must be contiguous: the lock is held for all of
+        // them. An Immediate send never waits behind a message being streamed.
+        let _tx = if wait { ch.tx.lock() } else { ch.tx.try_lock().ok_or(Error::WouldBlock { to: header.dst })? };
+        ch.streaming.store(true, Ordering::Relaxed);
+        let _streaming = scopeguard(|| {
+            ch.streaming.store(false, Ordering::Relaxed);
+            // Senders of this team that waited behind the stream may go on.
+            self.doorbell.ring_now();
+        });
+        let mut pieces = payload.chunks(max).peekable();
+        let mut h = header;
+        h.flags |= flags::MORE;
+        self.push_frame(ch, &h, pieces.next().unwrap(), wait, deadline, false)?;
+        let mut frag = Header::new(Kind::Fragment, header.src, header.dst, header.call_id);
+        while let Some(piece) = pieces.next() {
+            frag.flags = if pieces.peek().is_some() { flags::MORE } else { 0 };
+            self.push_frame(ch, &frag, piece, true, None, false)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one frame, waiting for room if `wait`. With `lock`, takes the
+    /// channel's send lock for each attempt (else the caller holds it).
+    fn push_frame(
+        &self,
+        ch: &Channel,
+        h: &Header,
+        payload: &[u8],
+        wait: bool,
+        deadline: Option<Instant>,
+        lock: bool,
+    ) -> Result<()> {
+        let attempt = || {
+            let _tx = match lock {
+                // Behind a message being streamed the channel counts as full:
+                // Immediate sends fail, others wait in the idle loop (with
+                // their deadline), not on the lock.
+                true if ch.streaming.load(Ordering::Relaxed) => return Err(SendError::Full),
+                true => Some(ch.tx.lock()),
+                false => None,
+            };
+            ch.transport.try_send(h, payload)
+        };
+        let outcome = |r: std::result::Result<(), SendError>| match r {
+            Ok(()) => Some(Ok(())),
+            Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
+            Err(SendError::TooLarge) => unreachable!("send_message splits frames"),
+            Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: h.dst })),
+            Err(SendError::Full) => None,
+        };
+        if let Some(r) = outcome(attempt()) {
+            return r;
+        }
+        let mut idle = idle::Idle::new(self).until(deadline);
+        loop {
+            if self.is_shut_down() {
+                return Err(Error::Shutdown);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::DeadlineExceeded);
+            }
+            // Asked for (and retried) only after the park ticket is taken, so
+            // room made between the two is not slept through, and a writer
+            // that merely spins costs the reader no wake-up calls.
+            let done = std::cell::Cell::new(None);
+            idle.step(
+                &|| {
+                    ch.transport.want_space();
+                    let r = outcome(attempt());
+                    let ready = r.is_some();
+                    done.set(r);
+                    ready
+                },
+                &|_| {},
+            );
+            if let Some(r) = done.take() {
+                return r;
+            }
+            if let Some(r) = outcome(attempt()) {
+                return r;
+            }
+        }
+    }
+
+    /// Sends a message to `dst` over `ch` (the channel to its team, which a
+    /// sender caches) and returns a future for its checkpoint.
+    pub fn send_on(
+        self: &Arc<Self>,
+        ch: &Arc<Channel>,
+        src: EndpointId,
+        dst: EndpointId,
+        payload: &[u8],
+        checkpoint: Checkpoint,
+        deadline: Option<Instant>,
+    ) -> Delivery {
+        let mut header = Header::new(Kind::Data, src, dst, 0).with_checkpoint(checkpoint);
+        header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
+        if checkpoint == Checkpoint::Immediate {
+            return match self.send_immediate(ch, header, payload) {
+                Ok(()) => Delivery::done(),
+                Err(e) => Delivery::failed(e),
+            };
+        }
+        let (call_id, completion) = self.calls.start(ch);
+        header.call_id = call_id;
+        if let Err(e) = self.send_message(ch, header, payload, true, deadline) {
+            self.calls.forget(call_id);
+            return Delivery::failed(e);
+        }
+        self.hand_off(ch);
+        // A peer that died while we sent would never answer, unless it did
+        // (the answer already completed the call and took it from `pending`).
+        if ch.is_gone() && ch.finished.load(Ordering::Acquire) && self.calls.forget(call_id) {
+            return Delivery::failed(self.gone_error(ch));
+        }
+        Delivery::waiting(Waiting { team: self.clone(), channel: ch.clone(), header, completion }, deadline)
+    }
+
+    /// Replies to a received `OnReturn` message `h`, on the channel it came by.
+    pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
+        // Nobody waits for a reply past the request's deadline.
+        let deadline = deadline_of(h);
+        self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, deadline)
+    }
+
+    pub fn ack(&self, ch: &Arc<Channel>, h: &Header, checkpoint: Checkpoint) {
+        let mut a = Header::new(Kind::Ack, h.dst, h.src, h.call_id).with_checkpoint(checkpoint);
+        a.len = 0;
+        ch.send_control(a, Vec::new());
+    }
+
+    pub fn nack(&self, ch: &Arc<Channel>, h: &Header, why: NackReason, text: &str) {
+        if h.call_id == 0 {
+            tracing::warn!(from = %h.src, to = %h.dst, ?why, text, "dropping a message nobody waits on");
+            return;
+        }
+        let mut p = vec![why as u8];
+        p.extend_from_slice(text.as_bytes());
+        ch.send_control(Header::new(Kind::Nack, h.dst, h.src, h.call_id), p);
+    }
+
+    /// An `Immediate` send: buffered in the channel now, or `WouldBlock`.
+    pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: &[u8]) -> Result<()> {
+        let sent = self.send_message(ch, header, payload, false, None);
+        self.hand_off(ch);
+        sent
+    }
+
+    /// Same-team send: the sender puts the message into its inbox itself
+    /// (task hand-off), rather than leaving it for whichever thread polls next.
+    fn hand_off(&self, ch: &Arc<Channel>) {
+        if Arc::ptr_eq(ch, &self.loopback) {
+            if let Some(mut rx) = ch.rx.try_lock() {
+                let _ = self.drain(ch, &mut rx);
+                Self::run_direct(rx);
+            }
+        }
+    }
+}
+
+/// Runs `f` when dropped.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}

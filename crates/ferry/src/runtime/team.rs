@@ -1,0 +1,262 @@
+//! The team: this process's presence in ferry. `Team` is the public handle;
+//! `TeamInner` ties the components together (endpoints, calls, peers and
+//! channels, timers, the executor) and owns start and shutdown.
+
+use super::calls::Calls;
+use super::channel::Channel;
+use super::channel_list::ChannelList;
+use super::config::{Config, TeamBuilder};
+use super::endpoints::Endpoints;
+use super::executor::{Executor, JoinHandle};
+use super::peers::Peers;
+use super::reactor::{self, Reactor};
+use super::timer::Timers;
+use super::{idle, Sleep};
+use crate::error::{Error, Result};
+use crate::id::{EndpointId, TeamId};
+use crate::names::{NodeNames, RuntimeDir, TeamLease};
+use crate::transport::doorbell::Doorbell;
+use crate::transport::{inproc, shm};
+use parking_lot::Mutex;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// Team numbers above every possible pid: used when the pid is taken (a
+/// second team in the same process).
+const EXTRA_TEAMS: u32 = 1 << 22;
+
+/// A team: this process's presence in ferry. Clones share it; when the last
+/// clone is dropped (or on [`Team::shutdown`]) the team leaves: its channels
+/// close, its names disappear, its files are removed. A task that holds a
+/// clone keeps the team alive; `shutdown` leaves regardless, failing what
+/// waits with `Shutdown` and dropping every task.
+#[derive(Clone)]
+pub struct Team {
+    pub(crate) inner: Arc<TeamInner>,
+    _owner: Arc<ShutdownOnDrop>,
+}
+
+struct ShutdownOnDrop(Arc<TeamInner>);
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+impl Team {
+    pub fn builder() -> TeamBuilder {
+        TeamBuilder::default()
+    }
+
+    /// A team with the default settings.
+    pub fn start() -> Result<Team> {
+        Team::builder().start()
+    }
+
+    pub fn id(&self) -> TeamId {
+        self.inner.id
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    /// Runs a task on the team's processors.
+    pub fn spawn<F>(&self, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.exec.spawn(fut)
+    }
+
+    /// Runs `fut` on this thread until it completes, driving the team's
+    /// channels meanwhile: the blocking API for code with no runtime.
+    pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
+        idle::block_on(&self.inner, fut)
+    }
+
+    /// A future that completes after `d`.
+    pub fn sleep(&self, d: Duration) -> Sleep {
+        Sleep::new(&self.inner, d)
+    }
+
+    /// The node name plane this team registers in.
+    pub fn names(&self) -> &NodeNames {
+        &self.inner.names
+    }
+
+    /// Looks a name up in the node name plane.
+    pub fn lookup(&self, name: &str) -> Result<EndpointId> {
+        self.inner.names.lookup(name)
+    }
+
+    /// Leaves now: fails what waits on this team with `Shutdown`, closes channels, removes files.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+pub(crate) struct TeamInner {
+    pub id: TeamId,
+    pub cfg: Config,
+    pub doorbell: Arc<Doorbell>,
+    pub names: NodeNames,
+    lease: Mutex<Option<TeamLease>>,
+    pub exec: Arc<Executor>,
+    pub timers: Timers,
+    pub(super) endpoints: Endpoints,
+    /// Every channel the progress loop drains, the loop-back first. Read
+    /// lock-free at every idle turn; replaced whole when a channel comes or goes.
+    pub(crate) channels: ChannelList,
+    pub(super) peers: Peers,
+    pub(super) loopback: Arc<Channel>,
+    pub(super) calls: Calls,
+    shut_down: AtomicBool,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    pub(super) reactor: Reactor,
+}
+
+impl TeamInner {
+    pub(super) fn start(cfg: Config) -> Result<Team> {
+        let dir = match &cfg.runtime_dir {
+            Some(p) => RuntimeDir::at(p.clone())?,
+            None => RuntimeDir::from_env()?,
+        };
+        let lease = claim_team_number(&dir)?;
+        let id = TeamId { node: cfg.node, team: lease.team() };
+        let doorbell = Arc::new(Doorbell::create()?);
+        let reactor = Reactor::new(&dir.team_socket(id.team))?;
+        let loopback = Arc::new(Channel::new(id, Box::new(inproc::loopback(cfg.ring_bytes, doorbell.clone())), None));
+        let inner = Arc::new(TeamInner {
+            id,
+            names: NodeNames::new(dir),
+            lease: Mutex::new(Some(lease)),
+            exec: Executor::new(doorbell.clone()),
+            endpoints: Endpoints::new(id, cfg.inbox_capacity, doorbell.clone()),
+            doorbell,
+            timers: Timers::new(),
+            channels: ChannelList::new(loopback.clone()),
+            peers: Peers::default(),
+            loopback,
+            calls: Calls::default(),
+            shut_down: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            reactor,
+            cfg,
+        });
+        let mut threads = Vec::new();
+        let r = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("ferry-reactor-{}", id.team))
+                .spawn(move || reactor::run(r))
+                .map_err(Error::io("spawn reactor thread"))?,
+        );
+        for i in 0..inner.cfg.processors {
+            let t = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("ferry-proc-{i}"))
+                    .spawn(move || idle::processor_loop(t))
+                    .map_err(Error::io("spawn processor thread"))?,
+            );
+        }
+        *inner.threads.lock() = threads;
+        tracing::debug!(team = %id, "team started");
+        Ok(Team { _owner: Arc::new(ShutdownOnDrop(inner.clone())), inner })
+    }
+
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
+    pub(super) fn bind_config(&self) -> shm::BindConfig {
+        shm::BindConfig {
+            me: self.id,
+            doorbell: self.doorbell.clone(),
+            ring_bytes: self.cfg.ring_bytes,
+            max_ring_bytes: self.cfg.max_ring_bytes,
+        }
+    }
+
+    pub(crate) fn shutdown(&self) {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // First fail everything that waits, so threads blocked in ferry calls
+        // (processors included) return; then stop and join the threads.
+        let channels = self.channels.take();
+        self.peers.clear();
+        for ch in channels.iter() {
+            ch.mark_gone();
+            ch.finished.store(true, Ordering::Release);
+            if let Some(s) = &ch.socket {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        self.calls.fail_all(|| Error::Shutdown);
+        self.endpoints.close_all();
+        self.reactor.stop();
+        self.doorbell.ring_now();
+        let me = std::thread::current().id();
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        for t in threads {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+        // Break the cycles that keep tasks (and through them this team) alive.
+        self.timers.clear();
+        self.calls.clear_cancels();
+        self.exec.clear();
+        self.lease.lock().take();
+        tracing::debug!(team = %self.id, "team shut down");
+    }
+
+    /// Registers a timer; if it is the earliest, wakes sleepers so they
+    /// shorten their sleep to it.
+    pub(crate) fn register_timer(&self, id: Option<u64>, at: Instant, waker: &Waker) -> u64 {
+        let (id, earlier) = self.timers.register(id, at, waker);
+        if earlier {
+            self.doorbell.ring();
+        }
+        id
+    }
+
+    pub fn register_name(&self, name: &str, ep: EndpointId) -> Result<()> {
+        let lease = self.lease.lock();
+        let lease = lease.as_ref().ok_or(Error::Shutdown)?;
+        self.names.register(lease, name, ep)
+    }
+
+    pub fn unregister_name(&self, name: &str) {
+        if let Some(lease) = self.lease.lock().as_ref() {
+            let _ = self.names.unregister(lease, name);
+        }
+    }
+}
+
+/// Claims a team number: the pid for the first team of a process, then
+/// numbers above every possible pid (a pid is at most 2^22).
+fn claim_team_number(dir: &RuntimeDir) -> Result<TeamLease> {
+    static STARTED: AtomicU32 = AtomicU32::new(0);
+    let pid = std::process::id();
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    if n == 0 {
+        if let Ok(l) = TeamLease::acquire(dir, pid) {
+            return Ok(l);
+        }
+    }
+    let first = EXTRA_TEAMS + (pid % 2048) * 2048 + n % 2048;
+    for t in first..crate::id::MAX_TEAM {
+        if let Ok(l) = TeamLease::acquire(dir, t) {
+            return Ok(l);
+        }
+    }
+    Err(Error::Refused("no free team number on this node".into()))
+}
