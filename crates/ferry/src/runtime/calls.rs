@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 pub(crate) type OnCancel = Box<dyn FnOnce() + Send>;
 
 /// Names a peer's call: (the channel it came on, its call id).
-type CallKey = (usize, u64);
+type CallKey = (u64, u64);
 
 /// Cancels remembered for calls whose hook is not registered yet.
 const EARLY_CANCELS: usize = 1024;
@@ -25,7 +25,7 @@ const EARLY_CANCELS: usize = 1024;
 /// A pending send waiting for its checkpoint (an ack, a reply or a nack).
 pub(crate) struct Completion {
     /// The channel the send went out on (see [`Channel::key`]): only it may answer.
-    channel: usize,
+    channel: u64,
     state: Mutex<(Option<Result<Payload>>, Option<Waker>)>,
 }
 
@@ -127,6 +127,36 @@ impl Calls {
         }
     }
 
+    /// Registers the hook for the peer's call `call_id` on `ch`; hands it
+    /// back to run at once if that call was cancelled already.
+    fn register_cancel(&self, ch: &Channel, call_id: u64, on_cancel: OnCancel) -> Option<OnCancel> {
+        let key = (ch.key(), call_id);
+        let mut cancels = self.cancels.lock();
+        let mut early = self.early_cancels.lock();
+        if let Some(i) = early.iter().position(|k| *k == key) {
+            early.remove(i);
+            return Some(on_cancel);
+        }
+        drop(early);
+        cancels.insert(key, on_cancel);
+        None
+    }
+
+    /// The peer on `ch` is gone: its calls are orphans, so every hook of
+    /// theirs runs (their handlers stop), and its early cancels are forgotten.
+    pub fn orphan_channel(&self, ch: &Channel) {
+        let hooks: Vec<OnCancel> = {
+            let mut cancels = self.cancels.lock();
+            let keys: Vec<CallKey> = cancels.keys().filter(|k| k.0 == ch.key()).copied().collect();
+            let hooks = keys.iter().filter_map(|k| cancels.remove(k)).collect();
+            self.early_cancels.lock().retain(|k| k.0 != ch.key());
+            hooks
+        };
+        for f in hooks {
+            f();
+        }
+    }
+
     /// Drops every hook (at shutdown): they may hold tasks alive.
     pub fn clear_cancels(&self) {
         self.cancels.lock().clear();
@@ -138,19 +168,10 @@ impl TeamInner {
     /// Runs `on_cancel` if the peer on `ch` cancels its call `call_id`
     /// (at once if it already did), until the returned guard is dropped.
     pub fn on_cancel(self: &Arc<Self>, ch: &Arc<Channel>, call_id: u64, on_cancel: OnCancel) -> CancelGuard {
-        let key = (ch.key(), call_id);
-        let guard = CancelGuard { team: Arc::downgrade(self), key };
-        let mut cancels = self.calls.cancels.lock();
-        let mut early = self.calls.early_cancels.lock();
-        if let Some(i) = early.iter().position(|k| *k == key) {
-            early.remove(i);
-            drop((early, cancels));
-            on_cancel();
-            return guard;
+        if let Some(now) = self.calls.register_cancel(ch, call_id, on_cancel) {
+            now();
         }
-        drop(early);
-        cancels.insert(key, on_cancel);
-        guard
+        CancelGuard { team: Arc::downgrade(self), key: (ch.key(), call_id) }
     }
 }
 
@@ -165,5 +186,74 @@ impl Drop for CancelGuard {
         if let Some(t) = self.team.upgrade() {
             t.calls.cancels.lock().remove(&self.key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::TeamId;
+    use crate::transport::{doorbell::Doorbell, inproc};
+    use std::sync::atomic::AtomicUsize;
+
+    fn channel(doorbell: &Arc<Doorbell>) -> Arc<Channel> {
+        let end = inproc::loopback(4096, doorbell.clone());
+        Arc::new(Channel::new(TeamId { node: 0, team: 1 }, Box::new(end), None))
+    }
+
+    fn counting_hook(n: &Arc<AtomicUsize>) -> OnCancel {
+        let n = n.clone();
+        Box::new(move || {
+            n.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// Regression: cancels were keyed by the channel's address, which a new
+    /// channel can reuse once the old one is freed (glibc hands the same
+    /// block back at once), so the new peer's call 7 was cancelled by the
+    /// old peer's cancel of its own call 7.
+    #[test]
+    fn a_dead_channels_cancel_never_reaches_a_new_channels_call() {
+        let doorbell = Arc::new(Doorbell::create().unwrap());
+        let calls = Calls::default();
+        let old = channel(&doorbell);
+        let old_addr = Arc::as_ptr(&old) as usize;
+        calls.cancel_arrived(&old, 7); // before its hook: remembered
+        drop(old);
+        let new = channel(&doorbell);
+        let fired = Arc::new(AtomicUsize::new(0));
+        assert!(calls.register_cancel(&new, 7, counting_hook(&fired)).is_none(), "cancelled by another channel");
+        // Not a precondition, but what made the old keying fail:
+        eprintln!("address reused: {}", Arc::as_ptr(&new) as usize == old_addr);
+        calls.cancel_arrived(&new, 7);
+        assert_eq!(fired.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_finished_channels_calls_are_orphans_and_their_hooks_run() {
+        let doorbell = Arc::new(Doorbell::create().unwrap());
+        let calls = Calls::default();
+        let (gone, other) = (channel(&doorbell), channel(&doorbell));
+        let fired = Arc::new(AtomicUsize::new(0));
+        for id in 1..=3 {
+            assert!(calls.register_cancel(&gone, id, counting_hook(&fired)).is_none());
+        }
+        assert!(calls.register_cancel(&other, 1, counting_hook(&fired)).is_none());
+        calls.cancel_arrived(&gone, 9); // an early cancel of the gone peer: forgotten with it
+        calls.orphan_channel(&gone);
+        assert_eq!(fired.load(Ordering::Relaxed), 3, "every hook of the gone peer's calls, no other");
+        assert!(calls.early_cancels.lock().is_empty());
+        assert_eq!(calls.cancels.lock().len(), 1);
+    }
+
+    #[test]
+    fn answers_are_taken_only_from_the_channel_the_call_went_out_on() {
+        let doorbell = Arc::new(Doorbell::create().unwrap());
+        let calls = Calls::default();
+        let (a, b) = (channel(&doorbell), channel(&doorbell));
+        let (id, _c) = calls.start(&a);
+        assert!(calls.take_answered(&b, id).is_none());
+        assert!(calls.take_answered(&a, id).is_some());
+        assert!(calls.take_answered(&a, id).is_none(), "answered once");
     }
 }

@@ -29,6 +29,9 @@ pub(crate) type Direct = inbox::Direct<Incoming>;
 
 pub(crate) struct Channel {
     pub peer: TeamId,
+    /// Unique in this process, never reused (an address could be): names
+    /// the channel in the tables of calls only it may answer or cancel.
+    serial: u64,
     pub transport: Box<dyn Transport>,
     /// Held for the whole of one message, so pieces of two messages never interleave.
     pub tx: Mutex<()>,
@@ -71,8 +74,10 @@ pub(crate) struct RxState {
 
 impl Channel {
     pub fn new(peer: TeamId, transport: Box<dyn Transport>, socket: Option<UnixStream>) -> Channel {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Channel {
             peer,
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             transport,
             tx: Mutex::new(()),
             streaming: AtomicBool::new(false),
@@ -86,10 +91,10 @@ impl Channel {
         }
     }
 
-    /// Names this channel in the tables of calls that only it may answer.
+    /// Names this channel in the tables of calls that only it may answer or cancel.
     #[inline]
-    pub fn key(&self) -> usize {
-        self as *const Channel as usize
+    pub fn key(&self) -> u64 {
+        self.serial
     }
 
     /// Whether the progress loop has anything to do here (lock-free check).

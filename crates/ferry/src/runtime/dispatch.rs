@@ -29,15 +29,11 @@ impl TeamInner {
             let finished = match self.drain(ch, &mut rx) {
                 Ok(n) => {
                     did |= n > 0;
-                    // A gone peer's channel is finished only once everything it
-                    // sent was taken. `gone` is read first: a peer that writes a
-                    // last frame and then dies must not be seen as
-                    // drained-before and gone-after.
-                    ch.is_gone()
-                        && !ch.transport.has_frame()
-                        && rx.held.is_empty()
-                        && rx.assembling.is_none()
-                        && !ch.finished.load(Ordering::Acquire)
+                    // A gone peer's channel is finished once everything it sent
+                    // was taken. `gone` is read first: a peer that writes a last
+                    // frame and then dies must not be seen as drained-before
+                    // and gone-after.
+                    ch.is_gone() && !ch.transport.has_frame() && !ch.finished.load(Ordering::Acquire)
                 }
                 Err(what) => {
                     tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
@@ -45,12 +41,33 @@ impl TeamInner {
                     true
                 }
             };
+            if finished {
+                self.settle_gone(ch, &mut rx);
+            }
             Self::run_direct(rx);
             if finished {
                 self.finish_channel(ch);
             }
         }
         did
+    }
+
+    /// The peer is gone and everything it sent was taken: what the channel
+    /// still holds is settled so that it finishes now, failing the calls
+    /// that wait on it. A message cut off by the peer's death is dropped
+    /// (nobody waits for it); whole messages held for full inboxes go to
+    /// them past their capacity (that memory is spent already) rather than
+    /// keep the channel, and every call on it, waiting for a reader.
+    fn settle_gone(&self, ch: &Arc<Channel>, rx: &mut RxState) {
+        if let Some((h, part)) = rx.assembling.take() {
+            tracing::debug!(peer = %ch.peer, from = %h.src, bytes = part.len(), "dropped a message cut off by its sender's end");
+        }
+        rx.discarding = false;
+        for (h, p) in std::mem::take(&mut rx.held) {
+            let mut slot = Some(p);
+            self.deliver(ch, rx, &h, || slot.take().unwrap(), true);
+        }
+        ch.held.store(false, Ordering::Relaxed);
     }
 
     /// Runs what a drain found for direct takers, once `rx` is unlocked (a
@@ -97,7 +114,7 @@ impl TeamInner {
                 }
                 let (h, p) = rx.held.remove(i).unwrap();
                 let mut slot = Some(p);
-                if !self.deliver(ch, rx, &h, || slot.take().unwrap()) {
+                if !self.deliver(ch, rx, &h, || slot.take().unwrap(), false) {
                     rx.held.insert(i, (h, slot.take().unwrap()));
                     refused.push(dst);
                     i += 1;
@@ -207,15 +224,23 @@ impl TeamInner {
         // (`deliver` builds the payload only when it takes the message.)
         let mut make = Some(payload);
         let behind = rx.held.iter().any(|(held, _)| held.dst == h.dst);
-        if behind || !self.deliver(ch, rx, h, || (make.take().unwrap())()) {
+        if behind || !self.deliver(ch, rx, h, || (make.take().unwrap())(), false) {
             let payload = (make.take().expect("a refused message was not built"))();
             rx.held.push_back((*h, payload));
             ch.held.store(true, Ordering::Relaxed);
         }
     }
 
-    /// Puts a data message into its endpoint's inbox; false if the inbox is full.
-    fn deliver(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, payload: impl FnOnce() -> Payload) -> bool {
+    /// Puts a data message into its endpoint's inbox; false if the inbox is
+    /// full (never with `past_capacity`).
+    fn deliver(
+        &self,
+        ch: &Arc<Channel>,
+        rx: &mut RxState,
+        h: &Header,
+        payload: impl FnOnce() -> Payload,
+        past_capacity: bool,
+    ) -> bool {
         let slot = h.dst.slot();
         if rx.last_inbox.as_ref().is_none_or(|(s, _)| *s != slot) {
             let Some(i) = self.endpoints.get(h.dst) else {
@@ -231,6 +256,7 @@ impl TeamInner {
         match inbox.offer(
             || self.runs_tasks_here(),
             || Incoming { header: *h, payload: payload(), channel: answer_on, arrived },
+            past_capacity,
         ) {
             Offer::Accepted => {
                 if h.checkpoint() == Checkpoint::OnReceipt {

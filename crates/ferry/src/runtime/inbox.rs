@@ -42,10 +42,11 @@ impl<M> Inbox<M> {
         Inbox { state: Mutex::new(state), capacity, doorbell }
     }
 
-    /// Queues the message `make` builds, if there is room. With a direct
-    /// taker, an empty queue and `direct_ok` (this thread may run it), hands
-    /// the message back for the taker instead: queued messages go first.
-    pub fn offer(&self, direct_ok: impl FnOnce() -> bool, make: impl FnOnce() -> M) -> Offer<M> {
+    /// Queues the message `make` builds, if there is room (or regardless,
+    /// with `past_capacity`). With a direct taker, an empty queue and
+    /// `direct_ok` (this thread may run it), hands the message back for the
+    /// taker instead: queued messages go first.
+    pub fn offer(&self, direct_ok: impl FnOnce() -> bool, make: impl FnOnce() -> M, past_capacity: bool) -> Offer<M> {
         let mut s = self.state.lock();
         if s.closed {
             return Offer::Closed;
@@ -53,7 +54,7 @@ impl<M> Inbox<M> {
         if let Some(d) = s.direct.as_ref().filter(|_| s.queue.is_empty() && direct_ok()) {
             return Offer::Direct(d.clone(), make());
         }
-        if s.queue.len() >= self.capacity {
+        if s.queue.len() >= self.capacity && !past_capacity {
             s.refused = true;
             return Offer::Full;
         }

@@ -71,6 +71,7 @@ impl TeamInner {
         }
         let path = self.names.dir().team_socket(team.team);
         let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|_| Error::NoSuchTeam(team))?;
+        // A team that exits while we bind resets or closes the socket: it is gone.
         let end = shm::connect(&stream, &self.bind_config(), team)?;
         let ch = Arc::new(Channel::new(team, Box::new(end), Some(stream)));
         self.add_channel(ch.clone());
@@ -78,12 +79,22 @@ impl TeamInner {
         Ok(ch)
     }
 
+    /// Publishes a newly bound channel. The order matters: the channel is
+    /// in `peers` and in the channel list before the reactor watches its
+    /// socket, because only a watched socket can find the peer gone, and
+    /// `finish_channel` must then find it everywhere it removes it from
+    /// (else a peer that leaves at once leaks its channel until we exit).
     pub(crate) fn add_channel(&self, ch: Arc<Channel>) {
-        self.reactor.watch(&ch);
+        self.peers.insert(&ch);
         self.channels.update(|v| v.iter().chain([&ch]).cloned().collect());
         // A frame may have come (and rung) before the channel was in the list.
         self.doorbell.ring_now();
-        self.peers.insert(&ch);
+        self.reactor.watch(&ch);
+        if self.is_shut_down() {
+            // Shutdown took the channel list before this one joined it.
+            ch.mark_gone();
+            self.finish_channel(&ch);
+        }
     }
 
     /// A channel whose peer is gone and which holds nothing more: fail what
@@ -99,13 +110,9 @@ impl TeamInner {
             // Tells the peer too (it may not know: a protocol violation is found here).
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        if !self.is_shut_down() {
-            tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
-            // Before the waiters learn of it: whoever sees `PeerGone` finds
-            // the dead team's names and files gone (or being swept).
-            sweep_dead_team(&self.names, ch.peer.team);
-        }
+        tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
         self.calls.fail_channel(ch, || self.gone_error(ch));
+        self.calls.orphan_channel(ch);
     }
 
     /// Called by the reactor when a peer's socket hangs up.
@@ -124,10 +131,11 @@ impl TeamInner {
     }
 }
 
-/// Removes a dead peer's names and files. Its socket can hang up a moment
+/// Removes a dead peer's names and files (on the reactor thread, never the
+/// progress loop: it takes file locks and reads a directory). Its socket can hang up a moment
 /// before the kernel drops its lock, so if it still looks alive, a short
 /// background retry finishes the job.
-fn sweep_dead_team(names: &NodeNames, team: u32) {
+pub(super) fn sweep_dead_team(names: &NodeNames, team: u32) {
     if !names.team_has_files(team) {
         return; // it left cleanly
     }

@@ -155,5 +155,10 @@ fn check_hangup(team: &Arc<TeamInner>, ch: &Arc<Channel>) {
         _ => {}
     }
     team.reactor.unwatch(ch);
+    if !team.is_shut_down() {
+        // Before the waiters learn of it: whoever sees `PeerGone` finds the
+        // dead team's names and files gone (or being swept).
+        super::peers::sweep_dead_team(&team.names, ch.peer.team);
+    }
     team.peer_hung_up(ch);
 }

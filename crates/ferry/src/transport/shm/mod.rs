@@ -263,8 +263,24 @@ fn parse_hello(b: &[u8], magic: &[u8; 8]) -> Option<(TeamId, u32)> {
     Some((TeamId { node, team }, cap))
 }
 
-fn refused(what: String) -> Error {
-    Error::Io { context: "shared-memory bind", source: std::io::Error::new(std::io::ErrorKind::InvalidData, what) }
+/// The process on the other end broke the bind protocol.
+fn refused(peer: TeamId, what: String) -> Error {
+    Error::Protocol { peer, what }
+}
+
+/// What a failed exchange with the acceptor means for the connector: the
+/// team went away (it reset or closed the socket while exiting) or did not
+/// answer in time. Neither is a local I/O failure.
+fn acceptor_failed(expect: TeamId) -> impl FnOnce(Error) -> Error {
+    move |e| match e {
+        Error::Io { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+        {
+            Error::DeadlineExceeded
+        }
+        Error::Io { .. } => Error::NoSuchTeam(expect),
+        other => other,
+    }
 }
 
 /// The peer's process id as the kernel reports it.
@@ -286,14 +302,23 @@ pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<
     }
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
     let hello = hello_bytes(HELLO, cfg.me, cap as u32);
-    fdpass::send(stream.as_fd(), &hello, &[segment.fd().as_fd(), cfg.doorbell.fd().as_fd()])?;
+    fdpass::send(stream.as_fd(), &hello, &[segment.fd().as_fd(), cfg.doorbell.fd().as_fd()])
+        .map_err(acceptor_failed(expect))?;
     let mut buf = [0u8; 64];
-    let (n, mut fds) = fdpass::recv(stream, &mut buf)?;
+    let (n, mut fds) = fdpass::recv(stream, &mut buf).map_err(acceptor_failed(expect))?;
+    if n == 0 {
+        // Closed without a word: the team exited (or refused us and is logging why).
+        return Err(Error::NoSuchTeam(expect));
+    }
     let Some((peer, _)) = parse_hello(&buf[..n], WELCOME) else {
-        return Err(refused(format!("bad welcome from {expect} ({n} bytes)")));
+        return Err(refused(expect, format!("bad welcome ({n} bytes)")));
     };
-    if peer != expect || fds.len() != 1 {
-        return Err(refused(format!("expected team {expect}, got {peer} with {} descriptors", fds.len())));
+    if peer != expect {
+        // The socket at `expect`'s path belongs to someone else: `expect` is not there.
+        return Err(Error::NoSuchTeam(expect));
+    }
+    if fds.len() != 1 {
+        return Err(refused(expect, format!("welcome carried {} descriptors, want 1", fds.len())));
     }
     let peer_doorbell = Doorbell::open(fds.pop().unwrap())?;
     Ok(ShmEnd::new(segment, cap, Side::Connector, peer_doorbell))
@@ -311,17 +336,17 @@ pub fn accept(
     let mut buf = [0u8; 64];
     let (n, mut fds) = fdpass::recv(stream, &mut buf)?;
     let Some((peer, cap)) = parse_hello(&buf[..n], HELLO) else {
-        return Err(refused(format!("bad hello ({n} bytes)")));
+        return Err(refused(TeamId { node: cfg.me.node, team: 0 }, format!("bad hello ({n} bytes)")));
     };
     let cap = cap as usize;
     if !cap.is_power_of_two() || cap < MIN_RING || cap > cfg.max_ring_bytes {
-        return Err(refused(format!("team {peer} asked for a {cap}-byte ring")));
+        return Err(refused(peer, format!("asked for a {cap}-byte ring")));
     }
     if peer.node != cfg.me.node || !peer_pid(stream).is_some_and(|pid| is_peer(peer, pid)) {
-        return Err(refused(format!("team {peer} is not the process on the other end")));
+        return Err(refused(peer, "is not the process on the other end".into()));
     }
     if fds.len() != 2 {
-        return Err(refused(format!("team {peer} sent {} descriptors, want 2", fds.len())));
+        return Err(refused(peer, format!("sent {} descriptors, want 2", fds.len())));
     }
     let doorbell_fd = fds.pop().unwrap();
     let segment = Mapping::open(fds.pop().unwrap(), segment_len(cap))?;
@@ -335,7 +360,7 @@ pub fn accept(
         )
     };
     if &magic != MAGIC || version != VERSION || seg_cap as usize != cap {
-        return Err(refused(format!("team {peer} sent a segment of another version")));
+        return Err(refused(peer, "sent a segment of another version".into()));
     }
     let peer_doorbell = Doorbell::open(doorbell_fd)?;
     let welcome = hello_bytes(WELCOME, cfg.me, cap as u32);
