@@ -1,4 +1,12 @@
 //! Helpers shared by the integration test binaries.
+// Each test binary uses only some of these.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 /// Deterministic, non-constant bytes for message `i`.
 pub fn pattern(i: u64, len: usize) -> Vec<u8> {
@@ -10,5 +18,204 @@ pub fn pattern(i: u64, len: usize) -> Vec<u8> {
             x ^= x << 17;
             x as u8
         })
+        .collect()
+}
+
+// ---------------------------------------------------------------- child processes
+//
+// A test binary re-runs itself as the child: its `child_entry` test (marked
+// `#[ignore]`, so normal runs skip it) reads its role from `FERRY_TEST_CHILD`.
+// The child talks to the parent with lines `ferry-child: <what>` on stdout
+// and takes commands as lines on stdin.
+
+pub const ROLE: &str = "FERRY_TEST_CHILD";
+const SAY: &str = "ferry-child: ";
+
+/// In `child_entry`: the role this process was started with, if it is a child.
+pub fn child_role() -> Option<String> {
+    std::env::var(ROLE).ok()
+}
+
+/// In a child: tells the parent something (see [`Child::expect`]).
+pub fn say(what: impl std::fmt::Display) {
+    // One write per line: libtest may print on the same stream.
+    let line = format!("{SAY}{what}\n");
+    let mut out = std::io::stdout().lock();
+    out.write_all(line.as_bytes()).unwrap();
+    out.flush().unwrap();
+}
+
+/// In a child: the next command line from the parent (`None` at end of input).
+pub fn hear() -> Option<String> {
+    let mut line = String::new();
+    match std::io::stdin().read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(line.trim_end().to_string()),
+    }
+}
+
+/// A child process running `child_entry` of this binary with a role.
+/// Killed (SIGKILL) and reaped on drop, so a failing test leaves nothing running.
+pub struct Child {
+    pub proc: std::process::Child,
+    lines: Receiver<String>,
+    role: String,
+}
+
+impl Child {
+    /// Starts `role` with the runtime dir `dir`.
+    pub fn spawn(role: &str, dir: &Path) -> Child {
+        Child::spawn_with(role, dir, |_| {})
+    }
+
+    /// Starts `role` after `tweak` adjusted the command (more env vars...).
+    pub fn spawn_with(role: &str, dir: &Path, tweak: impl FnOnce(&mut Command)) -> Child {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "child_entry", "--include-ignored", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env("FERRY_RUNTIME_DIR", dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        tweak(&mut cmd);
+        let mut proc = cmd.spawn().expect("spawn child process");
+        let out = BufReader::new(proc.stdout.take().unwrap());
+        // A reader thread, so every wait on the child has a deadline.
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { return };
+                if let Some(i) = line.find(SAY) {
+                    if tx.send(line[i + SAY.len()..].to_string()).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Child { proc, lines, role: role.to_string() }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.proc.id()
+    }
+
+    /// Waits (at most `limit`) for the child to say a line starting with
+    /// `what`; returns the rest of that line, trimmed. Earlier lines are skipped.
+    pub fn expect(&mut self, what: &str, limit: Duration) -> String {
+        let until = Instant::now() + limit;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(what) => return line[what.len()..].trim().to_string(),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("child {:?} did not say {what:?} within {limit:?}", self.role)
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("child {:?} exited ({:?}) before saying {what:?}", self.role, self.proc.try_wait())
+                }
+            }
+        }
+    }
+
+    /// Sends the child a command line.
+    pub fn tell(&mut self, line: &str) {
+        let stdin = self.proc.stdin.as_mut().expect("child stdin");
+        let _ = writeln!(stdin, "{line}");
+        let _ = stdin.flush();
+    }
+
+    /// Waits at most `limit` for the child to exit; `None` if it did not.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.proc.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) {
+        let _ = self.proc.kill();
+        let _ = self.proc.wait();
+    }
+
+    /// Sends `sig` (e.g. `libc::SIGSTOP`) to the child.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid; it is not reaped while `self` lives.
+        let r = unsafe { libc::kill(self.proc.id() as i32, sig) };
+        assert_eq!(r, 0, "kill({}, {sig})", self.proc.id());
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------- bounds and looks
+
+/// Runs `f` on a thread of its own and returns its result, failing the test
+/// if it takes longer than `limit` (the thread is then left behind: a hang
+/// becomes a failure, not a hung test binary).
+pub fn within<T: Send + 'static>(limit: Duration, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(RecvTimeoutError::Timeout) => panic!("{what}: not done within {limit:?} (hung)"),
+        Err(RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+    }
+}
+
+/// Waits (looking every few ms, at most `limit`) until `cond` holds; whether it did.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Every file in a runtime dir's `teams/` and `names/` folders.
+pub fn runtime_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = ["teams", "names"]
+        .iter()
+        .flat_map(|sub| {
+            std::fs::read_dir(dir.join(sub))
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok())
+                .map(move |e| format!("{sub}/{}", e.file_name().to_string_lossy()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Open descriptors of this process.
+pub fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// This process's shared-memory mappings (memfds: channels and doorbells).
+pub fn shared_mappings() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("memfd:") || l.contains("/dev/shm/"))
+        .map(str::to_string)
         .collect()
 }
