@@ -62,7 +62,6 @@ fn is_peer_gone<T: std::fmt::Debug>(r: &ferry::Result<T>) -> bool {
 /// child's 8 MiB reply fills it with its first pieces and waits for room.
 /// Then the child is killed, and only then does the parent wait.
 #[test]
-#[ignore = "defect 1: fixed in the core rework"]
 fn peer_killed_mid_stream_fails_the_pending_calls() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Child::spawn("big-reply", dir.path());
@@ -91,7 +90,6 @@ fn peer_killed_mid_stream_fails_the_pending_calls() {
 /// (their port's inbox is full and nobody receives) keep a dead peer's
 /// channel open, so a call pending on it never fails.
 #[test]
-#[ignore = "defect 1: fixed in the core rework"]
 fn peer_killed_with_held_messages_fails_the_pending_call() {
     let dir = tempfile::tempdir().unwrap();
     let me = Team::builder().runtime_dir(dir.path()).inbox_capacity(1).start().unwrap();
@@ -159,7 +157,7 @@ fn blocking_team(dir: &Path, processors: usize) -> Team {
 /// sleeps on, and a request to another endpoint waits until the handler
 /// ends (or the park timeout) instead of being taken at once.
 #[test]
-#[ignore = "defect 9: fixed in the core rework"]
+#[ignore = "defect 5 (user code counted as polling): fixed in the core rework"]
 fn a_busy_processor_does_not_delay_requests_another_could_take() {
     let dir = tempfile::tempdir().unwrap();
     let server = blocking_team(dir.path(), 2);
