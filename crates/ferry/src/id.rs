@@ -1,7 +1,25 @@
-//! Endpoint identity: 64 bits `{node: 16, team: 24, slot: 24}`, printed `node.team.slot`.
+//! Identity: which team, which endpoint.
 //!
-//! An id fits in a register and locates its owner directly: the node picks the
-//! machine, the team the process on it, the slot the endpoint in that process.
+//! A team is named by `{node, team, incarnation}`: the node (machine), the
+//! team's number on it (a process id, or a number above every pid for a
+//! second team of one process) and an *incarnation*, a random 32-bit value
+//! drawn when the team starts. Team numbers are reused (pids are), so the
+//! number alone cannot tell a team from a later process that got the same
+//! pid; the incarnation can. It is exchanged and checked in the bind
+//! handshake, so a channel is bound to one incarnation of its peer, and an
+//! id that names a dead incarnation fails with `NoSuchTeam` instead of
+//! reaching whoever holds the number now.
+//!
+//! An [`EndpointId`] is a team id plus a slot, printed
+//! `node.team.slot#incarnation` (incarnation in hex). On the wire a frame
+//! carries only the 64-bit [`Addr`] `{node: 16, team: 24, slot: 24}`: the
+//! incarnations of both ends are those of the channel the frame travels on,
+//! and the runtime checks that a frame's addresses name the channel's two
+//! teams.
+//!
+//! Slots below [`LINK_SLOTS`] name endpoints; the upper half of the slot
+//! space is kept for link ids (next issues), whose ends may move between
+//! teams while their id stays the same.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,32 +28,55 @@ use std::str::FromStr;
 pub const MAX_TEAM: u32 = (1 << 24) - 1;
 /// Largest slot number (24 bits).
 pub const MAX_SLOT: u32 = (1 << 24) - 1;
+/// First slot of the range kept for link ids; endpoints use `1..LINK_SLOTS`.
+pub const LINK_SLOTS: u32 = 1 << 23;
 
-/// The address of one process: which node, which team on it.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+/// One incarnation of one process: which node, which team number on it, which run.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TeamId {
     pub node: u16,
     pub team: u32,
+    /// Drawn at random when the team starts; never 0.
+    pub incarnation: u32,
 }
 
-/// The address of one endpoint (a port, a service, ...).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct EndpointId(u64);
+impl TeamId {
+    /// The id of this team's endpoint `slot`; `None` if the slot does not fit in 24 bits.
+    pub fn endpoint(self, slot: u32) -> Option<EndpointId> {
+        Some(EndpointId { addr: Addr::new(self.node, self.team, slot)?, incarnation: self.incarnation })
+    }
 
-impl EndpointId {
-    /// The id that names nothing (used as "no source" on the wire).
-    pub const NONE: EndpointId = EndpointId(0);
+    /// Whether `addr` names an endpoint of this team (incarnations aside).
+    pub fn owns(self, addr: Addr) -> bool {
+        addr.node() == self.node && addr.team() == self.team
+    }
+}
 
-    /// Builds an id; `None` if `team` or `slot` does not fit in 24 bits.
-    pub fn new(node: u16, team: u32, slot: u32) -> Option<EndpointId> {
+impl fmt::Display for TeamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}#{:08x}", self.node, self.team, self.incarnation)
+    }
+}
+
+/// The wire form of an endpoint's address: `{node: 16, team: 24, slot: 24}`
+/// in 64 bits, printed `node.team.slot`. It carries no incarnation: the
+/// channel a frame travels on fixes those of both ends.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Addr(u64);
+
+impl Addr {
+    /// The address that names nothing.
+    pub const NONE: Addr = Addr(0);
+
+    /// Builds an address; `None` if `team` or `slot` does not fit in 24 bits.
+    pub fn new(node: u16, team: u32, slot: u32) -> Option<Addr> {
         if team > MAX_TEAM || slot > MAX_SLOT {
             return None;
         }
-        Some(EndpointId(((node as u64) << 48) | ((team as u64) << 24) | slot as u64))
+        Some(Addr(((node as u64) << 48) | ((team as u64) << 24) | slot as u64))
     }
-    pub const fn from_bits(bits: u64) -> EndpointId {
-        EndpointId(bits)
+    pub const fn from_bits(bits: u64) -> Addr {
+        Addr(bits)
     }
     pub const fn bits(self) -> u64 {
         self.0
@@ -49,20 +90,70 @@ impl EndpointId {
     pub const fn slot(self) -> u32 {
         (self.0 & MAX_SLOT as u64) as u32
     }
-    pub const fn team_id(self) -> TeamId {
-        TeamId { node: self.node(), team: self.team() }
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.node(), self.team(), self.slot())
     }
 }
 
-impl TeamId {
-    pub fn endpoint(self, slot: u32) -> Option<EndpointId> {
-        EndpointId::new(self.node, self.team, slot)
+impl fmt::Debug for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// The id of one endpoint (a port, a service, ...) of one team incarnation.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]
+pub struct EndpointId {
+    #[serde(with = "addr_bits")]
+    addr: Addr,
+    incarnation: u32,
+}
+
+impl EndpointId {
+    /// The id that names nothing.
+    pub const NONE: EndpointId = EndpointId { addr: Addr::NONE, incarnation: 0 };
+
+    /// The endpoint at `addr` of the team incarnation `incarnation`.
+    pub const fn at(addr: Addr, incarnation: u32) -> EndpointId {
+        EndpointId { addr, incarnation }
+    }
+    pub const fn addr(self) -> Addr {
+        self.addr
+    }
+    pub const fn node(self) -> u16 {
+        self.addr.node()
+    }
+    pub const fn team(self) -> u32 {
+        self.addr.team()
+    }
+    pub const fn slot(self) -> u32 {
+        self.addr.slot()
+    }
+    pub const fn incarnation(self) -> u32 {
+        self.incarnation
+    }
+    pub const fn team_id(self) -> TeamId {
+        TeamId { node: self.addr.node(), team: self.addr.team(), incarnation: self.incarnation }
+    }
+}
+
+mod addr_bits {
+    use super::Addr;
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(a: &Addr, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(a.bits())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Addr, D::Error> {
+        u64::deserialize(d).map(Addr::from_bits)
     }
 }
 
 impl fmt::Display for EndpointId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.node(), self.team(), self.slot())
+        write!(f, "{}#{:08x}", self.addr, self.incarnation)
     }
 }
 
@@ -72,30 +163,43 @@ impl fmt::Debug for EndpointId {
     }
 }
 
-impl fmt::Display for TeamId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.node, self.team)
-    }
-}
-
-/// Error of parsing `node.team.slot`.
+/// Error of parsing `node.team.slot#incarnation`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not an endpoint id (want node.team.slot with node < 2^16, team and slot < 2^24): {0:?}")]
+#[error(
+    "not an endpoint id (want node.team.slot#incarnation with node < 2^16, team and slot < 2^24, \
+     incarnation 8 hex digits): {0:?}"
+)]
 pub struct ParseEndpointIdError(String);
 
 impl FromStr for EndpointId {
     type Err = ParseEndpointIdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || ParseEndpointIdError(s.to_string());
-        let mut it = s.split('.');
+        let (addr, inc) = s.split_once('#').ok_or_else(bad)?;
+        let mut it = addr.split('.');
         let (Some(n), Some(t), Some(sl), None) = (it.next(), it.next(), it.next(), it.next()) else {
             return Err(bad());
         };
         let node: u16 = n.parse().map_err(|_| bad())?;
         let team: u32 = t.parse().map_err(|_| bad())?;
         let slot: u32 = sl.parse().map_err(|_| bad())?;
-        EndpointId::new(node, team, slot).ok_or_else(bad)
+        if inc.len() != 8 {
+            return Err(bad());
+        }
+        let incarnation = u32::from_str_radix(inc, 16).map_err(|_| bad())?;
+        Ok(EndpointId { addr: Addr::new(node, team, slot).ok_or_else(bad)?, incarnation })
     }
+}
+
+/// A fresh incarnation: random, never 0 (which names nothing).
+pub(crate) fn new_incarnation() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS's randomness once per process and
+    // then per instance; mixing in the time keeps two teams of one process apart.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    (h.finish() as u32).max(1)
 }
 
 #[cfg(test)]
@@ -104,21 +208,36 @@ mod tests {
 
     #[test]
     fn round_trips_through_bits_and_text() {
-        let id = EndpointId::new(7, 0xAB_CDEF, 0x12_3456).unwrap();
-        assert_eq!((id.node(), id.team(), id.slot()), (7, 0xAB_CDEF, 0x12_3456));
-        assert_eq!(EndpointId::from_bits(id.bits()), id);
+        let team = TeamId { node: 7, team: 0xAB_CDEF, incarnation: 0x0102_0304 };
+        let id = team.endpoint(0x12_3456).unwrap();
+        assert_eq!((id.node(), id.team(), id.slot(), id.incarnation()), (7, 0xAB_CDEF, 0x12_3456, 0x0102_0304));
+        assert_eq!(id.team_id(), team);
+        assert_eq!(Addr::from_bits(id.addr().bits()), id.addr());
         let text = id.to_string();
-        assert_eq!(text, format!("7.{}.{}", 0xAB_CDEF, 0x12_3456));
+        assert_eq!(text, format!("7.{}.{}#01020304", 0xAB_CDEF, 0x12_3456));
         assert_eq!(text.parse::<EndpointId>().unwrap(), id);
+        let bytes = rmp_serde::to_vec(&id).unwrap();
+        assert_eq!(rmp_serde::from_slice::<EndpointId>(&bytes).unwrap(), id);
     }
 
     #[test]
     fn rejects_out_of_range_parts() {
-        assert!(EndpointId::new(0, MAX_TEAM + 1, 0).is_none());
-        assert!(EndpointId::new(0, 0, MAX_SLOT + 1).is_none());
-        assert!("1.2".parse::<EndpointId>().is_err());
-        assert!("1.2.3.4".parse::<EndpointId>().is_err());
-        assert!("70000.1.1".parse::<EndpointId>().is_err());
-        assert!("1.16777216.1".parse::<EndpointId>().is_err());
+        assert!(Addr::new(0, MAX_TEAM + 1, 0).is_none());
+        assert!(Addr::new(0, 0, MAX_SLOT + 1).is_none());
+        for bad in
+            ["1.2#00000001", "1.2.3.4#00000001", "70000.1.1#00000001", "1.16777216.1#00000001", "1.2.3", "1.2.3#1"]
+        {
+            assert!(bad.parse::<EndpointId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn incarnations_differ_and_are_never_zero() {
+        let a: Vec<u32> = (0..64).map(|_| new_incarnation()).collect();
+        assert!(a.iter().all(|&i| i != 0));
+        let mut b = a.clone();
+        b.sort();
+        b.dedup();
+        assert_eq!(a.len(), b.len());
     }
 }

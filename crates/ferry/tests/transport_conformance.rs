@@ -10,10 +10,10 @@
 
 mod common;
 
+use ferry::id::Addr;
 use ferry::transport::doorbell::Doorbell;
 use ferry::transport::{Recv, RecvError, SendError, Transport};
 use ferry::wire::{flags, Checkpoint, Header, Kind};
-use ferry::EndpointId;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,8 +61,8 @@ const MEDIUM: usize = 16384;
 /// Upper bound of any single wait in this suite.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-fn ep(team: u32, slot: u32) -> EndpointId {
-    EndpointId::new(1, team, slot).unwrap()
+fn ep(team: u32, slot: u32) -> Addr {
+    Addr::new(1, team, slot).unwrap()
 }
 
 fn data(call_id: u64) -> Header {
@@ -386,10 +386,10 @@ fn close_stops_sends_but_frames_in_flight_are_received(make: Factory) {
 fn header_fields_arrive_intact(make: Factory) {
     let pipe = open(make, SMALL);
     let ids = [
-        EndpointId::NONE,
+        Addr::NONE,
         ep(1, 1),
-        EndpointId::new(u16::MAX, ferry::id::MAX_TEAM, ferry::id::MAX_SLOT).unwrap(),
-        EndpointId::new(0x1234, 0xAB_CDEF, 0x12_3456).unwrap(),
+        Addr::new(u16::MAX, ferry::id::MAX_TEAM, ferry::id::MAX_SLOT).unwrap(),
+        Addr::new(0x1234, 0xAB_CDEF, 0x12_3456).unwrap(),
     ];
     let kinds = [Kind::Data, Kind::Ack, Kind::Reply, Kind::Nack, Kind::Fragment];
     let checkpoints = [Checkpoint::Immediate, Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn];

@@ -499,7 +499,7 @@ mod tests {
     }
 
     fn ep(team: u32, slot: u32) -> EndpointId {
-        EndpointId::new(0, team, slot).unwrap()
+        crate::id::TeamId { node: 0, team, incarnation: 1 }.endpoint(slot).unwrap()
     }
 
     fn mode(path: &Path) -> u32 {
@@ -532,7 +532,7 @@ mod tests {
         names.register(&lease, "beta", ep(7, 2)).unwrap();
         names.register(&other, "alpha", ep(8, 1)).unwrap();
         assert_eq!(names.lookup("echo").unwrap(), ep(7, 1));
-        assert_eq!(fs::read_to_string(dir.name_path("echo")).unwrap(), "0.7.1\n");
+        assert_eq!(fs::read_to_string(dir.name_path("echo")).unwrap(), "0.7.1#00000001\n");
         assert_eq!(
             names.list().unwrap(),
             vec![("alpha".into(), ep(8, 1)), ("beta".into(), ep(7, 2)), ("echo".into(), ep(7, 1))]
@@ -671,8 +671,8 @@ mod tests {
         // What a killed team 3 leaves: an unlocked lock file, a socket, names.
         fs::write(dir.team_lock(3), "999999\n").unwrap();
         File::create(dir.team_socket(3)).unwrap();
-        fs::write(dir.name_path("old"), "0.3.1\n").unwrap();
-        fs::write(dir.name_path("elsewhere"), "0.4.1\n").unwrap();
+        fs::write(dir.name_path("old"), "0.3.1#00000001\n").unwrap();
+        fs::write(dir.name_path("elsewhere"), "0.4.1#00000001\n").unwrap();
         let names = NodeNames::new(dir.clone());
         assert!(!names.team_alive(3));
         let lease = TeamLease::acquire(&dir, 3).unwrap();
@@ -684,7 +684,7 @@ mod tests {
         // ... but lookup sweeps it, and register replaces a stale binding.
         assert!(not_found(names.lookup("elsewhere")));
         assert!(!dir.name_path("elsewhere").exists());
-        fs::write(dir.name_path("taken-by-dead"), "0.9.1\n").unwrap();
+        fs::write(dir.name_path("taken-by-dead"), "0.9.1#00000001\n").unwrap();
         names.register(&lease, "taken-by-dead", ep(3, 2)).unwrap();
         assert_eq!(names.lookup("taken-by-dead").unwrap(), ep(3, 2));
         drop(lease);
@@ -718,7 +718,7 @@ mod tests {
         fs::write(dir.name_path("junk"), "not an id").unwrap();
         fs::write(dir.name_path("no-newline"), "0.2.1").unwrap();
         fs::create_dir(dir.name_path("a-dir")).unwrap();
-        fs::write(dir.names_dir().join(".hidden"), "0.2.1\n").unwrap();
+        fs::write(dir.names_dir().join(".hidden"), "0.2.1#00000001\n").unwrap();
         fs::write(dir.path().join("teams").join("stray"), "").unwrap();
         assert!(not_found(names.lookup("junk")));
         assert!(!dir.name_path("junk").exists());

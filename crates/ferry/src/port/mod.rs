@@ -149,7 +149,7 @@ async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Outp
 /// Turns a message taken from an inbox into what the receiver sees,
 /// acknowledging it if the sender asked for `OnDelivery`.
 pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
-    let (from, deadline_ns, arrived) = (m.header.src, m.header.deadline_ns, m.arrived);
+    let (from, deadline_ns, arrived) = (m.from, m.header.deadline_ns, m.arrived);
     let mut reply = None;
     if let Some(ch) = m.channel {
         match m.header.checkpoint() {
@@ -188,7 +188,7 @@ impl RawMessage {
 
     /// The sender's deadline for this message, if it set one.
     pub fn deadline(&self) -> Option<Instant> {
-        let mut h = crate::wire::Header::new(crate::wire::Kind::Data, self.from, self.from, 0);
+        let mut h = crate::wire::Header::new(crate::wire::Kind::Data, self.from.addr(), self.from.addr(), 0);
         h.deadline_ns = self.deadline_ns;
         crate::runtime::deadline_of(&h)
     }
@@ -288,7 +288,7 @@ impl RawSender {
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
             if let Some(ch) = self.channel.get().filter(|c| !c.is_gone()) {
-                let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap(), self.to, 0);
+                let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
                 return self.team.send_immediate(ch, h, bytes).map(|()| Vec::new());
             }
         }

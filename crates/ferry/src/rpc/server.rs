@@ -227,6 +227,8 @@ impl<T: Serialize, E: Serialize> Reply<T, E> {
     }
 }
 
+// Moved once per call, never stored: boxing `One` would allocate per call.
+#[allow(clippy::large_enum_variant)]
 enum Received {
     One(IncomingCall),
     /// Calls to run in order; only the last may want a reply.

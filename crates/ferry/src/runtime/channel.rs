@@ -4,7 +4,7 @@
 
 use super::inbox::{self, Inbox};
 use super::payload::Payload;
-use crate::id::TeamId;
+use crate::id::{Addr, EndpointId, TeamId};
 use crate::transport::{SendError, Transport};
 use crate::wire::Header;
 use parking_lot::Mutex;
@@ -18,6 +18,8 @@ use std::sync::Arc;
 /// waits for an answer (an ack, a reply or a nack goes back on it).
 pub(crate) struct Incoming {
     pub header: Header,
+    /// The sender: `header.src` in the incarnation of the channel it came on.
+    pub from: EndpointId,
     pub payload: Payload,
     pub channel: Option<Arc<Channel>>,
     /// Cost accounting: when it was queued (only while recording).
@@ -95,6 +97,19 @@ impl Channel {
     #[inline]
     pub fn key(&self) -> u64 {
         self.serial
+    }
+
+    /// The peer's endpoint at `addr` (the channel fixes its incarnation).
+    #[inline]
+    pub fn peer_endpoint(&self, addr: Addr) -> EndpointId {
+        EndpointId::at(addr, self.peer.incarnation)
+    }
+
+    /// Whether `h` may travel on this channel: it comes from the peer and
+    /// goes to `me` (a frame naming other teams is a protocol violation).
+    #[inline]
+    pub fn carries(&self, h: &Header, me: TeamId) -> bool {
+        self.peer.owns(h.src) && me.owns(h.dst)
     }
 
     /// Whether the progress loop has anything to do here (lock-free check).

@@ -9,7 +9,7 @@ use super::inbox::Offer;
 use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::Error;
-use crate::id::EndpointId;
+use crate::id::Addr;
 use crate::transport::Recv;
 use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
 use std::sync::atomic::Ordering;
@@ -104,7 +104,7 @@ impl TeamInner {
     pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<usize, String> {
         // Held messages first, in order per endpoint, as far as their inboxes take them.
         if !rx.held.is_empty() {
-            let mut refused: Vec<EndpointId> = Vec::new();
+            let mut refused: Vec<Addr> = Vec::new();
             let mut i = 0;
             while i < rx.held.len() {
                 let dst = rx.held[i].0.dst;
@@ -154,6 +154,10 @@ impl TeamInner {
         payload: &[u8],
         violation: &mut Option<String>,
     ) -> bool {
+        if !ch.carries(h, self.id) {
+            *violation = Some(format!("a frame from {} to {} on the channel from team {}", h.src, h.dst, ch.peer));
+            return false;
+        }
         let hold_full = rx.held.len() >= self.cfg.hold_capacity;
         if h.kind == Kind::Fragment {
             if rx.discarding {
@@ -255,7 +259,7 @@ impl TeamInner {
         let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
         match inbox.offer(
             || self.runs_tasks_here(),
-            || Incoming { header: *h, payload: payload(), channel: answer_on, arrived },
+            || Incoming { header: *h, from: ch.peer_endpoint(h.src), payload: payload(), channel: answer_on, arrived },
             past_capacity,
         ) {
             Offer::Accepted => {
@@ -288,15 +292,15 @@ impl TeamInner {
         };
         c.finish(match h.kind {
             Kind::Ack | Kind::Reply => Ok(Payload::from_slice(payload)),
-            _ => Err(nack_error(h, payload)),
+            _ => Err(nack_error(ch, h, payload)),
         });
     }
 }
 
-fn nack_error(h: &Header, payload: &[u8]) -> Error {
+fn nack_error(ch: &Channel, h: &Header, payload: &[u8]) -> Error {
     let text = String::from_utf8_lossy(payload.get(1..).unwrap_or_default()).into_owned();
     match payload.first().map(|b| NackReason::from_u8(*b)) {
-        Some(NackReason::NoSuchEndpoint) => Error::NoSuchEndpoint(h.src),
+        Some(NackReason::NoSuchEndpoint) => Error::NoSuchEndpoint(ch.peer_endpoint(h.src)),
         Some(NackReason::TooLarge) => Error::Refused(format!("too large: {text}")),
         Some(NackReason::NoReply) => Error::Refused(format!("no reply: {text}")),
         _ => Error::Refused(text),

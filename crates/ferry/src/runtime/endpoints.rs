@@ -4,7 +4,7 @@ use super::channel::Incoming;
 use super::inbox::Inbox;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
-use crate::id::{EndpointId, TeamId};
+use crate::id::{Addr, EndpointId, TeamId};
 use crate::transport::doorbell::Doorbell;
 use crate::wire::NackReason;
 use parking_lot::RwLock;
@@ -38,11 +38,10 @@ impl Endpoints {
     }
 
     /// The inbox of a live endpoint of this team.
-    pub fn get(&self, id: EndpointId) -> Option<Arc<EndpointInbox>> {
-        if id.team_id() != self.team {
-            return None;
-        }
-        self.inboxes.read().get(&id.slot()).cloned()
+    /// (A frame's `dst` is an address: the channel it came on was bound to
+    /// this incarnation, and the frame was checked to name this team.)
+    pub fn get(&self, dst: Addr) -> Option<Arc<EndpointInbox>> {
+        self.inboxes.read().get(&dst.slot()).cloned()
     }
 
     fn remove(&self, id: EndpointId) -> Option<Arc<EndpointInbox>> {

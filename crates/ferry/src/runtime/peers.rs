@@ -22,15 +22,23 @@ pub(crate) struct Peers {
 }
 
 impl Peers {
-    fn live(&self, team: TeamId) -> Option<Arc<Channel>> {
-        self.map.lock().get(&team.team).filter(|c| !c.is_gone()).cloned()
+    /// The live channel to `team`; `NoSuchTeam` if its number belongs to
+    /// another incarnation now (numbers are unique among live teams, so the
+    /// one asked for is gone).
+    fn live(&self, team: TeamId) -> Result<Option<Arc<Channel>>> {
+        match self.map.lock().get(&team.team).filter(|c| !c.is_gone()) {
+            Some(c) if c.peer == team => Ok(Some(c.clone())),
+            Some(_) => Err(Error::NoSuchTeam(team)),
+            None => Ok(None),
+        }
     }
 
-    /// Makes `ch` the channel to its peer, unless a live one is there already.
+    /// Makes `ch` the channel to its peer, unless a live one to the same
+    /// incarnation is there already.
     fn insert(&self, ch: &Arc<Channel>) {
         let mut map = self.map.lock();
         match map.get(&ch.peer.team) {
-            Some(old) if !old.is_gone() => {}
+            Some(old) if !old.is_gone() && old.peer == ch.peer => {}
             _ => {
                 map.insert(ch.peer.team, ch.clone());
             }
@@ -62,11 +70,11 @@ impl TeamInner {
         if team.node != self.id.node {
             return Err(Error::NoSuchTeam(team));
         }
-        if let Some(ch) = self.peers.live(team) {
+        if let Some(ch) = self.peers.live(team)? {
             return Ok(ch);
         }
         let _one_at_a_time = self.peers.connecting.lock();
-        if let Some(ch) = self.peers.live(team) {
+        if let Some(ch) = self.peers.live(team)? {
             return Ok(ch);
         }
         let path = self.names.dir().team_socket(team.team);

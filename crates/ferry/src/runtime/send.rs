@@ -38,7 +38,11 @@ impl TeamInner {
         }
         // Pieces of one message must be contiguous: the lock is held for all of
         // them. An Immediate send never waits behind a message being streamed.
-        let _tx = if wait { ch.tx.lock() } else { ch.tx.try_lock().ok_or(Error::WouldBlock { to: header.dst })? };
+        let _tx = if wait {
+            ch.tx.lock()
+        } else {
+            ch.tx.try_lock().ok_or(Error::WouldBlock { to: ch.peer_endpoint(header.dst) })?
+        };
         ch.streaming.store(true, Ordering::Relaxed);
         let _streaming = scopeguard(|| {
             ch.streaming.store(false, Ordering::Relaxed);
@@ -83,7 +87,7 @@ impl TeamInner {
             Ok(()) => Some(Ok(())),
             Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
             Err(SendError::TooLarge) => unreachable!("send_message splits frames"),
-            Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: h.dst })),
+            Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: ch.peer_endpoint(h.dst) })),
             Err(SendError::Full) => None,
         };
         if let Some(r) = outcome(attempt()) {
@@ -131,7 +135,7 @@ impl TeamInner {
         checkpoint: Checkpoint,
         deadline: Option<Instant>,
     ) -> Delivery {
-        let mut header = Header::new(Kind::Data, src, dst, 0).with_checkpoint(checkpoint);
+        let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
         header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
         if checkpoint == Checkpoint::Immediate {
             return match self.send_immediate(ch, header, payload) {

@@ -128,7 +128,7 @@ impl TeamInner {
             None => RuntimeDir::from_env()?,
         };
         let lease = claim_team_number(&dir)?;
-        let id = TeamId { node: cfg.node, team: lease.team() };
+        let id = TeamId { node: cfg.node, team: lease.team(), incarnation: crate::id::new_incarnation() };
         let doorbell = Arc::new(Doorbell::create()?);
         let reactor = Reactor::new(&dir.team_socket(id.team))?;
         let loopback = Arc::new(Channel::new(id, Box::new(inproc::loopback(cfg.ring_bytes, doorbell.clone())), None));

@@ -6,7 +6,7 @@
 
 pub mod codec;
 
-use crate::id::EndpointId;
+use crate::id::Addr;
 
 /// Version of the frame layout; a frame with another version is a protocol error.
 pub const VERSION: u8 = 1;
@@ -111,8 +111,10 @@ pub struct Header {
     pub flags: u16,
     /// Payload bytes that follow this header in this frame.
     pub len: u32,
-    pub src: EndpointId,
-    pub dst: EndpointId,
+    /// The sending endpoint; its node and team must be the channel's peer.
+    pub src: Addr,
+    /// The receiving endpoint; its node and team must be the receiving team.
+    pub dst: Addr,
     /// Names the send this frame belongs to; 0 when the sender wants no answer.
     pub call_id: u64,
     /// Absolute deadline, nanoseconds since the Unix epoch (CLOCK_REALTIME); 0 = none.
@@ -135,7 +137,7 @@ pub enum HeaderError {
 }
 
 impl Header {
-    pub fn new(kind: Kind, src: EndpointId, dst: EndpointId, call_id: u64) -> Header {
+    pub fn new(kind: Kind, src: Addr, dst: Addr, call_id: u64) -> Header {
         Header { kind, flags: 0, len: 0, src, dst, call_id, deadline_ns: 0 }
     }
 
@@ -189,8 +191,8 @@ impl Header {
             kind,
             flags,
             len,
-            src: EndpointId::from_bits(u64_at(8)),
-            dst: EndpointId::from_bits(u64_at(16)),
+            src: Addr::from_bits(u64_at(8)),
+            dst: Addr::from_bits(u64_at(16)),
             call_id: u64_at(24),
             deadline_ns: u64_at(32),
         })
@@ -211,7 +213,7 @@ mod tests {
 
     #[test]
     fn header_round_trips() {
-        let mut h = Header::new(Kind::Data, EndpointId::new(1, 2, 3).unwrap(), EndpointId::new(4, 5, 6).unwrap(), 99)
+        let mut h = Header::new(Kind::Data, Addr::new(1, 2, 3).unwrap(), Addr::new(4, 5, 6).unwrap(), 99)
             .with_checkpoint(Checkpoint::OnDelivery);
         h.len = 3;
         h.deadline_ns = 1234;
@@ -228,7 +230,7 @@ mod tests {
     #[test]
     fn decode_survives_random_and_mutated_frames() {
         let mut rng = crate::testing::Rng::new(1);
-        let valid = frame(&Header::new(Kind::Data, EndpointId::new(1, 2, 3).unwrap(), EndpointId::NONE, 7), b"xyz");
+        let valid = frame(&Header::new(Kind::Data, Addr::new(1, 2, 3).unwrap(), Addr::NONE, 7), b"xyz");
         for i in 0..200_000 {
             let input = if i % 2 == 0 { rng.bytes(64) } else { rng.mutate(&valid) };
             if let Ok(h) = Header::decode(&input) {
@@ -242,7 +244,7 @@ mod tests {
 
     #[test]
     fn header_rejects_garbage() {
-        let h = Header::new(Kind::Ack, EndpointId::NONE, EndpointId::NONE, 1);
+        let h = Header::new(Kind::Ack, Addr::NONE, Addr::NONE, 1);
         let good = frame(&h, b"");
         assert_eq!(Header::decode(&good[..10]), Err(HeaderError::Short(10)));
         let mut bad = good.clone();

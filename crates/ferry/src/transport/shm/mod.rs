@@ -40,8 +40,10 @@ use std::time::Duration;
 const MAGIC: &[u8; 8] = b"FERRYSHM";
 const VERSION: u32 = 2;
 const HEADER_AREA: usize = 4096;
-const HELLO: &[u8; 8] = b"FERRYHI1";
-const WELCOME: &[u8; 8] = b"FERRYOK1";
+const HELLO: &[u8; 8] = b"FERRYHI2";
+const WELCOME: &[u8; 8] = b"FERRYOK2";
+/// Bytes of a hello or welcome: magic, node u16, pad u16, team u32, incarnation u32, ring bytes u32.
+const HELLO_LEN: usize = 24;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Smallest ring: room for a few maximum-size frames of a useful size.
 pub const MIN_RING: usize = 4096;
@@ -244,23 +246,27 @@ pub struct BindConfig {
     pub max_ring_bytes: usize,
 }
 
-fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32) -> [u8; 20] {
-    let mut b = [0u8; 20];
+fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32) -> [u8; HELLO_LEN] {
+    let mut b = [0u8; HELLO_LEN];
     b[..8].copy_from_slice(magic);
     b[8..10].copy_from_slice(&me.node.to_le_bytes());
     b[12..16].copy_from_slice(&me.team.to_le_bytes());
-    b[16..20].copy_from_slice(&cap.to_le_bytes());
+    b[16..20].copy_from_slice(&me.incarnation.to_le_bytes());
+    b[20..24].copy_from_slice(&cap.to_le_bytes());
     b
 }
 
 fn parse_hello(b: &[u8], magic: &[u8; 8]) -> Option<(TeamId, u32)> {
-    if b.len() != 20 || &b[..8] != magic {
+    if b.len() != HELLO_LEN || &b[..8] != magic {
         return None;
     }
+    let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
     let node = u16::from_le_bytes([b[8], b[9]]);
-    let team = u32::from_le_bytes(b[12..16].try_into().unwrap());
-    let cap = u32::from_le_bytes(b[16..20].try_into().unwrap());
-    Some((TeamId { node, team }, cap))
+    let (team, incarnation, cap) = (word(12), word(16), word(20));
+    if incarnation == 0 {
+        return None;
+    }
+    Some((TeamId { node, team, incarnation }, cap))
 }
 
 /// The process on the other end broke the bind protocol.
@@ -336,7 +342,7 @@ pub fn accept(
     let mut buf = [0u8; 64];
     let (n, mut fds) = fdpass::recv(stream, &mut buf)?;
     let Some((peer, cap)) = parse_hello(&buf[..n], HELLO) else {
-        return Err(refused(TeamId { node: cfg.me.node, team: 0 }, format!("bad hello ({n} bytes)")));
+        return Err(refused(TeamId { node: cfg.me.node, team: 0, incarnation: 0 }, format!("bad hello ({n} bytes)")));
     };
     let cap = cap as usize;
     if !cap.is_power_of_two() || cap < MIN_RING || cap > cfg.max_ring_bytes {
