@@ -402,7 +402,7 @@ fn header_fields_arrive_intact(make: Factory) {
                 if more {
                     h.flags |= flags::MORE;
                 }
-                h.deadline_ns = [0, 1, u64::MAX, 1_700_000_000_123_456_789][(ki + ci) % 4];
+                h.budget_ns = [0, 1, u64::MAX, 1_700_000_000_123_456_789][(ki + ci) % 4];
                 h.len = 0xDEAD; // not the payload's length: the transport must set it
                 let body = payload(n, (n as usize * 3) % 60);
                 pipe.a.try_send(&h, &body).unwrap();
@@ -414,7 +414,7 @@ fn header_fields_arrive_intact(make: Factory) {
                 assert_eq!(got.src, h.src);
                 assert_eq!(got.dst, h.dst);
                 assert_eq!(got.call_id, h.call_id);
-                assert_eq!(got.deadline_ns, h.deadline_ns);
+                assert_eq!(got.budget_ns, h.budget_ns);
                 assert_eq!(got.len as usize, body.len());
                 assert_eq!(p, body);
                 n += 1;

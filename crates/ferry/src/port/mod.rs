@@ -149,16 +149,16 @@ async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Outp
 /// Turns a message taken from an inbox into what the receiver sees,
 /// acknowledging it if the sender asked for `OnDelivery`.
 pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
-    let (from, deadline_ns, arrived) = (m.from, m.header.deadline_ns, m.arrived);
+    let (from, deadline, arrived) = (m.from, m.deadline, m.arrived);
     let mut reply = None;
     if let Some(ch) = m.channel {
         match m.header.checkpoint() {
             Checkpoint::OnDelivery => team.ack(&ch, &m.header, Checkpoint::OnDelivery),
-            Checkpoint::OnReturn => reply = Some(Responder { team: team.clone(), to: Some((m.header, ch)) }),
+            Checkpoint::OnReturn => reply = Some(Responder { team: team.clone(), to: Some((m.header, ch)), deadline }),
             _ => {}
         }
     }
-    RawMessage { payload: m.payload, from, reply, deadline_ns, arrived }
+    RawMessage { payload: m.payload, from, reply, deadline, arrived }
 }
 
 /// A received raw message.
@@ -166,7 +166,7 @@ pub struct RawMessage {
     payload: Payload,
     from: EndpointId,
     reply: Option<Responder>,
-    deadline_ns: u64,
+    deadline: Option<Instant>,
     arrived: Option<Instant>,
 }
 
@@ -188,9 +188,7 @@ impl RawMessage {
 
     /// The sender's deadline for this message, if it set one.
     pub fn deadline(&self) -> Option<Instant> {
-        let mut h = crate::wire::Header::new(crate::wire::Kind::Data, self.from.addr(), self.from.addr(), 0);
-        h.deadline_ns = self.deadline_ns;
-        crate::runtime::deadline_of(&h)
+        self.deadline
     }
 
     /// Whether the sender waits for a reply (`OnReturn`).
@@ -215,6 +213,8 @@ impl RawMessage {
 pub struct Responder {
     team: Arc<TeamInner>,
     to: Option<(Header, Arc<Channel>)>,
+    /// The caller's deadline: the reply does not wait for room past it.
+    deadline: Option<Instant>,
 }
 
 impl Responder {
@@ -226,7 +226,7 @@ impl Responder {
 
     pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
         let (h, ch) = self.to.take().unwrap();
-        self.team.reply(&ch, &h, bytes)
+        self.team.reply(&ch, &h, self.deadline, bytes)
     }
 }
 

@@ -20,6 +20,8 @@ pub(crate) struct Incoming {
     pub header: Header,
     /// The sender: `header.src` in the incarnation of the channel it came on.
     pub from: EndpointId,
+    /// The sender's deadline, from the budget the frame carried, as of its arrival.
+    pub deadline: Option<std::time::Instant>,
     pub payload: Payload,
     pub channel: Option<Arc<Channel>>,
     /// Cost accounting: when it was queued (only while recording).

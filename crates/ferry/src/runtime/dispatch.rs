@@ -3,6 +3,7 @@
 //! endpoint's inbox (or the channel's hold queue when that inbox is full).
 
 use super::channel::{Channel, Direct, Incoming, RxState};
+use super::deadline::deadline_on_arrival;
 use super::executor;
 use super::idle;
 use super::inbox::Offer;
@@ -259,7 +260,14 @@ impl TeamInner {
         let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
         match inbox.offer(
             || self.runs_tasks_here(),
-            || Incoming { header: *h, from: ch.peer_endpoint(h.src), payload: payload(), channel: answer_on, arrived },
+            || Incoming {
+                header: *h,
+                from: ch.peer_endpoint(h.src),
+                deadline: deadline_on_arrival(h.budget_ns),
+                payload: payload(),
+                channel: answer_on,
+                arrived,
+            },
             past_capacity,
         ) {
             Offer::Accepted => {

@@ -47,7 +47,6 @@ mod timer;
 
 pub(crate) use calls::CancelGuard;
 pub use config::{Config, TeamBuilder};
-pub(crate) use deadline::deadline_of;
 pub use delivery::Delivery;
 pub(crate) use endpoints::EndpointInbox;
 pub(crate) use executor::{panic_message, CatchUnwind};

@@ -3,7 +3,7 @@
 //! sends back (acks, replies, nacks).
 
 use super::channel::Channel;
-use super::deadline::{deadline_of, deadline_to_wall_ns};
+use super::deadline::budget_ns;
 use super::delivery::{Delivery, Waiting};
 use super::idle;
 use super::team::TeamInner;
@@ -136,7 +136,7 @@ impl TeamInner {
         deadline: Option<Instant>,
     ) -> Delivery {
         let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
-        header.deadline_ns = deadline.map_or(0, deadline_to_wall_ns);
+        header.budget_ns = deadline.map_or(0, budget_ns);
         if checkpoint == Checkpoint::Immediate {
             return match self.send_immediate(ch, header, payload) {
                 Ok(()) => Delivery::done(),
@@ -158,10 +158,9 @@ impl TeamInner {
         Delivery::waiting(Waiting { team: self.clone(), channel: ch.clone(), header, completion }, deadline)
     }
 
-    /// Replies to a received `OnReturn` message `h`, on the channel it came by.
-    pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
-        // Nobody waits for a reply past the request's deadline.
-        let deadline = deadline_of(h);
+    /// Replies to a received `OnReturn` message `h`, on the channel it came
+    /// by. Nobody waits for a reply past the request's `deadline`.
+    pub fn reply(&self, ch: &Channel, h: &Header, deadline: Option<Instant>, payload: &[u8]) -> Result<()> {
         self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, deadline)
     }
 

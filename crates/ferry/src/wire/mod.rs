@@ -117,8 +117,8 @@ pub struct Header {
     pub dst: Addr,
     /// Names the send this frame belongs to; 0 when the sender wants no answer.
     pub call_id: u64,
-    /// Absolute deadline, nanoseconds since the Unix epoch (CLOCK_REALTIME); 0 = none.
-    pub deadline_ns: u64,
+    /// Time left to the sender's deadline when the frame was sent, in ns; 0 = none.
+    pub budget_ns: u64,
 }
 
 /// Why a header was rejected.
@@ -138,7 +138,7 @@ pub enum HeaderError {
 
 impl Header {
     pub fn new(kind: Kind, src: Addr, dst: Addr, call_id: u64) -> Header {
-        Header { kind, flags: 0, len: 0, src, dst, call_id, deadline_ns: 0 }
+        Header { kind, flags: 0, len: 0, src, dst, call_id, budget_ns: 0 }
     }
 
     pub fn checkpoint(&self) -> Checkpoint {
@@ -163,7 +163,7 @@ impl Header {
         out[8..16].copy_from_slice(&self.src.bits().to_le_bytes());
         out[16..24].copy_from_slice(&self.dst.bits().to_le_bytes());
         out[24..32].copy_from_slice(&self.call_id.to_le_bytes());
-        out[32..40].copy_from_slice(&self.deadline_ns.to_le_bytes());
+        out[32..40].copy_from_slice(&self.budget_ns.to_le_bytes());
     }
 
     /// Decodes and validates a header; `frame` is the whole frame (header and payload).
@@ -194,7 +194,7 @@ impl Header {
             src: Addr::from_bits(u64_at(8)),
             dst: Addr::from_bits(u64_at(16)),
             call_id: u64_at(24),
-            deadline_ns: u64_at(32),
+            budget_ns: u64_at(32),
         })
     }
 }
@@ -216,7 +216,7 @@ mod tests {
         let mut h = Header::new(Kind::Data, Addr::new(1, 2, 3).unwrap(), Addr::new(4, 5, 6).unwrap(), 99)
             .with_checkpoint(Checkpoint::OnDelivery);
         h.len = 3;
-        h.deadline_ns = 1234;
+        h.budget_ns = 1234;
         h.flags |= flags::MORE;
         let f = frame(&h, b"abc");
         let d = Header::decode(&f).unwrap();
