@@ -41,7 +41,8 @@ impl Timers {
     }
 
     fn ns(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.epoch).as_nanos() as u64
+        // Saturating below u64::MAX ("no timer"): a far deadline must not wrap to a near one.
+        t.saturating_duration_since(self.epoch).as_nanos().min(u128::from(u64::MAX - 1)) as u64
     }
 
     /// Registers a wake-up at `at`; returns its id for `cancel`, and whether
@@ -171,6 +172,19 @@ mod tests {
         timers.cancel(live);
         assert_eq!(timers.len(), 0);
         assert_eq!(timers.until_next(Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
+
+    /// A deadline more than 2^64 ns away (a sleep of 600 years) must stay
+    /// far, not wrap to a near one that fires at once, again and again.
+    #[test]
+    fn far_deadlines_do_not_wrap() {
+        let timers = Timers::new();
+        let (count, w) = counter();
+        let far = Instant::now() + Duration::from_nanos(u64::MAX) + Duration::from_secs(1);
+        timers.register(None, far, &w);
+        assert_eq!(timers.until_next(Duration::from_secs(60)), Duration::from_secs(60));
+        assert!(!timers.fire());
         assert_eq!(count.0.load(Ordering::SeqCst), 0);
     }
 
