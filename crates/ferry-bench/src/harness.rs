@@ -188,7 +188,7 @@ impl Peer {
         let mut started: Option<Instant> = None;
         while !done() {
             spins = spins.wrapping_add(1);
-            if spins % (1 << 16) == 0 {
+            if spins.is_multiple_of(1 << 16) {
                 self.check_progress(&mut started);
             }
         }

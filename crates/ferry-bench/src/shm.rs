@@ -87,7 +87,7 @@ impl ShmRegion {
     }
 
     fn check(&self, offset: usize, size: usize) {
-        assert!(offset % size == 0, "offset {offset} not {size}-aligned");
+        assert!(offset.is_multiple_of(size), "offset {offset} not {size}-aligned");
         assert!(offset + size <= self.len, "offset {offset} outside region");
     }
 }

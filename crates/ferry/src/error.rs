@@ -50,6 +50,10 @@ pub enum Error {
     /// A task or handler panicked; the text is its panic message.
     #[error("panicked: {0}")]
     Panicked(String),
+    /// The caller passed something the operation cannot work with (e.g. a
+    /// `Select` over no ports); the text says what.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// This team has shut down.
     #[error("team is shut down")]
     Shutdown,

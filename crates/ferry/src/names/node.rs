@@ -18,7 +18,7 @@
 use super::validate_name;
 use crate::error::{Error, Result};
 use crate::id::{EndpointId, MAX_TEAM};
-use rustix::fs::{flock, FlockOperation};
+use rustix::fs::{flock, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
@@ -48,7 +48,7 @@ impl RuntimeDir {
 
     /// Uses `path`, creating it and its `teams/` and `names/` with mode 0700.
     /// A directory we own with a looser mode is tightened; one owned by another
-    /// user is refused (`PermissionDenied`): it could be a trap.
+    /// user, or a symbolic link, is refused (`PermissionDenied`): it could be a trap.
     pub fn at(path: impl Into<PathBuf>) -> Result<RuntimeDir> {
         let path = path.into();
         for dir in [path.clone(), path.join("teams"), path.join("names")] {
@@ -90,6 +90,10 @@ fn default_path(ferry: Option<OsString>, xdg: Option<OsString>, uid: u32) -> Pat
     }
 }
 
+/// The last component of `path` must be a real directory of ours: a symlink
+/// is refused, or whoever planted it would have its target used (and
+/// chmodded) as our private directory. The checks and the chmod act on one
+/// fd opened without following links, so the path cannot be swapped between.
 fn ensure_private_dir(path: &Path) -> Result<()> {
     if let Err(e) = DirBuilder::new().recursive(true).mode(0o700).create(path) {
         // Something that is not a directory is reported just below.
@@ -97,17 +101,28 @@ fn ensure_private_dir(path: &Path) -> Result<()> {
             return Err(Error::io("create runtime directory")(e));
         }
     }
-    let md = fs::metadata(path).map_err(Error::io("inspect runtime directory"))?;
-    if !md.is_dir() {
-        return Err(os_error("runtime directory path is not a directory", libc::ENOTDIR));
-    }
-    if md.uid() != rustix::process::geteuid().as_raw() {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(dir) => dir,
+        // Tell the usual refusals apart (a symlink fails with ELOOP or ENOTDIR).
+        Err(e) => {
+            return Err(match fs::symlink_metadata(path) {
+                Ok(md) if md.file_type().is_symlink() => Error::Io {
+                    context: "runtime directory path is a symbolic link",
+                    source: io::Error::new(io::ErrorKind::PermissionDenied, format!("refused: {}", path.display())),
+                },
+                Ok(md) if !md.is_dir() => os_error("runtime directory path is not a directory", libc::ENOTDIR),
+                _ => Error::io("open runtime directory")(e.into()),
+            })
+        }
+    };
+    let st = rustix::fs::fstat(&dir).map_err(|e| Error::io("inspect runtime directory")(e.into()))?;
+    if st.st_uid != rustix::process::geteuid().as_raw() {
         return Err(os_error("runtime directory is owned by another user", libc::EACCES));
     }
     // Also covers a umask that stripped bits we want.
-    if md.mode() & 0o777 != 0o700 {
-        fs::set_permissions(path, Permissions::from_mode(0o700))
-            .map_err(Error::io("make runtime directory private"))?;
+    if st.st_mode & 0o777 != 0o700 {
+        rustix::fs::fchmod(&dir, Mode::RWXU).map_err(|e| Error::io("make runtime directory private")(e.into()))?;
     }
     Ok(())
 }
@@ -633,6 +648,40 @@ mod tests {
                 other => panic!("expected PermissionDenied, got {other:?}"),
             }
         }
+    }
+
+    /// A runtime directory path (or its `teams/`/`names/`) planted as a
+    /// symlink must not get its target used or chmodded.
+    #[test]
+    fn symlinked_runtime_dir_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("target");
+        fs::create_dir(&target).unwrap();
+        fs::set_permissions(&target, Permissions::from_mode(0o755)).unwrap();
+        let refused = |path: &Path| match RuntimeDir::at(path) {
+            Err(Error::Io { source, .. }) => {
+                assert_eq!(source.kind(), io::ErrorKind::PermissionDenied);
+                assert!(source.to_string().contains(&*path.to_string_lossy()), "{source}");
+            }
+            other => panic!("expected a refusal of {}, got {other:?}", path.display()),
+        };
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        refused(&link);
+        assert_eq!(mode(&target), 0o755);
+        assert!(dir_is_empty(target.clone()));
+        // Below a real runtime directory.
+        let real = tmp.path().join("real");
+        RuntimeDir::at(&real).unwrap();
+        fs::remove_dir(real.join("names")).unwrap();
+        std::os::unix::fs::symlink(&target, real.join("names")).unwrap();
+        refused(&real);
+        assert_eq!(mode(&target), 0o755);
+        // Dangling: nothing is made at the target either.
+        let dangling = tmp.path().join("dangling");
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), &dangling).unwrap();
+        refused(&dangling);
+        assert!(!tmp.path().join("nowhere").exists());
     }
 
     #[test]

@@ -104,10 +104,13 @@ impl RawPort {
         got.map(|m| take(&self.team, m)).ok_or(Error::Shutdown)
     }
 
-    /// Receives with a time limit: `DeadlineExceeded` when it passes.
+    /// Receives with a time limit: `DeadlineExceeded` when it passes. A limit
+    /// too far to end (`Duration::MAX`) waits as long as it takes.
     pub fn recv_timeout(&self, limit: Duration) -> Result<RawMessage> {
-        let sleep = crate::runtime::Sleep::new(&self.team, limit);
-        idle::block_on(&self.team, race(self.recv(), sleep))
+        match deadline_after(limit) {
+            Some(at) => idle::block_on(&self.team, race(self.recv(), crate::runtime::Sleep::until(&self.team, at))),
+            None => self.recv_blocking(),
+        }
     }
 
     /// Takes a message if one is waiting.
@@ -131,6 +134,18 @@ impl Drop for RawPort {
         }
         self.team.close_endpoint(self.id);
     }
+}
+
+/// The instant `limit` from now; `None` (no deadline) for a limit too far to
+/// end, so `Duration::MAX` means "no limit" instead of overflowing `Instant`.
+/// Past ~100 years counts as none too: a deadline travels as u64 wall-clock
+/// nanoseconds (which end in 2554), and one that wrapped would be in the past.
+pub(crate) fn deadline_after(limit: Duration) -> Option<Instant> {
+    const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    if limit >= FOREVER {
+        return None;
+    }
+    Instant::now().checked_add(limit)
 }
 
 /// Runs `fut` unless `timeout` completes first.
@@ -259,7 +274,8 @@ impl RawSender {
         self.to
     }
 
-    /// The same sender, with a time limit on every send that waits for a checkpoint.
+    /// The same sender, with a time limit on every send that waits for a
+    /// checkpoint (a limit too far to end, like `Duration::MAX`, is none).
     pub fn with_timeout(mut self, limit: Duration) -> RawSender {
         self.timeout = Some(limit);
         self
@@ -270,7 +286,7 @@ impl RawSender {
     /// fails with `WouldBlock`.
     pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
-        let deadline = self.timeout.map(|t| Instant::now() + t);
+        let deadline = self.timeout.and_then(deadline_after);
         match self.channel.get() {
             Some(ch) if !ch.is_gone() => self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline),
             // First use, or the channel died: the team finds (or binds) the current one.
@@ -414,5 +430,40 @@ impl<T: Serialize> Sender<T> {
     pub fn call_async<R: DeserializeOwned>(&self, value: &T) -> impl Future<Output = Result<R>> {
         let d = codec::encode(value).map(|b| self.raw.send_async(&b, Checkpoint::OnReturn));
         async move { codec::decode(&d?.await?) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Duration::MAX` (and anything too far to end) is "no deadline", at
+    /// every entry point that takes a limit, never an `Instant` overflow.
+    #[test]
+    fn huge_limits_mean_no_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+        let port = team.open_port::<u32>().unwrap();
+        let raw = team.open_raw_port().unwrap();
+        // 2^62 s fits an Instant, but not the u64 nanoseconds a deadline travels as.
+        for limit in [Duration::MAX, Duration::from_secs(1 << 62)] {
+            team.sender::<u32>(port.id()).with_timeout(limit).send(&5, Checkpoint::OnReceipt).unwrap();
+            let m = port.recv_timeout(limit).unwrap();
+            assert_eq!((m.value, m.raw.deadline()), (5, None));
+            // Waiting for a message that comes later.
+            let to = team.raw_sender(raw.id()).with_timeout(limit);
+            let late = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                to.send(b"late", Checkpoint::OnReceipt).unwrap();
+            });
+            let m = raw.recv_timeout(limit).unwrap();
+            assert_eq!((m.payload(), m.deadline()), (&b"late"[..], None));
+            late.join().unwrap();
+            // A call waiting for its reply.
+            let to = team.raw_sender(raw.id()).with_timeout(limit);
+            let call = std::thread::spawn(move || to.call(b"q"));
+            raw.recv_timeout(limit).unwrap().reply(b"a").unwrap();
+            assert_eq!(call.join().unwrap().unwrap(), b"a");
+        }
     }
 }

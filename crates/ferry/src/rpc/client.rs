@@ -77,7 +77,8 @@ impl Client {
         &self.descriptor
     }
 
-    /// The same client with a deadline on every call (it travels to the server).
+    /// The same client with a deadline on every call (it travels to the
+    /// server); a limit too far to end, like `Duration::MAX`, is none.
     pub fn with_timeout(&self, limit: Duration) -> Client {
         Client { sender: self.sender.clone().with_timeout(limit), ..self.clone() }
     }
@@ -211,5 +212,38 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
                 Poll::Ready(result)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::descriptor::{MethodDescriptor, CODEC};
+    use crate::rpc::server::ServiceEndpoint;
+
+    /// `with_timeout(Duration::MAX)` is a client with no deadline, not an
+    /// `Instant` overflow at the next call.
+    #[test]
+    fn huge_timeout_means_no_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+        let method = MethodDescriptor { name: "seven".into(), args: Vec::new(), ret: "u32".into() };
+        let descriptor = ServiceDescriptor { name: "Huge".into(), codec: CODEC.into(), methods: vec![method] };
+        let endpoint = ServiceEndpoint::open_unnamed(&team, descriptor.clone()).unwrap();
+        let id = endpoint.id();
+        let server = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let call = endpoint.accept_blocking().unwrap();
+                assert_eq!(call.deadline(), None);
+                call.reply_ok(&7u32).unwrap();
+            }
+        });
+        let client = Client::bind_to(&team, id, descriptor).unwrap();
+        // 2^62 s fits an Instant, but not the u64 nanoseconds a deadline travels as.
+        for limit in [Duration::MAX, Duration::from_secs(1 << 62)] {
+            let seven: u32 = client.with_timeout(limit).call_blocking::<_, _, super::super::Never>(0, &()).unwrap();
+            assert_eq!(seven, 7);
+        }
+        server.join().unwrap();
     }
 }

@@ -20,7 +20,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 /// What a handler resolves to: an encoded response (see `envelope`).
@@ -46,13 +46,22 @@ impl std::fmt::Debug for CancelToken {
 #[derive(Default)]
 struct CancelState {
     cancelled: AtomicBool,
-    wakers: Mutex<Vec<Waker>>,
+    waiters: Mutex<Waiters>,
+}
+
+/// The wakers of the `cancelled()` futures waiting on a token: one slot per
+/// future, however often it is polled (a handler's is polled on every wake).
+#[derive(Default)]
+struct Waiters {
+    next_key: u64,
+    wakers: Vec<(u64, Waker)>,
 }
 
 impl CancelToken {
     pub fn cancel(&self) {
         self.0.cancelled.store(true, Ordering::Release);
-        for w in self.0.wakers.lock().drain(..) {
+        let wakers = std::mem::take(&mut self.0.waiters.lock().wakers);
+        for (_, w) in wakers {
             w.wake();
         }
     }
@@ -63,17 +72,63 @@ impl CancelToken {
 
     /// Completes once the call is cancelled.
     pub fn cancelled(&self) -> impl Future<Output = ()> + '_ {
-        poll_fn(move |cx| {
-            if self.is_cancelled() {
-                return Poll::Ready(());
+        Cancelled { token: self, key: None }
+    }
+
+    /// Wakers held for waiting futures.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.0.waiters.lock().wakers.len()
+    }
+}
+
+/// See [`CancelToken::cancelled`].
+struct Cancelled<'a> {
+    token: &'a CancelToken,
+    /// This future's slot in the token's `Waiters`, once it has waited.
+    key: Option<u64>,
+}
+
+impl Future for Cancelled<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let token = self.token;
+        if token.is_cancelled() {
+            return Poll::Ready(());
+        }
+        let mut waiters = token.0.waiters.lock();
+        let mut old = None;
+        match self.key.and_then(|k| waiters.wakers.iter_mut().find(|(key, _)| *key == k)) {
+            Some((_, w)) => {
+                if !w.will_wake(cx.waker()) {
+                    old = Some(std::mem::replace(w, cx.waker().clone()));
+                }
             }
-            self.0.wakers.lock().push(cx.waker().clone());
-            if self.is_cancelled() {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
+            None => {
+                let key = waiters.next_key;
+                waiters.next_key += 1;
+                waiters.wakers.push((key, cx.waker().clone()));
+                self.key = Some(key);
             }
-        })
+        }
+        drop(waiters);
+        // Dropped unlocked: a waker may own a task that holds this token.
+        drop(old);
+        if token.is_cancelled() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Cancelled<'_> {
+    fn drop(&mut self) {
+        let Some(k) = self.key else { return };
+        let mut waiters = self.token.0.waiters.lock();
+        let gone = waiters.wakers.iter().position(|(key, _)| *key == k).map(|i| waiters.wakers.swap_remove(i));
+        drop(waiters);
+        drop(gone);
     }
 }
 
@@ -511,4 +566,62 @@ async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Wor
     let t = cost::record(Side::Server, Stage::Handler, t);
     let _ = call.reply_raw(&response);
     cost::record(Side::Server, Stage::Reply, t);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count(AtomicUsize::new(0)));
+        (c.clone(), Waker::from(c))
+    }
+
+    /// A handler's `cancelled()` is polled on every wake of the handler: it
+    /// must hold one waker, not one per poll.
+    #[test]
+    fn cancelled_future_polled_often_holds_one_waker() {
+        let token = CancelToken::default();
+        let (first, w1) = counter();
+        let (last, w2) = counter();
+        let mut fut = std::pin::pin!(token.cancelled());
+        let mut other = std::pin::pin!(token.cancelled());
+        assert!(other.as_mut().poll(&mut Context::from_waker(&w1)).is_pending());
+        for _ in 0..10_000 {
+            assert!(fut.as_mut().poll(&mut Context::from_waker(&w1)).is_pending());
+        }
+        assert_eq!(token.waiting(), 2);
+        // Another waker replaces the future's own, not the other future's.
+        assert!(fut.as_mut().poll(&mut Context::from_waker(&w2)).is_pending());
+        assert_eq!(token.waiting(), 2);
+        token.cancel();
+        assert_eq!((first.0.load(Ordering::SeqCst), last.0.load(Ordering::SeqCst)), (1, 1));
+        assert!(fut.as_mut().poll(&mut Context::from_waker(&w1)).is_ready());
+        assert!(other.as_mut().poll(&mut Context::from_waker(&w1)).is_ready());
+        assert_eq!(token.waiting(), 0);
+    }
+
+    #[test]
+    fn dropped_cancelled_future_leaves_no_waker() {
+        let token = CancelToken::default();
+        let (count, w) = counter();
+        {
+            let mut fut = std::pin::pin!(token.cancelled());
+            assert!(fut.as_mut().poll(&mut Context::from_waker(&w)).is_pending());
+            assert_eq!(token.waiting(), 1);
+        }
+        assert_eq!(token.waiting(), 0);
+        token.cancel();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
 }

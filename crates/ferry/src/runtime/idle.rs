@@ -4,10 +4,11 @@
 
 use super::channel_list::Snapshot;
 use super::TeamInner;
+use crate::transport::doorbell::Doorbell;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
@@ -123,7 +124,9 @@ struct ThreadWaker {
     /// task run by an outer wait) takes another waker, so it cannot consume
     /// the outer wait's wake-up.
     in_use: AtomicBool,
-    doorbell: Arc<crate::transport::doorbell::Doorbell>,
+    /// Weak: the thread's cache outlives teams, and must not keep a dropped
+    /// team's doorbell (an fd and a mapped page) alive.
+    doorbell: Weak<Doorbell>,
 }
 
 /// Releases a thread waker for the next wait on this thread.
@@ -142,7 +145,9 @@ impl Wake for ThreadWaker {
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
-            self.doorbell.ring_now();
+            if let Some(doorbell) = self.doorbell.upgrade() {
+                doorbell.ring_now();
+            }
         }
     }
 }
@@ -155,8 +160,10 @@ thread_local! {
 fn thread_waker(team: &TeamInner) -> (Arc<ThreadWaker>, Waker, WakerLease) {
     THREAD_WAKERS.with(|cell| {
         let mut wakers = cell.borrow_mut();
-        let free =
-            |tw: &Arc<ThreadWaker>| Arc::ptr_eq(&tw.doorbell, &team.doorbell) && !tw.in_use.load(Ordering::Relaxed);
+        // The address cannot be another doorbell's: our `Weak` keeps the allocation.
+        let free = |tw: &Arc<ThreadWaker>| {
+            std::ptr::eq(tw.doorbell.as_ptr(), Arc::as_ptr(&team.doorbell)) && !tw.in_use.load(Ordering::Relaxed)
+        };
         let (tw, w) = match wakers.iter().find(|(tw, _)| free(tw)) {
             Some((tw, w)) => (tw.clone(), w.clone()),
             None => {
@@ -164,9 +171,11 @@ fn thread_waker(team: &TeamInner) -> (Arc<ThreadWaker>, Waker, WakerLease) {
                     woken: AtomicBool::new(false),
                     parked: AtomicBool::new(false),
                     in_use: AtomicBool::new(false),
-                    doorbell: team.doorbell.clone(),
+                    doorbell: Arc::downgrade(&team.doorbell),
                 });
                 let w = Waker::from(tw.clone());
+                // Entries of dropped teams are of no use to anyone.
+                wakers.retain(|(tw, _)| tw.doorbell.strong_count() > 0);
                 if wakers.len() == 8 {
                     wakers.remove(0);
                 }
@@ -276,4 +285,31 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>) {
         }
     }
     PROCESSOR_OF.set(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Team;
+    use std::time::Duration;
+
+    /// A thread that once blocked on a team caches a waker for it; once the
+    /// team is dropped, its doorbell (an fd and a mapped page) must go.
+    #[test]
+    fn thread_waker_cache_does_not_keep_a_dropped_teams_doorbell() {
+        let dir = tempfile::tempdir().unwrap();
+        let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+        let port = team.open_raw_port().unwrap();
+        assert!(matches!(port.recv_timeout(Duration::from_millis(5)), Err(crate::Error::DeadlineExceeded)));
+        let doorbell = Arc::downgrade(&team.inner.doorbell);
+        let cached =
+            |d: &Weak<Doorbell>| THREAD_WAKERS.with(|w| w.borrow().iter().any(|(tw, _)| tw.doorbell.ptr_eq(d)));
+        assert!(cached(&doorbell));
+        drop((port, team));
+        assert_eq!(doorbell.strong_count(), 0);
+        // The next team's wait clears the dead entry.
+        let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+        team.block_on(async {});
+        assert!(!cached(&doorbell));
+    }
 }

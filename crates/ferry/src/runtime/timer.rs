@@ -1,69 +1,93 @@
-//! Timers: a heap of deadlines, fired by whichever thread is idle.
+//! Timers: deadlines in time order, fired by whichever thread is idle.
 
 use parking_lot::Mutex;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 pub(crate) struct Timers {
     epoch: Instant,
-    heap: Mutex<BinaryHeap<Reverse<(u64, u64)>>>,
-    wakers: Mutex<std::collections::HashMap<u64, Waker>>,
+    state: Mutex<State>,
     next_id: AtomicU64,
-    /// Earliest deadline in the heap (ns since `epoch`), u64::MAX if none: a lock-free "anything due?" check.
+    /// Earliest deadline (ns since `epoch`), u64::MAX if none: a lock-free "anything due?" check.
     earliest: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// (deadline, id) of every live timer. A cancel removes its entry at
+    /// once: a stream of long timers that are cancelled (a call with a long
+    /// timeout answered at once) must not pile up behind an earlier one.
+    order: BTreeSet<(u64, u64)>,
+    /// id → (deadline, waker).
+    live: HashMap<u64, (u64, Waker)>,
+}
+
+impl State {
+    fn earliest(&self) -> u64 {
+        self.order.first().map_or(u64::MAX, |&(at, _)| at)
+    }
 }
 
 impl Timers {
     pub fn new() -> Timers {
         Timers {
             epoch: Instant::now(),
-            heap: Mutex::new(BinaryHeap::new()),
-            wakers: Mutex::new(Default::default()),
+            state: Mutex::new(State::default()),
             next_id: AtomicU64::new(1),
             earliest: AtomicU64::new(u64::MAX),
         }
     }
 
     fn ns(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.epoch).as_nanos() as u64
+        // Saturating below u64::MAX ("no timer"): a far deadline must not wrap to a near one.
+        t.saturating_duration_since(self.epoch).as_nanos().min(u128::from(u64::MAX - 1)) as u64
     }
 
     /// Registers a wake-up at `at`; returns its id for `cancel`, and whether
     /// it is now the earliest timer (sleepers must then shorten their sleep).
-    /// Re-registering an id replaces its waker.
+    /// Re-registering an id replaces its waker (and deadline).
     pub fn register(&self, id: Option<u64>, at: Instant, waker: &Waker) -> (u64, bool) {
         let id = id.unwrap_or_else(|| self.next_id.fetch_add(1, Ordering::Relaxed));
-        let fresh = self.wakers.lock().insert(id, waker.clone()).is_none();
+        let at = self.ns(at);
+        let mut state = self.state.lock();
+        let old = state.live.insert(id, (at, waker.clone()));
         let mut earlier = false;
-        if fresh {
-            let at = self.ns(at);
-            let mut heap = self.heap.lock();
-            heap.push(Reverse((at, id)));
-            // Drop cancelled entries at the top, so the heap does not grow with traffic.
-            let wakers = self.wakers.lock();
-            while let Some(Reverse((_, top))) = heap.peek() {
-                if wakers.contains_key(top) {
-                    break;
+        match &old {
+            Some((old_at, _)) if *old_at == at => {}
+            _ => {
+                if let Some((old_at, _)) = &old {
+                    state.order.remove(&(*old_at, id));
                 }
-                heap.pop();
+                state.order.insert((at, id));
+                earlier = self.earliest.fetch_min(at, Ordering::AcqRel) > at;
             }
-            earlier = self.earliest.fetch_min(at, Ordering::AcqRel) > at;
         }
+        drop(state);
+        // The old waker is dropped unlocked: it may own a task whose drop cancels a timer.
+        drop(old);
         (id, earlier)
     }
 
     /// Drops every timer (at shutdown): their wakers may hold tasks alive.
     pub fn clear(&self) {
-        self.heap.lock().clear();
-        self.wakers.lock().clear();
+        let mut state = self.state.lock();
+        let old = std::mem::take(&mut *state);
         self.earliest.store(u64::MAX, Ordering::Release);
+        drop(state);
+        drop(old);
     }
 
     pub fn cancel(&self, id: u64) {
-        self.wakers.lock().remove(&id);
+        let mut state = self.state.lock();
+        let Some((at, waker)) = state.live.remove(&id) else { return };
+        state.order.remove(&(at, id));
+        if at <= self.earliest.load(Ordering::Acquire) {
+            self.earliest.store(state.earliest(), Ordering::Release);
+        }
+        drop(state);
+        drop(waker);
     }
 
     /// Wakes every timer that is due; returns whether any was.
@@ -77,23 +101,18 @@ impl Timers {
         }
         let mut due = Vec::new();
         {
-            let mut heap = self.heap.lock();
-            while let Some(Reverse((at, id))) = heap.peek().copied() {
+            let mut state = self.state.lock();
+            while let Some(&(at, id)) = state.order.first() {
                 if at > now {
                     break;
                 }
-                heap.pop();
-                due.push(id);
+                state.order.pop_first();
+                due.extend(state.live.remove(&id).map(|(_, w)| w));
             }
-            let next = heap.peek().map_or(u64::MAX, |Reverse((at, _))| *at);
-            self.earliest.store(next, Ordering::Release);
+            self.earliest.store(state.earliest(), Ordering::Release);
         }
-        let mut fired = false;
-        let mut wakers = self.wakers.lock();
-        let ws: Vec<Waker> = due.iter().filter_map(|id| wakers.remove(id)).collect();
-        drop(wakers);
-        for w in ws {
-            fired = true;
+        let fired = !due.is_empty();
+        for w in due {
             w.wake();
         }
         fired
@@ -106,5 +125,91 @@ impl Timers {
             return max;
         }
         Duration::from_nanos(e.saturating_sub(self.ns(Instant::now()))).min(max)
+    }
+
+    /// Timers held (live ones only, once cancels remove theirs).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let state = self.state.lock();
+        debug_assert_eq!(state.order.len(), state.live.len());
+        state.order.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count(AtomicUsize::new(0)));
+        (c.clone(), Waker::from(c))
+    }
+
+    /// Every call with a 60 s timeout answered at once registers and cancels
+    /// a timer; behind a live earlier timer they must not accumulate.
+    #[test]
+    fn cancelled_timers_do_not_accumulate() {
+        let timers = Timers::new();
+        let (count, w) = counter();
+        let now = Instant::now();
+        let (live, _) = timers.register(None, now + Duration::from_secs(30), &w);
+        for _ in 0..100_000 {
+            let (id, _) = timers.register(None, now + Duration::from_secs(60), &w);
+            timers.cancel(id);
+        }
+        assert_eq!(timers.len(), 1);
+        timers.cancel(live);
+        assert_eq!(timers.len(), 0);
+        assert_eq!(timers.until_next(Duration::from_secs(1)), Duration::from_secs(1));
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
+
+    /// A deadline more than 2^64 ns away (a sleep of 600 years) must stay
+    /// far, not wrap to a near one that fires at once, again and again.
+    #[test]
+    fn far_deadlines_do_not_wrap() {
+        let timers = Timers::new();
+        let (count, w) = counter();
+        let far = Instant::now() + Duration::from_nanos(u64::MAX) + Duration::from_secs(1);
+        timers.register(None, far, &w);
+        assert_eq!(timers.until_next(Duration::from_secs(60)), Duration::from_secs(60));
+        assert!(!timers.fire());
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn due_timers_fire_once_and_cancelled_ones_never() {
+        let timers = Timers::new();
+        let (count, w) = counter();
+        let now = Instant::now();
+        let (_, earlier) = timers.register(None, now, &w);
+        assert!(earlier);
+        let (gone, _) = timers.register(None, now, &w);
+        timers.cancel(gone);
+        let (later, _) = timers.register(None, now + Duration::from_secs(60), &w);
+        // Re-registering replaces the waker and keeps one entry.
+        timers.register(Some(later), now + Duration::from_secs(60), &w);
+        assert_eq!(timers.len(), 2);
+        assert!(timers.fire());
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert!(!timers.fire());
+        assert_eq!(timers.len(), 1);
+        // Moved to now: due at once.
+        timers.register(Some(later), now, &w);
+        assert_eq!(timers.len(), 1);
+        assert!(timers.fire());
+        assert_eq!(count.0.load(Ordering::SeqCst), 2);
+        assert_eq!(timers.len(), 0);
     }
 }
