@@ -107,7 +107,7 @@ impl RawPort {
     /// Receives with a time limit: `DeadlineExceeded` when it passes. A limit
     /// too far to end (`Duration::MAX`) waits as long as it takes.
     pub fn recv_timeout(&self, limit: Duration) -> Result<RawMessage> {
-        match deadline_after(limit) {
+        match crate::runtime::deadline_after(limit) {
             Some(at) => idle::block_on(&self.team, race(self.recv(), crate::runtime::Sleep::until(&self.team, at))),
             None => self.recv_blocking(),
         }
@@ -134,18 +134,6 @@ impl Drop for RawPort {
         }
         self.team.close_endpoint(self.id);
     }
-}
-
-/// The instant `limit` from now; `None` (no deadline) for a limit too far to
-/// end, so `Duration::MAX` means "no limit" instead of overflowing `Instant`.
-/// Past ~100 years counts as none too: a deadline travels as u64 wall-clock
-/// nanoseconds (which end in 2554), and one that wrapped would be in the past.
-pub(crate) fn deadline_after(limit: Duration) -> Option<Instant> {
-    const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-    if limit >= FOREVER {
-        return None;
-    }
-    Instant::now().checked_add(limit)
 }
 
 /// Runs `fut` unless `timeout` completes first.
@@ -286,7 +274,7 @@ impl RawSender {
     /// fails with `WouldBlock`.
     pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
-        let deadline = self.timeout.and_then(deadline_after);
+        let deadline = self.timeout.and_then(crate::runtime::deadline_after);
         match self.channel.get() {
             Some(ch) if !ch.is_gone() => self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline),
             // First use, or the channel died: the team finds (or binds) the current one.
@@ -464,6 +452,13 @@ mod tests {
             let call = std::thread::spawn(move || to.call(b"q"));
             raw.recv_timeout(limit).unwrap().reply(b"a").unwrap();
             assert_eq!(call.join().unwrap().unwrap(), b"a");
+            // A sleep that never ends: a shorter race partner wins.
+            let never = async {
+                team.sleep(limit).await;
+                Ok(())
+            };
+            let woke = team.block_on(race(never, team.sleep(Duration::from_millis(5))));
+            assert!(matches!(woke, Err(Error::DeadlineExceeded)), "{woke:?}");
         }
     }
 }

@@ -128,10 +128,16 @@ impl Calls {
     }
 
     /// Registers the hook for the peer's call `call_id` on `ch`; hands it
-    /// back to run at once if that call was cancelled already.
+    /// back to run at once if that call was cancelled already, or is an
+    /// orphan (its channel finished: the caller is gone).
     fn register_cancel(&self, ch: &Channel, call_id: u64, on_cancel: OnCancel) -> Option<OnCancel> {
         let key = (ch.key(), call_id);
         let mut cancels = self.cancels.lock();
+        // Read under `cancels`, which `orphan_channel` takes after `finished`
+        // is set: a hook is either seen here or found there.
+        if ch.finished.load(Ordering::Acquire) {
+            return Some(on_cancel);
+        }
         let mut early = self.early_cancels.lock();
         if let Some(i) = early.iter().position(|k| *k == key) {
             early.remove(i);
@@ -142,8 +148,9 @@ impl Calls {
         None
     }
 
-    /// The peer on `ch` is gone: its calls are orphans, so every hook of
-    /// theirs runs (their handlers stop), and its early cancels are forgotten.
+    /// The peer on `ch` is gone (`finished` is set): its calls are orphans,
+    /// so every hook of theirs runs (their handlers stop), hooks registered
+    /// later run at once, and its early cancels are moot.
     pub fn orphan_channel(&self, ch: &Channel) {
         let hooks: Vec<OnCancel> = {
             let mut cancels = self.cancels.lock();
@@ -239,11 +246,14 @@ mod tests {
             assert!(calls.register_cancel(&gone, id, counting_hook(&fired)).is_none());
         }
         assert!(calls.register_cancel(&other, 1, counting_hook(&fired)).is_none());
-        calls.cancel_arrived(&gone, 9); // an early cancel of the gone peer: forgotten with it
+        calls.cancel_arrived(&gone, 9); // an early cancel of the gone peer: moot with it
+        gone.finished.store(true, Ordering::Release);
         calls.orphan_channel(&gone);
         assert_eq!(fired.load(Ordering::Relaxed), 3, "every hook of the gone peer's calls, no other");
         assert!(calls.early_cancels.lock().is_empty());
         assert_eq!(calls.cancels.lock().len(), 1);
+        // A call of the gone peer still queued when it left is cancelled when it registers.
+        assert!(calls.register_cancel(&gone, 4, counting_hook(&fired)).is_some());
     }
 
     #[test]

@@ -7,6 +7,17 @@
 
 use std::time::{Duration, Instant};
 
+/// The instant `limit` from now; `None` (no deadline) for a limit too far
+/// to end, so `Duration::MAX` means "no limit" instead of overflowing
+/// `Instant`. Past ~100 years counts as none too.
+pub(crate) fn deadline_after(limit: Duration) -> Option<Instant> {
+    const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    if limit >= FOREVER {
+        return None;
+    }
+    Instant::now().checked_add(limit)
+}
+
 /// The budget a frame carries for `deadline` (never 0, which means none;
 /// a deadline already past becomes 1 ns: expired on arrival).
 pub(crate) fn budget_ns(deadline: Instant) -> u64 {

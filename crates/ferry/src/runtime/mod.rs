@@ -47,6 +47,7 @@ mod timer;
 
 pub(crate) use calls::CancelGuard;
 pub use config::{Config, TeamBuilder};
+pub(crate) use deadline::deadline_after;
 pub use delivery::Delivery;
 pub(crate) use endpoints::EndpointInbox;
 pub(crate) use executor::{panic_message, CatchUnwind};

@@ -10,26 +10,28 @@ use std::time::{Duration, Instant};
 /// A future that completes at a point in time (see [`Team::sleep`]).
 pub struct Sleep {
     team: Arc<TeamInner>,
-    at: Instant,
+    /// `None`: never (a duration too long to represent).
+    at: Option<Instant>,
     id: Option<u64>,
 }
 
 impl Sleep {
     pub(crate) fn new(team: &Arc<TeamInner>, d: Duration) -> Sleep {
-        Sleep::until(team, Instant::now() + d)
+        Sleep { team: team.clone(), at: super::deadline_after(d), id: None }
     }
     pub(crate) fn until(team: &Arc<TeamInner>, at: Instant) -> Sleep {
-        Sleep { team: team.clone(), at, id: None }
+        Sleep { team: team.clone(), at: Some(at), id: None }
     }
 }
 
 impl Future for Sleep {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.at {
+        let Some(at) = self.at else { return Poll::Pending };
+        if Instant::now() >= at {
             return Poll::Ready(());
         }
-        let (at, id) = (self.at, self.id);
+        let id = self.id;
         self.id = Some(self.team.register_timer(id, at, cx.waker()));
         Poll::Pending
     }
