@@ -15,6 +15,7 @@ pub mod names;
 pub mod port;
 pub mod rpc;
 pub mod runtime;
+pub mod sync;
 pub(crate) mod sys;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -490,6 +490,39 @@ fn writer_waiting_for_space_is_woken(make: Factory) {
     assert_empty(&*pipe.b);
 }
 
+/// Two writers on one end: writer A asks for space and parks; writer B's
+/// successful send must not erase A's request, so the reader's next release
+/// still wakes A. Scripted on one thread, in the interleaving that lost A's
+/// wake-up (a whole park timeout) when any successful send cleared the request.
+fn one_writers_success_does_not_erase_anothers_wait(make: Factory) {
+    const LIMIT: Duration = Duration::from_secs(2);
+    let pipe = open(make, SMALL);
+    let max = pipe.a.max_payload();
+    let n = fill(&*pipe.a, 0, max);
+    // Room for exactly one frame.
+    assert_eq!(recv_now(&*pipe.b).unwrap().0.call_id, 0);
+    // Writer A, as the runtime parks: ticket, ask for space, then retry...
+    pipe.bell_a.enter_polling();
+    let ticket = pipe.bell_a.prepare_park();
+    pipe.a.want_space();
+    // ...but writer B takes the room first...
+    pipe.a.try_send(&data(n), &payload(n, max)).expect("room for one frame");
+    // ...so A's retry finds the pipe full, and A parks.
+    assert_eq!(pipe.a.try_send(&data(n + 1), &payload(n + 1, max)), Err(SendError::Full));
+    // The reader frees space: that must ring A's doorbell.
+    assert_eq!(recv_now(&*pipe.b).unwrap().0.call_id, 1);
+    let t0 = Instant::now();
+    pipe.bell_a.park(ticket, LIMIT);
+    let slept = t0.elapsed();
+    pipe.bell_a.leave_polling();
+    assert!(slept < LIMIT / 2, "writer A slept {slept:?}: writer B's send erased its request for space");
+    pipe.a.try_send(&data(n + 1), &payload(n + 1, max)).expect("room after the wake-up");
+    for i in 2..=n + 1 {
+        assert_eq!(recv_now(&*pipe.b).unwrap().0.call_id, i);
+    }
+    assert_empty(&*pipe.b);
+}
+
 /// Without a consumer nothing rings: a parked writer sleeps its full
 /// timeout (the control for the case above).
 fn writer_without_consumer_sleeps_its_timeout(make: Factory) {
@@ -606,6 +639,10 @@ macro_rules! conformance {
             #[test]
             fn writer_waiting_for_space_is_woken() {
                 super::writer_waiting_for_space_is_woken($make)
+            }
+            #[test]
+            fn one_writers_success_does_not_erase_anothers_wait() {
+                super::one_writers_success_does_not_erase_anothers_wait($make)
             }
             #[test]
             fn writer_without_consumer_sleeps_its_timeout() {

@@ -1,35 +1,52 @@
 //! Tasks: futures run by the team's processors.
 
 use crate::error::{Error, Result};
+use crate::sync::{fence, AtomicUsize};
+use crate::transport::doorbell::{Doorbell, DoorbellMemory, DoorbellPage};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The ready queue shared by the team's processors.
-pub(crate) struct Executor {
-    ready: Mutex<VecDeque<Arc<Task>>>,
+/// The ready queue shared by the team's processors. Generic over the
+/// doorbell's memory only so that a loom model (`loom_models::executor`)
+/// runs the real `push`.
+pub(crate) struct Executor<M: DoorbellMemory = DoorbellPage> {
+    ready: Mutex<VecDeque<Arc<Task<M>>>>,
     /// Length of `ready`, readable without the lock (idle loops look often).
     queued: AtomicUsize,
     /// Processors asleep on the doorbell; a new ready task must wake one.
     pub parked: AtomicUsize,
-    pub doorbell: Arc<crate::transport::doorbell::Doorbell>,
+    pub doorbell: Arc<Doorbell<M>>,
 }
 
-pub(crate) struct Task {
+pub(crate) struct Task<M: DoorbellMemory = DoorbellPage> {
     future: Mutex<Option<BoxFuture>>,
     scheduled: AtomicBool,
     aborted: AtomicBool,
-    exec: Weak<Executor>,
+    exec: Weak<Executor<M>>,
 }
 
-impl Wake for Task {
+impl<M: DoorbellMemory> Task<M> {
+    /// A task that is already done (its future dropped): what a model pushes.
+    #[cfg(all(test, loom))]
+    pub(crate) fn finished() -> Task<M> {
+        Task {
+            future: Mutex::new(None),
+            scheduled: AtomicBool::new(true),
+            aborted: AtomicBool::new(false),
+            exec: Weak::new(),
+        }
+    }
+}
+
+impl<M: DoorbellMemory> Wake for Task<M> {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref()
     }
@@ -42,8 +59,8 @@ impl Wake for Task {
     }
 }
 
-impl Executor {
-    pub fn new(doorbell: Arc<crate::transport::doorbell::Doorbell>) -> Arc<Executor> {
+impl<M: DoorbellMemory> Executor<M> {
+    pub fn new(doorbell: Arc<Doorbell<M>>) -> Arc<Executor<M>> {
         Arc::new(Executor {
             ready: Mutex::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
@@ -52,13 +69,18 @@ impl Executor {
         })
     }
 
-    fn push(&self, task: Arc<Task>) {
+    pub(crate) fn push(&self, task: Arc<Task<M>>) {
         {
             let mut ready = self.ready.lock();
             ready.push_back(task);
             self.queued.store(ready.len(), Ordering::Release);
         }
-        if self.parked.load(Ordering::SeqCst) != 0 {
+        // Dekker with a parking processor (parked += 1 → fence in
+        // `prepare_park` → `has_ready`): the store above must not pass the
+        // load below. The unlock is only a release; a locked instruction on
+        // x86, but not a full barrier on other CPUs or in the memory model.
+        fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::Relaxed) != 0 {
             self.doorbell.ring_now();
         }
     }
@@ -73,7 +95,7 @@ impl Executor {
         self.has_ready() && self.ready.lock().iter().any(|t| !t.future.is_locked())
     }
 
-    fn pop(&self) -> Option<Arc<Task>> {
+    fn pop(&self) -> Option<Arc<Task<M>>> {
         if !self.has_ready() {
             return None;
         }
@@ -81,28 +103,6 @@ impl Executor {
         let t = ready.pop_front();
         self.queued.store(ready.len(), Ordering::Release);
         t
-    }
-
-    pub fn spawn<F>(self: &Arc<Self>, fut: F) -> JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        let slot = Arc::new(Mutex::new(JoinSlot { result: None, waker: None }));
-        let out = slot.clone();
-        let wrapped = async move {
-            let result = CatchUnwind(AssertUnwindSafe(Box::pin(fut))).await;
-            out.lock().finish(result.map_err(|p| Error::Panicked(panic_message(&*p))));
-        };
-        let task = Arc::new(Task {
-            future: Mutex::new(Some(Box::pin(wrapped))),
-            scheduled: AtomicBool::new(true),
-            aborted: AtomicBool::new(false),
-            exec: Arc::downgrade(self),
-        });
-        let abort = AbortHandle { task: Arc::downgrade(&task), slot: slot.clone() };
-        self.push(task);
-        JoinHandle { slot, abort }
     }
 
     /// Runs one ready task if there is one. A task already being polled
@@ -143,6 +143,30 @@ impl Executor {
         for t in tasks {
             t.future.lock().take();
         }
+    }
+}
+
+impl Executor {
+    pub fn spawn<F>(self: &Arc<Self>, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let slot = Arc::new(Mutex::new(JoinSlot { result: None, waker: None }));
+        let out = slot.clone();
+        let wrapped = async move {
+            let result = CatchUnwind(AssertUnwindSafe(Box::pin(fut))).await;
+            out.lock().finish(result.map_err(|p| Error::Panicked(panic_message(&*p))));
+        };
+        let task = Arc::new(Task {
+            future: Mutex::new(Some(Box::pin(wrapped))),
+            scheduled: AtomicBool::new(true),
+            aborted: AtomicBool::new(false),
+            exec: Arc::downgrade(self),
+        });
+        let abort = AbortHandle { task: Arc::downgrade(&task), slot: slot.clone() };
+        self.push(task);
+        JoinHandle { slot, abort }
     }
 }
 

@@ -13,9 +13,10 @@
 //! because every park has a timeout (the runtime's `park_timeout`).
 
 use crate::error::Result;
+use crate::sync::{fence, AtomicU32Ops, Ordering};
 use crate::sys::{futex, shm::Mapping};
 use rustix::fd::OwnedFd;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 pub const DOORBELL_LEN: usize = 4096;
@@ -24,30 +25,93 @@ const SEQ: usize = 0;
 const POLLERS: usize = 128;
 const SLEEPERS: usize = 256;
 
-pub struct Doorbell {
+/// Where a doorbell's three words live and how a thread sleeps on one: a
+/// mapped page and the kernel's futex in production ([`DoorbellPage`]),
+/// heap words and a loom condition variable in the loom models. The futex
+/// belongs here, with the words, because a model's futex needs state of
+/// its own (its lock and wait queue) shared by everyone using the words.
+pub trait DoorbellMemory: Send + Sync + 'static {
+    type Word: AtomicU32Ops;
+
+    fn seq(&self) -> &Self::Word;
+    fn pollers(&self) -> &Self::Word;
+    fn sleepers(&self) -> &Self::Word;
+
+    /// Sleeps while `*word == expected`, at most `timeout` (a model may wait
+    /// for ever: a wake-up that never comes is then a deadlock it reports).
+    /// Spurious returns are allowed.
+    fn wait(&self, word: &Self::Word, expected: u32, timeout: Duration);
+
+    /// Wakes up to `n` threads sleeping on `word`.
+    fn wake(&self, word: &Self::Word, n: i32);
+}
+
+/// A doorbell's page of shared memory, mapped by its team and its peers.
+pub struct DoorbellPage {
     map: Mapping,
 }
 
-impl Doorbell {
-    pub fn create() -> Result<Doorbell> {
-        Ok(Doorbell { map: Mapping::create("ferry-doorbell", DOORBELL_LEN)? })
-    }
-
-    /// Maps a peer's doorbell received at bind time.
-    pub fn open(fd: OwnedFd) -> Result<Doorbell> {
-        Ok(Doorbell { map: Mapping::open(fd, DOORBELL_LEN)? })
-    }
-
-    pub fn fd(&self) -> &OwnedFd {
-        self.map.fd()
-    }
-
+impl DoorbellPage {
     fn word(&self, offset: usize) -> &AtomicU32 {
         debug_assert!(offset + 4 <= DOORBELL_LEN && offset.is_multiple_of(4));
         // SAFETY: the mapping is DOORBELL_LEN bytes, page-aligned, and lives as
         // long as `self`; the offsets are in bounds and 4-aligned. Shared memory
         // is only ever accessed through atomics here.
         unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU32) }
+    }
+}
+
+impl DoorbellMemory for DoorbellPage {
+    type Word = AtomicU32;
+
+    #[inline(always)]
+    fn seq(&self) -> &AtomicU32 {
+        self.word(SEQ)
+    }
+
+    #[inline(always)]
+    fn pollers(&self) -> &AtomicU32 {
+        self.word(POLLERS)
+    }
+
+    #[inline(always)]
+    fn sleepers(&self) -> &AtomicU32 {
+        self.word(SLEEPERS)
+    }
+
+    fn wait(&self, word: &AtomicU32, expected: u32, timeout: Duration) {
+        futex::wait(word, expected, Some(timeout));
+    }
+
+    fn wake(&self, word: &AtomicU32, n: i32) {
+        futex::wake(word, n);
+    }
+}
+
+pub struct Doorbell<M: DoorbellMemory = DoorbellPage> {
+    mem: M,
+}
+
+impl Doorbell {
+    pub fn create() -> Result<Doorbell> {
+        Ok(Doorbell { mem: DoorbellPage { map: Mapping::create("ferry-doorbell", DOORBELL_LEN)? } })
+    }
+
+    /// Maps a peer's doorbell received at bind time.
+    pub fn open(fd: OwnedFd) -> Result<Doorbell> {
+        Ok(Doorbell { mem: DoorbellPage { map: Mapping::open(fd, DOORBELL_LEN)? } })
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        self.mem.map.fd()
+    }
+}
+
+impl<M: DoorbellMemory> Doorbell<M> {
+    /// A doorbell on other memory (the loom models' heap words).
+    #[cfg(all(test, loom))]
+    pub(crate) fn on(mem: M) -> Doorbell<M> {
+        Doorbell { mem }
     }
 
     /// Sender side: call after publishing. Wakes the team if nobody is polling.
@@ -56,7 +120,7 @@ impl Doorbell {
         fence(Ordering::SeqCst);
         // `sleepers` first: while nobody sleeps (the spinning case) the
         // `pollers` line, which the team writes often, is never pulled over.
-        if self.word(SLEEPERS).load(Ordering::Relaxed) != 0 && self.word(POLLERS).load(Ordering::Relaxed) == 0 {
+        if self.mem.sleepers().load(Ordering::Relaxed) != 0 && self.mem.pollers().load(Ordering::Relaxed) == 0 {
             // One thread is enough to drain the channels; it wakes whoever
             // the messages are for. Waking all would make every idle thread
             // of the team spin again for nothing, stealing the cores.
@@ -67,14 +131,14 @@ impl Doorbell {
     /// Wakes every sleeper unconditionally (a waker whose thread sleeps
     /// here, shutdown, a channel's end).
     pub fn ring_now(&self) {
-        self.word(SEQ).fetch_add(1, Ordering::SeqCst);
-        futex::wake(self.word(SEQ), i32::MAX);
+        self.mem.seq().fetch_add(1, Ordering::SeqCst);
+        self.mem.wake(self.mem.seq(), i32::MAX);
     }
 
     /// A thread starts polling (spinning over channels).
     #[inline]
     pub fn enter_polling(&self) {
-        self.word(POLLERS).fetch_add(1, Ordering::SeqCst);
+        self.mem.pollers().fetch_add(1, Ordering::SeqCst);
     }
 
     /// A thread stops polling. Returns true if it was the last poller while
@@ -83,24 +147,24 @@ impl Doorbell {
     /// anything waits (Dekker with `ring`).
     #[inline]
     pub fn leave_polling(&self) -> bool {
-        let last = self.word(POLLERS).fetch_sub(1, Ordering::SeqCst) == 1;
+        let last = self.mem.pollers().fetch_sub(1, Ordering::SeqCst) == 1;
         fence(Ordering::SeqCst);
-        last && self.word(SLEEPERS).load(Ordering::Relaxed) != 0
+        last && self.mem.sleepers().load(Ordering::Relaxed) != 0
     }
 
     /// Wakes one sleeper.
     pub fn ring_one(&self) {
-        self.word(SEQ).fetch_add(1, Ordering::SeqCst);
-        futex::wake(self.word(SEQ), 1);
+        self.mem.seq().fetch_add(1, Ordering::SeqCst);
+        self.mem.wake(self.mem.seq(), 1);
     }
 
     /// First half of parking: the caller stops counting as a poller and as a
     /// sleeper, and gets the ticket to pass to [`Doorbell::park`] after it has
     /// checked once more that there is nothing to do.
     pub fn prepare_park(&self) -> u32 {
-        let ticket = self.word(SEQ).load(Ordering::SeqCst);
-        self.word(SLEEPERS).fetch_add(1, Ordering::SeqCst);
-        self.word(POLLERS).fetch_sub(1, Ordering::SeqCst);
+        let ticket = self.mem.seq().load(Ordering::SeqCst);
+        self.mem.sleepers().fetch_add(1, Ordering::SeqCst);
+        self.mem.pollers().fetch_sub(1, Ordering::SeqCst);
         // The caller's re-check (plain loads) must not move before these
         // stores: the Dekker pattern needs a full fence, not only SeqCst RMWs.
         fence(Ordering::SeqCst);
@@ -109,13 +173,13 @@ impl Doorbell {
 
     /// Sleeps unless the doorbell rang since `ticket`; then counts as a poller again.
     pub fn park(&self, ticket: u32, timeout: Duration) {
-        futex::wait(self.word(SEQ), ticket, Some(timeout));
+        self.mem.wait(self.mem.seq(), ticket, timeout);
         self.cancel_park();
     }
 
     /// Undoes `prepare_park` without sleeping.
     pub fn cancel_park(&self) {
-        self.word(POLLERS).fetch_add(1, Ordering::SeqCst);
-        self.word(SLEEPERS).fetch_sub(1, Ordering::SeqCst);
+        self.mem.pollers().fetch_add(1, Ordering::SeqCst);
+        self.mem.sleepers().fetch_sub(1, Ordering::SeqCst);
     }
 }

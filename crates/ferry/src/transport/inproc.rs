@@ -92,10 +92,7 @@ impl Transport for InprocEnd {
             f.queue.push_back((h, payload.to_vec()));
             self.tx.queued.fetch_add(1, Ordering::Release);
         }
-        // Room was found: this writer no longer waits (only it clears the flag).
-        if self.tx.writer_waiting.load(Ordering::Relaxed) {
-            self.tx.writer_waiting.store(false, Ordering::Relaxed);
-        }
+        // The writer-waiting flag is left alone: another writer may be waiting.
         self.tx.reader.ring();
         Ok(())
     }
@@ -120,8 +117,8 @@ impl Transport for InprocEnd {
         }
         self.rx.frames.lock().bytes -= HEADER_LEN + payload.len();
         self.rx.queued.fetch_sub(1, Ordering::Release);
-        // The flag stays set until the writer has room (it clears it).
-        if self.rx.writer_waiting.load(Ordering::SeqCst) {
+        // Cleared here, before ringing, never by a writer (see `ShmEnd::wake_waiting_writer`).
+        if self.rx.writer_waiting.load(Ordering::SeqCst) && self.rx.writer_waiting.swap(false, Ordering::AcqRel) {
             self.rx.writer.ring_now();
         }
         Ok(Recv::Consumed)

@@ -62,9 +62,13 @@ pub trait Transport: Send + Sync {
     /// Wakes the receiving team if it sleeps.
     fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError>;
 
-    /// Asks to be woken (through this team's doorbell) when the peer frees
-    /// space; it holds until a `try_send` succeeds. The caller retries
-    /// `try_send` after this and before it parks.
+    /// Asks to be woken (through this team's doorbell) when the peer next
+    /// frees space. That wake-up consumes the request (and wakes every
+    /// writer of this end waiting then); another writer's successful
+    /// `try_send` does not, so with several writers none loses its wake-up.
+    /// A writer therefore asks again before every park: take the park
+    /// ticket, `want_space`, retry `try_send`, then park. A request whose
+    /// writer found room anyway costs one spurious wake-up at most.
     fn want_space(&self);
 
     /// Whether a frame may be waiting: a cheap probe (a load or two, no

@@ -15,25 +15,29 @@
 //! | 256 | ring 0 writer-waiting flag |
 //! | 384 | ring 1 head (acceptor → connector) |
 //! | 512 | ring 1 writer-waiting flag |
+//! | 4096 | ring 0 cells |
+//! | 4096 + cap | ring 1 cells |
 //!
 //! Each word has 128 bytes to itself: Intel cores fetch cache lines in
 //! pairs, so 64 bytes apart would still share traffic.
-//! | 4096 | ring 0 cells |
-//! | 4096 + cap | ring 1 cells |
+//!
+//! [`ShmEnd`] is generic over where the rings and doorbells live so that
+//! the loom models (`loom_models`) run it on heap memory; production uses
+//! the defaults, the mapped segment and doorbell pages.
 
 pub mod ring;
 
-use super::doorbell::Doorbell;
+use super::doorbell::{Doorbell, DoorbellMemory, DoorbellPage};
 use super::{Recv, RecvError, SendError, Transport};
 use crate::error::{Error, Result};
 use crate::id::TeamId;
+use crate::sync::{fence, AtomicBool, AtomicU32Ops, AtomicU64, Mutex, Ordering};
 use crate::sys::{fdpass, shm::Mapping};
 use crate::wire::{Header, HEADER_LEN};
-use parking_lot::Mutex;
-use ring::{Consumer, Producer, RingError, RingMem};
+use ring::{Consumer, Producer, RingError, RingMem, RingMemory};
 use rustix::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64 as SharedU64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,79 +64,93 @@ enum Side {
 }
 
 /// One team's end of a shared-memory channel.
-pub struct ShmEnd {
-    producer: Mutex<Producer>,
-    consumer: Mutex<Consumer>,
+pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
+    producer: Mutex<Producer<M>>,
+    consumer: Mutex<Consumer<M>>,
+    /// The producer's ring, readable without its lock (for its writer-waiting word).
+    tx_mem: M,
     /// The consumer's ring and next position, readable without its lock (for `has_frame`).
-    rx_mem: RingMem,
+    rx_mem: M,
     rx_next: AtomicU64,
     /// A consumed record waits to be released (see `Consumer`): `has_frame`
     /// says yes so the next idle turn releases it.
     rx_unreleased: AtomicBool,
-    tx_waiting: *const AtomicU32,
-    rx_waiting: *const AtomicU32,
-    peer_doorbell: Doorbell,
+    peer_doorbell: Doorbell<B>,
     max_payload: usize,
     closed: AtomicBool,
-    /// Keeps the rings mapped; declared last so it is unmapped after the rest.
-    _segment: Mapping,
+    /// Keeps the rings mapped (none for a model's heap rings); declared
+    /// last so it is unmapped after the rest.
+    _segment: Option<Mapping>,
 }
-
-// SAFETY: the raw pointers point into `_segment`, which lives as long as the
-// end and is only accessed through atomics and the ring's copy discipline.
-unsafe impl Send for ShmEnd {}
-unsafe impl Sync for ShmEnd {}
 
 impl ShmEnd {
     fn new(segment: Mapping, cap: usize, side: Side, peer_doorbell: Doorbell) -> ShmEnd {
         let base = segment.as_ptr();
         // SAFETY: the segment is segment_len(cap) bytes (checked at map time),
-        // so every offset below is in bounds and suitably aligned.
-        let (ring0, ring1, wait0, wait1) = unsafe {
+        // page-aligned, so every offset below is in bounds and suitably
+        // aligned; `_segment` keeps it mapped as long as the end (and so
+        // its copies of the RingMems) lives.
+        let (ring0, ring1) = unsafe {
             (
-                RingMem { data: base.add(HEADER_AREA), cap, head: base.add(128) as *const AtomicU64 },
-                RingMem { data: base.add(HEADER_AREA + cap), cap, head: base.add(384) as *const AtomicU64 },
-                base.add(256) as *const AtomicU32,
-                base.add(512) as *const AtomicU32,
+                RingMem::new(
+                    base.add(HEADER_AREA),
+                    cap,
+                    base.add(128) as *const SharedU64,
+                    base.add(256) as *const AtomicU32,
+                ),
+                RingMem::new(
+                    base.add(HEADER_AREA + cap),
+                    cap,
+                    base.add(384) as *const SharedU64,
+                    base.add(512) as *const AtomicU32,
+                ),
             )
         };
-        let (tx, rx, tx_waiting, rx_waiting) = match side {
-            Side::Connector => (ring0, ring1, wait0, wait1),
-            Side::Acceptor => (ring1, ring0, wait1, wait0),
+        let (tx, rx) = match side {
+            Side::Connector => (ring0, ring1),
+            Side::Acceptor => (ring1, ring0),
         };
+        ShmEnd::from_parts(tx, rx, peer_doorbell, Some(segment))
+    }
+}
+
+impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
+    /// An end writing `tx`, reading `rx`, ringing the peer's doorbell.
+    pub(crate) fn from_parts(tx: M, rx: M, peer_doorbell: Doorbell<B>, segment: Option<Mapping>) -> ShmEnd<M, B> {
         ShmEnd {
-            producer: Mutex::new(Producer::new(tx)),
-            consumer: Mutex::new(Consumer::new(rx)),
+            producer: Mutex::new(Producer::new(tx.clone())),
+            consumer: Mutex::new(Consumer::new(rx.clone())),
+            max_payload: RingMem::max_body(tx.cap()) - HEADER_LEN,
+            tx_mem: tx,
             rx_mem: rx,
             rx_next: AtomicU64::new(0),
             rx_unreleased: AtomicBool::new(false),
-            tx_waiting,
-            rx_waiting,
             peer_doorbell,
-            max_payload: RingMem::max_body(cap) - HEADER_LEN,
             closed: AtomicBool::new(false),
             _segment: segment,
         }
     }
 
-    /// After releasing ring space: wakes the producer if it waits for room.
-    /// The flag is left set (the producer clears it once it has room):
-    /// clearing it here could erase a newer wait's flag and lose its wake-up.
+    /// After releasing ring space: wakes the writers if one waits for room.
+    ///
+    /// Only the reader clears the writer-waiting word, and before it rings:
+    /// a wait that sets it again after the clear is rung by a later release.
+    /// A writer never clears it: with several writers on this channel, one
+    /// that found room would erase the wait of one that did not, which
+    /// would then sleep a whole park timeout.
     fn wake_waiting_writer(&self) {
-        // Dekker with the producer's want_space → fence → retry → park.
+        // Dekker with the writer's want_space → fence → retry → park.
         fence(Ordering::SeqCst);
-        if self.flag(self.rx_waiting).load(Ordering::Relaxed) != 0 {
+        let waiting = self.rx_mem.writer_waiting();
+        // The swap (a locked instruction) only when somebody waits. Acquire:
+        // the writer's ticket, taken before its wait, then cannot see our ring.
+        if waiting.load(Ordering::Relaxed) != 0 && waiting.swap(0, Ordering::AcqRel) != 0 {
             self.peer_doorbell.ring_now();
         }
     }
-
-    fn flag(&self, p: *const AtomicU32) -> &AtomicU32 {
-        // SAFETY: points into `_segment` (see `new`), alive as long as `self`.
-        unsafe { &*p }
-    }
 }
 
-impl Transport for ShmEnd {
+impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
     fn max_payload(&self) -> usize {
         self.max_payload
     }
@@ -150,13 +168,8 @@ impl Transport for ShmEnd {
         let mut head = [0u8; HEADER_LEN];
         h.encode(&mut head);
         match self.producer.lock().push(&[&head, payload]) {
-            Ok(()) => {
-                // Room was found: this writer no longer waits (only it clears the flag).
-                let waiting = self.flag(self.tx_waiting);
-                if waiting.load(Ordering::Relaxed) != 0 {
-                    waiting.store(0, Ordering::Relaxed);
-                }
-            }
+            // The writer-waiting word is left alone: another writer may be waiting.
+            Ok(()) => {}
             Err(RingError::Full) => return Err(SendError::Full),
             Err(RingError::Corrupt(what)) => {
                 tracing::warn!(what, "shared-memory channel corrupted by peer; closing it");
@@ -169,7 +182,9 @@ impl Transport for ShmEnd {
     }
 
     fn want_space(&self) {
-        self.flag(self.tx_waiting).store(1, Ordering::SeqCst);
+        // SeqCst (so Release): the reader's swap that takes it then orders
+        // our park ticket, taken before, ahead of its ring.
+        self.tx_mem.writer_waiting().store(1, Ordering::SeqCst);
         // Dekker with the consumer's head store → fence → flag load.
         fence(Ordering::SeqCst);
     }

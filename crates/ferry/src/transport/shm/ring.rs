@@ -20,21 +20,59 @@
 //! producer validates `head`. A violation makes the ring `Corrupt` for good;
 //! it never causes an out-of-bounds access here.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32Ops, AtomicU64Ops, Ordering};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const CELL: usize = 64;
 const STAMP: usize = 8;
 const PAD_FLAG: u64 = 1 << 31;
 const LEN_MASK: u64 = PAD_FLAG - 1;
 
-/// The shared part of one ring: where its words live.
+/// Where one ring's cells, its `head` and its writer-waiting word live: the
+/// mapped segment in production ([`RingMem`]), the heap in the loom models.
+/// The ring code is generic over it, so a model runs this very code.
+pub trait RingMemory: Clone + Send + Sync {
+    type Word: AtomicU64Ops;
+    type Flag: AtomicU32Ops;
+
+    /// Bytes of cells: a power of two, at least one cell.
+    fn cap(&self) -> usize;
+
+    /// The first word of the cell at `pos` (taken modulo `cap`, rounded down to a cell).
+    fn stamp(&self, pos: usize) -> &Self::Word;
+
+    /// The consumer's published position (absolute bytes).
+    fn head(&self) -> &Self::Word;
+
+    /// The word a writer sets to be woken when the reader frees space (the
+    /// transport's, not the ring's: see `ShmEnd::want_space`).
+    fn writer_waiting(&self) -> &Self::Flag;
+
+    /// Copies `src` to the ring's bytes at `pos..pos + src.len()`.
+    ///
+    /// # Safety
+    /// `pos + src.len() <= cap()`, and the range is free space the producer
+    /// owns: the consumer does not read it until a stamp publishes it.
+    unsafe fn copy_in(&self, pos: usize, src: &[u8]);
+
+    /// Copies the ring's bytes at `pos..pos + dst.len()` to `dst`.
+    ///
+    /// # Safety
+    /// `pos + dst.len() <= cap()`. The bytes may be written concurrently by
+    /// a misbehaving peer; the copy is the only access, and only it is read.
+    unsafe fn copy_out(&self, pos: usize, dst: &mut [MaybeUninit<u8>]);
+}
+
+/// A ring in the mapped segment: the production [`RingMemory`].
 #[derive(Clone, Copy)]
 pub struct RingMem {
     /// `cap` bytes of cells, 64-byte aligned.
-    pub data: *mut u8,
-    pub cap: usize,
-    /// The consumer's published position (absolute bytes), alone in a cache line.
-    pub head: *const AtomicU64,
+    data: *mut u8,
+    cap: usize,
+    /// The consumer's published position, alone in a cache line.
+    head: *const AtomicU64,
+    waiting: *const AtomicU32,
 }
 
 // SAFETY: RingMem only carries addresses into a mapping that its owner keeps
@@ -49,25 +87,14 @@ pub enum RingError {
 }
 
 impl RingMem {
-    fn stamp_at(&self, pos: usize) -> &AtomicU64 {
-        debug_assert!(pos.is_multiple_of(CELL) && pos < self.cap);
-        // SAFETY: pos is cell-aligned and < cap, so 8 aligned bytes inside the
-        // data area, which outlives `self`'s users (see the owner, `ShmEnd`).
-        unsafe { &*(self.data.add(pos) as *const AtomicU64) }
-    }
-
-    fn head(&self) -> &AtomicU64 {
-        // SAFETY: `head` points at an aligned word in the same live mapping.
-        unsafe { &*self.head }
-    }
-
-    fn lap(&self, abs: u64) -> u64 {
-        (abs / self.cap as u64) & 0xFFFF_FFFF
-    }
-
-    /// Bytes a record of `len` bytes (stamp included) occupies.
-    fn cells_for(len: usize) -> usize {
-        (len + CELL - 1) & !(CELL - 1)
+    /// # Safety
+    /// `data` points at `cap` bytes (a power of two of at least `CELL`),
+    /// 64-byte aligned; `head` and `waiting` at aligned words outside them.
+    /// All of it stays mapped while any copy of this `RingMem` is used, and
+    /// is only accessed through atomics and the ring's copy discipline.
+    pub unsafe fn new(data: *mut u8, cap: usize, head: *const AtomicU64, waiting: *const AtomicU32) -> RingMem {
+        debug_assert!(cap.is_power_of_two() && cap >= CELL);
+        RingMem { data, cap, head, waiting }
     }
 
     /// Largest record body (everything after the stamp) a ring of `cap` takes.
@@ -76,26 +103,91 @@ impl RingMem {
     }
 }
 
+impl RingMemory for RingMem {
+    type Word = AtomicU64;
+    type Flag = AtomicU32;
+
+    #[inline(always)]
+    fn cap(&self) -> usize {
+        self.cap
+    }
+
+    #[inline(always)]
+    fn stamp(&self, pos: usize) -> &AtomicU64 {
+        debug_assert!(pos.is_multiple_of(CELL) && pos < self.cap);
+        // Callers pass masked cell positions; masking again keeps this safe
+        // for any `pos` at the cost of one AND.
+        let pos = pos & (self.cap - CELL);
+        // SAFETY: pos is cell-aligned and < cap, so 8 aligned bytes inside the
+        // data area, which outlives `self`'s users (the contract of `new`).
+        unsafe { &*(self.data.add(pos) as *const AtomicU64) }
+    }
+
+    #[inline(always)]
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: `head` points at an aligned word in the same live mapping (`new`).
+        unsafe { &*self.head }
+    }
+
+    #[inline(always)]
+    fn writer_waiting(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`.
+        unsafe { &*self.waiting }
+    }
+
+    #[inline(always)]
+    unsafe fn copy_in(&self, pos: usize, src: &[u8]) {
+        // SAFETY: in bounds by the caller's contract; the range is the
+        // producer's until published, so these plain writes race with nobody honest.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(pos), src.len()) }
+    }
+
+    #[inline(always)]
+    unsafe fn copy_out(&self, pos: usize, dst: &mut [MaybeUninit<u8>]) {
+        // SAFETY: in bounds by the caller's contract. The bytes may change
+        // under us if the peer misbehaves, so no reference to them is made:
+        // they are copied once with raw pointers, and only the copy is looked at.
+        unsafe { std::ptr::copy_nonoverlapping(self.data.add(pos), dst.as_mut_ptr() as *mut u8, dst.len()) }
+    }
+}
+
+fn lap(cap: usize, abs: u64) -> u64 {
+    (abs / cap as u64) & 0xFFFF_FFFF
+}
+
+/// Bytes a record of `len` bytes (stamp included) occupies.
+fn cells_for(len: usize) -> usize {
+    (len + CELL - 1) & !(CELL - 1)
+}
+
 /// The producer's private state.
-pub struct Producer {
-    mem: RingMem,
+pub struct Producer<M: RingMemory = RingMem> {
+    mem: M,
     tail: u64,
     cached_head: u64,
 }
 
-impl Producer {
-    pub fn new(mem: RingMem) -> Producer {
+impl<M: RingMemory> Producer<M> {
+    pub fn new(mem: M) -> Producer<M> {
         Producer { mem, tail: 0, cached_head: 0 }
+    }
+
+    /// A producer whose next record goes at `pos` (absolute bytes, cell
+    /// aligned), which the consumer's `head` must also hold: lets a test
+    /// start next to the end of the ring.
+    #[cfg(all(test, loom))]
+    pub(crate) fn starting_at(mem: M, pos: u64) -> Producer<M> {
+        Producer { mem, tail: pos, cached_head: pos }
     }
 
     /// Writes one record whose body is `parts` concatenated; the body must be
     /// at most `max_body(cap)` bytes (checked by the caller).
     pub fn push(&mut self, parts: &[&[u8]]) -> Result<(), RingError> {
-        let cap = self.mem.cap;
+        let cap = self.mem.cap();
         let body: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert!(body <= RingMem::max_body(cap));
         let len = STAMP + body;
-        let need = RingMem::cells_for(len);
+        let need = cells_for(len);
         let pos = (self.tail as usize) & (cap - 1);
         let pad = if pos + need > cap { cap - pos } else { 0 };
         if self.tail + (pad + need) as u64 - self.cached_head > cap as u64 {
@@ -109,24 +201,22 @@ impl Producer {
             }
         }
         if pad != 0 {
-            let stamp = (self.mem.lap(self.tail) << 32) | PAD_FLAG | pad as u64;
-            self.mem.stamp_at(pos).store(stamp, Ordering::Release);
+            let stamp = (lap(cap, self.tail) << 32) | PAD_FLAG | pad as u64;
+            self.mem.stamp(pos).store(stamp, Ordering::Release);
             self.tail += pad as u64;
         }
         let pos = (self.tail as usize) & (cap - 1);
-        // SAFETY: [pos, pos + need) lies in the data area (pos + need <= cap by
-        // the padding rule) and is free: the consumer has published a head that
-        // puts it behind us. The consumer will not read past the stamp until we
-        // publish it below, so these plain writes race with nobody honest.
-        unsafe {
-            let mut dst = self.mem.data.add(pos + STAMP);
-            for p in parts {
-                std::ptr::copy_nonoverlapping(p.as_ptr(), dst, p.len());
-                dst = dst.add(p.len());
-            }
+        let mut at = pos + STAMP;
+        for p in parts {
+            // SAFETY: [pos, pos + need) lies in the ring (pos + need <= cap by
+            // the padding rule) and is free: the consumer has published a
+            // head that puts it behind us, and reads none of it until the
+            // stamp below publishes it.
+            unsafe { self.mem.copy_in(at, p) };
+            at += p.len();
         }
-        let stamp = (self.mem.lap(self.tail) << 32) | len as u64;
-        self.mem.stamp_at(pos).store(stamp, Ordering::Release);
+        let stamp = (lap(cap, self.tail) << 32) | len as u64;
+        self.mem.stamp(pos).store(stamp, Ordering::Release);
         self.tail += need as u64;
         Ok(())
     }
@@ -140,8 +230,8 @@ impl Producer {
 /// complete (taking a lock, waking a waiter) would wait for those lines to
 /// cross over. Released at the next poll instead, they stay off the path
 /// from "message seen" to "reply sent".
-pub struct Consumer {
-    mem: RingMem,
+pub struct Consumer<M: RingMemory = RingMem> {
+    mem: M,
     head: u64,
     /// Bytes consumed past `head` but not yet released.
     unreleased: usize,
@@ -149,9 +239,15 @@ pub struct Consumer {
     buf: Vec<u8>,
 }
 
-impl Consumer {
-    pub fn new(mem: RingMem) -> Consumer {
+impl<M: RingMemory> Consumer<M> {
+    pub fn new(mem: M) -> Consumer<M> {
         Consumer { mem, head: 0, unreleased: 0, buf: Vec::new() }
+    }
+
+    /// A consumer whose next record is at `pos` (see `Producer::starting_at`).
+    #[cfg(test)]
+    pub(crate) fn starting_at(mem: M, pos: u64) -> Consumer<M> {
+        Consumer { mem, head: pos, unreleased: 0, buf: Vec::new() }
     }
 
     /// Whether a consumed record still waits to be released.
@@ -165,9 +261,9 @@ impl Consumer {
         if self.unreleased == 0 {
             return false;
         }
-        let pos = (self.head as usize) & (self.mem.cap - 1);
+        let pos = (self.head as usize) & (self.mem.cap() - 1);
         for cell in (pos..pos + self.unreleased).step_by(CELL) {
-            self.mem.stamp_at(cell).store(0, Ordering::Relaxed);
+            self.mem.stamp(cell).store(0, Ordering::Relaxed);
         }
         let n = self.unreleased;
         self.unreleased = 0;
@@ -176,8 +272,8 @@ impl Consumer {
     }
 
     /// Whether the cell at `head` holds a stamp: the lock-free probe.
-    pub fn probe(mem: &RingMem, head: u64) -> bool {
-        mem.stamp_at((head as usize) & (mem.cap - 1)).load(Ordering::Relaxed) != 0
+    pub fn probe(mem: &M, head: u64) -> bool {
+        mem.stamp((head as usize) & (mem.cap() - 1)).load(Ordering::Relaxed) != 0
     }
 
     /// Position of the next record to read.
@@ -189,42 +285,48 @@ impl Consumer {
     /// Returns `Ok(None)` if none is ready, `Ok(Some(true))` if consumed,
     /// `Ok(Some(false))` if `accept` refused it (it stays).
     pub fn pop(&mut self, accept: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<bool>, RingError> {
-        let cap = self.mem.cap;
+        let cap = self.mem.cap();
         self.release();
+        // At most one padding record per pop: it always sends us to cell 0,
+        // where a record always fits, so a second one is a corrupt peer (and
+        // a peer writing padding as fast as we skip it cannot pin us here).
+        let mut padded = false;
         loop {
             let pos = (self.head as usize) & (cap - 1);
-            let stamp = self.mem.stamp_at(pos).load(Ordering::Acquire);
+            let stamp = self.mem.stamp(pos).load(Ordering::Acquire);
             if stamp == 0 {
                 return Ok(None);
             }
-            if stamp >> 32 != self.mem.lap(self.head) {
+            if stamp >> 32 != lap(cap, self.head) {
                 return Err(RingError::Corrupt("record stamp has the wrong lap"));
             }
             let len = (stamp & LEN_MASK) as usize;
             if stamp & PAD_FLAG != 0 {
+                // A record at cell 0 always fits (`max_body`), so the
+                // producer never pads there.
+                if pos == 0 || padded {
+                    return Err(RingError::Corrupt("padding at the start of the ring"));
+                }
                 if len != cap - pos || !len.is_multiple_of(CELL) {
                     return Err(RingError::Corrupt("bad padding length"));
                 }
-                self.mem.stamp_at(pos).store(0, Ordering::Relaxed);
+                self.mem.stamp(pos).store(0, Ordering::Relaxed);
                 self.advance(len);
+                padded = true;
                 continue;
             }
-            let need = RingMem::cells_for(len);
+            let need = cells_for(len);
             if len < STAMP || len - STAMP > RingMem::max_body(cap) || pos + need > cap {
                 return Err(RingError::Corrupt("bad record length"));
             }
             let body = len - STAMP;
             self.buf.clear();
             self.buf.reserve(body);
-            // SAFETY: [pos + STAMP, pos + len) is inside the data area (checked
-            // above) and `buf` has room for `body` bytes. The bytes may change
-            // under us if the peer misbehaves, so no reference to them is ever
-            // made: they are copied once with raw pointers, and only the copy
-            // is looked at.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.mem.data.add(pos + STAMP), self.buf.as_mut_ptr(), body);
-                self.buf.set_len(body);
-            }
+            // SAFETY: [pos + STAMP, pos + len) is inside the ring (checked
+            // above), and the spare capacity holds `body` bytes.
+            unsafe { self.mem.copy_out(pos + STAMP, &mut self.buf.spare_capacity_mut()[..body]) };
+            // SAFETY: copy_out initialised the first `body` bytes.
+            unsafe { self.buf.set_len(body) };
             if !accept(&self.buf) {
                 return Ok(Some(false));
             }
@@ -246,13 +348,16 @@ mod tests {
 
     #[repr(C, align(64))]
     struct Mem {
-        head: AtomicU64,
         data: [u8; 1024],
+        head: AtomicU64,
+        waiting: AtomicU32,
     }
 
     fn ring() -> (Box<Mem>, Producer, Consumer) {
-        let mut m = Box::new(Mem { head: AtomicU64::new(0), data: [0; 1024] });
-        let mem = RingMem { data: m.data.as_mut_ptr(), cap: 1024, head: &m.head };
+        let mut m = Box::new(Mem { data: [0; 1024], head: AtomicU64::new(0), waiting: AtomicU32::new(0) });
+        // SAFETY: the box is 64-byte aligned and outlives the producer and
+        // consumer (the tests keep it until the end).
+        let mem = unsafe { RingMem::new(m.data.as_mut_ptr(), 1024, &m.head, &m.waiting) };
         (m, Producer::new(mem), Consumer::new(mem))
     }
 
@@ -326,5 +431,93 @@ mod tests {
         }
         m.head.store(1 << 40, Ordering::Relaxed);
         assert!(matches!(p.push(&[&[0u8; 200]]), Err(RingError::Corrupt(_))));
+    }
+
+    #[test]
+    fn padding_at_cell_zero_is_corruption() {
+        // A record at cell 0 always fits, so an honest producer never pads
+        // there; a padding of the whole ring used to be skipped as a lap.
+        let (m, _p, mut c) = ring();
+        m_stamp(&m, PAD_FLAG | 1024);
+        assert_eq!(c.pop(&mut |_| true), Err(RingError::Corrupt("padding at the start of the ring")));
+    }
+
+    #[test]
+    fn legitimate_padding_is_skipped() {
+        let (_m, mut p, mut c) = ring();
+        // 1 cell, then 4-cell records from cell 1: the fourth would cross
+        // the end (cell 13 of 16), so it is padded to cell 0.
+        for (i, len) in [50usize, 200, 200, 200, 200].into_iter().enumerate() {
+            p.push(&[&vec![i as u8; len]]).unwrap();
+            assert_eq!(pop(&mut c).unwrap(), vec![i as u8; len]);
+        }
+        assert_eq!(c.next(), 1024 + 4 * 64);
+        assert!(pop(&mut c).is_none());
+    }
+
+    /// A peer that writes a padding record at the consumer's head whenever
+    /// the consumer finds an empty cell there, as fast as it is skipped.
+    #[derive(Clone)]
+    struct PaddingPeer(std::sync::Arc<PaddingInner>);
+
+    struct PaddingInner {
+        cells: Vec<AtomicU64>,
+        head: AtomicU64,
+        waiting: AtomicU32,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    const PEER_CAP: usize = 1024;
+
+    impl RingMemory for PaddingPeer {
+        type Word = AtomicU64;
+        type Flag = AtomicU32;
+
+        fn cap(&self) -> usize {
+            PEER_CAP
+        }
+
+        fn stamp(&self, pos: usize) -> &AtomicU64 {
+            let reads = self.0.reads.fetch_add(1, Ordering::Relaxed);
+            assert!(reads < 1000, "the consumer is pinned by padding");
+            let head = self.0.head.load(Ordering::Relaxed);
+            let cell = &self.0.cells[pos / CELL];
+            if pos == head as usize % PEER_CAP && cell.load(Ordering::Relaxed) == 0 {
+                let pad = lap(PEER_CAP, head) << 32 | PAD_FLAG | (PEER_CAP - pos) as u64;
+                cell.store(pad, Ordering::Relaxed);
+            }
+            cell
+        }
+
+        fn head(&self) -> &AtomicU64 {
+            &self.0.head
+        }
+
+        fn writer_waiting(&self) -> &AtomicU32 {
+            &self.0.waiting
+        }
+
+        unsafe fn copy_in(&self, _: usize, _: &[u8]) {
+            unreachable!("the peer writes only padding")
+        }
+
+        unsafe fn copy_out(&self, _: usize, _: &mut [MaybeUninit<u8>]) {
+            unreachable!("the peer writes only padding")
+        }
+    }
+
+    #[test]
+    fn a_peer_writing_padding_nonstop_cannot_pin_the_consumer() {
+        let start = (PEER_CAP - CELL) as u64;
+        let mem = PaddingPeer(std::sync::Arc::new(PaddingInner {
+            cells: (0..PEER_CAP / CELL).map(|_| AtomicU64::new(0)).collect(),
+            head: AtomicU64::new(start),
+            waiting: AtomicU32::new(0),
+            reads: Default::default(),
+        }));
+        let mut c = Consumer::starting_at(mem, start);
+        // The padding of the last cell is legitimate; the next one (at cell 0) is not.
+        assert_eq!(c.pop(&mut |_| true), Err(RingError::Corrupt("padding at the start of the ring")));
+        assert_eq!(c.next(), PEER_CAP as u64);
     }
 }

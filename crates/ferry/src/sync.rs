@@ -1,0 +1,109 @@
+//! The atomics, fence and lock of the code that the loom models check (see
+//! `loom_models`), as tokio does in `tokio/src/loom/`.
+//!
+//! In a normal build these are std's atomics and parking_lot's mutex. Built
+//! with `RUSTFLAGS="--cfg loom"` they are loom's, so a model runs the real
+//! protocol code while loom explores its interleavings and the values a
+//! weak memory model lets each load return. Only code that a model runs
+//! uses this module; the rest of the crate keeps std's types.
+//!
+//! Words shared with another process (ring stamps and head, doorbell words,
+//! writer-waiting flags) cannot be loom atomics: they are std atomics cast
+//! onto the mapping. The protocol code is generic over where those words
+//! live (`RingMemory`, `DoorbellMemory`) and reaches them through
+//! [`AtomicU32Ops`]/[`AtomicU64Ops`], implemented for std's atomics and,
+//! under `cfg(loom)`, for loom's, so a model can keep them on the heap.
+//!
+//! A loom build only needs to compile the rest of the crate: `scripts/test.sh`
+//! runs just the tests whose names contain `loom`.
+
+pub(crate) use std::sync::atomic::Ordering;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
+
+#[cfg(not(loom))]
+pub(crate) use parking_lot::Mutex;
+
+/// loom's mutex with parking_lot's signature (`lock` cannot fail).
+#[cfg(loom)]
+pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    pub(crate) fn new(value: T) -> Mutex<T> {
+        Mutex(loom::sync::Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        // A model that panics while holding the lock has failed already.
+        self.0.lock().unwrap()
+    }
+}
+
+/// The operations the protocols do on a 64-bit shared word.
+pub trait AtomicU64Ops: Send + Sync {
+    fn load(&self, order: Ordering) -> u64;
+    fn store(&self, val: u64, order: Ordering);
+}
+
+/// The operations the protocols do on a 32-bit shared word.
+pub trait AtomicU32Ops: Send + Sync {
+    fn load(&self, order: Ordering) -> u32;
+    fn store(&self, val: u32, order: Ordering);
+    fn swap(&self, val: u32, order: Ordering) -> u32;
+    fn fetch_add(&self, val: u32, order: Ordering) -> u32;
+    fn fetch_sub(&self, val: u32, order: Ordering) -> u32;
+}
+
+macro_rules! impl_u64_ops {
+    ($t:ty) => {
+        impl AtomicU64Ops for $t {
+            #[inline(always)]
+            fn load(&self, order: Ordering) -> u64 {
+                <$t>::load(self, order)
+            }
+            #[inline(always)]
+            fn store(&self, val: u64, order: Ordering) {
+                <$t>::store(self, val, order)
+            }
+        }
+    };
+}
+
+macro_rules! impl_u32_ops {
+    ($t:ty) => {
+        impl AtomicU32Ops for $t {
+            #[inline(always)]
+            fn load(&self, order: Ordering) -> u32 {
+                <$t>::load(self, order)
+            }
+            #[inline(always)]
+            fn store(&self, val: u32, order: Ordering) {
+                <$t>::store(self, val, order)
+            }
+            #[inline(always)]
+            fn swap(&self, val: u32, order: Ordering) -> u32 {
+                <$t>::swap(self, val, order)
+            }
+            #[inline(always)]
+            fn fetch_add(&self, val: u32, order: Ordering) -> u32 {
+                <$t>::fetch_add(self, val, order)
+            }
+            #[inline(always)]
+            fn fetch_sub(&self, val: u32, order: Ordering) -> u32 {
+                <$t>::fetch_sub(self, val, order)
+            }
+        }
+    };
+}
+
+impl_u64_ops!(std::sync::atomic::AtomicU64);
+impl_u32_ops!(std::sync::atomic::AtomicU32);
+#[cfg(loom)]
+impl_u64_ops!(loom::sync::atomic::AtomicU64);
+#[cfg(loom)]
+impl_u32_ops!(loom::sync::atomic::AtomicU32);
