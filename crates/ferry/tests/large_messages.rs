@@ -93,6 +93,10 @@ fn child_entry() {
             let (done, outcome) = std::sync::mpsc::channel();
             drop(team.spawn(async move {
                 let callee = CalleeClient::connect(&t, callee).await.unwrap();
+                // B's call back must come on this same channel: give B's bind
+                // thread time to record it as A's, or B could race it and
+                // bind a second channel (defect 2).
+                t.sleep(Duration::from_millis(100)).await;
                 assert!(callee.meet(back_id).await.unwrap(), "B could not bind A's Back service");
                 let hello = callee.hello();
                 let streamed = t.raw_sender(sink).send_async(&vec![7u8; 8 * MIB], Checkpoint::OnReceipt).await;
