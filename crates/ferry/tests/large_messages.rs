@@ -123,10 +123,12 @@ fn child_entry() {
 }
 
 /// Defect 7: a task of A streams 8 MiB to B; B, handling a call of A's made
-/// just before, calls back into A (no deadline). A's processor, waiting for ring space in
-/// the middle of the stream, takes B's call and runs its handler, whose
-/// reply must go out on the channel the stream holds: it waits for a
-/// stream that cannot go on until it returns. Stuck for good.
+/// just before, calls back into A (no deadline). A's processor, waiting for
+/// ring space in the middle of the stream, takes B's call and runs its
+/// handler, whose reply must go out on the channel the stream holds: it
+/// waits for a stream that cannot go on until it returns. Stuck for good
+/// (seen in gdb: `send_message` → `Idle::step` → `run_direct` → handler →
+/// `reply` → `push_frame` waiting behind `streaming`).
 #[test]
 #[ignore = "defect 7: fixed in the core rework"]
 fn a_call_back_during_a_large_send_does_not_deadlock() {
