@@ -37,6 +37,10 @@ fn child_entry() {
             let port = team.open_named_port::<String>("holder").unwrap();
             common::say("ready");
             let held = port.recv_blocking().unwrap();
+            // The messages must share the held call's channel: give the bind
+            // thread time to record it as the parent's, or `connect` could
+            // race it and bind a second channel (defect 2).
+            std::thread::sleep(Duration::from_millis(100));
             let sink = team.connect::<u64>("sink").unwrap();
             for i in 0..3u64 {
                 sink.send(&i, Checkpoint::Immediate).unwrap();
