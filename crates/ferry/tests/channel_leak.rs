@@ -73,7 +73,6 @@ fn holdings() -> (usize, usize) {
 /// must come back to what they were before. The race is narrow (a few
 /// clients in a hundred), so the test runs several rounds.
 #[test]
-#[ignore = "defect 2: fixed in the core rework"]
 fn short_lived_clients_leave_nothing_at_the_server() {
     const ROUNDS: usize = 5;
     const CLIENTS: usize = 100;

@@ -159,7 +159,6 @@ fn port_client(team: Team, stop: Arc<AtomicBool>) -> Seen {
 /// Three clients (two RPC, one port, each its own team) call in a loop
 /// while the server process restarts 20 times.
 #[test]
-#[ignore = "defect 3: fixed in the core rework"]
 fn clients_of_a_restarting_server_see_only_typed_errors() {
     const RESTARTS: u64 = 20;
     let dir = tempfile::tempdir().unwrap();

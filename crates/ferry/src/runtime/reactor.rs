@@ -155,6 +155,9 @@ fn check_hangup(team: &Arc<TeamInner>, ch: &Arc<Channel>) {
         _ => {}
     }
     team.reactor.unwatch(ch);
+    // Sends fail from now on; the channel is finished (its waiters failed)
+    // only after the sweep, below.
+    ch.transport.close();
     if !team.is_shut_down() {
         // Before the waiters learn of it: whoever sees `PeerGone` finds the
         // dead team's names and files gone (or being swept).
