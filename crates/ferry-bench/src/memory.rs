@@ -47,7 +47,9 @@ pub fn report() -> Value {
     let ring = ferry::Config::default().ring_bytes;
     json!({
         "idle_team_rss_kib": idle,
-        "shm_per_channel_pair_bytes": ferry::transport::shm::segment_len(ring),
+        // Resident: the header and the rings; the payload areas are sparse (touched by large messages only).
+        "shm_per_channel_pair_bytes": ferry::transport::shm::segment_len(ring, 0),
+        "shm_payload_area_virtual_bytes": ferry::transport::shm::area_for(ferry::Config::default().max_message),
         "shm_doorbell_per_team_bytes": ferry::transport::doorbell::DOORBELL_LEN,
         "ring_bytes_per_direction": ring,
     })

@@ -12,7 +12,7 @@ mod common;
 
 use ferry::id::Addr;
 use ferry::transport::doorbell::Doorbell;
-use ferry::transport::{Recv, RecvError, SendError, Transport};
+use ferry::transport::{Body, Detached, Recv, RecvError, SendError, Transport};
 use ferry::wire::{flags, Checkpoint, Header, Kind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,13 +23,16 @@ use std::time::{Duration, Instant};
 /// the second end to the team of the second doorbell.
 type Factory = fn(usize, Arc<Doorbell>, Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>);
 
+/// Bytes of out-of-band payloads each end can have outstanding.
+const AREA: usize = 1 << 20;
+
 fn make_inproc(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-    let (x, y) = ferry::transport::inproc::pair(cap, a, b);
+    let (x, y) = ferry::transport::inproc::pair(cap, AREA, a, b);
     (Box::new(x), Box::new(y))
 }
 
 fn make_shm(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-    let (x, y) = ferry::transport::shm::pair_for_tests(cap, a, b).expect("shared-memory pair");
+    let (x, y) = ferry::transport::shm::pair_for_tests(cap, AREA as u64, a, b).expect("shared-memory pair");
     (Box::new(x), Box::new(y))
 }
 
@@ -85,6 +88,15 @@ fn size_of(i: u64, max: usize) -> usize {
     }
 }
 
+/// A body's bytes; a detached one is taken (accepting its frame) and
+/// dropped after the copy, which gives its space back.
+fn bytes_of(p: Body<'_>) -> Vec<u8> {
+    match p {
+        Body::Inline(b) => b.to_vec(),
+        Body::Detached(slot) => slot.take().expect("a detached body").into_vec(),
+    }
+}
+
 /// Sends, retrying while the pipe is full, until `PATIENCE` runs out.
 fn send_patiently(t: &dyn Transport, h: &Header, p: &[u8], until: Instant) {
     loop {
@@ -107,7 +119,7 @@ fn recv_within(t: &dyn Transport, limit: Duration) -> Option<(Header, Vec<u8>)> 
     loop {
         let mut got = None;
         match t.try_recv(&mut |h, p| {
-            got = Some((*h, p.to_vec()));
+            got = Some((*h, bytes_of(p)));
             true
         }) {
             Ok(Recv::Consumed) => return Some(got.expect("Consumed without a frame")),
@@ -130,7 +142,7 @@ fn recv_within(t: &dyn Transport, limit: Duration) -> Option<(Header, Vec<u8>)> 
 fn recv_now(t: &dyn Transport) -> Option<(Header, Vec<u8>)> {
     let mut got = None;
     match t.try_recv(&mut |h, p| {
-        got = Some((*h, p.to_vec()));
+        got = Some((*h, bytes_of(p)));
         true
     }) {
         Ok(Recv::Consumed) => {
@@ -188,7 +200,7 @@ fn ordered_no_loss_no_duplicates_across_threads(make: Factory) {
             while next < N {
                 let mut frame = None;
                 let r = b.try_recv(&mut |h, p| {
-                    frame = Some((*h, p.to_vec()));
+                    frame = Some((*h, bytes_of(p)));
                     true
                 });
                 match r {
@@ -319,7 +331,7 @@ fn refused_frame_is_offered_again_first(make: Factory) {
     for _ in 0..3 {
         let mut seen = None;
         let r = pipe.b.try_recv(&mut |h, p| {
-            seen = Some((h.call_id, p.to_vec()));
+            seen = Some((h.call_id, bytes_of(p)));
             false
         });
         assert_eq!(r, Ok(Recv::Kept));
@@ -391,16 +403,17 @@ fn header_fields_arrive_intact(make: Factory) {
         Addr::new(u16::MAX, ferry::id::MAX_TEAM, ferry::id::MAX_SLOT).unwrap(),
         Addr::new(0x1234, 0xAB_CDEF, 0x12_3456).unwrap(),
     ];
-    let kinds = [Kind::Data, Kind::Ack, Kind::Reply, Kind::Nack, Kind::Fragment];
+    let kinds = [Kind::Data, Kind::Ack, Kind::Reply, Kind::Nack, Kind::Cancel];
     let checkpoints = [Checkpoint::Immediate, Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn];
     let mut n = 0u64;
     for (ki, kind) in kinds.into_iter().enumerate() {
         for (ci, cp) in checkpoints.into_iter().enumerate() {
-            for more in [false, true] {
+            // A DETACHED flag passed to `try_send` is not the sender's to set: it is cleared.
+            for detached in [false, true] {
                 let mut h = Header::new(kind, ids[(ki + ci) % 4], ids[(ki + ci + 1) % 4], [0, 1, u64::MAX, n][ci])
                     .with_checkpoint(cp);
-                if more {
-                    h.flags |= flags::MORE;
+                if detached {
+                    h.flags |= flags::DETACHED;
                 }
                 h.budget_ns = [0, 1, u64::MAX, 1_700_000_000_123_456_789][(ki + ci) % 4];
                 h.len = 0xDEAD; // not the payload's length: the transport must set it
@@ -408,9 +421,9 @@ fn header_fields_arrive_intact(make: Factory) {
                 pipe.a.try_send(&h, &body).unwrap();
                 let (got, p) = recv_now(&*pipe.b).expect("frame");
                 assert_eq!(got.kind, h.kind);
-                assert_eq!(got.flags, h.flags);
+                assert_eq!(got.flags, h.flags & !flags::DETACHED);
                 assert_eq!(got.checkpoint(), cp);
-                assert_eq!(got.more(), more);
+                assert!(!got.detached());
                 assert_eq!(got.src, h.src);
                 assert_eq!(got.dst, h.dst);
                 assert_eq!(got.call_id, h.call_id);
@@ -599,6 +612,135 @@ fn many_laps_nearly_full(make: Factory) {
     assert_eq!(got, sent);
 }
 
+/// Runs one end's receive path until nothing is waiting, the way the
+/// runtime's progress loop does: frames the transport keeps for itself (a
+/// `Release` giving staged space back) are taken in; any other frame fails.
+fn pump(t: &dyn Transport) {
+    loop {
+        match t.try_recv(&mut |h, _| panic!("unexpected frame {h:?}")) {
+            Ok(Recv::Consumed) => {}
+            Ok(Recv::Empty) => break,
+            other => panic!("pumping: {other:?}"),
+        }
+    }
+    t.tidy();
+}
+
+/// Stages and sends `p` out of band, retrying while there is no room
+/// (pumping the sender's receive side, where staged space comes back).
+fn send_detached(t: &dyn Transport, h: &Header, p: &[u8], until: Instant) {
+    let mut staged = loop {
+        match t.stage(p) {
+            Ok(s) => break Some(s),
+            Err(SendError::Full) => {
+                assert!(Instant::now() < until, "staged space never came back");
+                pump(t);
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("staging {} bytes: {e:?}", p.len()),
+        }
+    };
+    loop {
+        match t.try_send_staged(h, &mut staged) {
+            Ok(()) => return assert!(staged.is_none(), "a sent payload was left staged"),
+            Err(SendError::Full) => {
+                assert!(Instant::now() < until, "pipe stayed full");
+                assert!(staged.is_some(), "a refused payload was not left staged");
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("sending staged: {e:?}"),
+        }
+    }
+}
+
+/// Payloads larger than a frame travel out of band, intact and in order
+/// with the frames around them; their space comes back once the receiver
+/// drops them, so many times the area's size goes through.
+fn large_payloads_travel_detached_and_their_space_returns(make: Factory) {
+    let pipe = open(make, SMALL);
+    let until = Instant::now() + PATIENCE;
+    let max = pipe.a.max_detached();
+    assert!(max >= AREA / 2, "max_detached {max}");
+    let sizes = |i: u64| [pipe.a.max_payload() + 1, 100_000, max / 3, max][i as usize % 4];
+    let total = 40u64;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..total {
+                send_detached(&*pipe.a, &data(i), &payload(i, sizes(i)), until);
+                // A small frame between large ones keeps its place.
+                send_patiently(&*pipe.a, &data(1000 + i), &payload(i, 3), until);
+            }
+        });
+        for i in 0..total {
+            let (h, p) = recv_within(&*pipe.b, PATIENCE).expect("a large payload");
+            assert!(h.detached(), "a {}-byte payload was not sent detached", p.len());
+            assert_eq!((h.call_id, p.len()), (i, sizes(i)));
+            assert!(p == payload(i, sizes(i)), "payload {i} corrupted");
+            let (h, p) = recv_within(&*pipe.b, PATIENCE).expect("a small frame");
+            assert_eq!((h.call_id, p), (1000 + i, payload(i, 3)));
+            pipe.b.tidy(); // gives the dropped payload's space back
+        }
+    });
+    assert_empty(&*pipe.b);
+}
+
+/// Staging finds the area full while the receiver holds what it was lent
+/// (`Full`, nothing written), and room again once it lets go; a payload
+/// larger than `max_detached` is `TooLarge`.
+fn staging_waits_for_space_the_receiver_holds(make: Factory) {
+    let pipe = open(make, SMALL);
+    let max = pipe.a.max_detached();
+    assert_eq!(pipe.a.stage(&vec![1; max + 1]).err(), Some(SendError::TooLarge));
+    let until = Instant::now() + PATIENCE;
+    let half = max / 2;
+    send_detached(&*pipe.a, &data(1), &payload(1, half), until);
+    send_detached(&*pipe.a, &data(2), &payload(2, half), until);
+    assert_eq!(pipe.a.stage(&payload(3, half)).err(), Some(SendError::Full));
+    // The receiver takes the first and keeps it: still full.
+    let mut kept = None;
+    assert_eq!(
+        pipe.b.try_recv(&mut |_, p| match p {
+            Body::Detached(slot) => {
+                kept = slot.take();
+                true
+            }
+            Body::Inline(_) => panic!("inline"),
+        }),
+        Ok(Recv::Consumed)
+    );
+    pipe.b.tidy();
+    pump(&*pipe.a);
+    assert_eq!(pipe.a.stage(&payload(3, half)).err(), Some(SendError::Full));
+    // Dropped (without being read): its space comes back.
+    let kept: Detached = kept.expect("taken");
+    assert_eq!(kept.len(), half);
+    drop(kept);
+    pipe.b.tidy();
+    pump(&*pipe.a);
+    let staged = pipe.a.stage(&payload(3, half)).expect("room after the release");
+    // Dropped unsent, a staged payload frees its space too.
+    drop(staged);
+    assert!(pipe.a.stage(&payload(4, half)).is_ok());
+    let (h, p) = recv_now(&*pipe.b).expect("the second payload");
+    assert_eq!((h.call_id, p), (2, payload(2, half)));
+}
+
+/// A detached frame refused by `accept` (its body left in place) stays,
+/// keeps its space, and is offered again with the same bytes.
+fn refused_detached_frame_stays(make: Factory) {
+    let pipe = open(make, SMALL);
+    let until = Instant::now() + PATIENCE;
+    let big = pipe.a.max_payload() * 2;
+    send_detached(&*pipe.a, &data(7), &payload(7, big), until);
+    for _ in 0..2 {
+        assert_eq!(pipe.b.try_recv(&mut |_, _| false), Ok(Recv::Kept));
+        pipe.b.tidy();
+    }
+    let (h, p) = recv_now(&*pipe.b).expect("offered again");
+    assert_eq!((h.call_id, p), (7, payload(7, big)));
+    assert_empty(&*pipe.b);
+}
+
 macro_rules! conformance {
     ($name:ident, $make:expr) => {
         mod $name {
@@ -619,6 +761,18 @@ macro_rules! conformance {
             #[test]
             fn too_large_is_refused() {
                 super::too_large_is_refused($make)
+            }
+            #[test]
+            fn large_payloads_travel_detached_and_their_space_returns() {
+                super::large_payloads_travel_detached_and_their_space_returns($make)
+            }
+            #[test]
+            fn staging_waits_for_space_the_receiver_holds() {
+                super::staging_waits_for_space_the_receiver_holds($make)
+            }
+            #[test]
+            fn refused_detached_frame_stays() {
+                super::refused_detached_frame_stays($make)
             }
             #[test]
             fn refused_frame_is_offered_again_first() {
@@ -740,7 +894,7 @@ mod shm_corrupt_peer {
         let pipe = open(make_shm, CAP);
         let marker = unique_marker();
         pipe.a.try_send(&data(1), &marker).unwrap();
-        let len = segment_len(CAP);
+        let len = segment_len(CAP, AREA as u64);
         for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
             let Ok(target) = std::fs::read_link(entry.path()) else { continue };
             if !target.to_string_lossy().contains("ferry-channel") {
@@ -883,7 +1037,11 @@ mod shm_corrupt_peer {
             let mut outcome = None;
             for _ in 0..(CAP / 64 + 2) {
                 let r = pipe.b.try_recv(&mut |h, p| {
-                    assert_eq!(h.len as usize, p.len());
+                    match p {
+                        Body::Inline(p) => assert_eq!(h.len as usize, p.len()),
+                        // A descriptor that passed the checks: read it all (by copy).
+                        Body::Detached(slot) => drop(slot.take().expect("offered").into_vec()),
+                    }
                     true
                 });
                 match r {

@@ -161,12 +161,14 @@ pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
             _ => {}
         }
     }
-    RawMessage { payload: m.payload, from, reply, deadline, arrived }
+    RawMessage { payload: m.payload, copied: OnceLock::new(), from, reply, deadline, arrived }
 }
 
 /// A received raw message.
 pub struct RawMessage {
     payload: Payload,
+    /// `payload` copied out of a peer's memory, the first time it is asked for as a slice.
+    copied: OnceLock<Vec<u8>>,
     from: EndpointId,
     reply: Option<Responder>,
     deadline: Option<Instant>,
@@ -174,11 +176,41 @@ pub struct RawMessage {
 }
 
 impl RawMessage {
+    /// The bytes. A large payload that came out of band from another
+    /// process is copied into fresh memory the first time; to receive it
+    /// into memory you reuse instead, use [`RawMessage::read_into`].
     pub fn payload(&self) -> &[u8] {
-        &self.payload
+        match self.payload.as_local() {
+            Some(b) => b,
+            None => self.copied.get_or_init(|| {
+                let mut v = Vec::new();
+                self.payload.read_into(&mut v);
+                v
+            }),
+        }
     }
+
+    /// Copies the bytes into `out`, replacing its contents and reusing its
+    /// capacity: a large message lands in memory already touched (the
+    /// first touch of fresh memory costs more than the copy).
+    pub fn read_into(&self, out: &mut Vec<u8>) {
+        self.payload.read_into(out)
+    }
+
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.payload.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn into_payload(self) -> Vec<u8> {
-        self.payload.into_vec()
+        match self.copied.into_inner() {
+            Some(v) => v,
+            None => self.payload.into_vec(),
+        }
     }
     /// The sending endpoint.
     pub fn from(&self) -> EndpointId {
@@ -355,7 +387,7 @@ impl<T: DeserializeOwned> Port<T> {
     /// A message that does not decode is a `Codec` error here; a sender
     /// waiting for `OnReturn` is told (`Refused`), others are not.
     pub fn decode(raw: RawMessage) -> Result<Message<T>> {
-        match codec::decode(&raw.payload) {
+        match raw.payload.with_bytes(codec::decode) {
             Ok(value) => Ok(Message { value, raw }),
             Err(e) => Err(e),
         }

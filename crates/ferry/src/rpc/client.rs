@@ -205,7 +205,7 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
                 self.delivery = None;
                 let t = cost::record(Side::Client, Stage::Poll, self.since);
                 let result = match r {
-                    Ok(payload) => envelope::decode_response(&payload),
+                    Ok(payload) => payload.with_bytes(envelope::decode_response),
                     Err(e) => Err(e.into()),
                 };
                 cost::record(Side::Client, Stage::Receive, t);

@@ -161,11 +161,12 @@ impl IncomingCall {
     }
 
     pub fn args(&self) -> &[u8] {
-        &self.args
+        // Arguments are copied out of the request when it is parsed.
+        self.args.as_local().expect("call arguments live in local memory")
     }
 
     pub fn decode_args<A: DeserializeOwned>(&self) -> Result<A, RpcError> {
-        Ok(codec::decode(&self.args)?)
+        Ok(codec::decode(self.args())?)
     }
 
     pub fn from(&self) -> EndpointId {
@@ -517,7 +518,7 @@ fn start<D: Dispatch>(handler: &Arc<D>, call: IncomingCall) -> Option<(IncomingC
         return None;
     }
     let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, &call.args)));
+    let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, call.args())));
     Some((call, work, t))
 }
 

@@ -204,7 +204,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     fn channel(doorbell: &Arc<Doorbell>) -> Arc<Channel> {
-        let end = inproc::loopback(4096, doorbell.clone());
+        let end = inproc::loopback(4096, 0, doorbell.clone());
         Arc::new(Channel::new(TeamId { node: 0, team: 1, incarnation: 1 }, Box::new(end), None))
     }
 

@@ -1,6 +1,6 @@
 //! A channel: this team's end of a transport to one peer team, plus the
-//! state the runtime keeps for it (piece reassembly, a backlog of control
-//! frames, whether the peer is gone).
+//! state the runtime keeps for it (messages held for full inboxes, a
+//! backlog of control frames, whether the peer is gone).
 
 use super::inbox::{self, Inbox};
 use super::payload::Payload;
@@ -37,10 +37,6 @@ pub(crate) struct Channel {
     /// the channel in the tables of calls only it may answer or cancel.
     serial: u64,
     pub transport: Box<dyn Transport>,
-    /// Held for the whole of one message, so pieces of two messages never interleave.
-    pub tx: Mutex<()>,
-    /// A message of several pieces is being written (its sender holds `tx`).
-    pub streaming: AtomicBool,
     /// The receive side; `try_lock`ed so one thread at a time drains it.
     pub rx: Mutex<RxState>,
     /// Acks and nacks that found the transport busy or full; sent before anything else is received.
@@ -62,14 +58,10 @@ pub(crate) struct RxState {
     /// The inbox the last data frame went to: most traffic on a channel
     /// goes to one endpoint, so this saves the team's endpoint table.
     pub last_inbox: Option<(u32, Arc<Inbox<Incoming>>)>,
-    /// A message being put back together from pieces: its first header and the bytes so far.
-    pub assembling: Option<(Header, Vec<u8>)>,
     /// Data messages their full inboxes refused, in arrival order; offered
     /// again first. Holding them (up to a bound) keeps the channel moving
     /// for acks, replies and other endpoints' messages behind them.
     pub held: VecDeque<(Header, Payload)>,
-    /// Skipping the remaining pieces of a message refused as too large.
-    pub discarding: bool,
     /// Cost accounting: when the frame being routed was picked up.
     pub since: Option<std::time::Instant>,
     /// Messages for direct takers, run once the channel's locks are released.
@@ -83,8 +75,6 @@ impl Channel {
             peer,
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             transport,
-            tx: Mutex::new(()),
-            streaming: AtomicBool::new(false),
             rx: Mutex::new(RxState::default()),
             backlog: Mutex::new(VecDeque::new()),
             backlog_used: AtomicBool::new(false),
@@ -141,11 +131,9 @@ impl Channel {
         }
         let mut backlog = self.backlog.lock();
         if backlog.is_empty() {
-            if let Some(_tx) = self.tx.try_lock() {
-                match self.transport.try_send(&header, &payload) {
-                    Ok(()) | Err(SendError::Closed) => return,
-                    Err(SendError::Full) | Err(SendError::TooLarge) => {}
-                }
+            match self.transport.try_send(&header, &payload) {
+                Ok(()) | Err(SendError::Closed) => return,
+                Err(SendError::Full) | Err(SendError::TooLarge) => {}
             }
         }
         backlog.push_back((header, payload));
@@ -162,7 +150,6 @@ impl Channel {
             self.backlog_used.store(false, Ordering::Release);
             return;
         }
-        let Some(_tx) = self.tx.try_lock() else { return };
         while let Some((h, p)) = backlog.front() {
             match self.transport.try_send(h, p) {
                 Ok(()) => {

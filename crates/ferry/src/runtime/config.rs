@@ -6,6 +6,10 @@ use crate::transport::shm;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Default largest message: 1 GiB of data plus room for its encoding
+/// (a typed message's MessagePack header, an RPC envelope).
+pub const DEFAULT_MAX_MESSAGE: usize = (1 << 30) + (1 << 20);
+
 /// Settings of a team. Build with [`Team::builder`].
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -32,7 +36,7 @@ impl Default for Config {
             max_ring_bytes: 64 * 1024 * 1024,
             inbox_capacity: 1024,
             hold_capacity: 1024,
-            max_message: 64 * 1024 * 1024,
+            max_message: DEFAULT_MAX_MESSAGE,
             runtime_dir: None,
         }
     }
@@ -92,7 +96,11 @@ impl TeamBuilder {
         self.cfg.hold_capacity = n;
         self
     }
-    /// Largest message sent or accepted (default 64 MiB).
+    /// Largest message sent or accepted (default 1 GiB + 1 MiB). A message
+    /// larger than a ring record travels out of band, through a payload
+    /// area of this size per direction of each shared-memory channel
+    /// (virtual memory: only the pages a message touched are resident, and
+    /// pages above the first 64 MiB go back to the kernel once released).
     pub fn max_message(mut self, n: usize) -> Self {
         self.cfg.max_message = n;
         self

@@ -9,10 +9,10 @@ use super::idle;
 use super::inbox::Offer;
 use super::payload::Payload;
 use super::team::TeamInner;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::id::Addr;
-use crate::transport::Recv;
-use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
+use crate::transport::{Body, Recv};
+use crate::wire::{Checkpoint, Header, Kind, NackReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -55,15 +55,12 @@ impl TeamInner {
 
     /// The peer is gone and everything it sent was taken: what the channel
     /// still holds is settled so that it finishes now, failing the calls
-    /// that wait on it. A message cut off by the peer's death is dropped
-    /// (nobody waits for it); whole messages held for full inboxes go to
-    /// them past their capacity (that memory is spent already) rather than
-    /// keep the channel, and every call on it, waiting for a reader.
+    /// that wait on it. Messages held for full inboxes go to them past
+    /// their capacity (that memory is spent already) rather than keep the
+    /// channel, and every call on it, waiting for a reader. (No message is
+    /// ever half-received: a large one is staged whole before its frame is
+    /// sent.)
     fn settle_gone(&self, ch: &Arc<Channel>, rx: &mut RxState) {
-        if let Some((h, part)) = rx.assembling.take() {
-            tracing::debug!(peer = %ch.peer, from = %h.src, bytes = part.len(), "dropped a message cut off by its sender's end");
-        }
-        rx.discarding = false;
         for (h, p) in std::mem::take(&mut rx.held) {
             let mut slot = Some(p);
             self.deliver(ch, rx, &h, || slot.take().unwrap(), true);
@@ -152,65 +149,40 @@ impl TeamInner {
         ch: &Arc<Channel>,
         rx: &mut RxState,
         h: &Header,
-        payload: &[u8],
+        body: Body<'_>,
         violation: &mut Option<String>,
     ) -> bool {
         if !ch.carries(h, self.id) {
             *violation = Some(format!("a frame from {} to {} on the channel from team {}", h.src, h.dst, ch.peer));
             return false;
         }
-        let hold_full = rx.held.len() >= self.cfg.hold_capacity;
-        if h.kind == Kind::Fragment {
-            if rx.discarding {
-                rx.discarding = h.more();
-                return true;
-            }
-            let Some((first, buf)) = rx.assembling.as_mut() else {
-                *violation = Some("a piece with no message to belong to".into());
-                return false;
-            };
-            if buf.len() + payload.len() > self.cfg.max_message {
-                // Refuse this message, skip its remaining pieces, keep the channel.
-                let first = *first;
-                rx.assembling = None;
-                rx.discarding = h.more();
-                self.nack(ch, &first, NackReason::TooLarge, &format!("larger than {} bytes", self.cfg.max_message));
-                return true;
-            }
-            buf.extend_from_slice(payload);
-            if !h.more() {
-                let (mut first, whole) = rx.assembling.take().unwrap();
-                first.flags &= !flags::MORE;
-                first.len = whole.len() as u32;
-                // Room in the hold queue was checked at the first piece, and
-                // nothing else travels between the pieces of one message.
-                self.dispatch(ch, rx, &first, || Payload::Heap(whole));
-            }
-            return true;
-        }
-        if rx.assembling.is_some() || rx.discarding {
-            *violation = Some("a new message before the last piece of the previous one".into());
-            return false;
-        }
-        if h.more() {
-            if h.kind == Kind::Data && hold_full {
-                return false;
-            }
-            rx.assembling = Some((*h, payload.to_vec()));
-            return true;
-        }
         match h.kind {
-            Kind::Data if hold_full => false,
-            Kind::Data => {
-                self.dispatch(ch, rx, h, || Payload::from_slice(payload));
-                true
-            }
+            Kind::Data if rx.held.len() >= self.cfg.hold_capacity => false,
             Kind::Cancel => {
                 self.calls.cancel_arrived(ch, h.call_id);
                 true
             }
-            _ => {
-                self.complete(ch, h, payload);
+            Kind::Release => {
+                *violation = Some("a payload release outside its transport".into());
+                false
+            }
+            Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
+                match body {
+                    Body::Inline(p) => self.dispatch(ch, rx, h, || Payload::from_slice(p)),
+                    Body::Detached(slot) => {
+                        let d = slot.take().expect("a detached body is offered once");
+                        if d.len() > self.cfg.max_message {
+                            // Taken (so released at once) and refused.
+                            let why = format!("{} bytes, larger than {}", d.len(), self.cfg.max_message);
+                            match h.kind {
+                                Kind::Data => self.nack(ch, h, NackReason::TooLarge, &why),
+                                _ => self.complete(ch, h, Err(Error::Refused(format!("reply too large: {why}")))),
+                            }
+                        } else {
+                            self.dispatch(ch, rx, h, || Payload::Detached(d));
+                        }
+                    }
+                }
                 true
             }
         }
@@ -222,7 +194,7 @@ impl TeamInner {
     /// endpoint is kept).
     fn dispatch(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, payload: impl FnOnce() -> Payload) {
         if h.kind != Kind::Data {
-            self.complete(ch, h, &payload());
+            self.complete(ch, h, Ok(payload()));
             return;
         }
         // Behind a held message for the same endpoint, or refused: hold it.
@@ -292,15 +264,16 @@ impl TeamInner {
         }
     }
 
-    /// An ack, reply or nack for one of our sends.
-    fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: &[u8]) {
+    /// An ack, reply or nack for one of our sends (or a failure of one).
+    fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: Result<Payload>) {
         let Some(c) = self.calls.take_answered(ch, h.call_id) else {
             tracing::debug!(call = h.call_id, peer = %ch.peer, "answer to no pending send; ignored");
             return;
         };
-        c.finish(match h.kind {
-            Kind::Ack | Kind::Reply => Ok(Payload::from_slice(payload)),
-            _ => Err(nack_error(ch, h, payload)),
+        c.finish(match (h.kind, payload) {
+            (Kind::Ack | Kind::Reply, p) => p,
+            (_, Ok(p)) => Err(p.with_bytes(|b| nack_error(ch, h, b))),
+            (_, Err(e)) => Err(e),
         });
     }
 }

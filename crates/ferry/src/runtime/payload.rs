@@ -1,12 +1,21 @@
 //! A message's bytes: small ones kept inline (no allocation on the hot
-//! path of small messages), larger ones in a `Vec`.
+//! path of small messages), larger ones in a `Vec`, large ones where they
+//! travelled out of band (the peer's payload area), copied out only when
+//! the receiver asks — into memory it reuses, if it likes.
+
+use crate::transport::Detached;
 
 /// Bytes a payload holds without allocating.
 pub const INLINE: usize = 56;
 
 pub enum Payload {
-    Inline { len: u8, bytes: [u8; INLINE] },
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE],
+    },
     Heap(Vec<u8>),
+    /// Out of band; its space goes back to the sender when this is dropped.
+    Detached(Detached),
 }
 
 impl Payload {
@@ -20,10 +29,53 @@ impl Payload {
         }
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub fn len(&self) -> usize {
         match self {
-            Payload::Inline { len, bytes } => &bytes[..*len as usize],
-            Payload::Heap(v) => v,
+            Payload::Inline { len, .. } => *len as usize,
+            Payload::Heap(v) => v.len(),
+            Payload::Detached(d) => d.len(),
+        }
+    }
+
+    /// The bytes, if they are in this process's own memory already.
+    pub fn as_local(&self) -> Option<&[u8]> {
+        match self {
+            Payload::Inline { len, bytes } => Some(&bytes[..*len as usize]),
+            Payload::Heap(v) => Some(v),
+            Payload::Detached(Detached::Inproc(h)) => Some(h.bytes()),
+            Payload::Detached(Detached::Shm(_)) => None,
+        }
+    }
+
+    /// Runs `f` on the bytes. Bytes in a peer's area are copied first into
+    /// a buffer this thread reuses (warm memory: no page faults), so a
+    /// decoder never reads memory the peer can still write.
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if let Some(b) = self.as_local() {
+            return f(b);
+        }
+        thread_local! {
+            static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        // Taken out while in use: `f` may decode another payload meanwhile.
+        let mut buf = SCRATCH.take();
+        self.read_into(&mut buf);
+        let r = f(&buf);
+        if buf.capacity() <= MAX_SCRATCH {
+            SCRATCH.set(buf);
+        }
+        r
+    }
+
+    /// Replaces `out`'s contents with the bytes, reusing its capacity.
+    pub fn read_into(&self, out: &mut Vec<u8>) {
+        match (self.as_local(), self) {
+            (Some(b), _) => {
+                out.clear();
+                out.extend_from_slice(b);
+            }
+            (None, Payload::Detached(d)) => d.read_into(out),
+            (None, _) => unreachable!("only a peer's area is not local"),
         }
     }
 
@@ -31,20 +83,18 @@ impl Payload {
         match self {
             Payload::Inline { len, bytes } => bytes[..len as usize].to_vec(),
             Payload::Heap(v) => v,
+            Payload::Detached(d) => d.into_vec(),
         }
     }
 }
 
+/// Largest scratch buffer a thread keeps between payloads (a larger one is
+/// freed after use, so one huge message does not pin its size forever).
+const MAX_SCRATCH: usize = 256 << 20;
+
 impl From<Vec<u8>> for Payload {
     fn from(v: Vec<u8>) -> Payload {
         Payload::Heap(v)
-    }
-}
-
-impl std::ops::Deref for Payload {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.as_slice()
     }
 }
 
@@ -64,7 +114,8 @@ mod tests {
             let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
             let p = Payload::from_slice(&v);
             assert_eq!(matches!(p, Payload::Inline { .. }), n <= INLINE);
-            assert_eq!(p.as_slice(), &v[..]);
+            assert_eq!(p.as_local().unwrap(), &v[..]);
+            assert_eq!(p.with_bytes(|b| b.to_vec()), v);
             assert_eq!(p.into_vec(), v);
         }
     }

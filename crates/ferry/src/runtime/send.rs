@@ -1,4 +1,4 @@
-//! The send path: one message onto a channel (in pieces if it is larger
+//! The send path: one message onto a channel (out of band if it is larger
 //! than a frame), waiting for room if asked, and the answers a receiver
 //! sends back (acks, replies, nacks).
 
@@ -10,16 +10,18 @@ use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::transport::SendError;
-use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
+use crate::wire::{Checkpoint, Header, Kind, NackReason};
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 impl TeamInner {
-    /// Sends one message (split into pieces if needed). With `wait` false,
-    /// a full channel fails with `WouldBlock` instead of waiting for room;
-    /// with a deadline, waiting for room to start the message ends there
-    /// (once a first piece is out, the rest follows regardless).
+    /// Sends one message. One larger than a frame is staged out of band
+    /// (copied once, with nothing held), then a frame referring to it is
+    /// sent: a large message never holds the channel up for other traffic.
+    /// With `wait` false, no room fails with `WouldBlock` instead of
+    /// waiting; with a deadline, waiting ends there.
     pub fn send_message(
         &self,
         ch: &Channel,
@@ -31,62 +33,37 @@ impl TeamInner {
         if payload.len() > self.cfg.max_message {
             return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
-        let max = ch.transport.max_payload();
-        if payload.len() <= max {
-            // One frame: the send lock is taken per attempt, never held while waiting.
-            return self.push_frame(ch, &header, payload, wait, deadline, true);
+        if payload.len() <= ch.transport.max_payload() {
+            return self.wait_for_room(ch, &header, wait, deadline, &|| ch.transport.try_send(&header, payload));
         }
-        // Pieces of one message must be contiguous: the lock is held for all of
-        // them. An Immediate send never waits behind a message being streamed.
-        let _tx = if wait {
-            ch.tx.lock()
-        } else {
-            ch.tx.try_lock().ok_or(Error::WouldBlock { to: ch.peer_endpoint(header.dst) })?
-        };
-        ch.streaming.store(true, Ordering::Relaxed);
-        let _streaming = scopeguard(|| {
-            ch.streaming.store(false, Ordering::Relaxed);
-            // Senders of this team that waited behind the stream may go on.
-            self.doorbell.ring_now();
-        });
-        let mut pieces = payload.chunks(max).peekable();
-        let mut h = header;
-        h.flags |= flags::MORE;
-        self.push_frame(ch, &h, pieces.next().unwrap(), wait, deadline, false)?;
-        let mut frag = Header::new(Kind::Fragment, header.src, header.dst, header.call_id);
-        while let Some(piece) = pieces.next() {
-            frag.flags = if pieces.peek().is_some() { flags::MORE } else { 0 };
-            self.push_frame(ch, &frag, piece, true, None, false)?;
+        let max = ch.transport.max_detached();
+        if payload.len() > max {
+            return Err(Error::TooLarge { len: payload.len(), max });
         }
-        Ok(())
+        let staged = RefCell::new(None);
+        let stage = || ch.transport.stage(payload).map(|s| *staged.borrow_mut() = Some(s));
+        self.wait_for_room(ch, &header, wait, deadline, &stage)?;
+        // The staged bytes are not copied again: only the frame waits for room.
+        self.wait_for_room(ch, &header, wait, deadline, &|| {
+            ch.transport.try_send_staged(&header, &mut staged.borrow_mut())
+        })
     }
 
-    /// Writes one frame, waiting for room if `wait`. With `lock`, takes the
-    /// channel's send lock for each attempt (else the caller holds it).
-    fn push_frame(
+    /// Runs `attempt` until it does not find the channel full, waiting for
+    /// room in between if `wait` (driving the team's channels meanwhile, so
+    /// the room the peer makes, and anything else, is taken in).
+    fn wait_for_room(
         &self,
         ch: &Channel,
         h: &Header,
-        payload: &[u8],
         wait: bool,
         deadline: Option<Instant>,
-        lock: bool,
+        attempt: &dyn Fn() -> std::result::Result<(), SendError>,
     ) -> Result<()> {
-        let attempt = || {
-            let _tx = match lock {
-                // Behind a message being streamed the channel counts as full:
-                // Immediate sends fail, others wait in the idle loop (with
-                // their deadline), not on the lock.
-                true if ch.streaming.load(Ordering::Relaxed) => return Err(SendError::Full),
-                true => Some(ch.tx.lock()),
-                false => None,
-            };
-            ch.transport.try_send(h, payload)
-        };
         let outcome = |r: std::result::Result<(), SendError>| match r {
             Ok(()) => Some(Ok(())),
             Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
-            Err(SendError::TooLarge) => unreachable!("send_message splits frames"),
+            Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
             Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: ch.peer_endpoint(h.dst) })),
             Err(SendError::Full) => None,
         };
@@ -197,17 +174,4 @@ impl TeamInner {
             }
         }
     }
-}
-
-/// Runs `f` when dropped.
-fn scopeguard(f: impl FnOnce()) -> impl Drop {
-    struct Guard<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Drop for Guard<F> {
-        fn drop(&mut self) {
-            if let Some(f) = self.0.take() {
-                f();
-            }
-        }
-    }
-    Guard(Some(f))
 }

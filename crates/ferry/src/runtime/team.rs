@@ -131,7 +131,11 @@ impl TeamInner {
         let id = TeamId { node: cfg.node, team: lease.team(), incarnation: crate::id::new_incarnation() };
         let doorbell = Arc::new(Doorbell::create()?);
         let reactor = Reactor::new(&dir.team_socket(id.team))?;
-        let loopback = Arc::new(Channel::new(id, Box::new(inproc::loopback(cfg.ring_bytes, doorbell.clone())), None));
+        let loopback = Arc::new(Channel::new(
+            id,
+            Box::new(inproc::loopback(cfg.ring_bytes, cfg.max_message, doorbell.clone())),
+            None,
+        ));
         let inner = Arc::new(TeamInner {
             id,
             names: NodeNames::new(dir),
@@ -181,6 +185,7 @@ impl TeamInner {
             doorbell: self.doorbell.clone(),
             ring_bytes: self.cfg.ring_bytes,
             max_ring_bytes: self.cfg.max_ring_bytes,
+            area_bytes: shm::area_for(self.cfg.max_message),
         }
     }
 

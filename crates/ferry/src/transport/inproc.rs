@@ -2,9 +2,11 @@
 //!
 //! Used between tasks of one team (the runtime's loop-back channel) and as
 //! the reference implementation the conformance suite checks others against.
+//! A payload larger than a frame is handed over as it is (`Staged::Owned`):
+//! its bytes count against a second bound, `max_detached`.
 
 use super::doorbell::Doorbell;
-use super::{Recv, RecvError, SendError, Transport};
+use super::{Body, Detached, Recv, RecvError, SendError, Staged, Transport};
 use crate::wire::{Header, HEADER_LEN};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -28,12 +30,27 @@ struct Frames {
     /// Bytes held, counting each frame's header, against `capacity`.
     bytes: usize,
     capacity: usize,
+    /// Bytes of detached payloads held, against `detached_capacity`.
+    detached: usize,
+    detached_capacity: usize,
+}
+
+impl Frames {
+    /// What a frame holds of each bound: (frame bytes, detached bytes).
+    fn cost(h: &Header, payload: &[u8]) -> (usize, usize) {
+        if h.detached() {
+            (HEADER_LEN, payload.len())
+        } else {
+            (HEADER_LEN + payload.len(), 0)
+        }
+    }
 }
 
 impl Queue {
-    fn new(capacity: usize, reader: Arc<Doorbell>, writer: Arc<Doorbell>) -> Arc<Queue> {
+    fn new(capacity: usize, detached_capacity: usize, reader: Arc<Doorbell>, writer: Arc<Doorbell>) -> Arc<Queue> {
+        let frames = Frames { queue: VecDeque::new(), bytes: 0, capacity, detached: 0, detached_capacity };
         Arc::new(Queue {
-            frames: Mutex::new(Frames { queue: VecDeque::new(), bytes: 0, capacity }),
+            frames: Mutex::new(frames),
             reader,
             writer,
             writer_waiting: AtomicBool::new(false),
@@ -50,11 +67,12 @@ pub struct InprocEnd {
     max_payload: usize,
 }
 
-/// Makes a connected pair; `capacity` bytes each way. `a` and `b` are the
-/// doorbells of the teams owning each end (the same one for a loop-back).
-pub fn pair(capacity: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (InprocEnd, InprocEnd) {
-    let a_to_b = Queue::new(capacity, b.clone(), a.clone());
-    let b_to_a = Queue::new(capacity, a, b);
+/// Makes a connected pair; `capacity` bytes of frames and `max_detached`
+/// bytes of detached payloads each way. `a` and `b` are the doorbells of
+/// the teams owning each end (the same one for a loop-back).
+pub fn pair(capacity: usize, max_detached: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (InprocEnd, InprocEnd) {
+    let a_to_b = Queue::new(capacity, max_detached, b.clone(), a.clone());
+    let b_to_a = Queue::new(capacity, max_detached, a, b);
     let max_payload = (capacity / 4).max(1);
     (
         InprocEnd { tx: a_to_b.clone(), rx: b_to_a.clone(), max_payload },
@@ -63,9 +81,83 @@ pub fn pair(capacity: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (InprocEnd, 
 }
 
 /// An end whose sends come back to itself: a team talking to its own ports.
-pub fn loopback(capacity: usize, doorbell: Arc<Doorbell>) -> InprocEnd {
-    let q = Queue::new(capacity, doorbell.clone(), doorbell);
+pub fn loopback(capacity: usize, max_detached: usize, doorbell: Arc<Doorbell>) -> InprocEnd {
+    let q = Queue::new(capacity, max_detached, doorbell.clone(), doorbell);
     InprocEnd { tx: q.clone(), rx: q, max_payload: (capacity / 4).max(1) }
+}
+
+impl Queue {
+    /// After room was made: wakes the writer if it waits for some. The flag
+    /// is cleared here, before ringing, never by a writer (see
+    /// `ShmEnd::wake_waiting_writer`).
+    fn made_room(&self) {
+        if self.writer_waiting.load(Ordering::SeqCst) && self.writer_waiting.swap(false, Ordering::AcqRel) {
+            self.writer.ring_now();
+        }
+    }
+}
+
+/// A payload handed over in process: the sender's bytes, counted against
+/// the pipe's `max_detached` until the receiver drops them.
+pub struct Handed {
+    bytes: Option<Vec<u8>>,
+    queue: Arc<Queue>,
+}
+
+impl Handed {
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_deref().unwrap_or_default()
+    }
+
+    /// The bytes themselves, no copy (their space is given back now).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        let v = self.bytes.take().unwrap_or_default();
+        self.give_back(v.len());
+        v
+    }
+
+    fn give_back(&self, len: usize) {
+        self.queue.frames.lock().detached -= len;
+        self.queue.made_room();
+    }
+}
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        if let Some(v) = self.bytes.take() {
+            self.give_back(v.len());
+        }
+    }
+}
+
+impl std::fmt::Debug for Handed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handed({} bytes)", self.bytes().len())
+    }
+}
+
+impl InprocEnd {
+    /// Queues one frame if both bounds allow it; gives the bytes back if not.
+    fn push(&self, mut h: Header, payload: Vec<u8>) -> Result<(), (SendError, Vec<u8>)> {
+        if self.tx.closed.load(Ordering::Acquire) {
+            return Err((SendError::Closed, payload));
+        }
+        h.len = payload.len() as u32;
+        let (bytes, detached) = Frames::cost(&h, &payload);
+        {
+            let mut f = self.tx.frames.lock();
+            if f.bytes + bytes > f.capacity || f.detached + detached > f.detached_capacity {
+                return Err((SendError::Full, payload));
+            }
+            f.bytes += bytes;
+            f.detached += detached;
+            f.queue.push_back((h, payload));
+            self.tx.queued.fetch_add(1, Ordering::Release);
+        }
+        // The writer-waiting flag is left alone: another writer may be waiting.
+        self.tx.reader.ring();
+        Ok(())
+    }
 }
 
 impl Transport for InprocEnd {
@@ -73,28 +165,43 @@ impl Transport for InprocEnd {
         self.max_payload
     }
 
+    fn max_detached(&self) -> usize {
+        self.tx.frames.lock().detached_capacity
+    }
+
     fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError> {
         if payload.len() > self.max_payload {
             return Err(SendError::TooLarge);
         }
-        if self.tx.closed.load(Ordering::Acquire) {
-            return Err(SendError::Closed);
-        }
-        let cost = HEADER_LEN + payload.len();
+        let mut h = *header;
+        h.flags &= !crate::wire::flags::DETACHED;
+        self.push(h, payload.to_vec()).map_err(|(e, _)| e)
+    }
+
+    fn stage(&self, payload: &[u8]) -> Result<Staged, SendError> {
         {
-            let mut f = self.tx.frames.lock();
-            if f.bytes + cost > f.capacity {
+            let f = self.tx.frames.lock();
+            if payload.len() > f.detached_capacity {
+                return Err(SendError::TooLarge);
+            }
+            // Checked, not reserved: `try_send_staged` may still find it full.
+            if f.detached + payload.len() > f.detached_capacity {
                 return Err(SendError::Full);
             }
-            f.bytes += cost;
-            let mut h = *header;
-            h.len = payload.len() as u32;
-            f.queue.push_back((h, payload.to_vec()));
-            self.tx.queued.fetch_add(1, Ordering::Release);
         }
-        // The writer-waiting flag is left alone: another writer may be waiting.
-        self.tx.reader.ring();
-        Ok(())
+        Ok(Staged::Owned(payload.to_vec()))
+    }
+
+    fn try_send_staged(&self, header: &Header, staged: &mut Option<Staged>) -> Result<(), SendError> {
+        let Some(Staged::Owned(bytes)) = staged.take() else {
+            panic!("a payload staged by another transport");
+        };
+        let mut h = *header;
+        h.flags |= crate::wire::flags::DETACHED;
+        self.push(h, bytes).map_err(|(e, bytes)| {
+            *staged = Some(Staged::Owned(bytes));
+            e
+        })
     }
 
     fn want_space(&self) {
@@ -105,22 +212,35 @@ impl Transport for InprocEnd {
         self.rx.queued.load(Ordering::Acquire) != 0
     }
 
-    fn try_recv(&self, accept: &mut dyn FnMut(&Header, &[u8]) -> bool) -> Result<Recv, RecvError> {
+    fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
         // Take the frame out before calling `accept`, which may send on this
         // very queue (a loop-back end acknowledging its own message). Only one
         // consumer runs at a time, so putting a refused frame back in front
         // keeps the order.
         let Some((h, payload)) = self.rx.frames.lock().queue.pop_front() else { return Ok(Recv::Empty) };
-        if !accept(&h, &payload) {
+        let (bytes, detached) = Frames::cost(&h, &payload);
+        let payload = if h.detached() {
+            let mut body = Some(Detached::Inproc(Handed { bytes: Some(payload), queue: self.rx.clone() }));
+            if accept(&h, Body::Detached(&mut body)) {
+                None
+            } else {
+                let Some(Detached::Inproc(mut refused)) = body else { panic!("a refused frame's body was taken") };
+                Some(refused.bytes.take().expect("bytes"))
+            }
+        } else if accept(&h, Body::Inline(&payload)) {
+            None
+        } else {
+            Some(payload)
+        };
+        if let Some(payload) = payload {
             self.rx.frames.lock().queue.push_front((h, payload));
             return Ok(Recv::Kept);
         }
-        self.rx.frames.lock().bytes -= HEADER_LEN + payload.len();
+        // A detached payload's bytes stay counted until the receiver drops it.
+        let _ = detached;
+        self.rx.frames.lock().bytes -= bytes;
         self.rx.queued.fetch_sub(1, Ordering::Release);
-        // Cleared here, before ringing, never by a writer (see `ShmEnd::wake_waiting_writer`).
-        if self.rx.writer_waiting.load(Ordering::SeqCst) && self.rx.writer_waiting.swap(false, Ordering::AcqRel) {
-            self.rx.writer.ring_now();
-        }
+        self.rx.made_room();
         Ok(Recv::Consumed)
     }
 

@@ -9,7 +9,7 @@ pub mod codec;
 use crate::id::Addr;
 
 /// Version of the frame layout; a frame with another version is a protocol error.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Size of the encoded header in bytes.
 pub const HEADER_LEN: usize = 40;
 
@@ -25,11 +25,11 @@ pub enum Kind {
     Reply = 3,
     /// The send with `call_id` failed at the receiver; payload is a [`NackReason`] byte then UTF-8 text.
     Nack = 4,
-    /// One piece of a message too large for one frame; the last piece has no `MORE` flag.
-    /// Pieces of one message are sent back to back on one channel.
-    Fragment = 5,
     /// The sender of `call_id` gave up waiting: stop working on it (no answer is read).
     Cancel = 6,
+    /// Gives a range of the payload area back to its writer (a transport's
+    /// own frame: payload `{offset u64, len u64}`; never reaches the runtime).
+    Release = 7,
 }
 
 impl Kind {
@@ -39,8 +39,8 @@ impl Kind {
             2 => Kind::Ack,
             3 => Kind::Reply,
             4 => Kind::Nack,
-            5 => Kind::Fragment,
             6 => Kind::Cancel,
+            7 => Kind::Release,
             _ => return None,
         })
     }
@@ -48,13 +48,14 @@ impl Kind {
 
 /// Header flags.
 pub mod flags {
-    /// More pieces of this message follow (`Fragment` frames, and the first `Data` piece).
-    pub const MORE: u16 = 1 << 0;
+    /// The payload is out of band: the frame carries a descriptor of it
+    /// (shared memory: `{offset u64, len u64}` in the sender's payload area).
+    pub const DETACHED: u16 = 1 << 0;
     /// Bits 1..=2: the completion checkpoint the sender asked for (see [`super::Checkpoint`]).
     pub const CHECKPOINT_SHIFT: u16 = 1;
     pub const CHECKPOINT_MASK: u16 = 0b11 << CHECKPOINT_SHIFT;
-    /// Every other bit must be zero in version 1.
-    pub const KNOWN: u16 = MORE | CHECKPOINT_MASK;
+    /// Every other bit must be zero in version 2.
+    pub const KNOWN: u16 = DETACHED | CHECKPOINT_MASK;
 }
 
 /// When a send counts as complete (DESIGN §1, StarMod §4.2).
@@ -150,8 +151,9 @@ impl Header {
         self
     }
 
-    pub fn more(&self) -> bool {
-        self.flags & flags::MORE != 0
+    /// Whether the payload is out of band (see [`flags::DETACHED`]).
+    pub fn detached(&self) -> bool {
+        self.flags & flags::DETACHED != 0
     }
 
     /// Encodes into the first `HEADER_LEN` bytes of `out`.
@@ -217,12 +219,12 @@ mod tests {
             .with_checkpoint(Checkpoint::OnDelivery);
         h.len = 3;
         h.budget_ns = 1234;
-        h.flags |= flags::MORE;
+        h.flags |= flags::DETACHED;
         let f = frame(&h, b"abc");
         let d = Header::decode(&f).unwrap();
         assert_eq!(d, h);
         assert_eq!(d.checkpoint(), Checkpoint::OnDelivery);
-        assert!(d.more());
+        assert!(d.detached());
     }
 
     /// Peer input: random and nearly valid frames never panic, and whatever

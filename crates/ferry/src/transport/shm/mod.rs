@@ -1,22 +1,28 @@
 //! Shared-memory transport: a pair-wise channel between two teams of one node.
 //!
 //! The team that sends first (the *connector*) creates one memfd holding two
-//! rings, one per direction, and hands it with its doorbell to the other team
+//! rings and two payload areas (see [`area`]), one of each per direction,
+//! and hands it with its doorbell to the other team
 //! (the *acceptor*) over the acceptor's Unix socket (SCM_RIGHTS); the acceptor
 //! answers with its own doorbell. The socket then stays open and carries
 //! nothing: its hang-up is how each side learns the other died.
 //!
-//! Segment layout (`cap` = bytes per ring, a power of two):
+//! Segment layout (`cap` = bytes per ring, a power of two; `area` = bytes
+//! per payload area, a multiple of 4096):
 //!
 //! | offset | what |
 //! |---|---|
-//! | 0 | magic `FERRYSHM`, version u32, cap u32 |
+//! | 0 | magic `FERRYSHM`, version u32, cap u32, area u64 |
 //! | 128 | ring 0 head (connector → acceptor) |
 //! | 256 | ring 0 writer-waiting flag |
 //! | 384 | ring 1 head (acceptor → connector) |
 //! | 512 | ring 1 writer-waiting flag |
 //! | 4096 | ring 0 cells |
 //! | 4096 + cap | ring 1 cells |
+//! | 4096 + 2 cap | area 0 (written by the connector) |
+//! | 4096 + 2 cap + area | area 1 (written by the acceptor) |
+//!
+//! The areas are sparse: only the pages a payload touched take memory.
 //!
 //! Each word has 128 bytes to itself: Intel cores fetch cache lines in
 //! pairs, so 64 bytes apart would still share traffic.
@@ -25,15 +31,18 @@
 //! the loom models (`loom_models`) run it on heap memory; production uses
 //! the defaults, the mapped segment and doorbell pages.
 
+pub mod area;
 pub mod ring;
 
 use super::doorbell::{Doorbell, DoorbellMemory, DoorbellPage};
-use super::{Recv, RecvError, SendError, Transport};
+use super::{Body, Detached, Recv, RecvError, SendError, Staged, Transport};
 use crate::error::{Error, Result};
+use crate::id::Addr;
 use crate::id::TeamId;
 use crate::sync::{fence, AtomicBool, AtomicU32Ops, AtomicU64, Mutex, Ordering};
 use crate::sys::{fdpass, shm::Mapping};
-use crate::wire::{Header, HEADER_LEN};
+use crate::wire::{flags, Header, Kind, HEADER_LEN};
+use area::{Allocator, Range, PAGE};
 use ring::{Consumer, Producer, RingError, RingMem, RingMemory};
 use rustix::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -42,19 +51,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const MAGIC: &[u8; 8] = b"FERRYSHM";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const HEADER_AREA: usize = 4096;
-const HELLO: &[u8; 8] = b"FERRYHI2";
-const WELCOME: &[u8; 8] = b"FERRYOK2";
-/// Bytes of a hello or welcome: magic, node u16, pad u16, team u32, incarnation u32, ring bytes u32.
-const HELLO_LEN: usize = 24;
+const HELLO: &[u8; 8] = b"FERRYHI3";
+const WELCOME: &[u8; 8] = b"FERRYOK3";
+/// Bytes of a hello or welcome: magic, node u16, pad u16, team u32,
+/// incarnation u32, ring bytes u32, area bytes u64.
+const HELLO_LEN: usize = 32;
+/// Largest payload area an acceptor maps (virtual: the area is sparse).
+pub const MAX_AREA: u64 = 1 << 36;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Smallest ring: room for a few maximum-size frames of a useful size.
 pub const MIN_RING: usize = 4096;
 
-/// Bytes of shared memory one channel with rings of `cap` bytes takes.
-pub fn segment_len(cap: usize) -> usize {
-    HEADER_AREA + 2 * cap
+/// Bytes of the segment of a channel with rings of `cap` bytes and payload
+/// areas of `area` bytes (most of it sparse).
+pub fn segment_len(cap: usize, area: u64) -> usize {
+    HEADER_AREA + 2 * cap + 2 * area as usize
+}
+
+/// The rounded size of a payload area that holds `max_message` bytes.
+pub fn area_for(max_message: usize) -> u64 {
+    (max_message as u64).div_ceil(PAGE) * PAGE
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -78,15 +96,126 @@ pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     peer_doorbell: Doorbell<B>,
     max_payload: usize,
     closed: AtomicBool,
+    /// Where this end stages large payloads (none for a model's heap rings).
+    tx_area: Option<TxArea>,
+    /// Where the peer stages its large payloads for us.
+    rx_area: Option<RxArea>,
+    /// Ranges of the peer's area we are done with, to send back.
+    releases: Arc<Releases>,
     /// Keeps the rings mapped (none for a model's heap rings); declared
     /// last so it is unmapped after the rest.
-    _segment: Option<Mapping>,
+    _segment: Option<Arc<Mapping>>,
+}
+
+/// This end's payload area: it alone writes it, and keeps its book privately.
+struct TxArea {
+    base: *mut u8,
+    /// Where the area starts in the memfd (to punch freed pages out).
+    file_offset: u64,
+    alloc: Arc<parking_lot::Mutex<Allocator>>,
+    segment: Arc<Mapping>,
+}
+
+/// The peer's payload area: read only by copy, at ranges it names.
+struct RxArea {
+    base: *const u8,
+    size: u64,
+    segment: Arc<Mapping>,
+}
+
+// SAFETY: the areas' pointers point into `segment`, which their owner keeps
+// mapped; the bytes there are only written by the staging copy (ranges this
+// end owns exclusively until sent) and read by raw copies.
+unsafe impl Send for TxArea {}
+unsafe impl Sync for TxArea {}
+unsafe impl Send for RxArea {}
+unsafe impl Sync for RxArea {}
+
+/// Ranges of the peer's area this end is done with, waiting to go back in
+/// `Release` frames (sent at the next receive or tidy).
+#[derive(Default)]
+struct Releases {
+    queue: parking_lot::Mutex<Vec<Range>>,
+    pending: std::sync::atomic::AtomicBool,
+}
+
+/// A payload staged in this end's area, not sent yet: freed if dropped so.
+#[derive(Debug)]
+pub struct StagedRange {
+    range: Range,
+    alloc: Arc<parking_lot::Mutex<Allocator>>,
+    sent: bool,
+}
+
+impl Drop for StagedRange {
+    fn drop(&mut self) {
+        if !self.sent {
+            let _ = self.alloc.lock().release(self.range);
+        }
+    }
+}
+
+/// A payload the peer lent us in its area. Read by copy only: the peer can
+/// still write those bytes. Dropping it gives the range back.
+pub struct Lent {
+    ptr: *const u8,
+    range: Range,
+    releases: Arc<Releases>,
+    armed: bool,
+    /// Keeps the bytes mapped.
+    _segment: Arc<Mapping>,
+}
+
+// SAFETY: `ptr` points into `_segment`, kept mapped by this value, and is
+// only ever read by raw copy.
+unsafe impl Send for Lent {}
+unsafe impl Sync for Lent {}
+
+impl std::fmt::Debug for Lent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Lent({:?})", self.range)
+    }
+}
+
+impl Lent {
+    pub fn len(&self) -> usize {
+        self.range.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.range.len == 0
+    }
+
+    /// Replaces `out`'s contents with the bytes, reusing its capacity.
+    pub fn read_into(&self, out: &mut Vec<u8>) {
+        let len = self.len();
+        out.clear();
+        out.reserve(len);
+        // SAFETY: the range was checked to lie inside the peer's area, which
+        // `_segment` keeps mapped; `out` has room for `len` bytes. The peer
+        // may change the bytes meanwhile, so they are only copied (no
+        // reference into shared memory is ever made).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr, out.as_mut_ptr(), len);
+            out.set_len(len);
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if self.armed {
+            self.releases.queue.lock().push(self.range);
+            self.releases.pending.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl ShmEnd {
-    fn new(segment: Mapping, cap: usize, side: Side, peer_doorbell: Doorbell) -> ShmEnd {
+    fn new(segment: Mapping, cap: usize, area: u64, side: Side, peer_doorbell: Doorbell) -> ShmEnd {
+        let segment = Arc::new(segment);
         let base = segment.as_ptr();
-        // SAFETY: the segment is segment_len(cap) bytes (checked at map time),
+        // SAFETY: the segment is segment_len(cap, area) bytes (checked at map time),
         // page-aligned, so every offset below is in bounds and suitably
         // aligned; `_segment` keeps it mapped as long as the end (and so
         // its copies of the RingMems) lives.
@@ -110,13 +239,29 @@ impl ShmEnd {
             Side::Connector => (ring0, ring1),
             Side::Acceptor => (ring1, ring0),
         };
-        ShmEnd::from_parts(tx, rx, peer_doorbell, Some(segment))
+        let area0 = (HEADER_AREA + 2 * cap) as u64;
+        let (tx_at, rx_at) = match side {
+            Side::Connector => (area0, area0 + area),
+            Side::Acceptor => (area0 + area, area0),
+        };
+        let mut end = ShmEnd::from_parts(tx, rx, peer_doorbell, Some(segment.clone()));
+        // SAFETY: both areas lie inside the segment (segment_len(cap, area)
+        // bytes, checked at map time).
+        let (tx_base, rx_base) = unsafe { (base.add(tx_at as usize), base.add(rx_at as usize)) };
+        end.tx_area = Some(TxArea {
+            base: tx_base,
+            file_offset: tx_at,
+            alloc: Arc::new(parking_lot::Mutex::new(Allocator::new(area))),
+            segment: segment.clone(),
+        });
+        end.rx_area = Some(RxArea { base: rx_base, size: area, segment });
+        end
     }
 }
 
 impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     /// An end writing `tx`, reading `rx`, ringing the peer's doorbell.
-    pub(crate) fn from_parts(tx: M, rx: M, peer_doorbell: Doorbell<B>, segment: Option<Mapping>) -> ShmEnd<M, B> {
+    pub(crate) fn from_parts(tx: M, rx: M, peer_doorbell: Doorbell<B>, segment: Option<Arc<Mapping>>) -> ShmEnd<M, B> {
         ShmEnd {
             producer: Mutex::new(Producer::new(tx.clone())),
             consumer: Mutex::new(Consumer::new(rx.clone())),
@@ -127,8 +272,88 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             rx_unreleased: AtomicBool::new(false),
             peer_doorbell,
             closed: AtomicBool::new(false),
+            tx_area: None,
+            rx_area: None,
+            releases: Arc::default(),
             _segment: segment,
         }
+    }
+
+    /// Writes one frame (its payload at most `max_payload`), as is.
+    #[inline]
+    fn push_frame(&self, mut h: Header, payload: &[u8]) -> Result<(), SendError> {
+        if payload.len() > self.max_payload {
+            return Err(SendError::TooLarge);
+        }
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(SendError::Closed);
+        }
+        h.len = payload.len() as u32;
+        let mut head = [0u8; HEADER_LEN];
+        h.encode(&mut head);
+        match self.producer.lock().push(&[&head, payload]) {
+            // The writer-waiting word is left alone: another writer may be waiting.
+            Ok(()) => {}
+            Err(RingError::Full) => return Err(SendError::Full),
+            Err(RingError::Corrupt(what)) => {
+                tracing::warn!(what, "shared-memory channel corrupted by peer; closing it");
+                self.close();
+                return Err(SendError::Closed);
+            }
+        }
+        self.peer_doorbell.ring();
+        Ok(())
+    }
+
+    /// Sends the ranges of the peer's area we are done with back to it, as
+    /// far as the ring takes them; then wakes the peer if it waits for room.
+    fn flush_releases(&self) {
+        if !self.releases.pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut queue = self.releases.queue.lock();
+        let mut sent = 0;
+        {
+            let mut producer = self.producer.lock();
+            let h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
+            for r in queue.iter() {
+                let mut head = [0u8; HEADER_LEN];
+                let mut h = h;
+                h.len = area::DESCRIPTOR_LEN as u32;
+                h.encode(&mut head);
+                if producer.push(&[&head, &r.encode()]).is_err() {
+                    // Full: be woken when the peer makes room (Corrupt: the next send closes).
+                    self.want_space();
+                    break;
+                }
+                sent += 1;
+            }
+        }
+        queue.drain(..sent);
+        self.releases.pending.store(!queue.is_empty(), Ordering::Release);
+        drop(queue);
+        if sent > 0 {
+            self.peer_doorbell.ring();
+            // The peer may be waiting for these ranges (it asked with `want_space`).
+            self.wake_waiting_writer();
+        }
+    }
+
+    /// The peer gave a range of our area back.
+    fn take_back(&self, payload: &[u8]) -> std::result::Result<(), String> {
+        let Some(area) = &self.tx_area else { return Err("a release with no payload area".into()) };
+        let r = Range::decode(payload, area.alloc.lock().size()).ok_or("a release of a range outside the area")?;
+        let cold = area.alloc.lock().release(r).map_err(|e| format!("a release of a range never lent: {:?}", e.0))?;
+        if let Some(c) = cold {
+            // Give pages above the warm part back to the kernel (best effort).
+            let _ = rustix::fs::fallocate(
+                area.segment.fd(),
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                area.file_offset + c.offset,
+                c.len,
+            );
+        }
+        Ok(())
     }
 
     /// After releasing ring space: wakes the writers if one waits for room.
@@ -155,32 +380,49 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         self.max_payload
     }
 
-    #[inline]
-    fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError> {
-        if payload.len() > self.max_payload {
-            return Err(SendError::TooLarge);
-        }
+    fn max_detached(&self) -> usize {
+        self.tx_area.as_ref().map_or(0, |a| a.alloc.lock().size() as usize)
+    }
+
+    fn stage(&self, payload: &[u8]) -> Result<Staged, SendError> {
+        let Some(area) = &self.tx_area else { return Err(SendError::TooLarge) };
         if self.closed.load(Ordering::Relaxed) {
             return Err(SendError::Closed);
         }
-        let mut h = *header;
-        h.len = payload.len() as u32;
-        let mut head = [0u8; HEADER_LEN];
-        h.encode(&mut head);
-        match self.producer.lock().push(&[&head, payload]) {
-            // The writer-waiting word is left alone: another writer may be waiting.
-            Ok(()) => {}
-            Err(RingError::Full) => return Err(SendError::Full),
-            Err(RingError::Corrupt(what)) => {
-                tracing::warn!(what, "shared-memory channel corrupted by peer; closing it");
-                self.close();
-                return Err(SendError::Closed);
+        let range = {
+            let mut alloc = area.alloc.lock();
+            if payload.len() as u64 > alloc.size() {
+                return Err(SendError::TooLarge);
             }
-        }
-        self.peer_doorbell.ring();
+            alloc.lend(payload.len() as u64).ok_or(SendError::Full)?
+        };
+        // SAFETY: the range lies inside our area (the allocator hands out
+        // only ranges of it) and is ours alone until sent: no lock is needed
+        // while the bytes move. The peer can write there too (it maps the
+        // segment), which only spoils the message it is being sent.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), area.base.add(range.offset as usize), payload.len()) };
+        Ok(Staged::Shm(StagedRange { range, alloc: area.alloc.clone(), sent: false }))
+    }
+
+    fn try_send_staged(&self, header: &Header, staged: &mut Option<Staged>) -> Result<(), SendError> {
+        let Some(Staged::Shm(range)) = staged.as_mut() else {
+            panic!("a payload staged by another transport");
+        };
+        let mut h = *header;
+        h.flags |= flags::DETACHED;
+        self.push_frame(h, &range.range.encode())?;
+        range.sent = true;
+        *staged = None;
         Ok(())
     }
 
+    #[inline]
+    fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError> {
+        let mut h = *header;
+        // Only `try_send_staged` says a payload is a descriptor.
+        h.flags &= !flags::DETACHED;
+        self.push_frame(h, payload)
+    }
     fn want_space(&self) {
         // SeqCst (so Release): the reader's swap that takes it then orders
         // our park ticket, taken before, ahead of its ring.
@@ -196,7 +438,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     fn needs_tidy(&self) -> bool {
-        self.rx_unreleased.load(Ordering::Relaxed)
+        self.rx_unreleased.load(Ordering::Relaxed) || self.releases.pending.load(Ordering::Relaxed)
     }
 
     fn tidy(&self) {
@@ -205,29 +447,70 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
             self.rx_unreleased.store(false, Ordering::Relaxed);
             drop(consumer);
             self.wake_waiting_writer();
+        } else {
+            drop(consumer);
         }
+        self.flush_releases();
     }
 
     #[inline]
-    fn try_recv(&self, accept: &mut dyn FnMut(&Header, &[u8]) -> bool) -> Result<Recv, RecvError> {
-        let mut bad = None;
+    fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
+        let mut bad: Option<RecvError> = None;
+        self.flush_releases();
         let mut consumer = self.consumer.lock();
         if consumer.release() {
             self.wake_waiting_writer();
         }
-        let got = consumer.pop(&mut |body| match Header::decode(body) {
-            Ok(h) => accept(&h, &body[HEADER_LEN..]),
-            Err(e) => {
-                bad = Some(e);
-                false
+        let got = consumer.pop(&mut |body| {
+            let h = match Header::decode(body) {
+                Ok(h) => h,
+                Err(e) => {
+                    bad = Some(e.into());
+                    return false;
+                }
+            };
+            let payload = &body[HEADER_LEN..];
+            if h.kind == Kind::Release {
+                return match self.take_back(payload) {
+                    Ok(()) => true,
+                    Err(what) => {
+                        bad = Some(RecvError::Corrupt(what));
+                        false
+                    }
+                };
             }
+            if !h.detached() {
+                return accept(&h, Body::Inline(payload));
+            }
+            let lent = self.rx_area.as_ref().and_then(|area| {
+                let range = Range::decode(payload, area.size)?;
+                Some(Lent {
+                    // SAFETY: `decode` checked the range lies inside the area.
+                    ptr: unsafe { area.base.add(range.offset as usize) },
+                    range,
+                    releases: self.releases.clone(),
+                    armed: true,
+                    _segment: area.segment.clone(),
+                })
+            });
+            let Some(lent) = lent else {
+                bad = Some(RecvError::Corrupt(format!("a payload descriptor outside the area: {payload:?}")));
+                return false;
+            };
+            let mut slot = Some(Detached::Shm(lent));
+            let taken = accept(&h, Body::Detached(&mut slot));
+            if let Some(Detached::Shm(mut refused)) = slot {
+                // Still ours: the frame stays, and the range is not given back.
+                refused.armed = false;
+            }
+            taken
         });
         self.rx_next.store(consumer.next(), Ordering::Relaxed);
         self.rx_unreleased.store(consumer.has_unreleased(), Ordering::Relaxed);
         drop(consumer);
         if let Some(e) = bad {
             self.close();
-            return Err(e.into());
+            return Err(e);
         }
         match got {
             Ok(None) => Ok(Recv::Empty),
@@ -259,29 +542,33 @@ pub struct BindConfig {
     pub ring_bytes: usize,
     /// Largest ring an acceptor agrees to map.
     pub max_ring_bytes: usize,
+    /// Bytes of each payload area the connector makes (see [`area_for`]).
+    pub area_bytes: u64,
 }
 
-fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32) -> [u8; HELLO_LEN] {
+fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32, area: u64) -> [u8; HELLO_LEN] {
     let mut b = [0u8; HELLO_LEN];
     b[..8].copy_from_slice(magic);
     b[8..10].copy_from_slice(&me.node.to_le_bytes());
     b[12..16].copy_from_slice(&me.team.to_le_bytes());
     b[16..20].copy_from_slice(&me.incarnation.to_le_bytes());
     b[20..24].copy_from_slice(&cap.to_le_bytes());
+    b[24..32].copy_from_slice(&area.to_le_bytes());
     b
 }
 
-fn parse_hello(b: &[u8], magic: &[u8; 8]) -> Option<(TeamId, u32)> {
+fn parse_hello(b: &[u8], magic: &[u8; 8]) -> Option<(TeamId, u32, u64)> {
     if b.len() != HELLO_LEN || &b[..8] != magic {
         return None;
     }
     let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
     let node = u16::from_le_bytes([b[8], b[9]]);
     let (team, incarnation, cap) = (word(12), word(16), word(20));
+    let area = u64::from_le_bytes(b[24..32].try_into().unwrap());
     if incarnation == 0 {
         return None;
     }
-    Some((TeamId { node, team, incarnation }, cap))
+    Some((TeamId { node, team, incarnation }, cap, area))
 }
 
 /// The process on the other end broke the bind protocol.
@@ -311,18 +598,12 @@ fn peer_pid(stream: &UnixStream) -> Option<u32> {
 
 /// Connector side: creates the channel and hands it to the team listening on `stream`.
 pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<ShmEnd> {
-    let cap = cfg.ring_bytes;
+    let (cap, area) = (cfg.ring_bytes, cfg.area_bytes);
     assert!(cap.is_power_of_two() && cap >= MIN_RING, "ring_bytes must be a power of two >= {MIN_RING}");
-    let segment = Mapping::create("ferry-channel", segment_len(cap))?;
-    // SAFETY: fresh private segment of segment_len(cap) >= 4096 bytes; nobody else maps it yet.
-    unsafe {
-        let p = segment.as_ptr();
-        std::ptr::copy_nonoverlapping(MAGIC.as_ptr(), p, 8);
-        (p.add(8) as *mut u32).write(VERSION);
-        (p.add(12) as *mut u32).write(cap as u32);
-    }
+    assert!(area.is_multiple_of(PAGE) && area <= MAX_AREA, "area_bytes must be whole pages, at most {MAX_AREA}");
+    let segment = create_segment(cap, area)?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
-    let hello = hello_bytes(HELLO, cfg.me, cap as u32);
+    let hello = hello_bytes(HELLO, cfg.me, cap as u32, area);
     fdpass::send(stream.as_fd(), &hello, &[segment.fd().as_fd(), cfg.doorbell.fd().as_fd()])
         .map_err(acceptor_failed(expect))?;
     let mut buf = [0u8; 64];
@@ -331,7 +612,7 @@ pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<
         // Closed without a word: the team exited (or refused us and is logging why).
         return Err(Error::NoSuchTeam(expect));
     }
-    let Some((peer, _)) = parse_hello(&buf[..n], WELCOME) else {
+    let Some((peer, _, _)) = parse_hello(&buf[..n], WELCOME) else {
         return Err(refused(expect, format!("bad welcome ({n} bytes)")));
     };
     if peer != expect {
@@ -342,7 +623,21 @@ pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<
         return Err(refused(expect, format!("welcome carried {} descriptors, want 1", fds.len())));
     }
     let peer_doorbell = Doorbell::open(fds.pop().unwrap())?;
-    Ok(ShmEnd::new(segment, cap, Side::Connector, peer_doorbell))
+    Ok(ShmEnd::new(segment, cap, area, Side::Connector, peer_doorbell))
+}
+
+/// A fresh channel segment with its header written.
+fn create_segment(cap: usize, area: u64) -> Result<Mapping> {
+    let segment = Mapping::create("ferry-channel", segment_len(cap, area))?;
+    // SAFETY: fresh private segment of segment_len(cap, area) >= 4096 bytes; nobody else maps it yet.
+    unsafe {
+        let p = segment.as_ptr();
+        std::ptr::copy_nonoverlapping(MAGIC.as_ptr(), p, 8);
+        (p.add(8) as *mut u32).write(VERSION);
+        (p.add(12) as *mut u32).write(cap as u32);
+        (p.add(16) as *mut u64).write(area);
+    }
+    Ok(segment)
 }
 
 /// Acceptor side: takes a channel offered on a freshly accepted `stream`.
@@ -356,12 +651,15 @@ pub fn accept(
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
     let mut buf = [0u8; 64];
     let (n, mut fds) = fdpass::recv(stream, &mut buf)?;
-    let Some((peer, cap)) = parse_hello(&buf[..n], HELLO) else {
+    let Some((peer, cap, area)) = parse_hello(&buf[..n], HELLO) else {
         return Err(refused(TeamId { node: cfg.me.node, team: 0, incarnation: 0 }, format!("bad hello ({n} bytes)")));
     };
     let cap = cap as usize;
     if !cap.is_power_of_two() || cap < MIN_RING || cap > cfg.max_ring_bytes {
         return Err(refused(peer, format!("asked for a {cap}-byte ring")));
+    }
+    if !area.is_multiple_of(PAGE) || area > MAX_AREA {
+        return Err(refused(peer, format!("asked for a {area}-byte payload area")));
     }
     if peer.node != cfg.me.node || !peer_pid(stream).is_some_and(|pid| is_peer(peer, pid)) {
         return Err(refused(peer, "is not the process on the other end".into()));
@@ -370,35 +668,36 @@ pub fn accept(
         return Err(refused(peer, format!("sent {} descriptors, want 2", fds.len())));
     }
     let doorbell_fd = fds.pop().unwrap();
-    let segment = Mapping::open(fds.pop().unwrap(), segment_len(cap))?;
-    // SAFETY: the segment is at least 4096 bytes; we read 16 header bytes by copy.
-    let (magic, version, seg_cap) = unsafe {
+    let segment = Mapping::open(fds.pop().unwrap(), segment_len(cap, area))?;
+    // SAFETY: the segment is at least 4096 bytes; we read 24 header bytes by copy.
+    let (magic, version, seg_cap, seg_area) = unsafe {
         let p = segment.as_ptr();
         (
             std::ptr::read_volatile(p as *const [u8; 8]),
             std::ptr::read_volatile(p.add(8) as *const u32),
             std::ptr::read_volatile(p.add(12) as *const u32),
+            std::ptr::read_volatile(p.add(16) as *const u64),
         )
     };
-    if &magic != MAGIC || version != VERSION || seg_cap as usize != cap {
+    if &magic != MAGIC || version != VERSION || seg_cap as usize != cap || seg_area != area {
         return Err(refused(peer, "sent a segment of another version".into()));
     }
     let peer_doorbell = Doorbell::open(doorbell_fd)?;
-    let welcome = hello_bytes(WELCOME, cfg.me, cap as u32);
+    let welcome = hello_bytes(WELCOME, cfg.me, cap as u32, area);
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.fd().as_fd()])?;
-    Ok((ShmEnd::new(segment, cap, Side::Acceptor, peer_doorbell), peer))
+    Ok((ShmEnd::new(segment, cap, area, Side::Acceptor, peer_doorbell), peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite.
 #[doc(hidden)]
-pub fn pair_for_tests(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
-    let segment = Mapping::create("ferry-channel", segment_len(cap))?;
+pub fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
+    let segment = create_segment(cap, area)?;
     let fd = rustix::io::dup(segment.fd()).map_err(|e| Error::io("dup")(e.into()))?;
-    let other = Mapping::open(fd, segment_len(cap))?;
+    let other = Mapping::open(fd, segment_len(cap, area))?;
     let da = rustix::io::dup(a.fd()).map_err(|e| Error::io("dup")(e.into()))?;
     let db = rustix::io::dup(b.fd()).map_err(|e| Error::io("dup")(e.into()))?;
     Ok((
-        ShmEnd::new(segment, cap, Side::Connector, Doorbell::open(db)?),
-        ShmEnd::new(other, cap, Side::Acceptor, Doorbell::open(da)?),
+        ShmEnd::new(segment, cap, area, Side::Connector, Doorbell::open(db)?),
+        ShmEnd::new(other, cap, area, Side::Acceptor, Doorbell::open(da)?),
     ))
 }
