@@ -197,7 +197,7 @@ pub struct JoinHandle<T> {
 }
 
 impl<T> JoinHandle<T> {
-    /// Cancels the task: its future is dropped before it runs again.
+    /// Cancels the task (see [`AbortHandle::abort`]).
     pub fn abort(&self) {
         self.abort.abort()
     }
@@ -219,10 +219,17 @@ impl<T> Clone for AbortHandle<T> {
 }
 
 impl<T> AbortHandle<T> {
+    /// Cancels the task. Its future is dropped here and now unless a thread
+    /// is polling it at this moment (then by the next thread to run the
+    /// task), so an aborted task stops owning what its future owned, a
+    /// `Team` included, without waiting for a processor.
     pub fn abort(&self) {
         if let Some(task) = self.task.upgrade() {
             task.aborted.store(true, Ordering::Release);
             self.slot.lock().finish(Err(Error::Cancelled));
+            // Dropped unlocked: its drop may shut the team down, which clears tasks.
+            let fut = task.future.try_lock().and_then(|mut f| f.take());
+            drop(fut);
             task.wake_by_ref();
         }
     }

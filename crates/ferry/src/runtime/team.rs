@@ -30,12 +30,22 @@ const EXTRA_TEAMS: u32 = 1 << 22;
 
 /// A team: this process's presence in ferry. Clones share it; when the last
 /// clone is dropped (or on [`Team::shutdown`]) the team leaves: its channels
-/// close, its names disappear, its files are removed. A task that holds a
-/// clone keeps the team alive; `shutdown` leaves regardless, failing what
-/// waits with `Shutdown` and dropping every task.
+/// close, its names disappear, its files are removed, its tasks are dropped.
+///
+/// Who keeps a team alive: every `Team` handle, and nothing else. The
+/// runtime never holds one: ports, senders, clients, a served service with
+/// its serving task and in-flight handlers refer to the team without owning
+/// it, so the end of `main` (or any drop of the last handle) shuts the team
+/// down even while `Serving` or a port is still around; they fail with
+/// `Shutdown` from then on. A `Team` clone the program itself moves into a
+/// task or a handler is a handle like any other: it keeps the team alive as
+/// long as that task or handler lives (dropping the `Serving` releases its
+/// handler; an aborted task's future is dropped at once). `shutdown` leaves
+/// regardless, failing what waits with `Shutdown` and dropping every task.
 #[derive(Clone)]
 pub struct Team {
     pub(crate) inner: Arc<TeamInner>,
+    /// The owner count: `TeamInner` references held inside the runtime are not owners.
     _owner: Arc<ShutdownOnDrop>,
 }
 

@@ -1,0 +1,101 @@
+//! A team's life: who keeps it alive, how it leaves, across real processes
+//! where the question is what a process leaves behind.
+
+mod common;
+
+use common::Child;
+use ferry::Team;
+use std::path::Path;
+use std::time::Duration;
+
+const START: Duration = Duration::from_secs(20);
+
+#[ferry::service]
+pub trait Calc {
+    async fn add(&self, a: i32, b: i32) -> i32;
+}
+
+struct MyCalc;
+
+impl Calc for MyCalc {
+    async fn add(&self, a: i32, b: i32) -> i32 {
+        a + b
+    }
+}
+
+#[test]
+#[ignore = "run as a child process by the other tests"]
+fn child_entry() {
+    let Some(role) = common::child_role() else { return };
+    match role.as_str() {
+        // The README's server, as a `main` would write it: the role returns
+        // with `_serving` and `team` still in scope.
+        "readme-server" => readme_server().unwrap(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn readme_server() -> ferry::Result<()> {
+    let team = Team::start()?;
+    let _serving = CalcServer::serve(&team, "calc", MyCalc)?;
+    common::say("ready");
+    common::hear();
+    Ok(())
+}
+
+/// Files in the runtime dir that belong to team number `team` (the first
+/// team of a process is numbered by its pid), and names bound to it.
+fn files_of(dir: &Path, team: u32) -> Vec<String> {
+    let prefix = format!("teams/{team}.");
+    let mut left: Vec<String> = common::runtime_files(dir).into_iter().filter(|f| f.starts_with(&prefix)).collect();
+    for f in common::runtime_files(dir).into_iter().filter(|f| f.starts_with("names/")) {
+        let entry = std::fs::read_to_string(dir.join(&f)).unwrap_or_default();
+        if entry.trim().parse::<ferry::EndpointId>().is_ok_and(|ep| ep.team() == team) {
+            left.push(f);
+        }
+    }
+    left
+}
+
+/// Defect 10: a server written as the README shows (`let _serving =
+/// CalcServer::serve(&team, ...)`, then the end of `main`) left its files
+/// behind: its serving task, merely aborted, still held a `Team`, so
+/// dropping the user's `Team` ran no shutdown before the process exited.
+#[test]
+fn readme_server_leaves_no_files_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let client_team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    for run in 0..10 {
+        let mut child = Child::spawn("readme-server", dir.path());
+        child.expect("ready", START);
+        // A served call first, so the server has a channel and a handler ran.
+        let calc = CalcClient::bind(&client_team, "calc").unwrap();
+        assert_eq!(calc.add_blocking(2, 3).unwrap(), 5);
+        drop(calc);
+        child.tell("quit");
+        let status = child.wait_exit(Duration::from_secs(10)).expect("the server did not exit");
+        assert!(status.success(), "run {run}: server exited with {status}");
+        let left = files_of(dir.path(), child.pid());
+        assert!(left.is_empty(), "run {run}: the server left {left:?}");
+    }
+}
+
+/// An aborted task that holds a `Team` clone does not keep the team alive:
+/// its future is dropped at the abort, not whenever a processor next runs
+/// it (with no processors, never).
+#[test]
+fn an_aborted_task_does_not_keep_its_team_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
+    let me = team.id().team;
+    let held = team.clone();
+    let task = team.spawn(async move {
+        let port = held.open_raw_port().unwrap();
+        let _ = port.recv().await;
+    });
+    // Polled once: it now waits, its waker in the port's inbox.
+    team.block_on(team.sleep(Duration::from_millis(5)));
+    task.abort();
+    drop(team);
+    assert_eq!(files_of(dir.path(), me), Vec::<String>::new(), "the team did not leave");
+}
