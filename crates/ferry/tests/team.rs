@@ -6,6 +6,7 @@ mod common;
 use common::Child;
 use ferry::Team;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 const START: Duration = Duration::from_secs(20);
@@ -31,6 +32,8 @@ fn child_entry() {
         // The README's server, as a `main` would write it: the role returns
         // with `_serving` and `team` still in scope.
         "readme-server" => readme_server().unwrap(),
+        "stuck-handler" => stuck_handler().unwrap(),
+        "stuck-task" => stuck_task().unwrap(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -98,4 +101,78 @@ fn an_aborted_task_does_not_keep_its_team_alive() {
     task.abort();
     drop(team);
     assert_eq!(files_of(dir.path(), me), Vec::<String>::new(), "the team did not leave");
+}
+
+#[ferry::service]
+pub trait Stall {
+    /// Never returns: blocks its processor for an hour.
+    async fn stall(&self);
+}
+
+static STALLED: AtomicBool = AtomicBool::new(false);
+
+struct Staller;
+
+impl Stall for Staller {
+    async fn stall(&self) {
+        STALLED.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// A server whose only processor is stuck in a handler, returning from `main`.
+fn stuck_handler() -> ferry::Result<()> {
+    let team = Team::start()?;
+    let _serving = StallServer::serve(&team, "stall", Staller)?;
+    common::say("ready");
+    while !STALLED.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    common::say("stalled");
+    Ok(())
+}
+
+/// A team whose only processor is stuck in a task, returning from `main`.
+fn stuck_task() -> ferry::Result<()> {
+    let team = Team::start()?;
+    drop(team.spawn(async {
+        STALLED.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_secs(3600));
+    }));
+    while !STALLED.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    common::say("stalled");
+    Ok(())
+}
+
+/// Defect 9: shutdown joined every processor, so a handler (or a task)
+/// that never returns hung the drop of the `Team`, and the process with it.
+/// Shutdown now waits a bounded time for its threads, then leaves them.
+#[test]
+fn shutdown_with_a_processor_stuck_in_a_handler_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let client_team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let mut child = Child::spawn("stuck-handler", dir.path());
+    child.expect("ready", START);
+    let stall = StallClient::bind(&client_team, "stall").unwrap();
+    let _pending = stall.stall();
+    exits_promptly(&mut child, dir.path());
+}
+
+/// Defect 9, with a spawned task that blocks its processor.
+#[test]
+fn shutdown_with_a_processor_stuck_in_a_task_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Child::spawn("stuck-task", dir.path());
+    exits_promptly(&mut child, dir.path());
+}
+
+/// The child says "stalled" and returns from its role: its process must
+/// end within 5 s, its team's files removed.
+fn exits_promptly(child: &mut Child, dir: &Path) {
+    child.expect("stalled", START);
+    let status = child.wait_exit(Duration::from_secs(5)).expect("the process did not exit within 5 s of returning");
+    assert!(status.success(), "the process exited with {status}");
+    assert_eq!(files_of(dir, child.pid()), Vec::<String>::new());
 }

@@ -19,6 +19,7 @@ pub struct Config {
     pub hold_capacity: usize,
     pub max_message: usize,
     pub runtime_dir: Option<PathBuf>,
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Config {
@@ -34,6 +35,7 @@ impl Default for Config {
             hold_capacity: 1024,
             max_message: 64 * 1024 * 1024,
             runtime_dir: None,
+            shutdown_grace: Duration::from_secs(1),
         }
     }
 }
@@ -100,6 +102,15 @@ impl TeamBuilder {
     /// Directory of the node name plane (default `$FERRY_RUNTIME_DIR`, see `RuntimeDir::from_env`).
     pub fn runtime_dir(mut self, p: impl Into<PathBuf>) -> Self {
         self.cfg.runtime_dir = Some(p.into());
+        self
+    }
+
+    /// How long shutdown waits for the team's threads to stop (default 1 s).
+    /// A thread still busy after that (user code that blocks: a handler or a
+    /// task) is left running, detached, with a warning; the team leaves anyway.
+    /// `Duration::MAX` waits for good.
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.cfg.shutdown_grace = d;
         self
     }
 

@@ -12,6 +12,9 @@ use std::task::{Context, Poll, Wake, Waker};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// How long `clear` waits for a task that some thread is polling.
+const CLEAR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The ready queue shared by the team's processors.
 pub(crate) struct Executor {
     ready: Mutex<VecDeque<Arc<Task>>>,
@@ -141,7 +144,10 @@ impl Executor {
             ready.drain(..).collect()
         };
         for t in tasks {
-            t.future.lock().take();
+            // A task being polled is not waited for long: its poll may never
+            // end (user code stuck on a thread that shutdown left behind).
+            let fut = t.future.try_lock_for(CLEAR_PATIENCE).and_then(|mut f| f.take());
+            drop(fut);
         }
     }
 }

@@ -42,6 +42,10 @@ const EXTRA_TEAMS: u32 = 1 << 22;
 /// long as that task or handler lives (dropping the `Serving` releases its
 /// handler; an aborted task's future is dropped at once). `shutdown` leaves
 /// regardless, failing what waits with `Shutdown` and dropping every task.
+///
+/// Leaving never hangs: the team waits at most `shutdown_grace` (default
+/// 1 s) for its threads; one still inside user code that blocks is left
+/// running, detached, with a warning naming it.
 #[derive(Clone)]
 pub struct Team {
     pub(crate) inner: Arc<TeamInner>,
@@ -105,7 +109,10 @@ impl Team {
         self.inner.names.lookup(name)
     }
 
-    /// Leaves now: fails what waits on this team with `Shutdown`, closes channels, removes files.
+    /// Leaves now: fails what waits on this team with `Shutdown`, closes
+    /// channels, removes files, drops tasks. Returns within about
+    /// `shutdown_grace` (default 1 s) even if a handler or task never does:
+    /// its thread is left running, detached (see [`TeamBuilder::shutdown_grace`]).
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
@@ -199,7 +206,8 @@ impl TeamInner {
             return;
         }
         // First fail everything that waits, so threads blocked in ferry calls
-        // (processors included) return; then stop and join the threads.
+        // (processors included) return; then stop and join the threads, a
+        // bounded time: one stuck in user code is left behind.
         let channels = self.channels.take();
         self.peers.clear();
         for ch in channels.iter() {
@@ -213,19 +221,48 @@ impl TeamInner {
         self.endpoints.close_all();
         self.reactor.stop();
         self.doorbell.ring_now();
-        let me = std::thread::current().id();
         let threads: Vec<_> = self.threads.lock().drain(..).collect();
-        for t in threads {
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
+        self.join_bounded(threads);
         // Break the cycles that keep tasks (and through them this team) alive.
         self.timers.clear();
         self.calls.clear_cancels();
         self.exec.clear();
         self.lease.lock().take();
         tracing::debug!(team = %self.id, "team shut down");
+    }
+
+    /// Joins the team's threads (but this one), waiting `shutdown_grace` in
+    /// all. A thread still running then is stuck in user code (a handler or
+    /// task that blocks): it is left to finish on its own, detached, and
+    /// exits when it next looks at the team; shutdown must not hang on it.
+    fn join_bounded(&self, threads: Vec<std::thread::JoinHandle<()>>) {
+        let me = std::thread::current().id();
+        let mut left: Vec<_> = threads.into_iter().filter(|t| t.thread().id() != me).collect();
+        let grace = self.cfg.shutdown_grace;
+        let until = Instant::now().checked_add(grace);
+        // Threads usually stop within microseconds of the doorbell: look often first.
+        let mut pause = Duration::from_micros(20);
+        loop {
+            let (done, busy): (Vec<_>, Vec<_>) = left.into_iter().partition(|t| t.is_finished());
+            for t in done {
+                let _ = t.join();
+            }
+            left = busy;
+            let now = Instant::now();
+            if left.is_empty() || until.is_some_and(|u| now >= u) {
+                break;
+            }
+            std::thread::sleep(until.map_or(pause, |u| pause.min(u - now)));
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+        for t in left {
+            tracing::warn!(
+                team = %self.id,
+                thread = t.thread().name().unwrap_or("?"),
+                ?grace,
+                "thread still busy at shutdown (a handler or task that blocks?): left running, detached"
+            );
+        }
     }
 
     /// Registers a timer; if it is the earliest, wakes sleepers so they
