@@ -7,7 +7,7 @@ use common::Child;
 use ferry::Team;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const START: Duration = Duration::from_secs(20);
 
@@ -175,4 +175,57 @@ fn exits_promptly(child: &mut Child, dir: &Path) {
     let status = child.wait_exit(Duration::from_secs(5)).expect("the process did not exit within 5 s of returning");
     assert!(status.success(), "the process exited with {status}");
     assert_eq!(files_of(dir, child.pid()), Vec::<String>::new());
+}
+
+#[ferry::service]
+pub trait Files {
+    /// Blocks 300 ms (think: a slow file read) on a blocking thread.
+    async fn read_slowly(&self) -> u32;
+    async fn ping(&self) -> u32;
+}
+
+struct FilesImpl {
+    team: Team,
+}
+
+impl Files for FilesImpl {
+    async fn read_slowly(&self) -> u32 {
+        let read = || {
+            std::thread::sleep(Duration::from_millis(300));
+            42
+        };
+        self.team.spawn_blocking(read).await.unwrap()
+    }
+    async fn ping(&self) -> u32 {
+        7
+    }
+}
+
+/// A handler that must block hands the blocking part to `spawn_blocking`:
+/// while it waits, the team's only processor answers other calls at once
+/// (blocking in the handler itself delays them by the whole 300 ms).
+#[test]
+fn a_handler_waiting_on_spawn_blocking_leaves_its_processor_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Team::builder().runtime_dir(dir.path()).processors(1).start().unwrap();
+    let client = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let _serving = FilesServer::serve(&server, "files", FilesImpl { team: server.clone() }).unwrap();
+    let files = FilesClient::bind(&client, "files").unwrap();
+    assert_eq!(files.ping_blocking().unwrap(), 7);
+    // Best of three: a loaded machine may delay one ping; a stalled processor delays every one.
+    let mut took = Vec::new();
+    for _ in 0..3 {
+        let slow = files.read_slowly();
+        // Let the handler start and hand its read over.
+        std::thread::sleep(Duration::from_millis(20));
+        let t0 = Instant::now();
+        assert_eq!(files.ping_blocking().unwrap(), 7);
+        took.push(t0.elapsed());
+        assert_eq!(slow.wait().unwrap(), 42);
+        if took.last().unwrap() < &Duration::from_millis(50) {
+            break;
+        }
+    }
+    let best = *took.iter().min().unwrap();
+    assert!(best < Duration::from_millis(50), "ping answered after {took:?} while a handler waited on a blocking job");
 }

@@ -359,7 +359,8 @@ impl ServiceEndpoint {
     /// that received the call, and gets its task only if it has to wait:
     /// handlers that finish at once cost no task and no wake-up, but work
     /// done before a handler's first `await` delays what that processor
-    /// does next (put long computations behind an `await` or in a task).
+    /// does next (hand long computations and blocking calls to
+    /// [`Team::spawn_blocking`] and await it).
     /// Serving stops when the returned handle is dropped.
     pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
         let endpoint = Arc::new(self);

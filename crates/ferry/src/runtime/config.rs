@@ -20,6 +20,8 @@ pub struct Config {
     pub max_message: usize,
     pub runtime_dir: Option<PathBuf>,
     pub shutdown_grace: Duration,
+    pub blocking_threads: usize,
+    pub blocking_idle: Duration,
 }
 
 impl Default for Config {
@@ -36,6 +38,8 @@ impl Default for Config {
             max_message: 64 * 1024 * 1024,
             runtime_dir: None,
             shutdown_grace: Duration::from_secs(1),
+            blocking_threads: 16,
+            blocking_idle: Duration::from_secs(10),
         }
     }
 }
@@ -111,6 +115,18 @@ impl TeamBuilder {
     /// `Duration::MAX` waits for good.
     pub fn shutdown_grace(mut self, d: Duration) -> Self {
         self.cfg.shutdown_grace = d;
+        self
+    }
+
+    /// Most threads running [`Team::spawn_blocking`] jobs at once (default
+    /// 16, at least 1); further jobs wait for one of them.
+    pub fn blocking_threads(mut self, n: usize) -> Self {
+        self.cfg.blocking_threads = n.max(1);
+        self
+    }
+    /// How long a blocking thread waits for another job before it ends (default 10 s).
+    pub fn blocking_idle(mut self, d: Duration) -> Self {
+        self.cfg.blocking_idle = d;
         self
     }
 

@@ -212,6 +212,34 @@ impl<T> JoinHandle<T> {
     }
 }
 
+/// A handle whose outcome another thread delivers (a blocking job, see
+/// `blocking`). It has no task: aborting it changes nothing.
+pub(crate) fn external<T>() -> (JoinHandle<T>, Completion<T>) {
+    let slot = Arc::new(Mutex::new(JoinSlot { result: None, waker: None }));
+    let abort = AbortHandle { task: Weak::new(), slot: slot.clone() };
+    (JoinHandle { slot: slot.clone(), abort }, Completion(Some(slot)))
+}
+
+/// Delivers an outcome to an [`external`] handle. Dropped undelivered (the
+/// job was dropped unrun: its team left), it delivers `Shutdown`.
+pub(crate) struct Completion<T>(Option<Arc<Mutex<JoinSlot<T>>>>);
+
+impl<T> Completion<T> {
+    pub fn finish(mut self, r: Result<T>) {
+        if let Some(slot) = self.0.take() {
+            slot.lock().finish(r);
+        }
+    }
+}
+
+impl<T> Drop for Completion<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            slot.lock().finish(Err(Error::Shutdown));
+        }
+    }
+}
+
 /// Cancels a task from anywhere; a no-op once it has finished.
 pub struct AbortHandle<T> {
     task: Weak<Task>,

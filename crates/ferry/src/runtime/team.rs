@@ -2,6 +2,7 @@
 //! `TeamInner` ties the components together (endpoints, calls, peers and
 //! channels, timers, the executor) and owns start and shutdown.
 
+use super::blocking::BlockingPool;
 use super::calls::Calls;
 use super::channel::Channel;
 use super::channel_list::ChannelList;
@@ -88,6 +89,22 @@ impl Team {
         self.inner.exec.spawn(fut)
     }
 
+    /// Runs blocking code (a file read, a long computation) on one of the
+    /// team's blocking threads, so it stalls no processor: a handler or task
+    /// awaits the returned handle instead of blocking. The threads are a
+    /// small pool beside the processors, started when jobs need them (at
+    /// most `blocking_threads`, default 16; further jobs wait for one) and
+    /// ended after `blocking_idle` (default 10 s) without work. A job that
+    /// panics yields `Panicked`; one that never ran because the team left,
+    /// `Shutdown`. Aborting the handle does not stop a job.
+    pub fn spawn_blocking<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.blocking.spawn(f)
+    }
+
     /// Runs `fut` on this thread until it completes, driving the team's
     /// channels meanwhile: the blocking API for code with no runtime.
     pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
@@ -125,6 +142,7 @@ pub(crate) struct TeamInner {
     pub names: NodeNames,
     lease: Mutex<Option<TeamLease>>,
     pub exec: Arc<Executor>,
+    blocking: BlockingPool,
     pub timers: Timers,
     pub(super) endpoints: Endpoints,
     /// Every channel the progress loop drains, the loop-back first. Read
@@ -154,6 +172,7 @@ impl TeamInner {
             names: NodeNames::new(dir),
             lease: Mutex::new(Some(lease)),
             exec: Executor::new(doorbell.clone()),
+            blocking: BlockingPool::new(id.team, cfg.blocking_threads, cfg.blocking_idle),
             endpoints: Endpoints::new(id, cfg.inbox_capacity, doorbell.clone()),
             doorbell,
             timers: Timers::new(),
@@ -219,6 +238,7 @@ impl TeamInner {
         }
         self.calls.fail_all(|| Error::Shutdown);
         self.endpoints.close_all();
+        self.blocking.close();
         self.reactor.stop();
         self.doorbell.ring_now();
         let threads: Vec<_> = self.threads.lock().drain(..).collect();
