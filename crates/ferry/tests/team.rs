@@ -34,6 +34,7 @@ fn child_entry() {
         "readme-server" => readme_server().unwrap(),
         "stuck-handler" => stuck_handler().unwrap(),
         "stuck-task" => stuck_task().unwrap(),
+        "late-server" => late_server().unwrap(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -228,4 +229,88 @@ fn a_handler_waiting_on_spawn_blocking_leaves_its_processor_free() {
     }
     let best = *took.iter().min().unwrap();
     assert!(best < Duration::from_millis(50), "ping answered after {took:?} while a handler waited on a blocking job");
+}
+
+/// Registers "late-calc" 200 ms after the parent says "go".
+fn late_server() -> ferry::Result<()> {
+    let team = Team::start()?;
+    common::say("started");
+    common::hear();
+    std::thread::sleep(Duration::from_millis(200));
+    let _serving = CalcServer::serve(&team, "late-calc", MyCalc)?;
+    common::say("registered");
+    common::hear();
+    Ok(())
+}
+
+/// Starts `late-server` and has it register 200 ms after this lookup failed.
+fn late_server_after_a_failed_lookup(team: &Team, dir: &Path) -> Child {
+    let mut child = Child::spawn("late-server", dir);
+    child.expect("started", START);
+    let r = team.lookup("late-calc");
+    assert!(matches!(r, Err(ferry::Error::NameNotFound(_))), "{r:?}");
+    child.tell("go");
+    child
+}
+
+/// A process started before the one that registers a name waits for it:
+/// the parent looks first, the child registers 200 ms later, the wait
+/// finds it (a plain lookup fails: `NameNotFound`).
+#[test]
+fn lookup_wait_finds_a_name_another_process_registers_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let mut child = late_server_after_a_failed_lookup(&team, dir.path());
+    let calc = CalcClient::bind_wait(&team, "late-calc", START).unwrap();
+    assert_eq!(calc.add_blocking(2, 3).unwrap(), 5);
+    child.tell("quit");
+}
+
+/// The same from async code (here tokio), which must not block its worker.
+#[test]
+fn lookup_async_finds_a_name_another_process_registers_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let mut child = late_server_after_a_failed_lookup(&team, dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let sum = rt.block_on(async {
+        // Another task of this one worker thread runs meanwhile.
+        let ticks = tokio::spawn(async {
+            let mut n = 0u32;
+            while n < 5 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                n += 1;
+            }
+            n
+        });
+        let ep = team.lookup_async("late-calc", START).await.unwrap();
+        let calc = CalcClient::connect(&team, ep).await.unwrap();
+        assert!(ticks.is_finished(), "the worker was blocked while the lookup waited");
+        calc.add(2, 3).await.unwrap()
+    });
+    assert_eq!(sum, 5);
+    child.tell("quit");
+}
+
+/// A name that never comes: `NameNotFound` once the limit passes; a team
+/// that leaves meanwhile ends the wait with `Shutdown`.
+#[test]
+fn lookup_wait_gives_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let t0 = Instant::now();
+    let r = team.lookup_wait("never", Duration::from_millis(100));
+    assert!(matches!(&r, Err(ferry::Error::NameNotFound(n)) if n == "never"), "{r:?}");
+    assert!(t0.elapsed() >= Duration::from_millis(100) && t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let leaving = team.clone();
+    let r = common::within(Duration::from_secs(5), "a wait on a team that left", move || {
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            leaving.shutdown();
+        });
+        let r = team.lookup_wait("never", Duration::from_secs(3600));
+        t.join().unwrap();
+        r
+    });
+    assert!(matches!(r, Err(ferry::Error::Shutdown)), "{r:?}");
 }

@@ -121,7 +121,8 @@ impl Team {
         &self.inner.names
     }
 
-    /// Looks a name up in the node name plane.
+    /// Looks a name up in the node name plane; `NameNotFound` at once if it
+    /// is not there (to wait for it, see [`Team::lookup_wait`]).
     pub fn lookup(&self, name: &str) -> Result<EndpointId> {
         self.inner.names.lookup(name)
     }
