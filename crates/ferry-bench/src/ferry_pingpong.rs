@@ -5,7 +5,7 @@
 use crate::harness::{Case, ChildCtx, Params, Peer};
 use crate::run_dir::{run_dir, RemoveRunDir};
 use ferry::{Checkpoint, RawPort, RawSender, Team};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub fn cases() -> Vec<Case> {
     vec![
@@ -29,14 +29,9 @@ fn start_team(run_id: &str, spin: bool) -> Team {
 /// Opens our port under `mine` and finds the other side's port `theirs`.
 fn rendezvous(team: &Team, mine: &str, theirs: &str) -> (RawPort, RawSender) {
     let port = team.open_named_raw_port(mine).expect("open port");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let to = loop {
-        match team.lookup(theirs) {
-            Ok(ep) => break ep,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-            Err(e) => panic!("peer never registered {theirs}: {e}"),
-        }
-    };
+    let to = team
+        .lookup_wait(theirs, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("peer never registered {theirs}: {e}"));
     (port, team.raw_sender(to))
 }
 

@@ -19,7 +19,7 @@ use ferry::Team;
 use serde_bytes::ByteBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[ferry::service]
 pub trait Bench {
@@ -72,14 +72,8 @@ fn team(run_id: &str, mode: Mode, processors: usize) -> Team {
 }
 
 fn bind(team: &Team) -> BenchClient {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match BenchClient::bind(team, NAME) {
-            Ok(c) => return c,
-            Err(e) if Instant::now() > deadline => panic!("cannot bind the bench service: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(1)),
-        }
-    }
+    BenchClient::bind_wait(team, NAME, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("cannot bind the bench service: {e}"))
 }
 
 /// The child: serves `Bench` until told to stop, a task per call, or

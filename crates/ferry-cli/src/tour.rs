@@ -107,7 +107,7 @@ impl Drop for KillOnDrop {
 }
 
 fn tour(team: &Team) -> Result<()> {
-    let echo = wait_for_name(team, "tour.echo")?;
+    let echo = team.lookup_wait("tour.echo", Duration::from_secs(10))?;
     let echo = team.sender::<Vec<u8>>(echo);
     let peer = echo.to().team_id();
     println!("\nteam {} talks to team {} (endpoint {}) over shared memory\n", team.id(), peer, echo.to());
@@ -258,17 +258,6 @@ async fn echo(team: Team, port: ferry::RawPort) -> Result<()> {
         } else if m.wants_reply() {
             let body = m.payload().to_vec();
             m.reply(&body)?;
-        }
-    }
-}
-
-fn wait_for_name(team: &Team, name: &str) -> Result<ferry::EndpointId> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match team.lookup(name) {
-            Ok(ep) => return Ok(ep),
-            Err(e) if Instant::now() > deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
 }

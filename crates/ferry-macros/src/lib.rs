@@ -194,6 +194,12 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
             pub fn bind(team: &::ferry::Team, name: &str) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
                 ::core::result::Result::Ok(Self { client: ::ferry::rpc::Client::bind(team, name, Self::descriptor())? })
             }
+            /// `bind`, waiting up to `limit` for `name` to be registered (see `Team::lookup_wait`).
+            pub fn bind_wait(team: &::ferry::Team, name: &str, limit: ::std::time::Duration)
+                -> ::core::result::Result<Self, ::ferry::rpc::RpcError>
+            {
+                ::core::result::Result::Ok(Self { client: ::ferry::rpc::Client::bind_wait(team, name, Self::descriptor(), limit)? })
+            }
             pub fn bind_to(team: &::ferry::Team, endpoint: ::ferry::EndpointId) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
                 ::core::result::Result::Ok(Self { client: ::ferry::rpc::Client::bind_to(team, endpoint, Self::descriptor())? })
             }

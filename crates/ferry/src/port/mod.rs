@@ -58,6 +58,60 @@ impl Team {
     pub fn connect<T>(&self, name: &str) -> Result<Sender<T>> {
         Ok(self.sender(self.lookup(name)?))
     }
+
+    /// [`connect`](Team::connect), waiting up to `limit` for `name` to be
+    /// registered (see [`Team::lookup_wait`]).
+    pub fn connect_wait<T>(&self, name: &str, limit: Duration) -> Result<Sender<T>> {
+        Ok(self.sender(self.lookup_wait(name, limit)?))
+    }
+
+    /// Looks `name` up, waiting up to `limit` for it to be registered (a
+    /// process started before the one that registers it needs no retry
+    /// loop); `NameNotFound` once the limit passes, `Shutdown` if the team
+    /// leaves meanwhile. Blocks this thread as other blocking calls do
+    /// (driving the team meanwhile); from async code use [`Team::lookup_async`].
+    pub fn lookup_wait(&self, name: &str, limit: Duration) -> Result<EndpointId> {
+        self.block_on(self.lookup_async(name, limit))
+    }
+
+    /// [`Team::lookup_wait`] as a future, for any executor. The first look
+    /// is made now; then the name plane is looked at again after 1 ms,
+    /// 2 ms, 4 ms... at most every 50 ms, waiting on the team's timers
+    /// (which its processors fire).
+    pub fn lookup_async(
+        &self,
+        name: &str,
+        limit: Duration,
+    ) -> impl Future<Output = Result<EndpointId>> + Send + 'static {
+        const FIRST: Duration = Duration::from_millis(1);
+        const MOST: Duration = Duration::from_millis(50);
+        let until = crate::runtime::deadline_after(limit);
+        let first = self.lookup(name);
+        // A port of our own, known to nobody: its inbox closes at shutdown,
+        // which ends the wait (the team's timers stop firing then).
+        let waiting = matches!(first, Err(Error::NameNotFound(_))).then(|| self.open_raw_port());
+        let (team, name) = (self.inner.clone(), name.to_string());
+        async move {
+            let Some(port) = waiting else { return first };
+            let port = port?;
+            let mut pause = FIRST;
+            loop {
+                let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+                if left.is_some_and(|l| l.is_zero()) {
+                    return Err(Error::NameNotFound(name));
+                }
+                let nap = left.map_or(pause, |l| l.min(pause));
+                match race(port.recv(), crate::runtime::Sleep::new(&team, nap)).await {
+                    Err(Error::DeadlineExceeded) | Ok(_) => {}
+                    Err(e) => return Err(e),
+                }
+                match team.names.lookup(&name) {
+                    Err(Error::NameNotFound(_)) => pause = (pause * 2).min(MOST),
+                    found => return found,
+                }
+            }
+        }
+    }
 }
 
 /// A port receiving raw byte messages.

@@ -47,6 +47,18 @@ impl Client {
         Client::bind_to(team, ep, descriptor)
     }
 
+    /// [`bind`](Client::bind), waiting up to `limit` for `name` to be
+    /// registered (see [`Team::lookup_wait`]).
+    pub fn bind_wait(
+        team: &Team,
+        name: &str,
+        descriptor: ServiceDescriptor,
+        limit: Duration,
+    ) -> Result<Client, RpcError> {
+        let ep = team.lookup_wait(name, limit)?;
+        Client::bind_to(team, ep, descriptor)
+    }
+
     /// Binds to the service at `ep`: sends this client's descriptor; the
     /// server refuses (naming the first difference) if it serves another interface.
     pub fn bind_to(team: &Team, ep: EndpointId, descriptor: ServiceDescriptor) -> Result<Client, RpcError> {

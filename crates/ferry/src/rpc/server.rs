@@ -236,10 +236,10 @@ impl IncomingCall {
 
     /// Explicit receipt: the cancel token fires at the caller's deadline, so
     /// code holding the call sees it expire as an implicit handler would.
-    fn watch_deadline(&mut self, team: &Team) {
+    fn watch_deadline(&mut self, team: &Arc<TeamInner>) {
         let (Some(at), Some(token)) = (self.deadline, self.cancel.clone()) else { return };
-        let inner = team.inner.clone();
-        let task = team.spawn(async move {
+        let inner = team.clone();
+        let task = team.exec.spawn(async move {
             Sleep::until(&inner, at).await;
             token.cancel();
         });
@@ -293,7 +293,9 @@ enum Received {
 
 /// An endpoint serving one service.
 pub struct ServiceEndpoint {
-    team: Team,
+    /// Not a `Team`: the endpoint, and the serving task and handlers that
+    /// hold it, must not keep the team alive (see `Team`).
+    team: Arc<TeamInner>,
     port: RawPort,
     descriptor: Arc<ServiceDescriptor>,
     /// Calls of a batch not yet handed out by `accept`.
@@ -313,7 +315,7 @@ impl ServiceEndpoint {
 
     fn with_port(team: &Team, port: RawPort, descriptor: ServiceDescriptor) -> ServiceEndpoint {
         ServiceEndpoint {
-            team: team.clone(),
+            team: team.inner.clone(),
             port,
             descriptor: Arc::new(descriptor),
             queued: Mutex::new(VecDeque::new()),
@@ -338,7 +340,7 @@ impl ServiceEndpoint {
                     continue;
                 }
                 let mut c = c;
-                c.watch_cancel(&self.team.inner);
+                c.watch_cancel(&self.team);
                 c.watch_deadline(&self.team);
                 return Ok(c);
             }
@@ -350,7 +352,7 @@ impl ServiceEndpoint {
     }
 
     pub fn accept_blocking(&self) -> Result<IncomingCall> {
-        self.team.block_on(self.accept())
+        crate::runtime::idle::block_on(&self.team, self.accept())
     }
 
     /// Implicit receipt: every call runs as a task of its own (a batch in
@@ -358,7 +360,8 @@ impl ServiceEndpoint {
     /// that received the call, and gets its task only if it has to wait:
     /// handlers that finish at once cost no task and no wake-up, but work
     /// done before a handler's first `await` delays what that processor
-    /// does next (put long computations behind an `await` or in a task).
+    /// does next (hand long computations and blocking calls to
+    /// [`Team::spawn_blocking`] and await it).
     /// Serving stops when the returned handle is dropped.
     pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
         let endpoint = Arc::new(self);
@@ -368,12 +371,12 @@ impl ServiceEndpoint {
         // takes the calls other threads received.
         let (e, h) = (endpoint.clone(), handler.clone());
         inbox.set_direct(Some(Arc::new(move |m| {
-            if let Some(r) = e.parse(crate::port::take(&e.team.inner, m)) {
+            if let Some(r) = e.parse(crate::port::take(&e.team, m)) {
                 e.handle(&h, r);
             }
         })));
         let team = endpoint.team.clone();
-        let task = team.spawn(async move {
+        let task = team.exec.spawn(async move {
             while let Ok(r) = endpoint.next_request().await {
                 endpoint.handle(&handler, r);
             }
@@ -386,8 +389,8 @@ impl ServiceEndpoint {
         match r {
             Received::One(c) => run_or_spawn(&self.team, handler, c),
             Received::Batch(v) => {
-                let (inner, h) = (self.team.inner.clone(), handler.clone());
-                drop(self.team.spawn(async move {
+                let (inner, h) = (self.team.clone(), handler.clone());
+                drop(self.team.exec.spawn(async move {
                     for c in v {
                         run_call(inner.clone(), h.clone(), c).await;
                     }
@@ -487,7 +490,7 @@ impl Drop for Serving {
 /// Implicit receipt without paying for a task when none is needed: the
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
-fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, call: IncomingCall) {
+fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: IncomingCall) {
     let Some((call, mut work, t)) = start(handler, call) else { return };
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
@@ -499,7 +502,7 @@ fn run_or_spawn<D: Dispatch>(team: &Team, handler: &Arc<D>, call: IncomingCall) 
             let _ = call.reply_raw(&response);
             cost::record(Side::Server, Stage::Reply, t);
         }
-        Poll::Pending => drop(team.spawn(finish_call(team.inner.clone(), call, work, t))),
+        Poll::Pending => drop(team.exec.spawn(finish_call(team.clone(), call, work, t))),
     }
 }
 

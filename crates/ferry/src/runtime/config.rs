@@ -23,6 +23,9 @@ pub struct Config {
     pub hold_capacity: usize,
     pub max_message: usize,
     pub runtime_dir: Option<PathBuf>,
+    pub shutdown_grace: Duration,
+    pub blocking_threads: usize,
+    pub blocking_idle: Duration,
 }
 
 impl Default for Config {
@@ -38,6 +41,9 @@ impl Default for Config {
             hold_capacity: 1024,
             max_message: DEFAULT_MAX_MESSAGE,
             runtime_dir: None,
+            shutdown_grace: Duration::from_secs(1),
+            blocking_threads: 16,
+            blocking_idle: Duration::from_secs(10),
         }
     }
 }
@@ -108,6 +114,27 @@ impl TeamBuilder {
     /// Directory of the node name plane (default `$FERRY_RUNTIME_DIR`, see `RuntimeDir::from_env`).
     pub fn runtime_dir(mut self, p: impl Into<PathBuf>) -> Self {
         self.cfg.runtime_dir = Some(p.into());
+        self
+    }
+
+    /// How long shutdown waits for the team's threads to stop (default 1 s).
+    /// A thread still busy after that (user code that blocks: a handler or a
+    /// task) is left running, detached, with a warning; the team leaves anyway.
+    /// `Duration::MAX` waits for good.
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.cfg.shutdown_grace = d;
+        self
+    }
+
+    /// Most threads running [`Team::spawn_blocking`] jobs at once (default
+    /// 16, at least 1); further jobs wait for one of them.
+    pub fn blocking_threads(mut self, n: usize) -> Self {
+        self.cfg.blocking_threads = n.max(1);
+        self
+    }
+    /// How long a blocking thread waits for another job before it ends (default 10 s).
+    pub fn blocking_idle(mut self, d: Duration) -> Self {
+        self.cfg.blocking_idle = d;
         self
     }
 

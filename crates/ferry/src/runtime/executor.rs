@@ -14,6 +14,9 @@ use std::task::{Context, Poll, Wake, Waker};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// How long `clear` waits for a task that some thread is polling.
+const CLEAR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The ready queue shared by the team's processors. Generic over the
 /// doorbell's memory only so that a loom model (`loom_models::executor`)
 /// runs the real `push`.
@@ -141,7 +144,10 @@ impl<M: DoorbellMemory> Executor<M> {
             ready.drain(..).collect()
         };
         for t in tasks {
-            t.future.lock().take();
+            // A task being polled is not waited for long: its poll may never
+            // end (user code stuck on a thread that shutdown left behind).
+            let fut = t.future.try_lock_for(CLEAR_PATIENCE).and_then(|mut f| f.take());
+            drop(fut);
         }
     }
 }
@@ -221,12 +227,40 @@ pub struct JoinHandle<T> {
 }
 
 impl<T> JoinHandle<T> {
-    /// Cancels the task: its future is dropped before it runs again.
+    /// Cancels the task (see [`AbortHandle::abort`]).
     pub fn abort(&self) {
         self.abort.abort()
     }
     pub fn abort_handle(&self) -> AbortHandle<T> {
         self.abort.clone()
+    }
+}
+
+/// A handle whose outcome another thread delivers (a blocking job, see
+/// `blocking`). It has no task: aborting it changes nothing.
+pub(crate) fn external<T>() -> (JoinHandle<T>, Completion<T>) {
+    let slot = Arc::new(Mutex::new(JoinSlot { result: None, waker: None }));
+    let abort = AbortHandle { task: Weak::new(), slot: slot.clone() };
+    (JoinHandle { slot: slot.clone(), abort }, Completion(Some(slot)))
+}
+
+/// Delivers an outcome to an [`external`] handle. Dropped undelivered (the
+/// job was dropped unrun: its team left), it delivers `Shutdown`.
+pub(crate) struct Completion<T>(Option<Arc<Mutex<JoinSlot<T>>>>);
+
+impl<T> Completion<T> {
+    pub fn finish(mut self, r: Result<T>) {
+        if let Some(slot) = self.0.take() {
+            slot.lock().finish(r);
+        }
+    }
+}
+
+impl<T> Drop for Completion<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            slot.lock().finish(Err(Error::Shutdown));
+        }
     }
 }
 
@@ -243,10 +277,17 @@ impl<T> Clone for AbortHandle<T> {
 }
 
 impl<T> AbortHandle<T> {
+    /// Cancels the task. Its future is dropped here and now unless a thread
+    /// is polling it at this moment (then by the next thread to run the
+    /// task), so an aborted task stops owning what its future owned, a
+    /// `Team` included, without waiting for a processor.
     pub fn abort(&self) {
         if let Some(task) = self.task.upgrade() {
             task.aborted.store(true, Ordering::Release);
             self.slot.lock().finish(Err(Error::Cancelled));
+            // Dropped unlocked: its drop may shut the team down, which clears tasks.
+            let fut = task.future.try_lock().and_then(|mut f| f.take());
+            drop(fut);
             task.wake_by_ref();
         }
     }

@@ -20,12 +20,14 @@
 //! | `dispatch` | the progress loop's receive path |
 //! | `channel`, `channel_list`, `inbox`, `payload` | the data structures they share |
 //! | `idle`, `executor`, `timer`, `sleep`, `reactor` | threads, tasks, time, sockets |
+//! | `blocking` | the pool of threads for blocking jobs (`spawn_blocking`) |
 //!
 //! Lock order (a thread holding one may take those after it, never before):
 //! `peers.connecting` → channel `rx` → channel `backlog` → channel `tx` →
 //! inbox state → `calls.cancels` → `calls.early_cancels`; `calls.pending`,
 //! `peers.map`, the endpoint table and the channel list are leaves.
 
+mod blocking;
 pub(crate) mod calls;
 pub(crate) mod channel;
 mod channel_list;

@@ -2,6 +2,7 @@
 //! `TeamInner` ties the components together (endpoints, calls, peers and
 //! channels, timers, the executor) and owns start and shutdown.
 
+use super::blocking::BlockingPool;
 use super::calls::Calls;
 use super::channel::Channel;
 use super::channel_list::ChannelList;
@@ -30,12 +31,26 @@ const EXTRA_TEAMS: u32 = 1 << 22;
 
 /// A team: this process's presence in ferry. Clones share it; when the last
 /// clone is dropped (or on [`Team::shutdown`]) the team leaves: its channels
-/// close, its names disappear, its files are removed. A task that holds a
-/// clone keeps the team alive; `shutdown` leaves regardless, failing what
-/// waits with `Shutdown` and dropping every task.
+/// close, its names disappear, its files are removed, its tasks are dropped.
+///
+/// Who keeps a team alive: every `Team` handle, and nothing else. The
+/// runtime never holds one: ports, senders, clients, a served service with
+/// its serving task and in-flight handlers refer to the team without owning
+/// it, so the end of `main` (or any drop of the last handle) shuts the team
+/// down even while `Serving` or a port is still around; they fail with
+/// `Shutdown` from then on. A `Team` clone the program itself moves into a
+/// task or a handler is a handle like any other: it keeps the team alive as
+/// long as that task or handler lives (dropping the `Serving` releases its
+/// handler; an aborted task's future is dropped at once). `shutdown` leaves
+/// regardless, failing what waits with `Shutdown` and dropping every task.
+///
+/// Leaving never hangs: the team waits at most `shutdown_grace` (default
+/// 1 s) for its threads; one still inside user code that blocks is left
+/// running, detached, with a warning naming it.
 #[derive(Clone)]
 pub struct Team {
     pub(crate) inner: Arc<TeamInner>,
+    /// The owner count: `TeamInner` references held inside the runtime are not owners.
     _owner: Arc<ShutdownOnDrop>,
 }
 
@@ -74,6 +89,22 @@ impl Team {
         self.inner.exec.spawn(fut)
     }
 
+    /// Runs blocking code (a file read, a long computation) on one of the
+    /// team's blocking threads, so it stalls no processor: a handler or task
+    /// awaits the returned handle instead of blocking. The threads are a
+    /// small pool beside the processors, started when jobs need them (at
+    /// most `blocking_threads`, default 16; further jobs wait for one) and
+    /// ended after `blocking_idle` (default 10 s) without work. A job that
+    /// panics yields `Panicked`; one that never ran because the team left,
+    /// `Shutdown`. Aborting the handle does not stop a job.
+    pub fn spawn_blocking<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.blocking.spawn(f)
+    }
+
     /// Runs `fut` on this thread until it completes, driving the team's
     /// channels meanwhile: the blocking API for code with no runtime.
     pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
@@ -90,12 +121,16 @@ impl Team {
         &self.inner.names
     }
 
-    /// Looks a name up in the node name plane.
+    /// Looks a name up in the node name plane; `NameNotFound` at once if it
+    /// is not there (to wait for it, see [`Team::lookup_wait`]).
     pub fn lookup(&self, name: &str) -> Result<EndpointId> {
         self.inner.names.lookup(name)
     }
 
-    /// Leaves now: fails what waits on this team with `Shutdown`, closes channels, removes files.
+    /// Leaves now: fails what waits on this team with `Shutdown`, closes
+    /// channels, removes files, drops tasks. Returns within about
+    /// `shutdown_grace` (default 1 s) even if a handler or task never does:
+    /// its thread is left running, detached (see [`TeamBuilder::shutdown_grace`]).
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
@@ -108,6 +143,7 @@ pub(crate) struct TeamInner {
     pub names: NodeNames,
     lease: Mutex<Option<TeamLease>>,
     pub exec: Arc<Executor>,
+    blocking: BlockingPool,
     pub timers: Timers,
     pub(super) endpoints: Endpoints,
     /// Every channel the progress loop drains, the loop-back first. Read
@@ -141,6 +177,7 @@ impl TeamInner {
             names: NodeNames::new(dir),
             lease: Mutex::new(Some(lease)),
             exec: Executor::new(doorbell.clone()),
+            blocking: BlockingPool::new(id.team, cfg.blocking_threads, cfg.blocking_idle),
             endpoints: Endpoints::new(id, cfg.inbox_capacity, doorbell.clone()),
             doorbell,
             timers: Timers::new(),
@@ -194,7 +231,8 @@ impl TeamInner {
             return;
         }
         // First fail everything that waits, so threads blocked in ferry calls
-        // (processors included) return; then stop and join the threads.
+        // (processors included) return; then stop and join the threads, a
+        // bounded time: one stuck in user code is left behind.
         let channels = self.channels.take();
         self.peers.clear();
         for ch in channels.iter() {
@@ -206,21 +244,51 @@ impl TeamInner {
         }
         self.calls.fail_all(|| Error::Shutdown);
         self.endpoints.close_all();
+        self.blocking.close();
         self.reactor.stop();
         self.doorbell.ring_now();
-        let me = std::thread::current().id();
         let threads: Vec<_> = self.threads.lock().drain(..).collect();
-        for t in threads {
-            if t.thread().id() != me {
-                let _ = t.join();
-            }
-        }
+        self.join_bounded(threads);
         // Break the cycles that keep tasks (and through them this team) alive.
         self.timers.clear();
         self.calls.clear_cancels();
         self.exec.clear();
         self.lease.lock().take();
         tracing::debug!(team = %self.id, "team shut down");
+    }
+
+    /// Joins the team's threads (but this one), waiting `shutdown_grace` in
+    /// all. A thread still running then is stuck in user code (a handler or
+    /// task that blocks): it is left to finish on its own, detached, and
+    /// exits when it next looks at the team; shutdown must not hang on it.
+    fn join_bounded(&self, threads: Vec<std::thread::JoinHandle<()>>) {
+        let me = std::thread::current().id();
+        let mut left: Vec<_> = threads.into_iter().filter(|t| t.thread().id() != me).collect();
+        let grace = self.cfg.shutdown_grace;
+        let until = Instant::now().checked_add(grace);
+        // Threads usually stop within microseconds of the doorbell: look often first.
+        let mut pause = Duration::from_micros(20);
+        loop {
+            let (done, busy): (Vec<_>, Vec<_>) = left.into_iter().partition(|t| t.is_finished());
+            for t in done {
+                let _ = t.join();
+            }
+            left = busy;
+            let now = Instant::now();
+            if left.is_empty() || until.is_some_and(|u| now >= u) {
+                break;
+            }
+            std::thread::sleep(until.map_or(pause, |u| pause.min(u - now)));
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+        for t in left {
+            tracing::warn!(
+                team = %self.id,
+                thread = t.thread().name().unwrap_or("?"),
+                ?grace,
+                "thread still busy at shutdown (a handler or task that blocks?): left running, detached"
+            );
+        }
     }
 
     /// Registers a timer; if it is the earliest, wakes sleepers so they
