@@ -30,6 +30,7 @@ pub mod floors;
 mod harness;
 #[cfg(feature = "iceoryx2")]
 pub mod iceoryx2_peer;
+pub mod large;
 mod memory;
 mod report;
 pub mod rpc_peers;
@@ -49,6 +50,7 @@ pub use suites::{all_cases, pingpong, pingpong_cases, rpc, BenchArgs};
 /// a benchmark's second process, play that part and exit.
 pub fn child_main() {
     memory::idle_child_if_requested();
+    large::receiver_if_requested();
     ferry_rpc::breakdown_child_if_requested();
     child_main_if_requested(&all_cases());
 }

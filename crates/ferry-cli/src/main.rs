@@ -41,6 +41,9 @@ enum BenchSuite {
         #[arg(long)]
         breakdown: bool,
     },
+    /// One-way transfer of 64 MiB and 1 GiB messages (cold, then warm into
+    /// a reused buffer) beside a warm memcpy of the same size.
+    Large(ferry_bench::large::LargeArgs),
 }
 
 fn main() {
@@ -53,6 +56,7 @@ fn main() {
         Command::TourChild => tour::child(),
         Command::Bench { suite: BenchSuite::Pingpong(args) } => ferry_bench::pingpong::run(&args),
         Command::Bench { suite: BenchSuite::Rpc { args, breakdown } } => ferry_bench::rpc::run(&args, breakdown),
+        Command::Bench { suite: BenchSuite::Large(args) } => ferry_bench::large::run(&args),
         Command::Names => list_names(),
     };
     if let Err(e) = result {

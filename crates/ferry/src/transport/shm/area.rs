@@ -19,15 +19,21 @@
 //!
 //! Memory: ranges are handed out lowest first, so a steady stream of large
 //! messages reuses the same, already touched pages (first-touching fresh
-//! shared memory costs more than the copy). Freed ranges above
-//! [`WARM_BYTES`] are given back to the kernel.
+//! shared memory costs more than the copy: 2–3 s per GiB on some VMs).
+//! Pages above [`WARM_BYTES`] stay resident while large messages keep
+//! coming, and go back to the kernel once the area has been idle for
+//! [`COOL_AFTER`] (checked when the next payload is staged, so a channel
+//! that falls silent keeps its high-water mark until it is used or closed).
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 /// Ranges are whole pages: copies start aligned, and pages can be punched out.
 pub const PAGE: u64 = 4096;
-/// Bytes of an area kept resident when free; freed pages above are returned to the kernel.
+/// Bytes of an area always kept resident once touched.
 pub const WARM_BYTES: u64 = 64 << 20;
+/// Idle time after which an area's pages above `WARM_BYTES` are returned to the kernel.
+pub const COOL_AFTER: Duration = Duration::from_secs(1);
 /// Bytes of a descriptor (and of a `Release` payload): `{offset u64, len u64}`, little-endian.
 pub const DESCRIPTOR_LEN: usize = 16;
 
@@ -70,6 +76,10 @@ pub struct Allocator {
     free: BTreeMap<u64, u64>,
     /// Lent ranges by offset: their length as sent.
     lent: HashMap<u64, u64>,
+    /// End of the highest range lent since the area last cooled down.
+    high_water: u64,
+    /// When a range was last lent.
+    last_lent: Option<Instant>,
 }
 
 /// Why a release was refused: the peer named a range it was not lent.
@@ -83,7 +93,7 @@ impl Allocator {
         if size > 0 {
             free.insert(0, size);
         }
-        Allocator { size, free, lent: HashMap::new() }
+        Allocator { size, free, lent: HashMap::new(), high_water: 0, last_lent: None }
     }
 
     /// Lends the lowest free range that holds `len` bytes; `None` if none does now.
@@ -98,12 +108,25 @@ impl Allocator {
             self.free.insert(at + need, have - need);
         }
         self.lent.insert(at, len);
+        self.high_water = self.high_water.max(at + need);
+        self.last_lent = Some(Instant::now());
         Some(Range { offset: at, len })
     }
 
-    /// Takes back a lent range. Returns the part of it to give back to the
-    /// kernel (above `WARM_BYTES`), if any.
-    pub fn release(&mut self, r: Range) -> Result<Option<Range>, NotLent> {
+    /// The pages above `WARM_BYTES` to give back to the kernel, if the area
+    /// is idle (nothing lent) and has been for `COOL_AFTER` as of `now`.
+    pub fn cool(&mut self, now: Instant) -> Option<Range> {
+        let idle_long = self.lent.is_empty() && self.last_lent.is_some_and(|t| now - t >= COOL_AFTER);
+        if !idle_long || self.high_water <= WARM_BYTES {
+            return None;
+        }
+        let r = Range { offset: WARM_BYTES, len: self.high_water - WARM_BYTES };
+        self.high_water = WARM_BYTES;
+        Some(r)
+    }
+
+    /// Takes back a lent range.
+    pub fn release(&mut self, r: Range) -> Result<(), NotLent> {
         match self.lent.get(&r.offset) {
             Some(&len) if len == r.len => {}
             _ => return Err(NotLent(r)),
@@ -121,9 +144,7 @@ impl Allocator {
             size += after;
         }
         self.free.insert(at, size);
-        let cold_from = r.offset.max(WARM_BYTES);
-        let end = r.offset + r.pages();
-        Ok((end > cold_from).then(|| Range { offset: cold_from, len: end - cold_from }))
+        Ok(())
     }
 
     /// Whether nothing is lent.
@@ -198,11 +219,17 @@ mod tests {
     }
 
     #[test]
-    fn only_pages_above_the_warm_part_go_back_to_the_kernel() {
+    fn pages_above_the_warm_part_go_back_only_after_an_idle_spell() {
         let mut a = Allocator::new(WARM_BYTES + 8 * PAGE);
         let r = a.lend(WARM_BYTES + 2 * PAGE).unwrap();
-        assert_eq!(a.release(r).unwrap(), Some(Range { offset: WARM_BYTES, len: 2 * PAGE }));
+        let later = Instant::now() + COOL_AFTER;
+        assert_eq!(a.cool(later), None, "something is lent");
+        a.release(r).unwrap();
+        assert_eq!(a.cool(Instant::now()), None, "not idle long enough: stays warm for the next one");
+        assert_eq!(a.cool(later), Some(Range { offset: WARM_BYTES, len: 2 * PAGE }));
+        assert_eq!(a.cool(later), None, "cooled once");
         let small = a.lend(PAGE).unwrap();
-        assert_eq!(a.release(small).unwrap(), None);
+        a.release(small).unwrap();
+        assert_eq!(a.cool(later + COOL_AFTER), None, "nothing above the warm part was touched");
     }
 }

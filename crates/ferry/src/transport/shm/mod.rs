@@ -343,16 +343,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     fn take_back(&self, payload: &[u8]) -> std::result::Result<(), String> {
         let Some(area) = &self.tx_area else { return Err("a release with no payload area".into()) };
         let r = Range::decode(payload, area.alloc.lock().size()).ok_or("a release of a range outside the area")?;
-        let cold = area.alloc.lock().release(r).map_err(|e| format!("a release of a range never lent: {:?}", e.0))?;
-        if let Some(c) = cold {
-            // Give pages above the warm part back to the kernel (best effort).
-            let _ = rustix::fs::fallocate(
-                area.segment.fd(),
-                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-                area.file_offset + c.offset,
-                c.len,
-            );
-        }
+        area.alloc.lock().release(r).map_err(|e| format!("a release of a range never lent: {:?}", e.0))?;
         Ok(())
     }
 
@@ -389,13 +380,28 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(SendError::Closed);
         }
-        let range = {
+        let (range, cool) = {
             let mut alloc = area.alloc.lock();
             if payload.len() as u64 > alloc.size() {
                 return Err(SendError::TooLarge);
             }
-            alloc.lend(payload.len() as u64).ok_or(SendError::Full)?
+            let cool = alloc.cool(std::time::Instant::now());
+            (alloc.lend(payload.len() as u64).ok_or(SendError::Full)?, cool)
         };
+        if let Some(c) = cool {
+            // Idle long enough: pages above the warm part go back to the
+            // kernel (best effort), but not those this payload is about to use.
+            let from = c.offset.max((range.offset + range.len).div_ceil(PAGE) * PAGE);
+            let to = c.offset + c.len;
+            if to > from {
+                let _ = rustix::fs::fallocate(
+                    area.segment.fd(),
+                    rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                    area.file_offset + from,
+                    to - from,
+                );
+            }
+        }
         // SAFETY: the range lies inside our area (the allocator hands out
         // only ranges of it) and is ours alone until sent: no lock is needed
         // while the bytes move. The peer can write there too (it maps the
