@@ -287,3 +287,8 @@ impl<F: Future + ?Sized> Future for CatchUnwind<F> {
         }
     }
 }
+
+/// The loom model of `push` (kept with the other models, in `loom_models/`).
+#[cfg(all(test, loom))]
+#[path = "../loom_models/executor.rs"]
+mod loom_executor;
