@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The ready queue shared by the team's processors. Generic over the
-/// doorbell's memory only so that a loom model (`loom_models::executor`)
+/// doorbell's memory only so that a loom model (`loom_executor`, below)
 /// runs the real `push`.
 pub(crate) struct Executor<M: DoorbellMemory = DoorbellPage> {
     ready: Mutex<VecDeque<Arc<Task<M>>>>,
@@ -69,7 +69,7 @@ impl<M: DoorbellMemory> Executor<M> {
         })
     }
 
-    pub(crate) fn push(&self, task: Arc<Task<M>>) {
+    fn push(&self, task: Arc<Task<M>>) {
         {
             let mut ready = self.ready.lock();
             ready.push_back(task);
