@@ -2,7 +2,8 @@
 # Sets up and runs every test of ferry: unit tests, the transport
 # conformance suite, the port and RPC suites, cross-process tests (real
 # child processes, SIGKILL, leak checks) and the benchmark harness's smoke
-# test. Needs only a Rust toolchain; installs nothing else so far.
+# test, and the loom models. Needs only a Rust toolchain; installs nothing
+# else so far.
 # Ends with one line: "ferry: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,12 @@ cargo build --workspace --all-targets --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
 status=0
 cargo test --workspace --locked --no-fail-fast -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee "$log" || status=$?
+
+# loom models (crates/ferry/src/loom_models/): the real ring, doorbell,
+# wait-for-space and executor code run under loom, which explores their
+# interleavings. A build of their own (--cfg loom), in target/loom.
+RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" cargo test -p ferry --lib --release --locked --target-dir target/loom loom \
+    -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee -a "$log" || status=$?
 
 # Totals over every test binary (libtest's "test result" lines and the
 # harness-less smoke test's "smoke: N passed, N failed").

@@ -11,6 +11,8 @@
 pub mod cost;
 pub mod error;
 pub mod id;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub mod names;
 pub mod port;
 pub mod rpc;

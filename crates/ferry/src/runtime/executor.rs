@@ -18,7 +18,7 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 const CLEAR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The ready queue shared by the team's processors. Generic over the
-/// doorbell's memory only so that a loom model (`loom_models::executor`)
+/// doorbell's memory only so that a loom model (`loom_executor`, below)
 /// runs the real `push`.
 pub(crate) struct Executor<M: DoorbellMemory = DoorbellPage> {
     ready: Mutex<VecDeque<Arc<Task<M>>>>,
@@ -72,7 +72,7 @@ impl<M: DoorbellMemory> Executor<M> {
         })
     }
 
-    pub(crate) fn push(&self, task: Arc<Task<M>>) {
+    fn push(&self, task: Arc<Task<M>>) {
         {
             let mut ready = self.ready.lock();
             ready.push_back(task);
@@ -328,3 +328,8 @@ impl<F: Future + ?Sized> Future for CatchUnwind<F> {
         }
     }
 }
+
+/// The loom model of `push` (kept with the other models, in `loom_models/`).
+#[cfg(all(test, loom))]
+#[path = "../loom_models/executor.rs"]
+mod loom_executor;

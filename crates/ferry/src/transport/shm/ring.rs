@@ -7,7 +7,9 @@
 //! stamp last (release), so the consumer spins on the very cache line that
 //! carries the first bytes of the message. A record never wraps: if it does
 //! not fit before the end, the producer writes a padding stamp and starts at
-//! cell 0.
+//! cell 0. A record at cell 0 always fits (bodies are at most a quarter of
+//! the ring), so padding never starts there: the consumer takes a padding
+//! stamp at cell 0 as corruption, and so skips at most one padding per pop.
 //!
 //! The consumer zeroes the first word of every cell it consumes before it
 //! publishes `head`, so in the free part of the ring every cell starts with 0:
@@ -19,6 +21,10 @@
 //! consumer copies a record into private memory, then validates it; the
 //! producer validates `head`. A violation makes the ring `Corrupt` for good;
 //! it never causes an out-of-bounds access here.
+//!
+//! The code is generic over [`RingMemory`], where the words and bytes live:
+//! [`RingMem`] (the mapped segment) in production, heap memory with loom's
+//! atomics in the loom models (`loom_models::ring`), which run this code.
 
 use crate::sync::{AtomicU32Ops, AtomicU64Ops, Ordering};
 use std::mem::MaybeUninit;

@@ -1,0 +1,75 @@
+//! The doorbell: a sender publishes a frame and rings; the receiving team's
+//! thread polls, announces it will sleep, looks once more, and parks.
+
+use super::{check, frame, pair, End, HeapBell};
+use crate::transport::doorbell::Doorbell;
+use crate::transport::{Body, Recv, Transport};
+use loom::thread;
+use std::time::Duration;
+
+/// A thread of the receiving team waiting for frame 7 the way the idle loop
+/// of runtime/idle.rs does (one channel, no spinning): poll; if nothing,
+/// announce the sleep (`prepare_park`), look once more, and park.
+fn receive(b: &End, bell: &Doorbell<HeapBell>) {
+    let mut got = None;
+    while got.is_none() {
+        if b.has_frame() {
+            let r = b.try_recv(&mut |h, body| match body {
+                Body::Inline(body) => {
+                    got = Some((h.call_id, body.to_vec()));
+                    true
+                }
+                Body::Detached(_) => panic!("the model sends small frames only"),
+            });
+            if r == Ok(Recv::Consumed) {
+                break;
+            }
+        }
+        let ticket = bell.prepare_park();
+        if b.has_frame() {
+            bell.cancel_park();
+        } else {
+            bell.park(ticket, Duration::from_secs(1));
+        }
+    }
+    bell.leave_polling();
+    assert_eq!(got, Some((7, b"hi".to_vec())));
+}
+
+/// The receiver never sleeps through the frame: if it parks, the sender's
+/// `ring` sees it sleeping and wakes it (a lost wake-up is a deadlock).
+#[test]
+fn loom_doorbell_receiver_never_sleeps_through_a_frame() {
+    check(None, || {
+        let p = pair(4 * crate::transport::shm::ring::CELL);
+        let a = p.a.clone();
+        let sender = thread::spawn(move || a.try_send(&frame(7), b"hi").unwrap());
+        p.bell_b.enter_polling();
+        receive(&p.b, &p.bell_b);
+        sender.join().unwrap();
+    });
+}
+
+/// Two threads of the receiving team: one sleeps, the other polls (for
+/// something else) and stops. A sender that saw the poller did not ring, so
+/// the last poller to leave looks at the channel and rings (`Idle::drop`).
+#[test]
+fn loom_doorbell_last_poller_leaving_rings_for_a_frame_it_saw() {
+    check(Some(3), || {
+        let p = pair(4 * crate::transport::shm::ring::CELL);
+        // Both threads count as pollers from the start (`Idle::new`).
+        p.bell_b.enter_polling();
+        p.bell_b.enter_polling();
+        let a = p.a.clone();
+        let sender = thread::spawn(move || a.try_send(&frame(7), b"hi").unwrap());
+        let (b, bell) = (p.b.clone(), p.bell_b.clone());
+        let leaver = thread::spawn(move || {
+            if bell.leave_polling() && b.has_frame() {
+                bell.ring_one();
+            }
+        });
+        receive(&p.b, &p.bell_b);
+        sender.join().unwrap();
+        leaver.join().unwrap();
+    });
+}

@@ -1,0 +1,37 @@
+//! `Executor::push` against a processor going to sleep: push stores the
+//! task, then looks at `parked`; the processor counts itself in `parked`,
+//! then looks at the queue (its idle loop in runtime/idle.rs).
+
+use super::{Executor, Task};
+use crate::loom_models::{check, HeapBell};
+use loom::thread;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The processor never sleeps with a task ready: either it sees the task,
+/// or `push` sees it parked and rings.
+#[test]
+fn loom_executor_push_wakes_a_parking_processor() {
+    check(None, || {
+        let exec = Executor::new(Arc::new(HeapBell::new().doorbell()));
+        let e = exec.clone();
+        let pusher = thread::spawn(move || e.push(Arc::new(Task::finished())));
+        // processor_loop: idle steps until a task is ready; `parked(true)`
+        // comes before `prepare_park`, `parked(false)` after the park.
+        let bell = &exec.doorbell;
+        bell.enter_polling();
+        while !exec.has_ready() {
+            exec.parked.fetch_add(1, Ordering::SeqCst);
+            let ticket = bell.prepare_park();
+            if exec.has_ready() {
+                bell.cancel_park();
+            } else {
+                bell.park(ticket, Duration::from_secs(1));
+            }
+            exec.parked.fetch_sub(1, Ordering::SeqCst);
+        }
+        bell.leave_polling();
+        pusher.join().unwrap();
+    });
+}
