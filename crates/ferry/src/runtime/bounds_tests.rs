@@ -329,3 +329,69 @@ fn data_waits_behind_backlogged_control_frames() {
     assert_eq!(kinds.last(), Some(&Kind::Data), "data overtook a backlogged ack: {kinds:?}");
     assert!(kinds[..kinds.len() - 1].iter().all(|k| *k == Kind::Ack));
 }
+
+/// Two teams flooding each other with messages that need answers, over
+/// small rings, both finish: the bound never leaves both stalled, each
+/// waiting for the other to read (control frames go first, so a team that
+/// reads the other's ring gets its answers before anything needing one).
+/// No processors, receivers that only poll: a team reads its rings only
+/// while its flooding thread waits for room, the worst case for backlogs.
+#[test]
+fn two_teams_flooding_each_other_both_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = || Team::builder().runtime_dir(dir.path()).ring_bytes(4096).processors(0).start().unwrap();
+    let (a, b) = (start(), start());
+    const N: usize = 30_000;
+    let (pa, pb) = (a.open_raw_port().unwrap(), b.open_raw_port().unwrap());
+    let (to_a, to_b) = (pa.id(), pb.id());
+    let poll = |port: crate::RawPort| {
+        let got = Arc::new(AtomicUsize::new(0));
+        let g = got.clone();
+        std::thread::spawn(move || {
+            while g.load(Ordering::Relaxed) < N {
+                match port.try_recv() {
+                    Some(_) => g.fetch_add(1, Ordering::Relaxed),
+                    None => {
+                        std::thread::yield_now();
+                        0
+                    }
+                };
+            }
+        });
+        got
+    };
+    let (got_a, got_b) = (poll(pa), poll(pb));
+    let max_backlog = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let flood = |from: &Team, to, peer: TeamId| {
+        let s = from.raw_sender(to);
+        let (team, max_backlog, done) = (from.clone(), max_backlog.clone(), done.clone());
+        std::thread::spawn(move || {
+            for i in 0..N {
+                // Not awaited: the acks pile up at the sender's peer.
+                drop(s.send_async(&[7; 100], Checkpoint::OnReceipt));
+                if i % 64 == 0 {
+                    max_backlog.fetch_max(channel_to(&team, peer).backlog_len(), Ordering::Relaxed);
+                }
+            }
+            // Keep reading (the only thread that does) until both have everything.
+            while !done.load(Ordering::Relaxed) {
+                team.block_on(team.sleep(Duration::from_millis(10)));
+            }
+        })
+    };
+    let floods = [flood(&a, to_b, b.id()), flood(&b, to_a, a.id())];
+    let until = Instant::now() + Duration::from_secs(60);
+    while got_a.load(Ordering::Relaxed) < N || got_b.load(Ordering::Relaxed) < N {
+        let (ga, gb) = (got_a.load(Ordering::Relaxed), got_b.load(Ordering::Relaxed));
+        assert!(Instant::now() < until, "stalled: {ga} and {gb} of {N} received");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let largest = max_backlog.load(Ordering::Relaxed);
+    eprintln!("largest backlog seen: {largest}");
+    assert!(largest <= CONTROL_BACKLOG, "a backlog of {largest} frames");
+    done.store(true, Ordering::Relaxed);
+    for f in floods {
+        f.join().unwrap();
+    }
+}

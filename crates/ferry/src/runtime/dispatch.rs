@@ -103,11 +103,11 @@ impl TeamInner {
     /// full, or a budget is spent (so one busy peer cannot starve the rest).
     pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<usize, String> {
         // Held messages first, in order per endpoint, as far as their inboxes
-        // take them (and while their answers have room: see `CONTROL_BACKLOG`).
-        if !rx.held.is_empty() && !self.answers_wait(ch) {
+        // take them, and while their answers have room (see `CONTROL_BACKLOG`).
+        if !rx.held.is_empty() {
             let mut refused: Vec<Addr> = Vec::new();
             let mut i = 0;
-            while i < rx.held.len() {
+            while i < rx.held.len() && !self.answers_wait(ch) {
                 let dst = rx.held[i].0.dst;
                 if refused.contains(&dst) {
                     i += 1;

@@ -50,6 +50,7 @@ mod team;
 mod timer;
 
 pub(crate) use calls::CancelGuard;
+pub use channel::CONTROL_BACKLOG;
 pub use config::{Config, TeamBuilder, MESSAGE_OVERHEAD};
 pub(crate) use deadline::deadline_after;
 pub use delivery::Delivery;

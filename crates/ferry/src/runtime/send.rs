@@ -34,9 +34,10 @@ impl TeamInner {
             return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
         // Control frames go first: while the backlog holds any, the channel
-        // counts as full. So a peer that reads our ring drains our answers
-        // before it reads anything new that would need one, and two teams
-        // flooding each other cannot both stall on full backlogs.
+        // counts as full. Room the peer makes by reading goes to our answers
+        // before new frames that would need answers of their own, so a
+        // backlog empties as fast as the peer reads, and two teams flooding
+        // each other do not hold each other's backlogs at the bound.
         let after_backlog = |send: &dyn Fn() -> std::result::Result<(), SendError>| {
             if ch.flush_backlog() {
                 send()
