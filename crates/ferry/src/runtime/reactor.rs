@@ -138,14 +138,12 @@ pub(crate) fn run(team: Arc<TeamInner>) {
                 }
             }
         }
-        let now = Instant::now();
-        pending.retain(|_, p| {
-            let waiting = p.until > now;
-            if !waiting {
-                tracing::warn!("closed a connection that sent no bind hello within {:?}", shm::HANDSHAKE_TIMEOUT);
-            }
-            waiting
-        });
+        let (now, before) = (Instant::now(), pending.len());
+        pending.retain(|_, p| p.until > now);
+        if pending.len() < before {
+            let n = before - pending.len();
+            tracing::warn!("closed {n} connection(s) that sent no bind hello within {:?}", shm::HANDSHAKE_TIMEOUT);
+        }
     }
 }
 
