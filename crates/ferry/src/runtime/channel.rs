@@ -1,12 +1,18 @@
 //! A channel: this team's end of a transport to one peer team, plus the
 //! state the runtime keeps for it (messages held for full inboxes, a
 //! backlog of control frames, whether the peer is gone).
+//!
+//! What a channel may cost this team is bounded: the hold queue by
+//! `hold_capacity` messages and `hold_bytes` bytes, the control backlog by
+//! [`CONTROL_BACKLOG`] frames (see there for how), the ring and payload
+//! area by their sizes.
 
+use super::config::message_cost;
 use super::inbox::{self, Inbox};
 use super::payload::Payload;
 use crate::id::{Addr, EndpointId, TeamId};
 use crate::transport::{SendError, Transport};
-use crate::wire::Header;
+use crate::wire::{Header, Kind};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
@@ -31,6 +37,35 @@ pub(crate) struct Incoming {
 /// Takes an endpoint's messages as they arrive (see `Inbox::set_direct`).
 pub(crate) type Direct = inbox::Direct<Incoming>;
 
+/// Most control frames (acks, nacks, cancels) a channel keeps waiting for
+/// room in its ring, which the peer makes by reading it.
+///
+/// A peer that sends messages asking for answers but never reads its ring
+/// would otherwise grow this team's heap by one answer per message. At the
+/// bound, the progress loop takes no more frames from that peer's ring that
+/// may need an answer (data frames other than `Immediate` ones): they wait
+/// in the ring, and the peer's own sends back up, hurting only itself.
+/// Once it reads its ring, the backlog drains and taking resumes. (The
+/// loop-back channel is exempt: we are its reader, so stopping would stall
+/// it for good; each frame taken from it makes room for its answer.)
+///
+/// So the progress loop's own answers keep the backlog within the bound.
+/// Answers owed for messages taken before are never refused, for the
+/// sender waits for them: an `OnDelivery` ack made when a receiver takes
+/// the message, the nack of a responder dropped unanswered, the nacks of a
+/// closed port's queued messages. Each stands for one message already in
+/// this team's memory (an inbox or hold queue, within their bounds) or held
+/// by the application, so they add at most one frame per such message.
+/// Cancels of our own calls, sent from `Drop`, cannot wait either: one for a
+/// call whose cancel is queued already is not queued again, and past the
+/// bound it is dropped; the peer then runs the call to its end or its
+/// deadline, and the reply is ignored.
+///
+/// Replies never go through the backlog: they wait for ring (or payload
+/// area) room like data, with the request's deadline (see
+/// `TeamInner::reply`), so the bound never refuses one.
+pub const CONTROL_BACKLOG: usize = 4096;
+
 pub(crate) struct Channel {
     pub peer: TeamId,
     /// Unique in this process, never reused (an address could be): names
@@ -39,8 +74,9 @@ pub(crate) struct Channel {
     pub transport: Box<dyn Transport>,
     /// The receive side; `try_lock`ed so one thread at a time drains it.
     pub rx: Mutex<RxState>,
-    /// Acks and nacks that found the transport busy or full; sent before anything else is received.
-    pub backlog: Mutex<VecDeque<(Header, Vec<u8>)>>,
+    /// Acks, nacks and cancels that found the transport full, in order;
+    /// sent before anything else (see [`CONTROL_BACKLOG`]).
+    backlog: Mutex<VecDeque<(Header, Vec<u8>)>>,
     /// Whether `backlog` may hold anything: lets the progress loop skip its lock.
     backlog_used: AtomicBool,
     /// Whether `rx.held` holds messages their full inboxes refused.
@@ -61,11 +97,40 @@ pub(crate) struct RxState {
     /// Data messages their full inboxes refused, in arrival order; offered
     /// again first. Holding them (up to a bound) keeps the channel moving
     /// for acks, replies and other endpoints' messages behind them.
+    /// Changed only through `hold`, `unhold` and `take_held`.
     pub held: VecDeque<(Header, Payload)>,
+    /// What `held` costs against `hold_bytes`.
+    held_bytes: usize,
     /// Cost accounting: when the frame being routed was picked up.
     pub since: Option<std::time::Instant>,
     /// Messages for direct takers, run once the channel's locks are released.
     pub direct: Vec<(Direct, Incoming)>,
+}
+
+impl RxState {
+    /// Whether the hold queue has room for a message of `len` payload bytes
+    /// (an empty one always has: a large message gets in alone).
+    pub fn hold_has_room(&self, len: usize, capacity: usize, bytes: usize) -> bool {
+        self.held.is_empty()
+            || (self.held.len() < capacity && self.held_bytes.saturating_add(message_cost(len)) <= bytes)
+    }
+
+    /// Holds a message at position `at` (the end: `held.len()`).
+    pub fn hold(&mut self, at: usize, h: Header, p: Payload) {
+        self.held_bytes += message_cost(p.len());
+        self.held.insert(at, (h, p));
+    }
+
+    pub fn unhold(&mut self, at: usize) -> (Header, Payload) {
+        let (h, p) = self.held.remove(at).expect("a held message");
+        self.held_bytes -= message_cost(p.len());
+        (h, p)
+    }
+
+    pub fn take_held(&mut self) -> VecDeque<(Header, Payload)> {
+        self.held_bytes = 0;
+        std::mem::take(&mut self.held)
+    }
 }
 
 impl Channel {
@@ -123,8 +188,10 @@ impl Channel {
         self.transport.close();
     }
 
-    /// Sends a small control frame from the progress loop, which must never
-    /// wait: if the transport is busy or full, the frame joins the backlog.
+    /// Sends an answer (an ack or a nack) to a message this team took from
+    /// the channel. It must neither wait nor be lost (the sender waits for
+    /// it): if the transport is full, it joins the backlog at any length.
+    /// The bound is kept where messages are taken (see [`CONTROL_BACKLOG`]).
     pub fn send_control(&self, header: Header, payload: Vec<u8>) {
         if self.is_gone() {
             return;
@@ -140,16 +207,50 @@ impl Channel {
         self.backlog_used.store(true, Ordering::Release);
     }
 
-    /// Sends what the backlog holds, in order, as far as the transport takes it.
-    pub fn flush_backlog(&self) {
-        if !self.backlog_used.load(Ordering::Acquire) {
+    /// Tells the peer we stopped waiting for our call `header.call_id`. Sent
+    /// from `Drop`, so it cannot wait: queued once per call, and dropped if
+    /// the backlog is at its bound (see [`CONTROL_BACKLOG`]).
+    pub fn send_cancel(&self, header: Header) {
+        if self.is_gone() {
             return;
         }
         let mut backlog = self.backlog.lock();
         if backlog.is_empty() {
-            self.backlog_used.store(false, Ordering::Release);
+            match self.transport.try_send(&header, &[]) {
+                Ok(()) | Err(SendError::Closed) => return,
+                Err(SendError::Full) | Err(SendError::TooLarge) => {}
+            }
+        } else if backlog.iter().any(|(h, _)| h.kind == Kind::Cancel && h.call_id == header.call_id) {
             return;
         }
+        if backlog.len() >= CONTROL_BACKLOG {
+            tracing::debug!(peer = %self.peer, call = header.call_id, "control backlog full: cancel dropped");
+            return;
+        }
+        backlog.push_back((header, Vec::new()));
+        self.backlog_used.store(true, Ordering::Release);
+    }
+
+    /// Whether the backlog is at its bound: no frame that may need an answer
+    /// is taken from the peer until it reads its ring.
+    pub fn backlog_full(&self) -> bool {
+        self.backlog_used.load(Ordering::Acquire) && self.backlog.lock().len() >= CONTROL_BACKLOG
+    }
+
+    #[cfg(test)]
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.lock().len()
+    }
+
+    /// Sends what the backlog holds, in order, as far as the transport takes
+    /// it. Returns whether the backlog is empty now: other frames must wait
+    /// until it is (control frames first, so the peer that reads our ring
+    /// drains the backlog before it is sent anything that needs an answer).
+    pub fn flush_backlog(&self) -> bool {
+        if !self.backlog_used.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut backlog = self.backlog.lock();
         while let Some((h, p)) = backlog.front() {
             match self.transport.try_send(h, p) {
                 Ok(()) => {
@@ -157,14 +258,16 @@ impl Channel {
                 }
                 Err(SendError::Closed) => {
                     backlog.clear();
-                    return;
+                    break;
                 }
                 Err(_) => {
                     // Be woken when the peer makes room, not at the next park timeout.
                     self.transport.want_space();
-                    return;
+                    return false;
                 }
             }
         }
+        self.backlog_used.store(false, Ordering::Release);
+        true
     }
 }

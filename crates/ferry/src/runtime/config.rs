@@ -10,6 +10,17 @@ use std::time::Duration;
 /// (a typed message's MessagePack header, an RPC envelope).
 pub const DEFAULT_MAX_MESSAGE: usize = (1 << 30) + (1 << 20);
 
+/// What one queued message counts against a byte bound (`inbox_bytes`,
+/// `hold_bytes`) besides its payload: its bookkeeping, so that a flood of
+/// empty messages is bounded too.
+pub const MESSAGE_OVERHEAD: usize = 64;
+
+/// What a message of `len` payload bytes counts against a byte bound.
+#[inline]
+pub(crate) fn message_cost(len: usize) -> usize {
+    len.saturating_add(MESSAGE_OVERHEAD)
+}
+
 /// Settings of a team. Build with [`Team::builder`].
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -20,7 +31,9 @@ pub struct Config {
     pub ring_bytes: usize,
     pub max_ring_bytes: usize,
     pub inbox_capacity: usize,
+    pub inbox_bytes: usize,
     pub hold_capacity: usize,
+    pub hold_bytes: usize,
     pub max_message: usize,
     pub runtime_dir: Option<PathBuf>,
     pub shutdown_grace: Duration,
@@ -38,7 +51,9 @@ impl Default for Config {
             ring_bytes: 64 * 1024,
             max_ring_bytes: 64 * 1024 * 1024,
             inbox_capacity: 1024,
+            inbox_bytes: 64 << 20,
             hold_capacity: 1024,
+            hold_bytes: 64 << 20,
             max_message: DEFAULT_MAX_MESSAGE,
             runtime_dir: None,
             shutdown_grace: Duration::from_secs(1),
@@ -91,15 +106,41 @@ impl TeamBuilder {
         self
     }
     /// Messages an endpoint queues before the sender is pushed back (default 1024).
+    ///
+    /// Flow control is per endpoint and per channel: each endpoint's inbox
+    /// is bounded (`inbox_capacity` messages, `inbox_bytes` bytes); a message
+    /// its full inbox refuses waits in its channel's hold queue (bounded by
+    /// `hold_capacity` and `hold_bytes`); with that full too, frames stay in
+    /// the channel's ring (and large payloads in the sender's payload area,
+    /// one of each per direction of each channel), and the sender finds the
+    /// channel full: `WouldBlock` for `Immediate`, a wait bounded by its
+    /// deadline otherwise.
     pub fn inbox_capacity(mut self, n: usize) -> Self {
         self.cfg.inbox_capacity = n.max(1);
         self
     }
+    /// Bytes an endpoint queues before the sender is pushed back (default
+    /// 64 MiB). A message counts its payload, out-of-band ones included,
+    /// plus [`MESSAGE_OVERHEAD`] (64) bytes. An empty inbox takes one
+    /// message whatever its size, so a message larger than the bound still
+    /// gets through, alone.
+    pub fn inbox_bytes(mut self, n: usize) -> Self {
+        self.cfg.inbox_bytes = n;
+        self
+    }
     /// Messages a channel sets aside when their endpoint's inbox is full
-    /// (default 1024), so that traffic behind them (replies, acks, other
-    /// endpoints) keeps flowing; past that the channel pushes back on the sender.
+    /// (default 1024, at least 1), so that traffic behind them (replies,
+    /// acks, other endpoints) keeps flowing; past that the channel pushes
+    /// back on the sender.
     pub fn hold_capacity(mut self, n: usize) -> Self {
-        self.cfg.hold_capacity = n;
+        self.cfg.hold_capacity = n.max(1);
+        self
+    }
+    /// Bytes a channel sets aside when their endpoint's inbox is full
+    /// (default 64 MiB), counted as for [`TeamBuilder::inbox_bytes`]; an
+    /// empty hold queue takes one message whatever its size.
+    pub fn hold_bytes(mut self, n: usize) -> Self {
+        self.cfg.hold_bytes = n;
         self
     }
     /// Largest message sent or accepted (default 1 GiB + 1 MiB). A message

@@ -5,7 +5,7 @@ use super::channel::Channel;
 use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
-use crate::wire::{Checkpoint, Header, Kind};
+use crate::wire::Header;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -94,10 +94,7 @@ impl Delivery {
 
 impl Waiting {
     fn cancel_remote(&self) {
-        if self.header.checkpoint() == Checkpoint::OnReturn {
-            let h = Header::new(Kind::Cancel, self.header.src, self.header.dst, self.header.call_id);
-            self.channel.send_control(h, Vec::new());
-        }
+        self.team.cancel(&self.channel, &self.header);
     }
 }
 

@@ -3,6 +3,7 @@
 //! endpoint's inbox (or the channel's hold queue when that inbox is full).
 
 use super::channel::{Channel, Direct, Incoming, RxState};
+use super::config::message_cost;
 use super::deadline::deadline_on_arrival;
 use super::executor;
 use super::idle;
@@ -61,9 +62,10 @@ impl TeamInner {
     /// ever half-received: a large one is staged whole before its frame is
     /// sent.)
     fn settle_gone(&self, ch: &Arc<Channel>, rx: &mut RxState) {
-        for (h, p) in std::mem::take(&mut rx.held) {
+        for (h, p) in rx.take_held() {
+            let len = p.len();
             let mut slot = Some(p);
-            self.deliver(ch, rx, &h, || slot.take().unwrap(), true);
+            self.deliver(ch, rx, &h, len, || slot.take().unwrap(), true);
         }
         ch.held.store(false, Ordering::Relaxed);
     }
@@ -100,20 +102,22 @@ impl TeamInner {
     /// Takes frames from one channel until it is empty, a destination is
     /// full, or a budget is spent (so one busy peer cannot starve the rest).
     pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<usize, String> {
-        // Held messages first, in order per endpoint, as far as their inboxes take them.
+        // Held messages first, in order per endpoint, as far as their inboxes
+        // take them, and while their answers have room (see `CONTROL_BACKLOG`).
         if !rx.held.is_empty() {
             let mut refused: Vec<Addr> = Vec::new();
             let mut i = 0;
-            while i < rx.held.len() {
+            while i < rx.held.len() && !self.answers_wait(ch) {
                 let dst = rx.held[i].0.dst;
                 if refused.contains(&dst) {
                     i += 1;
                     continue;
                 }
-                let (h, p) = rx.held.remove(i).unwrap();
+                let (h, p) = rx.unhold(i);
+                let len = p.len();
                 let mut slot = Some(p);
-                if !self.deliver(ch, rx, &h, || slot.take().unwrap(), false) {
-                    rx.held.insert(i, (h, slot.take().unwrap()));
+                if !self.deliver(ch, rx, &h, len, || slot.take().unwrap(), false) {
+                    rx.hold(i, h, slot.take().unwrap());
                     refused.push(dst);
                     i += 1;
                 }
@@ -142,8 +146,15 @@ impl TeamInner {
         Ok(taken)
     }
 
+    /// Whether frames that may need an answer must stay in `ch` for now:
+    /// its control backlog is at its bound (see `CONTROL_BACKLOG`).
+    fn answers_wait(&self, ch: &Arc<Channel>) -> bool {
+        !Arc::ptr_eq(ch, &self.loopback) && ch.backlog_full()
+    }
+
     /// Handles one frame; returns false to leave it in the channel (its
-    /// inbox is full and so is the channel's hold queue).
+    /// inbox is full and so is the channel's hold queue, or its answer
+    /// would find the control backlog full).
     fn route(
         &self,
         ch: &Arc<Channel>,
@@ -156,8 +167,15 @@ impl TeamInner {
             *violation = Some(format!("a frame from {} to {} on the channel from team {}", h.src, h.dst, ch.peer));
             return false;
         }
+        let len = match &body {
+            Body::Inline(p) => p.len(),
+            Body::Detached(slot) => slot.as_ref().map_or(0, |d| d.len()),
+        };
+        // Any data frame but an `Immediate` one may be answered (an ack, a nack).
+        let may_need_answer = h.call_id != 0 || h.checkpoint() != Checkpoint::Immediate;
         match h.kind {
-            Kind::Data if rx.held.len() >= self.cfg.hold_capacity => false,
+            Kind::Data if !rx.hold_has_room(len, self.cfg.hold_capacity, self.cfg.hold_bytes) => false,
+            Kind::Data if may_need_answer && self.answers_wait(ch) => false,
             Kind::Cancel => {
                 self.calls.cancel_arrived(ch, h.call_id);
                 true
@@ -168,7 +186,7 @@ impl TeamInner {
             }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
                 match body {
-                    Body::Inline(p) => self.dispatch(ch, rx, h, || Payload::from_slice(p)),
+                    Body::Inline(p) => self.dispatch(ch, rx, h, len, || Payload::from_slice(p)),
                     Body::Detached(slot) => {
                         let d = slot.take().expect("a detached body is offered once");
                         if d.len() > self.cfg.max_message {
@@ -179,7 +197,7 @@ impl TeamInner {
                                 _ => self.complete(ch, h, Err(Error::Refused(format!("reply too large: {why}")))),
                             }
                         } else {
-                            self.dispatch(ch, rx, h, || Payload::Detached(d));
+                            self.dispatch(ch, rx, h, len, || Payload::Detached(d));
                         }
                     }
                 }
@@ -192,7 +210,7 @@ impl TeamInner {
     /// data goes to its inbox, or to the hold queue if that inbox is full
     /// (or messages for the same endpoint wait there already: order per
     /// endpoint is kept).
-    fn dispatch(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, payload: impl FnOnce() -> Payload) {
+    fn dispatch(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, len: usize, payload: impl FnOnce() -> Payload) {
         if h.kind != Kind::Data {
             self.complete(ch, h, Ok(payload()));
             return;
@@ -201,20 +219,21 @@ impl TeamInner {
         // (`deliver` builds the payload only when it takes the message.)
         let mut make = Some(payload);
         let behind = rx.held.iter().any(|(held, _)| held.dst == h.dst);
-        if behind || !self.deliver(ch, rx, h, || (make.take().unwrap())(), false) {
+        if behind || !self.deliver(ch, rx, h, len, || (make.take().unwrap())(), false) {
             let payload = (make.take().expect("a refused message was not built"))();
-            rx.held.push_back((*h, payload));
+            rx.hold(rx.held.len(), *h, payload);
             ch.held.store(true, Ordering::Relaxed);
         }
     }
 
-    /// Puts a data message into its endpoint's inbox; false if the inbox is
-    /// full (never with `past_capacity`).
+    /// Puts a data message of `len` payload bytes into its endpoint's inbox;
+    /// false if the inbox is full (never with `past_capacity`).
     fn deliver(
         &self,
         ch: &Arc<Channel>,
         rx: &mut RxState,
         h: &Header,
+        len: usize,
         payload: impl FnOnce() -> Payload,
         past_capacity: bool,
     ) -> bool {
@@ -232,6 +251,7 @@ impl TeamInner {
         let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
         match inbox.offer(
             || self.runs_tasks_here(),
+            message_cost(len),
             || Incoming {
                 header: *h,
                 from: ch.peer_endpoint(h.src),

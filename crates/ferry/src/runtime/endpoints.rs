@@ -20,19 +20,21 @@ pub(crate) struct Endpoints {
     inboxes: RwLock<HashMap<u32, Arc<EndpointInbox>>>,
     next_slot: AtomicU32,
     capacity: usize,
+    byte_capacity: usize,
     /// Rung by an inbox that makes room after refusing a message.
     doorbell: Arc<Doorbell>,
 }
 
 impl Endpoints {
-    pub fn new(team: TeamId, capacity: usize, doorbell: Arc<Doorbell>) -> Endpoints {
-        Endpoints { team, inboxes: RwLock::new(HashMap::new()), next_slot: AtomicU32::new(1), capacity, doorbell }
+    pub fn new(team: TeamId, capacity: usize, byte_capacity: usize, doorbell: Arc<Doorbell>) -> Endpoints {
+        let inboxes = RwLock::new(HashMap::new());
+        Endpoints { team, inboxes, next_slot: AtomicU32::new(1), capacity, byte_capacity, doorbell }
     }
 
     fn open(&self) -> Result<(EndpointId, Arc<EndpointInbox>)> {
         let slot = self.next_slot.fetch_add(1, Ordering::Relaxed);
         let id = self.team.endpoint(slot).ok_or(Error::Refused("endpoint slots exhausted".into()))?;
-        let inbox = Arc::new(Inbox::new(self.capacity, self.doorbell.clone()));
+        let inbox = Arc::new(Inbox::new(self.capacity, self.byte_capacity, self.doorbell.clone()));
         self.inboxes.write().insert(slot, inbox.clone());
         Ok((id, inbox))
     }

@@ -1,6 +1,7 @@
 //! An inbox: the bounded queue of messages `M` behind one endpoint (a
 //! port, a service). The progress loop offers messages; receivers pop them.
-//! It knows nothing of what a message is or where it came from.
+//! It knows nothing of what a message is or where it came from, only what
+//! each costs against its byte bound.
 
 use crate::transport::doorbell::Doorbell;
 use parking_lot::Mutex;
@@ -14,14 +15,20 @@ pub(crate) type Direct<M> = Arc<dyn Fn(M) + Send + Sync>;
 
 pub(crate) struct Inbox<M> {
     state: Mutex<State<M>>,
+    /// Most messages queued.
     capacity: usize,
+    /// Most bytes queued (the sum of the costs the offers named).
+    byte_capacity: usize,
     /// Rung when a pop makes room after an offer was refused, so the
     /// message left waiting in its channel is offered again promptly.
     doorbell: Arc<Doorbell>,
 }
 
 struct State<M> {
-    queue: VecDeque<M>,
+    /// Each message with its cost.
+    queue: VecDeque<(M, usize)>,
+    /// The sum of the queued messages' costs.
+    bytes: usize,
     waiters: Vec<Waker>,
     closed: bool,
     refused: bool,
@@ -37,16 +44,30 @@ pub(crate) enum Offer<M> {
 }
 
 impl<M> Inbox<M> {
-    pub fn new(capacity: usize, doorbell: Arc<Doorbell>) -> Inbox<M> {
-        let state = State { queue: VecDeque::new(), waiters: Vec::new(), closed: false, refused: false, direct: None };
-        Inbox { state: Mutex::new(state), capacity, doorbell }
+    pub fn new(capacity: usize, byte_capacity: usize, doorbell: Arc<Doorbell>) -> Inbox<M> {
+        let state = State {
+            queue: VecDeque::new(),
+            bytes: 0,
+            waiters: Vec::new(),
+            closed: false,
+            refused: false,
+            direct: None,
+        };
+        Inbox { state: Mutex::new(state), capacity, byte_capacity, doorbell }
     }
 
-    /// Queues the message `make` builds, if there is room (or regardless,
-    /// with `past_capacity`). With a direct taker, an empty queue and
-    /// `direct_ok` (this thread may run it), hands the message back for the
-    /// taker instead: queued messages go first.
-    pub fn offer(&self, direct_ok: impl FnOnce() -> bool, make: impl FnOnce() -> M, past_capacity: bool) -> Offer<M> {
+    /// Queues the message `make` builds, which costs `cost` bytes, if there
+    /// is room (or regardless, with `past_capacity`). An empty inbox always
+    /// has room: a message larger than the byte bound gets in alone. With a
+    /// direct taker, an empty queue and `direct_ok` (this thread may run
+    /// it), hands the message back for the taker instead: queued messages go first.
+    pub fn offer(
+        &self,
+        direct_ok: impl FnOnce() -> bool,
+        cost: usize,
+        make: impl FnOnce() -> M,
+        past_capacity: bool,
+    ) -> Offer<M> {
         let mut s = self.state.lock();
         if s.closed {
             return Offer::Closed;
@@ -54,11 +75,13 @@ impl<M> Inbox<M> {
         if let Some(d) = s.direct.as_ref().filter(|_| s.queue.is_empty() && direct_ok()) {
             return Offer::Direct(d.clone(), make());
         }
-        if s.queue.len() >= self.capacity && !past_capacity {
+        let full = s.queue.len() >= self.capacity || s.bytes.saturating_add(cost) > self.byte_capacity;
+        if full && !s.queue.is_empty() && !past_capacity {
             s.refused = true;
             return Offer::Full;
         }
-        s.queue.push_back(make());
+        s.queue.push_back((make(), cost));
+        s.bytes += cost;
         // Woken under the lock, draining in place: the vector keeps its buffer.
         if !s.waiters.is_empty() {
             for w in s.waiters.drain(..) {
@@ -78,8 +101,7 @@ impl<M> Inbox<M> {
     /// Pops a message without registering anyone: `Ready(None)` once closed and empty.
     pub fn poll_pop_now(&self) -> Poll<Option<M>> {
         let mut s = self.state.lock();
-        if let Some(m) = s.queue.pop_front() {
-            self.made_room(&mut s, true);
+        if let Some(m) = self.pop_front(&mut s) {
             return Poll::Ready(Some(m));
         }
         if s.closed {
@@ -89,18 +111,22 @@ impl<M> Inbox<M> {
         }
     }
 
-    fn made_room(&self, s: &mut State<M>, popped: bool) {
-        if popped && s.refused {
+    /// Takes the first message; if an offer was refused, rings so the
+    /// message left waiting in its channel is offered again.
+    fn pop_front(&self, s: &mut State<M>) -> Option<M> {
+        let (m, cost) = s.queue.pop_front()?;
+        s.bytes -= cost;
+        if s.refused {
             s.refused = false;
             self.doorbell.ring_now();
         }
+        Some(m)
     }
 
     /// Pops a message, or registers `cx`'s waker; `Ready(None)` once closed and empty.
     pub fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<Option<M>> {
         let mut s = self.state.lock();
-        if let Some(m) = s.queue.pop_front() {
-            self.made_room(&mut s, true);
+        if let Some(m) = self.pop_front(&mut s) {
             return Poll::Ready(Some(m));
         }
         if s.closed {
@@ -114,6 +140,12 @@ impl<M> Inbox<M> {
 
     pub fn len(&self) -> usize {
         self.state.lock().queue.len()
+    }
+
+    /// The bytes queued: the sum of the queued messages' costs.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.state.lock().bytes
     }
 
     /// Sets (or with `None` removes) the direct taker: messages that arrive
@@ -131,12 +163,65 @@ impl<M> Inbox<M> {
         s.closed = true;
         let direct = s.direct.take();
         let waiters = std::mem::take(&mut s.waiters);
-        let left = s.queue.drain(..).collect();
+        let left = s.queue.drain(..).map(|(m, _)| m).collect();
+        s.bytes = 0;
         drop(s);
         drop(direct);
         for w in waiters {
             w.wake();
         }
         left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbox(capacity: usize, bytes: usize) -> Inbox<u32> {
+        Inbox::new(capacity, bytes, Arc::new(Doorbell::create().unwrap()))
+    }
+
+    fn offer(i: &Inbox<u32>, cost: usize, m: u32) -> bool {
+        match i.offer(|| false, cost, || m, false) {
+            Offer::Accepted => true,
+            Offer::Full => false,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Regression (defect 3): only messages were counted, so 1024 messages
+    /// of any size were queued.
+    #[test]
+    fn the_byte_bound_refuses_before_the_message_bound() {
+        let i = inbox(1024, 1000);
+        assert!((0..10).all(|m| offer(&i, 100, m)));
+        assert!(!offer(&i, 1, 10), "1001 bytes queued against a bound of 1000");
+        assert_eq!((i.len(), i.bytes()), (10, 1000));
+        // A pop makes room for exactly what it took.
+        assert_eq!(i.try_pop(), Some(0));
+        assert!(!offer(&i, 101, 11));
+        assert!(offer(&i, 100, 11));
+        assert_eq!(i.bytes(), 1000);
+    }
+
+    #[test]
+    fn an_empty_inbox_takes_one_message_larger_than_the_bound() {
+        let i = inbox(1024, 1000);
+        assert!(offer(&i, 5000, 1), "a large message could never be delivered");
+        assert!(!offer(&i, 64, 2), "a second message joined one past the bound");
+        assert_eq!(i.try_pop(), Some(1));
+        assert_eq!(i.bytes(), 0);
+        assert!(offer(&i, 64, 2));
+    }
+
+    #[test]
+    fn past_capacity_ignores_both_bounds_and_close_forgets_the_bytes() {
+        let i = inbox(1, 100);
+        assert!(offer(&i, 100, 1));
+        assert!(matches!(i.offer(|| false, 100, || 2, true), Offer::Accepted));
+        assert_eq!((i.len(), i.bytes()), (2, 200));
+        assert_eq!(i.close(), vec![1, 2]);
+        assert_eq!(i.bytes(), 0);
     }
 }

@@ -28,6 +28,8 @@
 //! `peers.map`, the endpoint table and the channel list are leaves.
 
 mod blocking;
+#[cfg(test)]
+mod bounds_tests;
 pub(crate) mod calls;
 pub(crate) mod channel;
 mod channel_list;
@@ -48,7 +50,8 @@ mod team;
 mod timer;
 
 pub(crate) use calls::CancelGuard;
-pub use config::{Config, TeamBuilder};
+pub use channel::CONTROL_BACKLOG;
+pub use config::{Config, TeamBuilder, MESSAGE_OVERHEAD};
 pub(crate) use deadline::deadline_after;
 pub use delivery::Delivery;
 pub(crate) use endpoints::EndpointInbox;

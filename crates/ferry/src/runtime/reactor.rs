@@ -1,6 +1,13 @@
 //! The reactor: one thread per team that sleeps in epoll on the team's
-//! listening socket (new binds) and on every channel's bind socket (a
-//! hang-up means the peer died). It is never on the path of a message.
+//! listening socket (new binds), on binds in progress, and on every
+//! channel's bind socket (a hang-up means the peer died). It is never on
+//! the path of a message.
+//!
+//! It takes binds itself, with no thread per connection: a connection
+//! waits in epoll for the connector's hello (one message), at most
+//! `HANDSHAKE_TIMEOUT`, and the rest of the acceptor's side never waits.
+//! A burst of connections costs a descriptor and a few words each, and at
+//! most `MAX_PENDING` of them are kept.
 
 use super::channel::Channel;
 use super::TeamInner;
@@ -16,9 +23,21 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
+
+/// Most connections kept waiting for their hello; past that the oldest is
+/// closed (a connector that is really binding sends its hello at once).
+const MAX_PENDING: usize = 1024;
+
+/// A connection whose hello has not come yet.
+struct Pending {
+    stream: UnixStream,
+    /// Closed then if still silent.
+    until: Instant,
+}
 
 pub(crate) struct Reactor {
     epoll: OwnedFd,
@@ -85,9 +104,16 @@ impl Drop for Reactor {
 pub(crate) fn run(team: Arc<TeamInner>) {
     let r = &team.reactor;
     let mut events = Vec::with_capacity(32);
+    let mut pending: HashMap<u64, Pending> = HashMap::new();
     while !team.is_shut_down() {
         events.clear();
-        if let Err(e) = epoll::wait(&r.epoll, spare_capacity(&mut events), None) {
+        // Sleep until the first silent connection is due, if any.
+        let timeout = pending.values().map(|p| p.until).min().map(|until| {
+            let d = until.saturating_duration_since(Instant::now());
+            // Rounded up to a millisecond: waking just before it is due would spin.
+            rustix::event::Timespec::try_from(d.max(std::time::Duration::from_millis(1))).unwrap_or_default()
+        });
+        if let Err(e) = epoll::wait(&r.epoll, spare_capacity(&mut events), timeout.as_ref()) {
             if e == rustix::io::Errno::INTR {
                 continue;
             }
@@ -97,8 +123,14 @@ pub(crate) fn run(team: Arc<TeamInner>) {
         for ev in &events {
             match ev.data.u64() {
                 WAKE => return,
-                LISTENER => accept_all(&team),
+                LISTENER => accept_all(&team, &mut pending),
                 token => {
+                    if let Some(p) = pending.remove(&token) {
+                        if let Some(p) = handshake(&team, p) {
+                            pending.insert(token, p);
+                        }
+                        continue;
+                    }
                     let ch = r.watched.lock().get(&token).cloned();
                     if let Some(ch) = ch {
                         check_hangup(&team, &ch);
@@ -106,23 +138,42 @@ pub(crate) fn run(team: Arc<TeamInner>) {
                 }
             }
         }
+        let (now, before) = (Instant::now(), pending.len());
+        pending.retain(|_, p| p.until > now);
+        if pending.len() < before {
+            let n = before - pending.len();
+            tracing::warn!("closed {n} connection(s) that sent no bind hello within {:?}", shm::HANDSHAKE_TIMEOUT);
+        }
     }
 }
 
-fn accept_all(team: &Arc<TeamInner>) {
+/// Takes every connection waiting on the team's socket: each binds at
+/// once if its hello is there, else waits in `pending`.
+fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) {
+    let r = &team.reactor;
     loop {
-        match team.reactor.listener.accept() {
+        match r.listener.accept() {
             Ok((stream, _)) => {
-                // The handshake may take up to its timeout: off the reactor
-                // thread, so a silent connector cannot delay hang-up detection.
-                let team = team.clone();
-                let spawned = std::thread::Builder::new().name("ferry-bind".into()).spawn(move || {
-                    if let Err(e) = accept_one(&team, stream) {
-                        tracing::warn!(error = %e, "refused a bind");
+                if let Err(e) = stream.set_nonblocking(true) {
+                    tracing::warn!(error = %e, "refused a bind: bind socket");
+                    continue;
+                }
+                let until = Instant::now() + shm::HANDSHAKE_TIMEOUT;
+                let Some(p) = handshake(team, Pending { stream, until }) else { continue };
+                if pending.len() >= MAX_PENDING {
+                    let oldest = pending.iter().min_by_key(|(_, p)| p.until).map(|(t, _)| *t);
+                    if let Some(t) = oldest {
+                        pending.remove(&t);
+                        tracing::warn!("{MAX_PENDING} connections wait for their bind hello: closed the oldest");
                     }
-                });
-                if let Err(e) = spawned {
-                    tracing::warn!(error = %e, "cannot start a bind thread");
+                }
+                let token = r.next_token.fetch_add(1, Ordering::Relaxed);
+                let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
+                match epoll::add(&r.epoll, &p.stream, epoll::EventData::new_u64(token), flags) {
+                    Ok(()) => {
+                        pending.insert(token, p);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "refused a bind: cannot watch its socket"),
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -134,14 +185,25 @@ fn accept_all(team: &Arc<TeamInner>) {
     }
 }
 
-fn accept_one(team: &Arc<TeamInner>, stream: UnixStream) -> Result<()> {
-    stream.set_nonblocking(false).map_err(Error::io("bind socket"))?;
+/// Takes the connector's hello if it has come, and binds; hands the
+/// connection back if it has not (it stays in epoll, or joins it).
+fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
     let names = &team.names;
-    let (end, peer) = shm::accept(&stream, &team.bind_config(), |peer, pid| names.team_pid(peer.team) == Some(pid))?;
-    stream.set_nonblocking(true).map_err(Error::io("bind socket"))?;
-    team.add_channel(Arc::new(Channel::new(peer, Box::new(end), Some(stream))));
-    tracing::debug!(me = %team.id, %peer, "accepted shared-memory channel");
-    Ok(())
+    let is_peer = |peer: crate::id::TeamId, pid| names.team_pid(peer.team) == Some(pid);
+    match shm::accept(&p.stream, &team.bind_config(), is_peer) {
+        Ok(None) => Some(p),
+        Ok(Some((end, peer))) => {
+            // Watched from now on as a channel's socket, under another token.
+            let _ = epoll::delete(&team.reactor.epoll, &p.stream);
+            team.add_channel(Arc::new(Channel::new(peer, Box::new(end), Some(p.stream))));
+            tracing::debug!(me = %team.id, %peer, "accepted shared-memory channel");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "refused a bind");
+            None
+        }
+    }
 }
 
 /// The bind socket carries nothing after the handshake: readable means the

@@ -33,8 +33,22 @@ impl TeamInner {
         if payload.len() > self.cfg.max_message {
             return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
+        // Control frames go first: while the backlog holds any, the channel
+        // counts as full. Room the peer makes by reading goes to our answers
+        // before new frames that would need answers of their own, so a
+        // backlog empties as fast as the peer reads, and two teams flooding
+        // each other do not hold each other's backlogs at the bound.
+        let after_backlog = |send: &dyn Fn() -> std::result::Result<(), SendError>| {
+            if ch.flush_backlog() {
+                send()
+            } else {
+                Err(SendError::Full)
+            }
+        };
         if payload.len() <= ch.transport.max_payload() {
-            return self.wait_for_room(ch, &header, wait, deadline, &|| ch.transport.try_send(&header, payload));
+            return self.wait_for_room(ch, &header, wait, deadline, &|| {
+                after_backlog(&|| ch.transport.try_send(&header, payload))
+            });
         }
         let max = ch.transport.max_detached();
         if payload.len() > max {
@@ -45,7 +59,7 @@ impl TeamInner {
         self.wait_for_room(ch, &header, wait, deadline, &stage)?;
         // The staged bytes are not copied again: only the frame waits for room.
         self.wait_for_room(ch, &header, wait, deadline, &|| {
-            ch.transport.try_send_staged(&header, &mut staged.borrow_mut())
+            after_backlog(&|| ch.transport.try_send_staged(&header, &mut staged.borrow_mut()))
         })
     }
 
@@ -137,6 +151,13 @@ impl TeamInner {
 
     /// Replies to a received `OnReturn` message `h`, on the channel it came
     /// by. Nobody waits for a reply past the request's `deadline`.
+    ///
+    /// A reply is never refused for lack of control backlog room: it does
+    /// not go through the backlog (which only acks, nacks and cancels join,
+    /// see `CONTROL_BACKLOG`) but waits, like any message, for ring and
+    /// payload area room, behind the backlog, which the peer drains by
+    /// reading. Its one stand-in that does join the backlog, the `NoReply`
+    /// nack of a responder dropped unanswered, is never refused either.
     pub fn reply(&self, ch: &Channel, h: &Header, deadline: Option<Instant>, payload: &[u8]) -> Result<()> {
         self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, deadline)
     }
@@ -155,6 +176,13 @@ impl TeamInner {
         let mut p = vec![why as u8];
         p.extend_from_slice(text.as_bytes());
         ch.send_control(Header::new(Kind::Nack, h.dst, h.src, h.call_id), p);
+    }
+
+    /// Tells the receiver of our `OnReturn` send `h` that we stopped waiting.
+    pub fn cancel(&self, ch: &Channel, h: &Header) {
+        if h.checkpoint() == Checkpoint::OnReturn {
+            ch.send_cancel(Header::new(Kind::Cancel, h.src, h.dst, h.call_id));
+        }
     }
 
     /// An `Immediate` send: buffered in the channel now, or `WouldBlock`.

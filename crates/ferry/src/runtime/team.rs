@@ -178,7 +178,7 @@ impl TeamInner {
             lease: Mutex::new(Some(lease)),
             exec: Executor::new(doorbell.clone()),
             blocking: BlockingPool::new(id.team, cfg.blocking_threads, cfg.blocking_idle),
-            endpoints: Endpoints::new(id, cfg.inbox_capacity, doorbell.clone()),
+            endpoints: Endpoints::new(id, cfg.inbox_capacity, cfg.inbox_bytes, doorbell.clone()),
             doorbell,
             timers: Timers::new(),
             channels: ChannelList::new(loopback.clone()),

@@ -30,15 +30,27 @@ pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Resul
 /// Receives one message of at most `buf.len()` bytes and the descriptors attached to it.
 /// Returns the byte count (0 = the peer closed) and the descriptors.
 pub fn recv(sock: impl AsFd, buf: &mut [u8]) -> Result<(usize, Vec<OwnedFd>)> {
+    recv_with(sock, buf, RecvFlags::empty())?.ok_or_else(|| Error::io("recvmsg")(std::io::ErrorKind::WouldBlock.into()))
+}
+
+/// Like [`recv`], but without waiting: `None` if no message is there yet.
+pub fn try_recv(sock: impl AsFd, buf: &mut [u8]) -> Result<Option<(usize, Vec<OwnedFd>)>> {
+    recv_with(sock, buf, RecvFlags::DONTWAIT)
+}
+
+fn recv_with(sock: impl AsFd, buf: &mut [u8], flags: RecvFlags) -> Result<Option<(usize, Vec<OwnedFd>)>> {
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
-    let msg = recvmsg(sock, &mut [IoSliceMut::new(buf)], &mut cmsg, RecvFlags::CMSG_CLOEXEC)
-        .map_err(|e| Error::io("recvmsg")(e.into()))?;
+    let msg = match recvmsg(sock, &mut [IoSliceMut::new(buf)], &mut cmsg, flags | RecvFlags::CMSG_CLOEXEC) {
+        Ok(msg) => msg,
+        Err(rustix::io::Errno::AGAIN) => return Ok(None),
+        Err(e) => return Err(Error::io("recvmsg")(e.into())),
+    };
     let mut fds = Vec::new();
     for m in cmsg.drain() {
         if let RecvAncillaryMessage::ScmRights(rights) = m {
             fds.extend(rights);
         }
     }
-    Ok((msg.bytes, fds))
+    Ok(Some((msg.bytes, fds)))
 }

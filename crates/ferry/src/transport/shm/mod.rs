@@ -60,7 +60,8 @@ const WELCOME: &[u8; 8] = b"FERRYOK3";
 const HELLO_LEN: usize = 32;
 /// Largest payload area an acceptor maps (virtual: the area is sparse).
 pub const MAX_AREA: u64 = 1 << 36;
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long either side of a bind waits for the other's message.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Smallest ring: room for a few maximum-size frames of a useful size.
 pub const MIN_RING: usize = 4096;
 
@@ -646,17 +647,19 @@ fn create_segment(cap: usize, area: u64) -> Result<Mapping> {
     Ok(segment)
 }
 
-/// Acceptor side: takes a channel offered on a freshly accepted `stream`.
+/// Acceptor side: takes a channel offered on a freshly accepted `stream`,
+/// without waiting: `None` while the connector's hello has not come (call
+/// again when the socket is readable; the caller bounds the wait, see
+/// [`HANDSHAKE_TIMEOUT`]). The hello is one message, so it comes whole.
 /// `is_peer(team, pid)` checks that the process on the other end (its pid, as
 /// the kernel reports it) is the team it claims to be.
 pub fn accept(
     stream: &UnixStream,
     cfg: &BindConfig,
     is_peer: impl Fn(TeamId, u32) -> bool,
-) -> Result<(ShmEnd, TeamId)> {
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
+) -> Result<Option<(ShmEnd, TeamId)>> {
     let mut buf = [0u8; 64];
-    let (n, mut fds) = fdpass::recv(stream, &mut buf)?;
+    let Some((n, mut fds)) = fdpass::try_recv(stream, &mut buf)? else { return Ok(None) };
     let Some((peer, cap, area)) = parse_hello(&buf[..n], HELLO) else {
         return Err(refused(TeamId { node: cfg.me.node, team: 0, incarnation: 0 }, format!("bad hello ({n} bytes)")));
     };
@@ -690,8 +693,9 @@ pub fn accept(
     }
     let peer_doorbell = Doorbell::open(doorbell_fd)?;
     let welcome = hello_bytes(WELCOME, cfg.me, cap as u32, area);
+    // A fresh socket's buffer has room for these 32 bytes: this does not wait.
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.fd().as_fd()])?;
-    Ok((ShmEnd::new(segment, cap, area, Side::Acceptor, peer_doorbell), peer))
+    Ok(Some((ShmEnd::new(segment, cap, area, Side::Acceptor, peer_doorbell), peer)))
 }
 
 /// A connected pair in one process, for the transport conformance suite.
