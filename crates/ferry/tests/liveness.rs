@@ -164,13 +164,12 @@ fn blocking_team(dir: &Path, processors: usize) -> Team {
         .unwrap()
 }
 
-/// Defect 9: a processor running user code (a handler called straight from
+/// Defect 5: a processor running user code (a handler called straight from
 /// its poll of the channels) still counts as a poller, so a sender sees
 /// "someone is polling" and does not ring; the team's other processor
 /// sleeps on, and a request to another endpoint waits until the handler
 /// ends (or the park timeout) instead of being taken at once.
 #[test]
-#[ignore = "defect 5 (user code counted as polling): fixed in the core rework"]
 fn a_busy_processor_does_not_delay_requests_another_could_take() {
     let dir = tempfile::tempdir().unwrap();
     let server = blocking_team(dir.path(), 2);

@@ -169,6 +169,12 @@ impl Channel {
         self.peer.owns(h.src) && me.owns(h.dst)
     }
 
+    /// Whether a frame or a held message waits here: work that needs a poller now.
+    #[inline]
+    pub fn has_frame_or_held(&self) -> bool {
+        self.transport.has_frame() || self.held.load(Ordering::Relaxed) || self.is_gone()
+    }
+
     /// Whether the progress loop has anything to do here (lock-free check).
     #[inline]
     pub fn needs_attention(&self) -> bool {

@@ -46,7 +46,7 @@ impl TeamInner {
             if finished {
                 self.settle_gone(ch, &mut rx);
             }
-            Self::run_direct(rx);
+            self.run_direct(rx);
             if finished {
                 self.finish_channel(ch);
             }
@@ -72,7 +72,7 @@ impl TeamInner {
 
     /// Runs what a drain found for direct takers, once `rx` is unlocked (a
     /// taker may send, wait, or drain this channel itself).
-    pub(super) fn run_direct(mut rx: parking_lot::MutexGuard<'_, RxState>) {
+    pub(super) fn run_direct(&self, mut rx: parking_lot::MutexGuard<'_, RxState>) {
         if rx.direct.is_empty() {
             return;
         }
@@ -86,9 +86,11 @@ impl TeamInner {
         // A taker runs handlers: like a task, a blocking call it makes must
         // keep running the team's tasks (one of them may be what it waits for).
         let _in_task = executor::InTask::enter();
-        for (taker, m) in batch.drain(..) {
-            taker(m);
-        }
+        idle::user_code(self, || {
+            for (taker, m) in batch.drain(..) {
+                taker(m);
+            }
+        });
         SPARE.set(batch);
     }
 

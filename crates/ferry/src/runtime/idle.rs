@@ -12,9 +12,17 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
-/// Counts this thread as a poller of the team's channels while alive.
+thread_local! {
+    /// The team this thread counts as a poller of right now (its address), or 0.
+    static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts this thread as a poller of the team's channels while alive —
+/// except while it runs user code (see [`user_code`]).
 pub(crate) struct Idle<'a> {
     team: &'a TeamInner,
+    /// What `POLLING` said before (a wait nested in user code run by another wait).
+    outer: usize,
     /// A blocking call made inside a task: run the processor's other tasks while waiting.
     run_tasks: bool,
     /// The team's channel list, revalidated with one load per turn.
@@ -29,6 +37,7 @@ impl<'a> Idle<'a> {
         team.doorbell.enter_polling();
         Idle {
             team,
+            outer: POLLING.replace(team as *const TeamInner as usize),
             // Inside a task, or with no processors at all, a waiting thread
             // runs the team's ready tasks itself.
             run_tasks: super::executor::in_task() || team.cfg.processors == 0,
@@ -51,7 +60,7 @@ impl<'a> Idle<'a> {
     /// `parked(true)`/`parked(false)` bracket the sleep, so wakers know to ring.
     pub fn step(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool)) {
         let team = self.team;
-        if self.run_tasks && team.exec.run_one() {
+        if self.run_tasks && user_code(team, || team.exec.run_one()) {
             self.spin_started = None;
             return;
         }
@@ -107,6 +116,7 @@ impl<'a> Idle<'a> {
 
 impl Drop for Idle<'_> {
     fn drop(&mut self) {
+        POLLING.set(self.outer);
         // The last poller leaving must not strand a frame that arrived while
         // it polled (its sender saw a poller and did not ring).
         self.team.channels.refresh(&mut self.channels);
@@ -114,6 +124,34 @@ impl Drop for Idle<'_> {
             self.team.doorbell.ring_one();
         }
     }
+}
+
+/// Runs user code (a handler, a task, a future given to `block_on`) on
+/// this thread. While it runs, a thread that was polling the team's
+/// channels does not count as a poller: senders then ring for what arrives
+/// meanwhile, so a parked processor takes it instead of it waiting for the
+/// handler to end. Leaving is the Dekker step of `Idle::drop`: if this was
+/// the last poller while others sleep, a frame that came while it polled
+/// (its sender did not ring) wakes a sleeper now.
+pub(crate) fn user_code<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
+    let me = team as *const TeamInner as usize;
+    if POLLING.get() != me {
+        return f();
+    }
+    struct Resume<'a>(&'a TeamInner, usize);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            self.0.doorbell.enter_polling();
+            POLLING.set(self.1);
+        }
+    }
+    POLLING.set(0);
+    // Only frames need a poller: deferred tidying can wait for this thread.
+    if team.doorbell.leave_polling() && team.channels.snapshot().iter().any(|c| c.has_frame_or_held()) {
+        team.doorbell.ring_one();
+    }
+    let _resume = Resume(team, me);
+    f()
 }
 
 /// Wakes a thread blocked in `block_on`.
@@ -200,7 +238,7 @@ pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
     }
     let mut idle = Idle::new(team);
     loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+        if let Poll::Ready(v) = user_code(team, || fut.as_mut().poll(&mut cx)) {
             return v;
         }
         while !tw.woken.swap(false, Ordering::AcqRel) {

@@ -198,7 +198,7 @@ impl TeamInner {
         if Arc::ptr_eq(ch, &self.loopback) {
             if let Some(mut rx) = ch.rx.try_lock() {
                 let _ = self.drain(ch, &mut rx);
-                Self::run_direct(rx);
+                self.run_direct(rx);
             }
         }
     }
