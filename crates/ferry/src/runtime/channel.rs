@@ -8,6 +8,7 @@
 //! area by their sizes.
 
 use super::config::message_cost;
+use super::deadline::LocalTime;
 use super::inbox::{self, Inbox};
 use super::payload::Payload;
 use crate::id::{Addr, EndpointId, TeamId};
@@ -22,16 +23,35 @@ use std::sync::Arc;
 /// A message as it arrived: its header (source, call id, checkpoint,
 /// deadline), its payload, and the channel it came on when the sender
 /// waits for an answer (an ack, a reply or a nack goes back on it).
+///
+/// Kept to 128 bytes (checked below): it is moved into and out of an inbox
+/// per message, and a larger one is moved by a `memcpy` call (callgrind: 8 %
+/// more instructions per round trip at 160 bytes).
 pub(crate) struct Incoming {
     pub header: Header,
-    /// The sender: `header.src` in the incarnation of the channel it came on.
-    pub from: EndpointId,
-    /// The sender's deadline, from the budget the frame carried, as of its arrival.
-    pub deadline: Option<std::time::Instant>,
     pub payload: Payload,
     pub channel: Option<Arc<Channel>>,
+    /// The incarnation of the sender's team (the channel's peer).
+    pub incarnation: u32,
+    /// The sender's deadline, from the budget the frame carried, as of its arrival.
+    pub deadline: LocalTime,
     /// Cost accounting: when it was queued (only while recording).
-    pub arrived: Option<std::time::Instant>,
+    pub arrived: LocalTime,
+}
+
+const _: () = assert!(std::mem::size_of::<Incoming>() <= 128);
+
+impl Incoming {
+    /// The sending endpoint.
+    pub fn from(&self) -> EndpointId {
+        EndpointId::at(self.header.src, self.incarnation)
+    }
+}
+
+impl inbox::Cost for Incoming {
+    fn cost(&self) -> usize {
+        super::config::message_cost(self.payload.len())
+    }
 }
 
 /// Takes an endpoint's messages as they arrive (see `Inbox::set_direct`).
@@ -252,10 +272,13 @@ impl Channel {
     /// it. Returns whether the backlog is empty now: other frames must wait
     /// until it is (control frames first, so the peer that reads our ring
     /// drains the backlog before it is sent anything that needs an answer).
+    #[inline]
     pub fn flush_backlog(&self) -> bool {
-        if !self.backlog_used.load(Ordering::Acquire) {
-            return true;
-        }
+        !self.backlog_used.load(Ordering::Acquire) || self.flush_backlog_now()
+    }
+
+    #[inline(never)]
+    fn flush_backlog_now(&self) -> bool {
         let mut backlog = self.backlog.lock();
         while let Some((h, p)) = backlog.front() {
             match self.transport.try_send(h, p) {

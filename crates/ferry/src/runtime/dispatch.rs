@@ -4,7 +4,7 @@
 
 use super::channel::{Channel, Direct, Incoming, RxState};
 use super::config::message_cost;
-use super::deadline::deadline_on_arrival;
+use super::deadline::{deadline_on_arrival, LocalTime};
 use super::executor;
 use super::idle;
 use super::inbox::Offer;
@@ -256,11 +256,11 @@ impl TeamInner {
             message_cost(len),
             || Incoming {
                 header: *h,
-                from: ch.peer_endpoint(h.src),
-                deadline: deadline_on_arrival(h.budget_ns),
+                incarnation: ch.peer.incarnation,
+                deadline: LocalTime::new(deadline_on_arrival(h.budget_ns)),
                 payload: payload(),
                 channel: answer_on,
-                arrived,
+                arrived: LocalTime::new(arrived),
             },
             past_capacity,
         ) {

@@ -9,6 +9,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+/// What a message costs against an inbox's byte bound.
+pub(crate) trait Cost {
+    fn cost(&self) -> usize;
+}
+
 /// Takes an endpoint's messages as they arrive, instead of its queue (see
 /// [`Inbox::set_direct`]).
 pub(crate) type Direct<M> = Arc<dyn Fn(M) + Send + Sync>;
@@ -25,8 +30,9 @@ pub(crate) struct Inbox<M> {
 }
 
 struct State<M> {
-    /// Each message with its cost.
-    queue: VecDeque<(M, usize)>,
+    /// The messages (their costs are recomputed when they leave: storing
+    /// them would make every element bigger, and moving it dearer).
+    queue: VecDeque<M>,
     /// The sum of the queued messages' costs.
     bytes: usize,
     waiters: Vec<Waker>,
@@ -43,7 +49,7 @@ pub(crate) enum Offer<M> {
     Closed,
 }
 
-impl<M> Inbox<M> {
+impl<M: Cost> Inbox<M> {
     pub fn new(capacity: usize, byte_capacity: usize, doorbell: Arc<Doorbell>) -> Inbox<M> {
         let state = State {
             queue: VecDeque::new(),
@@ -80,7 +86,9 @@ impl<M> Inbox<M> {
             s.refused = true;
             return Offer::Full;
         }
-        s.queue.push_back((make(), cost));
+        let m = make();
+        debug_assert_eq!(m.cost(), cost, "an offer named another cost than its message's");
+        s.queue.push_back(m);
         s.bytes += cost;
         // Woken under the lock, draining in place: the vector keeps its buffer.
         if !s.waiters.is_empty() {
@@ -114,8 +122,8 @@ impl<M> Inbox<M> {
     /// Takes the first message; if an offer was refused, rings so the
     /// message left waiting in its channel is offered again.
     fn pop_front(&self, s: &mut State<M>) -> Option<M> {
-        let (m, cost) = s.queue.pop_front()?;
-        s.bytes -= cost;
+        let m = s.queue.pop_front()?;
+        s.bytes -= m.cost();
         if s.refused {
             s.refused = false;
             self.doorbell.ring_now();
@@ -163,7 +171,7 @@ impl<M> Inbox<M> {
         s.closed = true;
         let direct = s.direct.take();
         let waiters = std::mem::take(&mut s.waiters);
-        let left = s.queue.drain(..).map(|(m, _)| m).collect();
+        let left = s.queue.drain(..).collect();
         s.bytes = 0;
         drop(s);
         drop(direct);
@@ -178,12 +186,22 @@ impl<M> Inbox<M> {
 mod tests {
     use super::*;
 
-    fn inbox(capacity: usize, bytes: usize) -> Inbox<u32> {
+    /// A test message: a number and what it costs.
+    #[derive(Debug, PartialEq)]
+    struct M(u32, usize);
+
+    impl Cost for M {
+        fn cost(&self) -> usize {
+            self.1
+        }
+    }
+
+    fn inbox(capacity: usize, bytes: usize) -> Inbox<M> {
         Inbox::new(capacity, bytes, Arc::new(Doorbell::create().unwrap()))
     }
 
-    fn offer(i: &Inbox<u32>, cost: usize, m: u32) -> bool {
-        match i.offer(|| false, cost, || m, false) {
+    fn offer(i: &Inbox<M>, cost: usize, m: u32) -> bool {
+        match i.offer(|| false, cost, || M(m, cost), false) {
             Offer::Accepted => true,
             Offer::Full => false,
             _ => unreachable!(),
@@ -199,7 +217,7 @@ mod tests {
         assert!(!offer(&i, 1, 10), "1001 bytes queued against a bound of 1000");
         assert_eq!((i.len(), i.bytes()), (10, 1000));
         // A pop makes room for exactly what it took.
-        assert_eq!(i.try_pop(), Some(0));
+        assert_eq!(i.try_pop(), Some(M(0, 100)));
         assert!(!offer(&i, 101, 11));
         assert!(offer(&i, 100, 11));
         assert_eq!(i.bytes(), 1000);
@@ -210,7 +228,7 @@ mod tests {
         let i = inbox(1024, 1000);
         assert!(offer(&i, 5000, 1), "a large message could never be delivered");
         assert!(!offer(&i, 64, 2), "a second message joined one past the bound");
-        assert_eq!(i.try_pop(), Some(1));
+        assert_eq!(i.try_pop(), Some(M(1, 5000)));
         assert_eq!(i.bytes(), 0);
         assert!(offer(&i, 64, 2));
     }
@@ -219,9 +237,9 @@ mod tests {
     fn past_capacity_ignores_both_bounds_and_close_forgets_the_bytes() {
         let i = inbox(1, 100);
         assert!(offer(&i, 100, 1));
-        assert!(matches!(i.offer(|| false, 100, || 2, true), Offer::Accepted));
+        assert!(matches!(i.offer(|| false, 100, || M(2, 100), true), Offer::Accepted));
         assert_eq!((i.len(), i.bytes()), (2, 200));
-        assert_eq!(i.close(), vec![1, 2]);
+        assert_eq!(i.close(), vec![M(1, 100), M(2, 100)]);
         assert_eq!(i.bytes(), 0);
     }
 }

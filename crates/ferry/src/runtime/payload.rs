@@ -5,8 +5,9 @@
 
 use crate::transport::Detached;
 
-/// Bytes a payload holds without allocating.
-pub const INLINE: usize = 56;
+/// Bytes a payload holds without allocating (so that a `Payload` is 56
+/// bytes and an `Incoming` fits in 128).
+pub const INLINE: usize = 48;
 
 pub enum Payload {
     Inline {

@@ -47,8 +47,9 @@ pub enum Staged {
 pub enum Detached {
     /// In process: the sender's bytes themselves.
     Inproc(inproc::Handed),
-    /// A range of the peer's payload area, read only by copy.
-    Shm(shm::Lent),
+    /// A range of the peer's payload area, read only by copy (boxed: it is
+    /// rare, and keeps every message's `Payload` small).
+    Shm(Box<shm::Lent>),
 }
 
 impl Detached {

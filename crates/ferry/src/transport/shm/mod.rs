@@ -308,10 +308,15 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
 
     /// Sends the ranges of the peer's area we are done with back to it, as
     /// far as the ring takes them; then wakes the peer if it waits for room.
+    #[inline]
     fn flush_releases(&self) {
-        if !self.releases.pending.load(Ordering::Acquire) {
-            return;
+        if self.releases.pending.load(Ordering::Acquire) {
+            self.flush_releases_now();
         }
+    }
+
+    #[inline(never)]
+    fn flush_releases_now(&self) {
         let mut queue = self.releases.queue.lock();
         let mut sent = 0;
         {
@@ -504,7 +509,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
                 bad = Some(RecvError::Corrupt(format!("a payload descriptor outside the area: {payload:?}")));
                 return false;
             };
-            let mut slot = Some(Detached::Shm(lent));
+            let mut slot = Some(Detached::Shm(Box::new(lent)));
             let taken = accept(&h, Body::Detached(&mut slot));
             if let Some(Detached::Shm(mut refused)) = slot {
                 // Still ours: the frame stays, and the range is not given back.
