@@ -8,9 +8,43 @@
 //! Both sides do store → fence → load (Dekker), so a frame published just as a
 //! thread decides to sleep is seen by one of the two.
 //!
+//! ## The wake-up protocol, step by step
+//!
+//! Sender (`Transport::try_send` then [`Doorbell::ring`]):
+//!
+//! - **S1** publish the frame (the ring's release store of its stamp);
+//! - **S2** `fence(SeqCst)`;
+//! - **S3** load `sleepers`; if 0, done (nobody to wake);
+//! - **S4** load `pollers`; if 0, bump `seq` and wake one sleeper.
+//!
+//! Receiving thread going to sleep (`Idle::step` with [`Doorbell::prepare_park`]):
+//!
+//! - **R1** take the ticket (`seq`), count itself in `sleepers` and out of `pollers`;
+//! - **R2** `fence(SeqCst)`;
+//! - **R3** look at every channel once more (and the caller's own condition);
+//!   if anything waits, [`Doorbell::cancel_park`] and handle it;
+//! - **R4** [`Doorbell::park`]: futex-wait while `seq` equals the ticket, at
+//!   most `park_timeout`.
+//!
+//! S1–S2–S3/S4 against R1–R2–R3 is Dekker's pattern: either R3 sees the
+//! frame, or S3/S4 see the sleeper and no poller and bump `seq` — after
+//! R1's ticket, so R4 returns at once. A thread that stops polling without
+//! sleeping (the last poller leaving, or one about to run user code:
+//! [`Doorbell::leave_polling`], **L1** decrement `pollers`, **L2**
+//! `fence(SeqCst)`, **L3** load `sleepers`) looks at the channels once more
+//! when it was the last poller while others sleep, and wakes one sleeper if
+//! a frame waits, since its senders saw a poller and did not ring.
+//!
+//! The loom models in `loom_models` check these steps (and fail when the
+//! fence of S2, R2 or L2 is removed).
+//!
 //! A misbehaving peer can scribble on the page: the worst it can do is cause
 //! spurious or missed wake-ups of this team. Missed wake-ups are bounded
-//! because every park has a timeout (the runtime's `park_timeout`).
+//! because every park has a timeout (the runtime's `park_timeout`). That is
+//! the open part of the defect 8: the page is shared by all peers,
+//! so one peer can delay every other peer's wake-ups by up to
+//! `park_timeout`; per-channel wake words (waited on with `futex_waitv`)
+//! would confine it to its own traffic.
 
 use crate::error::Result;
 use crate::sync::{fence, AtomicU32Ops, Ordering};
@@ -117,6 +151,7 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// Sender side: call after publishing. Wakes the team if nobody is polling.
     #[inline]
     pub fn ring(&self) {
+        // S2 (the caller did S1).
         fence(Ordering::SeqCst);
         // `sleepers` first: while nobody sleeps (the spinning case) the
         // `pollers` line, which the team writes often, is never pulled over.
@@ -147,6 +182,7 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// anything waits (Dekker with `ring`).
     #[inline]
     pub fn leave_polling(&self) -> bool {
+        // L1, L2; L3 below.
         let last = self.mem.pollers().fetch_sub(1, Ordering::SeqCst) == 1;
         fence(Ordering::SeqCst);
         last && self.mem.sleepers().load(Ordering::Relaxed) != 0
@@ -162,11 +198,12 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// sleeper, and gets the ticket to pass to [`Doorbell::park`] after it has
     /// checked once more that there is nothing to do.
     pub fn prepare_park(&self) -> u32 {
+        // R1.
         let ticket = self.mem.seq().load(Ordering::SeqCst);
         self.mem.sleepers().fetch_add(1, Ordering::SeqCst);
         self.mem.pollers().fetch_sub(1, Ordering::SeqCst);
-        // The caller's re-check (plain loads) must not move before these
-        // stores: the Dekker pattern needs a full fence, not only SeqCst RMWs.
+        // R2: the caller's re-check (R3: plain loads) must not move before
+        // these stores; the Dekker pattern needs a full fence, not only SeqCst RMWs.
         fence(Ordering::SeqCst);
         ticket
     }
