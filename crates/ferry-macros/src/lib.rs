@@ -13,6 +13,8 @@
 //! A method returning `Result<T, E>` reports `E` to the caller as
 //! `RpcError::Remote(E)`; any other return type is the result itself.
 
+#![deny(missing_docs)]
+
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as Tokens};
 use quote::{format_ident, quote};
@@ -20,6 +22,8 @@ use syn::{
     parse_macro_input, FnArg, GenericArgument, Ident, ItemTrait, Pat, PathArguments, ReturnType, TraitItem, Type,
 };
 
+/// Makes a trait of `async fn` methods a ferry RPC service: generates its
+/// client, dispatcher and request enum (see the crate documentation).
 #[proc_macro_attribute]
 pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
