@@ -79,3 +79,20 @@ impl Rng {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// The rings are built on the sizes given: any a bind would refuse is refused here too.
+    #[test]
+    fn shm_pair_refuses_sizes_a_bind_refuses() {
+        let bell = || Arc::new(Doorbell::create().unwrap());
+        for (ring, area) in [(0, 0), (64, 0), (MIN_RING + 64, 0), (MIN_RING, 100), (MIN_RING, 1 << 40)] {
+            let r = shm_pair(ring, area, bell(), bell());
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{ring} {area}: {:?}", r.map(drop));
+        }
+        assert!(shm_pair(MIN_RING, 4096, bell(), bell()).is_ok());
+    }
+}
