@@ -48,9 +48,9 @@ pub fn report() -> Value {
     json!({
         "idle_team_rss_kib": idle,
         // Resident: the header and the rings; the payload areas are sparse (touched by large messages only).
-        "shm_per_channel_pair_bytes": ferry::transport::shm::segment_len(ring, 0),
-        "shm_payload_area_virtual_bytes": ferry::transport::shm::area_for(ferry::Config::default().max_message),
-        "shm_doorbell_per_team_bytes": ferry::transport::doorbell::DOORBELL_LEN,
+        "shm_per_channel_pair_bytes": ferry::testing::segment_len(ring, 0),
+        "shm_payload_area_virtual_bytes": ferry::testing::area_for(ferry::Config::default().max_message),
+        "shm_doorbell_per_team_bytes": ferry::testing::DOORBELL_LEN,
         "ring_bytes_per_direction": ring,
     })
 }

@@ -244,7 +244,7 @@ pub fn child() -> Result<()> {
 /// The second process's echo port: answers calls with their payload; on
 /// "pause" stops reading for a while; on "die" aborts at the next message.
 async fn echo(team: Team, port: ferry::RawPort) -> Result<()> {
-    let pause = ferry::wire::codec::encode(&b"pause".to_vec())?; // as the tour's typed sender sends it
+    let pause = ferry::codec::encode(&b"pause".to_vec())?; // as the tour's typed sender sends it
     let mut dying = false;
     loop {
         let m = port.recv().await?;

@@ -13,6 +13,8 @@
 //! A method returning `Result<T, E>` reports `E` to the caller as
 //! `RpcError::Remote(E)`; any other return type is the result itself.
 
+#![deny(missing_docs)]
+
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as Tokens};
 use quote::{format_ident, quote};
@@ -20,6 +22,8 @@ use syn::{
     parse_macro_input, FnArg, GenericArgument, Ident, ItemTrait, Pat, PathArguments, ReturnType, TraitItem, Type,
 };
 
+/// Makes a trait of `async fn` methods a ferry RPC service: generates its
+/// client, dispatcher and request enum (see the crate documentation).
 #[proc_macro_attribute]
 pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
@@ -100,17 +104,23 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
         let (t, e) = ok_err(m);
         let doc = format!("Calls `{name}`; the future (a promise) resolves to its result. Dropping it cancels the call.");
+        let blocking_doc = format!("Calls `{name}` and blocks this thread for its result.");
+        let oneway_doc = format!("Calls `{name}` without a result; returns at `checkpoint`.");
+        let batched_doc = format!("Queues a call of `{name}` without a result, sent in order with the next call or `flush`.");
         quote! {
             #[doc = #doc]
             pub fn #name(&self, #(#params),*) -> ::ferry::rpc::CallFuture<#t, #e> {
                 self.client.call(#i, &(#(#names,)*))
             }
+            #[doc = #blocking_doc]
             pub fn #blocking(&self, #(#params),*) -> ::core::result::Result<#t, ::ferry::rpc::RpcError<#e>> {
                 self.client.call_blocking(#i, &(#(#names,)*))
             }
+            #[doc = #oneway_doc]
             pub fn #oneway(&self, #(#params,)* checkpoint: ::ferry::Checkpoint) -> ::core::result::Result<(), ::ferry::rpc::RpcError> {
                 self.client.send_oneway(#i, &(#(#names,)*), checkpoint)
             }
+            #[doc = #batched_doc]
             pub fn #batched(&self, #(#params),*) -> ::core::result::Result<(), ::ferry::rpc::RpcError> {
                 self.client.batch(#i, &(#(#names,)*))
             }
@@ -148,9 +158,20 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
 
     let variants: Vec<Ident> = methods.iter().map(|m| format_ident!("{}", camel(&m.name.to_string()))).collect();
     let request_variants = methods.iter().zip(&variants).map(|(m, v)| {
-        let fields = m.args.iter().map(|(n, t)| quote!(#n: #t));
+        let fields = m.args.iter().map(|(n, t)| {
+            let doc = format!("Argument `{n}`.");
+            quote!(#[doc = #doc] #n: #t)
+        });
         let (t, e) = ok_err(m);
-        quote!(#v { #(#fields,)* reply: ::ferry::rpc::Reply<#t, #e> })
+        let doc = format!("A call of `{}`.", m.name);
+        quote! {
+            #[doc = #doc]
+            #v {
+                #(#fields,)*
+                /// Answers the call.
+                reply: ::ferry::rpc::Reply<#t, #e>
+            }
+        }
     });
     let request_arms = methods.iter().zip(&variants).enumerate().map(|(i, (m, v))| {
         let i = i as u32;
@@ -200,6 +221,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
             {
                 ::core::result::Result::Ok(Self { client: ::ferry::rpc::Client::bind_wait(team, name, Self::descriptor(), limit)? })
             }
+            /// Binds to the service at `endpoint`; refused if its interface differs.
             pub fn bind_to(team: &::ferry::Team, endpoint: ::ferry::EndpointId) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
                 ::core::result::Result::Ok(Self { client: ::ferry::rpc::Client::bind_to(team, endpoint, Self::descriptor())? })
             }
@@ -210,6 +232,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
                 let connecting = ::ferry::rpc::Client::connect(team, endpoint, Self::descriptor());
                 async move { ::core::result::Result::Ok(Self { client: connecting.await? }) }
             }
+            /// The untyped client underneath.
             pub fn client(&self) -> &::ferry::rpc::Client {
                 &self.client
             }
@@ -225,9 +248,13 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         }
 
         #[doc = concat!("Dispatcher of the `", #service_name, "` service over an implementation `S`.")]
-        #vis struct #server<S>(pub ::std::sync::Arc<S>);
+        #vis struct #server<S>(
+            /// The implementation.
+            pub ::std::sync::Arc<S>,
+        );
 
         impl<S: #trait_name> #server<S> {
+            /// A dispatcher of `service`.
             pub fn new(service: S) -> Self {
                 Self(::std::sync::Arc::new(service))
             }

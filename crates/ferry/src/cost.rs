@@ -29,12 +29,16 @@ pub enum Stage {
     Reply,
 }
 
+/// Every stage, in the order a call goes through them.
 pub const STAGES: [Stage; 7] =
     [Stage::Encode, Stage::Send, Stage::Poll, Stage::Receive, Stage::Dispatch, Stage::Handler, Stage::Reply];
 
+/// Which end of a call a stage ran on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Side {
+    /// The caller.
     Client,
+    /// The team serving the call.
     Server,
 }
 
@@ -52,6 +56,7 @@ pub fn enabled() -> bool {
     cfg!(feature = "cost") && ENABLED.load(Ordering::Relaxed)
 }
 
+/// Switches recording on or off, process-wide (recording nothing without the `cost` feature).
 pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
@@ -61,6 +66,7 @@ pub const fn compiled_in() -> bool {
     cfg!(feature = "cost")
 }
 
+/// Clears the totals recorded so far.
 pub fn reset() {
     for side in 0..2 {
         for stage in 0..7 {
@@ -72,7 +78,7 @@ pub fn reset() {
 
 /// Starts timing a stage (a no-op when off).
 #[inline(always)]
-pub fn start() -> Option<Instant> {
+pub(crate) fn start() -> Option<Instant> {
     if enabled() {
         Some(Instant::now())
     } else {
@@ -82,7 +88,7 @@ pub fn start() -> Option<Instant> {
 
 /// Ends the stage started at `since` and starts the next one.
 #[inline(always)]
-pub fn record(side: Side, stage: Stage, since: Option<Instant>) -> Option<Instant> {
+pub(crate) fn record(side: Side, stage: Stage, since: Option<Instant>) -> Option<Instant> {
     let t0 = since?;
     let now = Instant::now();
     let (s, i) = (side as usize, stage as usize);
@@ -98,6 +104,7 @@ pub struct Breakdown {
     pub rows: Vec<(Side, Stage, u64, f64)>,
 }
 
+/// The totals recorded so far in this process.
 pub fn snapshot() -> Breakdown {
     let mut rows = Vec::new();
     for side in [Side::Client, Side::Server] {
@@ -120,6 +127,7 @@ impl Breakdown {
         self
     }
 
+    /// The rows as a text table, one line per side and stage.
     pub fn table(&self) -> String {
         let mut out = String::from("side    stage        calls       mean\n");
         for (side, stage, n, mean) in &self.rows {

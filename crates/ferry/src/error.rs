@@ -3,17 +3,25 @@
 use crate::id::{EndpointId, TeamId};
 use std::io;
 
+/// ferry's result: [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What went wrong in a ferry operation.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The team at the other end died or closed the channel; the operation cannot finish.
     #[error("peer team {peer} is gone")]
-    PeerGone { peer: TeamId },
+    PeerGone {
+        /// The team that is gone.
+        peer: TeamId,
+    },
     /// An `Immediate` send found the queue full (the message was not sent).
     #[error("queue to {to} is full")]
-    WouldBlock { to: EndpointId },
+    WouldBlock {
+        /// The destination of the send.
+        to: EndpointId,
+    },
     /// The operation's deadline passed before it finished.
     #[error("deadline exceeded")]
     DeadlineExceeded,
@@ -31,19 +39,34 @@ pub enum Error {
     NameNotFound(String),
     /// The name is bound by a live team already.
     #[error("name {name:?} is already bound to {owner}")]
-    NameTaken { name: String, owner: EndpointId },
+    NameTaken {
+        /// The name asked for.
+        name: String,
+        /// The endpoint it is bound to.
+        owner: EndpointId,
+    },
     /// Names are 1..=200 bytes of `[A-Za-z0-9._-]`, not starting with a dot.
     #[error("invalid name {0:?}: use 1-200 characters of A-Z a-z 0-9 . _ - not starting with '.'")]
     InvalidName(String),
     /// A message is larger than the configured maximum.
     #[error("message of {len} bytes exceeds the maximum of {max} bytes")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The message's size in bytes.
+        len: usize,
+        /// The largest size allowed.
+        max: usize,
+    },
     /// A payload could not be encoded or decoded.
     #[error("codec: {0}")]
     Codec(String),
     /// A peer sent something that breaks the protocol; its channel is closed.
     #[error("protocol violation by {peer}: {what}")]
-    Protocol { peer: TeamId, what: String },
+    Protocol {
+        /// The team that broke the protocol.
+        peer: TeamId,
+        /// What it did.
+        what: String,
+    },
     /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
     #[error("refused: {0}")]
     Refused(String),
@@ -60,7 +83,9 @@ pub enum Error {
     /// An operating-system call failed.
     #[error("{context}: {source}")]
     Io {
+        /// What ferry was doing.
         context: &'static str,
+        /// The system's error.
         #[source]
         source: io::Error,
     },

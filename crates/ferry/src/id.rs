@@ -34,7 +34,10 @@ pub const LINK_SLOTS: u32 = 1 << 23;
 /// One incarnation of one process: which node, which team number on it, which run.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TeamId {
+    /// The machine.
     pub node: u16,
+    /// The team's number on its node (24 bits): its process id, or a number
+    /// above every pid for a further team of one process.
     pub team: u32,
     /// Drawn at random when the team starts; never 0.
     pub incarnation: u32,
@@ -75,18 +78,23 @@ impl Addr {
         }
         Some(Addr(((node as u64) << 48) | ((team as u64) << 24) | slot as u64))
     }
+    /// The address whose wire form is `bits` (every value is one).
     pub const fn from_bits(bits: u64) -> Addr {
         Addr(bits)
     }
+    /// The 64-bit wire form.
     pub const fn bits(self) -> u64 {
         self.0
     }
+    /// The node part.
     pub const fn node(self) -> u16 {
         (self.0 >> 48) as u16
     }
+    /// The team part (24 bits).
     pub const fn team(self) -> u32 {
         ((self.0 >> 24) & MAX_TEAM as u64) as u32
     }
+    /// The slot part (24 bits).
     pub const fn slot(self) -> u32 {
         (self.0 & MAX_SLOT as u64) as u32
     }
@@ -120,21 +128,27 @@ impl EndpointId {
     pub const fn at(addr: Addr, incarnation: u32) -> EndpointId {
         EndpointId { addr, incarnation }
     }
+    /// The wire address (without the incarnation).
     pub const fn addr(self) -> Addr {
         self.addr
     }
+    /// The owning team's node.
     pub const fn node(self) -> u16 {
         self.addr.node()
     }
+    /// The owning team's number on its node.
     pub const fn team(self) -> u32 {
         self.addr.team()
     }
+    /// The endpoint's slot in its team.
     pub const fn slot(self) -> u32 {
         self.addr.slot()
     }
+    /// The owning team's incarnation.
     pub const fn incarnation(self) -> u32 {
         self.incarnation
     }
+    /// The owning team.
     pub const fn team_id(self) -> TeamId {
         TeamId { node: self.addr.node(), team: self.addr.team(), incarnation: self.incarnation }
     }

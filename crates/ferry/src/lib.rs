@@ -4,9 +4,19 @@
 //! ends allows: task hand-off in one process, shared memory between
 //! processes of one machine, TCP between machines.
 //!
-//! Layers, bottom up: [`wire`] (frames and codec) → [`transport`] (frame
-//! pipes: inproc, shm) → [`runtime`] (teams, tasks, progress) → primitives
-//! ([`port`]) and [`names`].
+//! The public surface: a [`Team`] (this process's presence, started by a
+//! [`TeamBuilder`]; see [`runtime`]) opens [`port`]s and serves or calls
+//! [`rpc`] services, reaches other teams' endpoints by [`id`] or by name
+//! ([`names`]), and reports failures as [`Error`]s. [`codec`] is the
+//! payload encoding of typed messages, [`cost`] the optional accounting
+//! of where a call's time goes.
+//!
+//! Inside, bottom up: the wire format (frames) → transports (frame pipes:
+//! in process, shared memory) → the runtime (teams, tasks, progress) → the
+//! primitives. None of those layers is public; the `testing` feature opens
+//! the pieces ferry's own tests and benchmarks need (`ferry::testing`).
+
+#![deny(missing_docs)]
 
 pub mod cost;
 pub mod error;
@@ -17,17 +27,18 @@ pub mod names;
 pub mod port;
 pub mod rpc;
 pub mod runtime;
-pub mod sync;
+pub(crate) mod sync;
 pub(crate) mod sys;
-#[cfg(test)]
-pub(crate) mod testing;
-pub mod transport;
-pub mod wire;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub(crate) mod transport;
+pub(crate) mod wire;
 
 pub use error::{Error, Result};
 pub use id::{EndpointId, TeamId};
 pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select, Sender};
 pub use runtime::{AbortHandle, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
+pub use wire::codec;
 pub use wire::Checkpoint;
 
 /// Makes a trait a ferry RPC service (see [`rpc`]).

@@ -1,8 +1,41 @@
-//! Test helpers shared by the unit tests.
+//! Internals that ferry's own integration tests, transport conformance
+//! suite and benchmarks reach, behind the `testing` cargo feature (and in
+//! the crate's unit tests). Not an API: it follows the internals as they
+//! change.
+//!
+//! Everything here is safe: the transport pairs own the memory they build
+//! their rings on, and check the sizes they are given.
+
+use crate::error::Result;
+use std::sync::Arc;
+
+pub use crate::id::Addr;
+pub use crate::transport::doorbell::{Doorbell, DOORBELL_LEN};
+pub use crate::transport::inproc::{Handed, InprocEnd};
+pub use crate::transport::shm::{area_for, segment_len, Lent, ShmEnd, StagedRange, MIN_RING};
+pub use crate::transport::{Body, Detached, Recv, RecvError, SendError, Staged, Transport};
+pub use crate::wire::{flags, Header, HeaderError, Kind, HEADER_LEN};
+
+/// A connected in-process pair: `capacity` bytes of frames and
+/// `max_detached` bytes of detached payloads each way; `a` and `b` are the
+/// doorbells of the teams owning the first and the second end.
+pub fn inproc_pair(capacity: usize, max_detached: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (InprocEnd, InprocEnd) {
+    crate::transport::inproc::pair(capacity, max_detached, a, b)
+}
+
+/// A connected shared-memory pair in this process, on a fresh segment:
+/// rings of `ring_bytes` (a power of two, at least [`MIN_RING`]) and
+/// payload areas of `area_bytes` (whole pages) each way; the first end is
+/// the connector. Other sizes are `InvalidArgument`.
+pub fn shm_pair(ring_bytes: usize, area_bytes: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
+    crate::transport::shm::pair_for_tests(ring_bytes, area_bytes, a, b)
+}
 
 /// A small deterministic generator (xorshift64*): the same inputs every run.
-pub struct Rng(u64);
+#[cfg(test)]
+pub(crate) struct Rng(u64);
 
+#[cfg(test)]
 impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
@@ -44,5 +77,22 @@ impl Rng {
             }
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// The rings are built on the sizes given: any a bind would refuse is refused here too.
+    #[test]
+    fn shm_pair_refuses_sizes_a_bind_refuses() {
+        let bell = || Arc::new(Doorbell::create().unwrap());
+        for (ring, area) in [(0, 0), (64, 0), (MIN_RING + 64, 0), (MIN_RING, 100), (MIN_RING, 1 << 40)] {
+            let r = shm_pair(ring, area, bell(), bell());
+            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{ring} {area}: {:?}", r.map(drop));
+        }
+        assert!(shm_pair(MIN_RING, 4096, bell(), bell()).is_ok());
     }
 }

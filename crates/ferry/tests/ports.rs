@@ -9,7 +9,7 @@
 mod common;
 
 use common::pattern;
-use ferry::wire::codec;
+use ferry::codec;
 use ferry::{Checkpoint, Error, Port, RawPort, Select, Team, TeamBuilder};
 use serde::{Deserialize, Serialize};
 use std::future::{poll_fn, Future};

@@ -1,4 +1,4 @@
-//! The conformance suite every transport must pass (see `ferry::transport`).
+//! The conformance suite every transport must pass (see `crates/ferry/src/transport`).
 //!
 //! Each case is written once, as a function over a [`Factory`] that makes a
 //! connected pair of ends, and instantiated per transport by `conformance!`
@@ -10,10 +10,8 @@
 
 mod common;
 
-use ferry::id::Addr;
-use ferry::transport::doorbell::Doorbell;
-use ferry::transport::{Body, Detached, Recv, RecvError, SendError, Transport};
-use ferry::wire::{flags, Checkpoint, Header, Kind};
+use ferry::testing::{flags, Addr, Body, Detached, Doorbell, Header, Kind, Recv, RecvError, SendError, Transport};
+use ferry::Checkpoint;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,19 +25,19 @@ type Factory = fn(usize, Arc<Doorbell>, Arc<Doorbell>) -> (Box<dyn Transport>, B
 const AREA: usize = 1 << 20;
 
 fn make_inproc(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-    let (x, y) = ferry::transport::inproc::pair(cap, AREA, a, b);
+    let (x, y) = ferry::testing::inproc_pair(cap, AREA, a, b);
     (Box::new(x), Box::new(y))
 }
 
 fn make_shm(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-    let (x, y) = ferry::transport::shm::pair_for_tests(cap, AREA as u64, a, b).expect("shared-memory pair");
+    let (x, y) = ferry::testing::shm_pair(cap, AREA as u64, a, b).expect("shared-memory pair");
     (Box::new(x), Box::new(y))
 }
 
 // A future TCP transport plugs in here:
 //
 // fn make_tcp(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-//     let (x, y) = ferry::transport::tcp::pair_for_tests(cap, a, b).expect("tcp pair");
+//     let (x, y) = ferry::testing::tcp_pair(cap, a, b).expect("tcp pair");
 //     (Box::new(x), Box::new(y))
 // }
 
@@ -828,7 +826,7 @@ conformance!(shm, make_shm);
 /// the one carrying a frame with a unique marker.
 mod shm_corrupt_peer {
     use super::*;
-    use ferry::transport::shm::segment_len;
+    use ferry::testing::segment_len;
     use std::os::fd::AsFd;
     use std::sync::atomic::AtomicU64;
 
@@ -837,7 +835,7 @@ mod shm_corrupt_peer {
     const RING0: usize = 4096;
     const HEAD0: usize = 128;
     const STAMP: usize = 8;
-    const HEADER_LEN: usize = ferry::wire::HEADER_LEN;
+    const HEADER_LEN: usize = ferry::testing::HEADER_LEN;
 
     /// Our own mapping of a channel segment.
     struct Segment {

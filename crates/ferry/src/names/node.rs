@@ -57,6 +57,7 @@ impl RuntimeDir {
         Ok(RuntimeDir { path })
     }
 
+    /// The directory itself.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -225,10 +226,12 @@ impl TeamLease {
         Ok(lease)
     }
 
+    /// The team number held.
     pub fn team(&self) -> u32 {
         self.team
     }
 
+    /// The runtime directory the lease is in.
     pub fn dir(&self) -> &RuntimeDir {
         &self.dir
     }
@@ -371,10 +374,12 @@ pub struct NodeNames {
 }
 
 impl NodeNames {
+    /// The plane kept in `dir`.
     pub fn new(dir: RuntimeDir) -> NodeNames {
         NodeNames { dir }
     }
 
+    /// The runtime directory holding the plane.
     pub fn dir(&self) -> &RuntimeDir {
         &self.dir
     }

@@ -38,6 +38,7 @@ impl Team {
         Ok(RawPort { team: self.inner.clone(), id, inbox, name: None })
     }
 
+    /// Opens a raw-bytes port and binds `name` to it in the node name plane.
     pub fn open_named_raw_port(&self, name: &str) -> Result<RawPort> {
         let mut port = self.open_raw_port()?;
         self.inner.register_name(name, port.id)?;
@@ -50,6 +51,7 @@ impl Team {
         Sender { raw: self.raw_sender(to), _t: PhantomData }
     }
 
+    /// A sender of raw-bytes messages to the endpoint `to`.
     pub fn raw_sender(&self, to: EndpointId) -> RawSender {
         RawSender { team: self.inner.clone(), to, timeout: None, channel: Arc::new(OnceLock::new()) }
     }
@@ -123,10 +125,12 @@ pub struct RawPort {
 }
 
 impl RawPort {
+    /// The port's endpoint id, for senders.
     pub fn id(&self) -> EndpointId {
         self.id
     }
 
+    /// The name bound to the port, if it was opened named (unbound when the port drops).
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
     }
@@ -136,6 +140,7 @@ impl RawPort {
         self.inbox.len()
     }
 
+    /// Whether no message waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -256,10 +261,12 @@ impl RawMessage {
         self.payload.len()
     }
 
+    /// Whether the payload is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The bytes, taken (no copy when they were handed over in process).
     pub fn into_payload(self) -> Vec<u8> {
         match self.copied.into_inner() {
             Some(v) => v,
@@ -313,6 +320,7 @@ impl Responder {
         (h, ch)
     }
 
+    /// Sends `bytes` as the reply.
     pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
         let (h, ch) = self.to.take().unwrap();
         self.team.reply(&ch, &h, self.deadline, bytes)
@@ -344,6 +352,7 @@ impl Clone for RawSender {
 }
 
 impl RawSender {
+    /// The destination endpoint.
     pub fn to(&self) -> EndpointId {
         self.to
     }
@@ -403,14 +412,17 @@ pub struct Port<T> {
 
 /// A received typed message.
 pub struct Message<T> {
+    /// The decoded message.
     pub value: T,
     raw: RawMessage,
 }
 
 impl<T> Message<T> {
+    /// The sending endpoint.
     pub fn from(&self) -> EndpointId {
         self.raw.from
     }
+    /// Whether the sender waits for a reply (`OnReturn`).
     pub fn wants_reply(&self) -> bool {
         self.raw.wants_reply()
     }
@@ -418,21 +430,26 @@ impl<T> Message<T> {
     pub fn reply<R: Serialize>(self, value: &R) -> Result<()> {
         self.raw.reply(&codec::encode(value)?)
     }
+    /// The value, dropping the rest (an `OnReturn` sender is told `Refused`).
     pub fn into_value(self) -> T {
         self.value
     }
 }
 
 impl<T: DeserializeOwned> Port<T> {
+    /// The port's endpoint id, for senders.
     pub fn id(&self) -> EndpointId {
         self.raw.id
     }
+    /// The untyped port underneath.
     pub fn as_raw(&self) -> &RawPort {
         &self.raw
     }
+    /// Messages waiting in the port.
     pub fn len(&self) -> usize {
         self.raw.len()
     }
+    /// Whether no message waits.
     pub fn is_empty(&self) -> bool {
         self.raw.is_empty()
     }
@@ -447,15 +464,19 @@ impl<T: DeserializeOwned> Port<T> {
         }
     }
 
+    /// Receives the next message.
     pub async fn recv(&self) -> Result<Message<T>> {
         Self::decode(self.raw.recv().await?)
     }
+    /// Receives the next message, blocking this thread (see [`RawPort::recv_blocking`]).
     pub fn recv_blocking(&self) -> Result<Message<T>> {
         Self::decode(self.raw.recv_blocking()?)
     }
+    /// Receives with a time limit (see [`RawPort::recv_timeout`]).
     pub fn recv_timeout(&self, limit: Duration) -> Result<Message<T>> {
         Self::decode(self.raw.recv_timeout(limit)?)
     }
+    /// Takes a message if one is waiting.
     pub fn try_recv(&self) -> Option<Result<Message<T>>> {
         self.raw.try_recv().map(Self::decode)
     }
@@ -474,12 +495,15 @@ impl<T> Clone for Sender<T> {
 }
 
 impl<T: Serialize> Sender<T> {
+    /// The destination endpoint.
     pub fn to(&self) -> EndpointId {
         self.raw.to
     }
+    /// The untyped sender underneath.
     pub fn as_raw(&self) -> &RawSender {
         &self.raw
     }
+    /// The same sender with a time limit on every send (see [`RawSender::with_timeout`]).
     pub fn with_timeout(self, limit: Duration) -> Sender<T> {
         Sender { raw: self.raw.with_timeout(limit), _t: PhantomData }
     }

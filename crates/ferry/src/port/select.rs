@@ -64,6 +64,7 @@ impl Select {
         .await
     }
 
+    /// [`Select::recv`], blocking this thread.
     pub fn recv_blocking(&mut self) -> Result<(usize, RawMessage)> {
         let team = self.team.as_ref().map_err(bad_ports)?.clone();
         idle::block_on(&team, self.recv())

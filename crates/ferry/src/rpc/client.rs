@@ -81,10 +81,12 @@ impl Client {
         }
     }
 
+    /// The service's endpoint.
     pub fn endpoint(&self) -> EndpointId {
         self.sender.to()
     }
 
+    /// The interface this client was bound with.
     pub fn descriptor(&self) -> &ServiceDescriptor {
         &self.descriptor
     }

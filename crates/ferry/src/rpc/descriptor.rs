@@ -8,15 +8,21 @@ use serde::{Deserialize, Serialize};
 /// The codec every typed RPC payload uses (see docs/WIRE.md).
 pub const CODEC: &str = "msgpack/1";
 
+/// A service's interface, as its trait declares it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceDescriptor {
+    /// The trait's name.
     pub name: String,
+    /// The payload codec ([`CODEC`]).
     pub codec: String,
+    /// The methods in declaration order (a method's index is its number on the wire).
     pub methods: Vec<MethodDescriptor>,
 }
 
+/// One method of a service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MethodDescriptor {
+    /// The method's name.
     pub name: String,
     /// (argument name, type as written) in order.
     pub args: Vec<(String, String)>,

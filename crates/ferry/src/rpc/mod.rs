@@ -43,7 +43,10 @@ pub enum RpcError<E = Never> {
     /// The handler returned its own error.
     Remote(E),
     /// The server's team died or closed the channel.
-    PeerGone { peer: TeamId },
+    PeerGone {
+        /// The server's team.
+        peer: TeamId,
+    },
     /// The call's deadline passed (at the client or at the server).
     DeadlineExceeded,
     /// The call was cancelled.

@@ -28,6 +28,7 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 
 /// The dispatcher a `#[ferry::service]` trait generates (`<Trait>Server`).
 pub trait Dispatch: Send + Sync + 'static {
+    /// The interface served, checked against each binding client's.
     fn descriptor(&self) -> ServiceDescriptor;
     /// Runs method number `method` on encoded `args` (decoded before the future starts).
     fn dispatch(self: Arc<Self>, method: u32, args: &[u8]) -> HandlerFuture;
@@ -58,6 +59,7 @@ struct Waiters {
 }
 
 impl CancelToken {
+    /// Marks the call cancelled and wakes whoever waits in [`CancelToken::cancelled`].
     pub fn cancel(&self) {
         self.0.cancelled.store(true, Ordering::Release);
         let wakers = std::mem::take(&mut self.0.waiters.lock().wakers);
@@ -66,6 +68,7 @@ impl CancelToken {
         }
     }
 
+    /// Whether the call was cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.0.cancelled.load(Ordering::Acquire)
     }
@@ -152,23 +155,28 @@ pub struct IncomingCall {
 }
 
 impl IncomingCall {
+    /// The method's number: its index in the service's declaration order.
     pub fn method(&self) -> u32 {
         self.method
     }
 
+    /// The method's name (`"?"` for a number the service does not have).
     pub fn method_name(&self) -> &str {
         self.service.methods.get(self.method as usize).map_or("?", |m| m.name.as_str())
     }
 
+    /// The encoded arguments (generated clients send a tuple of them).
     pub fn args(&self) -> &[u8] {
         // Arguments are copied out of the request when it is parsed.
         self.args.as_local().expect("call arguments live in local memory")
     }
 
+    /// The arguments, decoded as `A`.
     pub fn decode_args<A: DeserializeOwned>(&self) -> Result<A, RpcError> {
         Ok(codec::decode(self.args())?)
     }
 
+    /// The caller's endpoint.
     pub fn from(&self) -> EndpointId {
         self.from
     }
@@ -214,10 +222,12 @@ impl IncomingCall {
         }
     }
 
+    /// Answers with a result.
     pub fn reply_ok<R: Serialize + ?Sized>(self, value: &R) -> Result<()> {
         self.reply_raw(&envelope::ok(value))
     }
 
+    /// Answers with the handler's own error (`RpcError::Remote` at the caller).
     pub fn reply_err<E: Serialize + ?Sized>(self, err: &E) -> Result<()> {
         self.reply_raw(&envelope::remote(err))
     }
@@ -263,18 +273,23 @@ pub struct Reply<T, E = Never> {
 }
 
 impl<T: Serialize, E: Serialize> Reply<T, E> {
+    /// The typed handle of `call`, whose result is a `T` or an error `E`.
     pub fn new(call: IncomingCall) -> Self {
         Reply { call, _t: PhantomData }
     }
+    /// The call being answered.
     pub fn call(&self) -> &IncomingCall {
         &self.call
     }
+    /// Answers with a result.
     pub fn ok(self, value: &T) -> Result<()> {
         self.call.reply_ok(value)
     }
+    /// Answers with the handler's own error.
     pub fn err(self, err: &E) -> Result<()> {
         self.call.reply_err(err)
     }
+    /// Answers with either.
     pub fn send(self, r: std::result::Result<T, E>) -> Result<()> {
         match r {
             Ok(v) => self.ok(&v),
@@ -322,6 +337,7 @@ impl ServiceEndpoint {
         }
     }
 
+    /// The endpoint's id, for clients (`bind_to`).
     pub fn id(&self) -> EndpointId {
         self.port.id()
     }
@@ -351,6 +367,7 @@ impl ServiceEndpoint {
         }
     }
 
+    /// [`ServiceEndpoint::accept`], blocking this thread.
     pub fn accept_blocking(&self) -> Result<IncomingCall> {
         crate::runtime::idle::block_on(&self.team, self.accept())
     }

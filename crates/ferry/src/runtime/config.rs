@@ -21,23 +21,39 @@ pub(crate) fn message_cost(len: usize) -> usize {
     len.saturating_add(MESSAGE_OVERHEAD)
 }
 
-/// Settings of a team. Build with [`Team::builder`].
+/// Settings of a team. Build with [`Team::builder`]; the [`TeamBuilder`]
+/// method of the same name says what each does.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// This machine's node number.
     pub node: u16,
+    /// OS threads that run tasks.
     pub processors: usize,
+    /// How long an idle thread polls before it sleeps.
     pub spin: Duration,
+    /// Longest sleep without looking around.
     pub park_timeout: Duration,
+    /// Bytes of each ring of a shared-memory channel this team opens.
     pub ring_bytes: usize,
+    /// Largest ring a connecting peer may ask this team to map (default 64 MiB).
     pub max_ring_bytes: usize,
+    /// Messages an endpoint queues before the sender is pushed back.
     pub inbox_capacity: usize,
+    /// Bytes an endpoint queues before the sender is pushed back.
     pub inbox_bytes: usize,
+    /// Messages a channel sets aside while their endpoint's inbox is full.
     pub hold_capacity: usize,
+    /// Bytes a channel sets aside while their endpoint's inbox is full.
     pub hold_bytes: usize,
+    /// Largest message sent or accepted.
     pub max_message: usize,
+    /// Directory of the node name plane; `None`: from the environment.
     pub runtime_dir: Option<PathBuf>,
+    /// How long shutdown waits for the team's threads to stop.
     pub shutdown_grace: Duration,
+    /// Most threads running blocking jobs at once.
     pub blocking_threads: usize,
+    /// How long a blocking thread waits for another job before it ends.
     pub blocking_idle: Duration,
 }
 
@@ -179,6 +195,8 @@ impl TeamBuilder {
         self
     }
 
+    /// Starts the team: claims its number on the node, opens its socket and
+    /// starts its threads.
     pub fn start(self) -> Result<Team> {
         TeamInner::start(self.cfg)
     }

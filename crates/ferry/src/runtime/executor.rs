@@ -231,6 +231,7 @@ impl<T> JoinHandle<T> {
     pub fn abort(&self) {
         self.abort.abort()
     }
+    /// A handle that can cancel the task without owning its outcome.
     pub fn abort_handle(&self) -> AbortHandle<T> {
         self.abort.clone()
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// A future that completes at a point in time (see [`Team::sleep`]).
+/// A future that completes at a point in time (see [`Team::sleep`](crate::Team::sleep)).
 pub struct Sleep {
     team: Arc<TeamInner>,
     /// `None`: never (a duration too long to represent).

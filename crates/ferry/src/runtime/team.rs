@@ -63,6 +63,7 @@ impl Drop for ShutdownOnDrop {
 }
 
 impl Team {
+    /// A builder to set the team up before starting it.
     pub fn builder() -> TeamBuilder {
         TeamBuilder::default()
     }
@@ -72,10 +73,12 @@ impl Team {
         Team::builder().start()
     }
 
+    /// This team's id (node, number, incarnation).
     pub fn id(&self) -> TeamId {
         self.inner.id
     }
 
+    /// The settings the team started with.
     pub fn config(&self) -> &Config {
         &self.inner.cfg
     }

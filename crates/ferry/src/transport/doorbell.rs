@@ -53,6 +53,7 @@ use rustix::fd::OwnedFd;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
+/// Bytes of a doorbell's page of shared memory.
 pub const DOORBELL_LEN: usize = 4096;
 // 128 bytes apart: cores fetch cache lines in pairs.
 const SEQ: usize = 0;
@@ -122,11 +123,13 @@ impl DoorbellMemory for DoorbellPage {
     }
 }
 
+/// A team's doorbell (see the module's documentation), on `M`'s memory.
 pub struct Doorbell<M: DoorbellMemory = DoorbellPage> {
     mem: M,
 }
 
 impl Doorbell {
+    /// A fresh doorbell on a page of its own, nobody polling or sleeping.
     pub fn create() -> Result<Doorbell> {
         Ok(Doorbell { mem: DoorbellPage { map: Mapping::create("ferry-doorbell", DOORBELL_LEN)? } })
     }
@@ -136,6 +139,7 @@ impl Doorbell {
         Ok(Doorbell { mem: DoorbellPage { map: Mapping::open(fd, DOORBELL_LEN)? } })
     }
 
+    /// The page's memfd, handed to peers at bind time.
     pub fn fd(&self) -> &OwnedFd {
         self.mem.map.fd()
     }

@@ -70,6 +70,7 @@ pub struct InprocEnd {
 /// Makes a connected pair; `capacity` bytes of frames and `max_detached`
 /// bytes of detached payloads each way. `a` and `b` are the doorbells of
 /// the teams owning each end (the same one for a loop-back).
+#[cfg(any(test, feature = "testing"))]
 pub fn pair(capacity: usize, max_detached: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (InprocEnd, InprocEnd) {
     let a_to_b = Queue::new(capacity, max_detached, b.clone(), a.clone());
     let b_to_a = Queue::new(capacity, max_detached, a, b);
@@ -105,6 +106,7 @@ pub struct Handed {
 }
 
 impl Handed {
+    /// The payload.
     pub fn bytes(&self) -> &[u8] {
         self.bytes.as_deref().unwrap_or_default()
     }

@@ -53,6 +53,7 @@ pub enum Detached {
 }
 
 impl Detached {
+    /// Payload bytes.
     pub fn len(&self) -> usize {
         match self {
             Detached::Inproc(h) => h.bytes().len(),
@@ -60,6 +61,8 @@ impl Detached {
         }
     }
 
+    /// Whether the payload is empty.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -181,5 +184,7 @@ pub trait Transport: Send + Sync {
     /// Marks the end closed: later sends fail with `Closed`; receives still drain.
     fn close(&self);
 
+    /// Whether sends on this end now fail with `Closed`.
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     fn is_closed(&self) -> bool;
 }

@@ -14,12 +14,14 @@ pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Resul
     rmp_serde::encode::write(out, value).map_err(|e| Error::Codec(e.to_string()))
 }
 
+/// Encodes `value` into a fresh vector.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     encode_into(value, &mut out)?;
     Ok(out)
 }
 
+/// Decodes a `T` from `bytes`; `Codec` if they are not one.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     rmp_serde::from_slice(bytes).map_err(|e| Error::Codec(e.to_string()))
 }

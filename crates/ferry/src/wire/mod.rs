@@ -23,7 +23,7 @@ pub enum Kind {
     Ack = 2,
     /// The reply to the `OnReturn` send with `call_id`; payload is the reply.
     Reply = 3,
-    /// The send with `call_id` failed at the receiver; payload is a [`NackReason`] byte then UTF-8 text.
+    /// The send with `call_id` failed at the receiver; payload is a `NackReason` byte then UTF-8 text.
     Nack = 4,
     /// The sender of `call_id` gave up waiting: stop working on it (no answer is read).
     Cancel = 6,
@@ -33,6 +33,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind of a header's kind byte; `None` if no kind has it.
     pub fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {
             1 => Kind::Data,
@@ -53,6 +54,7 @@ pub mod flags {
     pub const DETACHED: u16 = 1 << 0;
     /// Bits 1..=2: the completion checkpoint the sender asked for (see [`super::Checkpoint`]).
     pub const CHECKPOINT_SHIFT: u16 = 1;
+    /// The bits of the checkpoint.
     pub const CHECKPOINT_MASK: u16 = 0b11 << CHECKPOINT_SHIFT;
     /// Every other bit must be zero in version 2.
     pub const KNOWN: u16 = DETACHED | CHECKPOINT_MASK;
@@ -108,7 +110,9 @@ impl NackReason {
 /// A decoded, validated frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// What the frame is for.
     pub kind: Kind,
+    /// Bits of [`flags`].
     pub flags: u16,
     /// Payload bytes that follow this header in this frame.
     pub len: u32,
@@ -125,27 +129,41 @@ pub struct Header {
 /// Why a header was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
+    /// Fewer bytes than a header (how many).
     #[error("frame too short ({0} bytes)")]
     Short(usize),
+    /// A version other than this build's (`VERSION`).
     #[error("unknown frame version {0}")]
     Version(u8),
+    /// A kind byte no [`Kind`] has.
     #[error("unknown frame kind {0}")]
     Kind(u8),
+    /// Flag bits outside [`flags::KNOWN`] (the whole flags word).
     #[error("unknown flags {0:#x}")]
     Flags(u16),
+    /// The header's length is not that of the payload that follows it.
     #[error("frame length {len} does not match the {avail} bytes carried")]
-    Length { len: u32, avail: usize },
+    Length {
+        /// The length the header says.
+        len: u32,
+        /// The bytes after the header.
+        avail: usize,
+    },
 }
 
 impl Header {
+    /// A header of `kind` from `src` to `dst`: no flags (checkpoint
+    /// `Immediate`), no payload, no deadline.
     pub fn new(kind: Kind, src: Addr, dst: Addr, call_id: u64) -> Header {
         Header { kind, flags: 0, len: 0, src, dst, call_id, budget_ns: 0 }
     }
 
+    /// The checkpoint in the flags.
     pub fn checkpoint(&self) -> Checkpoint {
         Checkpoint::from_bits(self.flags >> flags::CHECKPOINT_SHIFT)
     }
 
+    /// The same header asking for checkpoint `c`.
     pub fn with_checkpoint(mut self, c: Checkpoint) -> Header {
         self.flags = (self.flags & !flags::CHECKPOINT_MASK) | ((c as u16) << flags::CHECKPOINT_SHIFT);
         self

@@ -148,6 +148,7 @@ impl Allocator {
     }
 
     /// Whether nothing is lent.
+    #[cfg(test)]
     pub fn is_idle(&self) -> bool {
         self.lent.is_empty()
     }

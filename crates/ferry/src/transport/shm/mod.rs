@@ -179,10 +179,13 @@ impl std::fmt::Debug for Lent {
 }
 
 impl Lent {
+    /// Payload bytes.
     pub fn len(&self) -> usize {
         self.range.len as usize
     }
 
+    /// Whether the payload is empty.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.range.len == 0
     }
@@ -703,9 +706,14 @@ pub fn accept(
     Ok(Some((ShmEnd::new(segment, cap, area, Side::Acceptor, peer_doorbell), peer)))
 }
 
-/// A connected pair in one process, for the transport conformance suite.
-#[doc(hidden)]
-pub fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
+/// A connected pair in one process, for the transport conformance suite
+/// (`testing::shm_pair`). Checks the sizes as a bind does: the rings are
+/// built on them.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
+    if !cap.is_power_of_two() || cap < MIN_RING || !area.is_multiple_of(PAGE) || area > MAX_AREA {
+        return Err(Error::InvalidArgument(format!("a {cap}-byte ring and a {area}-byte payload area")));
+    }
     let segment = create_segment(cap, area)?;
     let fd = rustix::io::dup(segment.fd()).map_err(|e| Error::io("dup")(e.into()))?;
     let other = Mapping::open(fd, segment_len(cap, area))?;
