@@ -31,6 +31,24 @@ pub fn shm_pair(ring_bytes: usize, area_bytes: u64, a: Arc<Doorbell>, b: Arc<Doo
     crate::transport::shm::pair_for_tests(ring_bytes, area_bytes, a, b)
 }
 
+/// A waker that counts its wakes (read the count with `.0.load(..)`).
+#[cfg(test)]
+pub(crate) fn counting_waker() -> (Arc<WakeCount>, std::task::Waker) {
+    let c = Arc::new(WakeCount(std::sync::atomic::AtomicUsize::new(0)));
+    (c.clone(), std::task::Waker::from(c))
+}
+
+/// What [`counting_waker`] counts.
+#[cfg(test)]
+pub(crate) struct WakeCount(pub std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl std::task::Wake for WakeCount {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A small deterministic generator (xorshift64*): the same inputs every run.
 #[cfg(test)]
 pub(crate) struct Rng(u64);

@@ -4,22 +4,11 @@
 
 mod common;
 
+use common::calc::{CalcClient, CalcImpl, CalcServer};
+
 use common::Child;
 use ferry::Team;
 use std::time::{Duration, Instant};
-
-#[ferry::service]
-pub trait Calc {
-    async fn add(&self, a: i32, b: i32) -> i32;
-}
-
-struct CalcImpl;
-
-impl Calc for CalcImpl {
-    async fn add(&self, a: i32, b: i32) -> i32 {
-        a + b
-    }
-}
 
 /// How each client leaves once it made its one call.
 const ENDINGS: [&str; 4] = ["rpc-return", "rpc-exit", "port-return", "port-sigkill"];

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::calc::{CalcClient, CalcImpl, CalcServer};
+
 use common::Child;
 use ferry::rpc::RpcError;
 use ferry::{Error, Team};
@@ -11,19 +13,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[ferry::service]
-pub trait Calc {
-    async fn add(&self, a: i32, b: i32) -> i32;
-}
-
-struct CalcImpl;
-
-impl Calc for CalcImpl {
-    async fn add(&self, a: i32, b: i32) -> i32 {
-        a + b
-    }
-}
 
 #[test]
 #[ignore = "run as a child process by the other tests"]

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::calc::{CalcClient, CalcImpl, CalcServer};
+
 use common::Child;
 use ferry::Team;
 use std::path::Path;
@@ -10,19 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const START: Duration = Duration::from_secs(20);
-
-#[ferry::service]
-pub trait Calc {
-    async fn add(&self, a: i32, b: i32) -> i32;
-}
-
-struct MyCalc;
-
-impl Calc for MyCalc {
-    async fn add(&self, a: i32, b: i32) -> i32 {
-        a + b
-    }
-}
 
 #[test]
 #[ignore = "run as a child process by the other tests"]
@@ -41,7 +30,7 @@ fn child_entry() {
 
 fn readme_server() -> ferry::Result<()> {
     let team = Team::start()?;
-    let _serving = CalcServer::serve(&team, "calc", MyCalc)?;
+    let _serving = CalcServer::serve(&team, "calc", CalcImpl)?;
     common::say("ready");
     common::hear();
     Ok(())
@@ -237,7 +226,7 @@ fn late_server() -> ferry::Result<()> {
     common::say("started");
     common::hear();
     std::thread::sleep(Duration::from_millis(200));
-    let _serving = CalcServer::serve(&team, "late-calc", MyCalc)?;
+    let _serving = CalcServer::serve(&team, "late-calc", CalcImpl)?;
     common::say("registered");
     common::hear();
     Ok(())

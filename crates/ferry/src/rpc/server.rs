@@ -592,21 +592,8 @@ async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Wor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
 
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counter() -> (Arc<Count>, Waker) {
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
-    }
+    use crate::testing::counting_waker as counter;
 
     /// A handler's `cancelled()` is polled on every wake of the handler: it
     /// must hold one waker, not one per poll.

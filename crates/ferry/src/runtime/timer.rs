@@ -139,22 +139,8 @@ impl Timers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use std::sync::Arc;
-    use std::task::Wake;
 
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counter() -> (Arc<Count>, Waker) {
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
-    }
+    use crate::testing::counting_waker as counter;
 
     /// Every call with a 60 s timeout answered at once registers and cancels
     /// a timer; behind a live earlier timer they must not accumulate.

@@ -219,3 +219,21 @@ pub fn shared_mappings() -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The smallest service: what the cross-process suites serve and call.
+pub mod calc {
+    /// Adds.
+    #[ferry::service]
+    pub trait Calc {
+        async fn add(&self, a: i32, b: i32) -> i32;
+    }
+
+    /// The one implementation.
+    pub struct CalcImpl;
+
+    impl Calc for CalcImpl {
+        async fn add(&self, a: i32, b: i32) -> i32 {
+            a + b
+        }
+    }
+}
