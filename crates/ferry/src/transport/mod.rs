@@ -45,8 +45,8 @@
 //!    can read it: a payload area of shared memory, or the buffer handed
 //!    over in process), then a frame flagged `DETACHED` refers to it; the
 //!    receiver gets it as a [`Detached`] and gives the space back when it
-//!    drops it, read or not, even after either end is gone (it stays
-//!    readable: it never yields garbage). Nothing is held between the two
+//!    drops it, read or not. A `Detached` stays readable (whole, never
+//!    garbage) even after either end is gone. Nothing is held between the two
 //!    steps, so a large message never holds a channel up, and a message is
 //!    never split: a peer that dies leaves no half of one.
 //! 4. **Liveness.** An end learns that the peer's end is gone (the peer
@@ -65,7 +65,7 @@
 //!    the other end closed may be lost; that peer learns of it (`Closed`) as
 //!    soon as its end sees the hang-up.
 //!
-//! [`RecvError::Corrupt`] is the other end of a stream: the peer wrote
+//! The other way a stream ends is [`RecvError::Corrupt`]: the peer wrote
 //! something that is not a valid frame, and the end is closed.
 
 pub mod doorbell;
