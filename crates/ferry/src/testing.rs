@@ -6,14 +6,18 @@
 //! Everything here is safe: the transport pairs own the memory they build
 //! their rings on, and check the sizes they are given.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::id::TeamId;
+use crate::transport::shm::{self, Accepted, BindConfig};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub use crate::id::Addr;
 pub use crate::transport::doorbell::{Doorbell, DOORBELL_LEN};
 pub use crate::transport::inproc::{Handed, InprocEnd};
-pub use crate::transport::shm::{area_for, segment_len, Lent, ShmEnd, StagedRange, MIN_RING};
-pub use crate::transport::{Body, Detached, Recv, RecvError, SendError, Staged, Transport};
+pub use crate::transport::shm::{area_for, segment_len, Lent, ShmEnd, StagedRange, HELLO, MIN_RING, WELCOME};
+pub use crate::transport::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 pub use crate::wire::{flags, Header, HeaderError, Kind, HEADER_LEN};
 
 /// A connected in-process pair: `capacity` bytes of frames and
@@ -29,6 +33,79 @@ pub fn inproc_pair(capacity: usize, max_detached: usize, a: Arc<Doorbell>, b: Ar
 /// the connector. Other sizes are `InvalidArgument`.
 pub fn shm_pair(ring_bytes: usize, area_bytes: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
     crate::transport::shm::pair_for_tests(ring_bytes, area_bytes, a, b)
+}
+
+/// One side of a real shared-memory bind run by a test (see [`shm_connect`],
+/// [`shm_accept`]): who it is, and what it says.
+#[derive(Clone)]
+pub struct ShmBind {
+    /// The team this side is: its hello or welcome says so.
+    pub me: TeamId,
+    /// Its team's doorbell, handed to the other side.
+    pub doorbell: Arc<Doorbell>,
+    /// Connector: the ring size it asks for. Acceptor: the largest it maps.
+    pub ring_bytes: usize,
+    /// Connector: the bytes of each payload area it makes (whole pages).
+    pub area_bytes: u64,
+    /// The magic of its hello or welcome: `None` for the real one ([`HELLO`],
+    /// [`WELCOME`]); another poses as a peer of another protocol or version.
+    pub magic: Option<[u8; 8]>,
+    /// How long it waits for the other side's message.
+    pub patience: Duration,
+}
+
+impl ShmBind {
+    fn config(&self) -> BindConfig {
+        BindConfig {
+            me: self.me,
+            doorbell: self.doorbell.clone(),
+            ring_bytes: self.ring_bytes,
+            max_ring_bytes: self.ring_bytes,
+            area_bytes: self.area_bytes,
+            handshake_timeout: self.patience,
+        }
+    }
+}
+
+/// The connector's side of the shared-memory bind handshake, as a team runs
+/// it, over `stream` (one end of a `UnixStream::pair()`, say; the other goes
+/// to [`shm_accept`] on another thread): sends the hello with the segment
+/// and its doorbell, then waits for the welcome, which must name `expect`
+/// (team and incarnation). Its sizes must be valid (a bind asserts them).
+pub fn shm_connect(stream: UnixStream, side: &ShmBind, expect: TeamId) -> Result<ShmEnd> {
+    shm::connect_with(stream, &side.config(), expect, side.magic.as_ref().unwrap_or(HELLO))
+}
+
+/// The acceptor's side of the shared-memory bind handshake over `stream`:
+/// waits for the hello at most `side.patience` (then `DeadlineExceeded`, as
+/// a team's reactor closes a silent connection), checks it, and answers
+/// with the welcome. `is_peer(team, pid)` says whether the process on the
+/// other end (its pid, as the kernel reports it: this one, in a test) is the
+/// team its hello claims. Returns this end and the connector's id.
+pub fn shm_accept(
+    stream: UnixStream,
+    side: &ShmBind,
+    is_peer: impl Fn(TeamId, u32) -> bool,
+) -> Result<(ShmEnd, TeamId)> {
+    stream.set_nonblocking(true).map_err(Error::io("socket"))?;
+    let until = Instant::now() + side.patience;
+    let mut stream = stream;
+    loop {
+        match shm::accept_with(stream, &side.config(), &is_peer, side.magic.as_ref().unwrap_or(WELCOME))? {
+            Accepted::Bound(end, peer) => return Ok((*end, peer)),
+            Accepted::Waiting(s) => stream = s,
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::DeadlineExceeded);
+        }
+        let mut fds = [rustix::event::PollFd::new(&stream, rustix::event::PollFlags::IN)];
+        let timeout = rustix::event::Timespec::try_from(left).unwrap_or_default();
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(Error::io("poll")(e.into())),
+        }
+    }
 }
 
 /// A waker that counts its wakes (read the count with `.0.load(..)`).

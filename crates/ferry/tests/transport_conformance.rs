@@ -1,45 +1,174 @@
-//! The conformance suite every transport must pass (see `crates/ferry/src/transport`).
+//! The conformance suite every transport must pass (see the contract in
+//! `crates/ferry/src/transport/mod.rs`).
 //!
-//! Each case is written once, as a function over a [`Factory`] that makes a
-//! connected pair of ends, and instantiated per transport by `conformance!`
-//! at the bottom of this file. A new transport (TCP) joins by writing its
-//! factory and adding one `conformance!(tcp, make_tcp);` line.
+//! Each case is written once, as a function generic over a [`Factory`] that
+//! makes a connected pair of ends (and runs the transport's bind handshake,
+//! if it has one), and instantiated per transport by `conformance!` at the
+//! bottom of this file. A new transport (TCP) joins by implementing
+//! `Factory` and adding one `conformance!(tcp, Tcp, handshake: yes);` line.
+//!
+//! A case that cannot apply to a transport (inproc has no handshake) is
+//! declared so on that transport's `conformance!` line: it is still listed,
+//! as `ignored, does not apply: <why>`, and a test of that transport checks
+//! the claim (its factory indeed offers no handshake).
 //!
 //! Every wait is bounded by a deadline, so a broken transport fails a case
 //! instead of hanging the suite.
 
 mod common;
 
-use ferry::testing::{flags, Addr, Body, Detached, Doorbell, Header, Kind, Recv, RecvError, SendError, Transport};
-use ferry::Checkpoint;
+use ferry::testing::{
+    flags, shm_accept, shm_connect, Addr, Body, Detached, Doorbell, Header, Kind, Liveness, Recv, RecvError, SendError,
+    ShmBind, Transport,
+};
+use ferry::{Checkpoint, Error, TeamId};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Makes a connected pair of ends with `capacity` bytes of buffering each
-/// way. The first end belongs to the team whose doorbell is the first one,
-/// the second end to the team of the second doorbell.
-type Factory = fn(usize, Arc<Doorbell>, Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>);
+/// What the suite needs of one transport.
+trait Factory {
+    /// A connected pair with `cap` bytes of buffering each way; each end
+    /// belongs to a team of its own (the pipe keeps their doorbells, on
+    /// which the wake-up cases park).
+    fn pipe(cap: usize) -> Pipe;
+
+    /// The transport's bind handshake; `None` if it has none.
+    fn handshake() -> Option<&'static dyn Handshake>;
+}
+
+/// A transport's bind handshake, run between two ends of this process over
+/// a fresh connection, as [`Plan`] says.
+trait Handshake: Sync {
+    /// Runs one bind; both sides' outcomes (`None` for a side kept silent).
+    fn bind(&self, plan: &Plan) -> Outcome;
+}
+
+/// One bind between a connector and an acceptor.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    /// Who the connector's hello says it is.
+    claims: TeamId,
+    /// Who the process at the connector's end really is: the acceptor checks
+    /// the claim against it (on one node its pid; over a network, credentials).
+    really: TeamId,
+    /// The acceptor.
+    acceptor: TeamId,
+    /// Whom the connector means to reach (team and incarnation).
+    expect: TeamId,
+    fault: Fault,
+    /// How long each side waits for the other's message.
+    patience: Duration,
+}
+
+/// What goes wrong in a [`Plan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// The hello is not of this protocol (another magic).
+    HelloMagic,
+    /// The hello is of another version of this protocol.
+    HelloVersion,
+    /// The welcome is not of this protocol.
+    WelcomeMagic,
+    /// The connector sends nothing.
+    SilentConnector,
+    /// The acceptor answers nothing.
+    SilentAcceptor,
+}
+
+/// Both sides' results of a bind; `None` for a side the plan kept silent.
+struct Outcome {
+    connector: Option<ferry::Result<Box<dyn Transport>>>,
+    acceptor: Option<ferry::Result<(Box<dyn Transport>, TeamId)>>,
+}
 
 /// Bytes of out-of-band payloads each end can have outstanding.
 const AREA: usize = 1 << 20;
 
-fn make_inproc(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-    let (x, y) = ferry::testing::inproc_pair(cap, AREA, a, b);
-    (Box::new(x), Box::new(y))
+fn bell() -> Arc<Doorbell> {
+    Arc::new(Doorbell::create().expect("doorbell"))
 }
 
-fn make_shm(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-    let (x, y) = ferry::testing::shm_pair(cap, AREA as u64, a, b).expect("shared-memory pair");
-    (Box::new(x), Box::new(y))
+struct Inproc;
+
+impl Factory for Inproc {
+    fn pipe(cap: usize) -> Pipe {
+        Pipe::new(|a, b| {
+            let (x, y) = ferry::testing::inproc_pair(cap, AREA, a, b);
+            (Box::new(x), Box::new(y))
+        })
+    }
+
+    fn handshake() -> Option<&'static dyn Handshake> {
+        None
+    }
 }
 
-// A future TCP transport plugs in here:
-//
-// fn make_tcp(cap: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> (Box<dyn Transport>, Box<dyn Transport>) {
-//     let (x, y) = ferry::testing::tcp_pair(cap, a, b).expect("tcp pair");
-//     (Box::new(x), Box::new(y))
-// }
+struct Shm;
+
+impl Factory for Shm {
+    fn pipe(cap: usize) -> Pipe {
+        Pipe::new(|a, b| {
+            let (x, y) = ferry::testing::shm_pair(cap, AREA as u64, a, b).expect("shared-memory pair");
+            (Box::new(x), Box::new(y))
+        })
+    }
+
+    fn handshake() -> Option<&'static dyn Handshake> {
+        Some(&ShmHandshake)
+    }
+}
+
+/// The shared-memory bind over a `UnixStream::pair()`: the connector on a
+/// thread of its own (it blocks for the welcome), the acceptor on this one.
+struct ShmHandshake;
+
+impl Handshake for ShmHandshake {
+    fn bind(&self, plan: &Plan) -> Outcome {
+        let (c, a) = UnixStream::pair().expect("socket pair");
+        let side = |me, magic| ShmBind {
+            me,
+            doorbell: bell(),
+            ring_bytes: SMALL,
+            area_bytes: AREA as u64,
+            magic,
+            patience: plan.patience,
+        };
+        let hello = match plan.fault {
+            Fault::HelloMagic => Some(*b"NOTFERRY"),
+            Fault::HelloVersion => Some(*b"FERRYHI2"),
+            _ => None,
+        };
+        let welcome = (plan.fault == Fault::WelcomeMagic).then_some(*b"FERRYNO3");
+        let (really, pid) = (plan.really, std::process::id());
+        std::thread::scope(|s| {
+            // A silent side keeps its socket open, saying nothing, until the other gives up.
+            let (connector, _silent_c) = if plan.fault == Fault::SilentConnector {
+                (None, Some(c))
+            } else {
+                let side = side(plan.claims, hello);
+                (Some(s.spawn(move || shm_connect(c, &side, plan.expect))), None)
+            };
+            let (acceptor, _silent_a) = if plan.fault == Fault::SilentAcceptor {
+                (None, Some(a))
+            } else {
+                let r = shm_accept(a, &side(plan.acceptor, welcome), |t, p| t == really && p == pid);
+                (Some(r), None)
+            };
+            let connector = connector.map(|j| j.join().expect("connector thread"));
+            Outcome {
+                connector: connector.map(|r| r.map(|e| Box::new(e) as Box<dyn Transport>)),
+                acceptor: acceptor.map(|r| r.map(|(e, peer)| (Box::new(e) as Box<dyn Transport>, peer))),
+            }
+        })
+    }
+}
+
+// A future TCP transport plugs in here: `struct Tcp;` implementing
+// `Factory` (its `handshake` over a loopback connection), then one line at
+// the bottom: `conformance!(tcp, Tcp, handshake: yes);`.
 
 /// A connected pair and the doorbells of the two teams owning its ends.
 struct Pipe {
@@ -49,11 +178,15 @@ struct Pipe {
     bell_b: Arc<Doorbell>,
 }
 
-fn open(make: Factory, cap: usize) -> Pipe {
-    let bell_a = Arc::new(Doorbell::create().expect("doorbell"));
-    let bell_b = Arc::new(Doorbell::create().expect("doorbell"));
-    let (a, b) = make(cap, bell_a.clone(), bell_b.clone());
-    Pipe { a, b, bell_a, bell_b }
+type Ends = (Box<dyn Transport>, Box<dyn Transport>);
+
+impl Pipe {
+    /// A pipe whose ends `make` builds for teams with the given doorbells.
+    fn new(make: impl FnOnce(Arc<Doorbell>, Arc<Doorbell>) -> Ends) -> Pipe {
+        let (bell_a, bell_b) = (bell(), bell());
+        let (a, b) = make(bell_a.clone(), bell_b.clone());
+        Pipe { a, b, bell_a, bell_b }
+    }
 }
 
 /// Ring sizes are powers of two of at least 4 KiB for shm; inproc takes any.
@@ -123,6 +256,7 @@ fn recv_within(t: &dyn Transport, limit: Duration) -> Option<(Header, Vec<u8>)> 
             Ok(Recv::Consumed) => return Some(got.expect("Consumed without a frame")),
             Ok(Recv::Empty) => {}
             Ok(Recv::Kept) => panic!("frame kept although accepted"),
+            Ok(Recv::PeerGone) => panic!("peer gone while a frame was awaited"),
             Err(e) => panic!("receive failed: {e:?}"),
         }
         if Instant::now() >= until {
@@ -184,9 +318,9 @@ fn fill(t: &dyn Transport, first: u64, len: usize) -> u64 {
 
 /// Many frames of every size from 0 to `max_payload`, consumer in another
 /// thread: they arrive in order, each once, intact.
-fn ordered_no_loss_no_duplicates_across_threads(make: Factory) {
+fn ordered_no_loss_no_duplicates_across_threads<F: Factory>() {
     const N: u64 = 10_000;
-    let pipe = open(make, MEDIUM);
+    let pipe = F::pipe(MEDIUM);
     let max = pipe.a.max_payload();
     assert!(max >= 64, "a {MEDIUM}-byte pipe should carry frames of at least 64 bytes, not {max}");
     let until = Instant::now() + PATIENCE;
@@ -241,10 +375,10 @@ fn ordered_no_loss_no_duplicates_across_threads(make: Factory) {
 
 /// Several threads send on one end at once: each sender's frames arrive in
 /// its order, none lost or repeated.
-fn concurrent_senders_keep_their_own_order(make: Factory) {
+fn concurrent_senders_keep_their_own_order<F: Factory>() {
     const SENDERS: u32 = 3;
     const EACH: u64 = 2_000;
-    let pipe = open(make, MEDIUM);
+    let pipe = F::pipe(MEDIUM);
     let until = Instant::now() + PATIENCE;
     let a = &*pipe.a;
     let max = a.max_payload().min(300);
@@ -275,10 +409,10 @@ fn concurrent_senders_keep_their_own_order(make: Factory) {
 
 /// A full pipe refuses with `Full` and writes nothing; taking one frame out
 /// makes room for one more of the same size.
-fn full_pipe_refuses_whole_frames_then_makes_room(make: Factory) {
-    let max = open(make, SMALL).a.max_payload();
+fn full_pipe_refuses_whole_frames_then_makes_room<F: Factory>() {
+    let max = F::pipe(SMALL).a.max_payload();
     for len in [0, 1, 100, 1000.min(max), max / 2, max] {
-        let pipe = open(make, SMALL);
+        let pipe = F::pipe(SMALL);
         let n = fill(&*pipe.a, 0, len);
         assert!(n >= 1, "not even one {len}-byte frame fits an empty pipe");
         // Still full, however often one asks; asking to be woken changes nothing.
@@ -303,9 +437,9 @@ fn full_pipe_refuses_whole_frames_then_makes_room(make: Factory) {
 }
 
 /// A payload above `max_payload` is `TooLarge` and writes nothing.
-fn too_large_is_refused(make: Factory) {
+fn too_large_is_refused<F: Factory>() {
     for cap in [SMALL, MEDIUM] {
-        let pipe = open(make, cap);
+        let pipe = F::pipe(cap);
         let max = pipe.a.max_payload();
         assert_eq!(pipe.b.max_payload(), max, "both ends of a pipe carry the same frames");
         assert!(max < cap, "max_payload {max} must leave room for a header in {cap} bytes");
@@ -321,8 +455,8 @@ fn too_large_is_refused(make: Factory) {
 
 /// A frame `accept` refuses stays first in line, is offered again, and
 /// keeps its space.
-fn refused_frame_is_offered_again_first(make: Factory) {
-    let pipe = open(make, SMALL);
+fn refused_frame_is_offered_again_first<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     for i in 0..3 {
         pipe.a.try_send(&data(i), &payload(i, 10)).unwrap();
     }
@@ -355,10 +489,11 @@ fn refused_frame_is_offered_again_first(make: Factory) {
 }
 
 /// After `close()` an end's sends fail with `Closed`; frames already in
-/// flight are still received, also once the sending end is gone.
-fn close_stops_sends_but_frames_in_flight_are_received(make: Factory) {
+/// flight are still received, also once the sending end is gone, and then
+/// the stream ends (`PeerGone`) on both sides.
+fn close_stops_sends_but_frames_in_flight_are_received<F: Factory>() {
     // The sender closes, then goes away entirely.
-    let pipe = open(make, SMALL);
+    let pipe = F::pipe(SMALL);
     assert!(!pipe.a.is_closed() && !pipe.b.is_closed());
     for i in 0..5 {
         pipe.a.try_send(&data(i), &payload(i, 50)).unwrap();
@@ -372,10 +507,11 @@ fn close_stops_sends_but_frames_in_flight_are_received(make: Factory) {
         let (h, p) = recv_within(&*b, Duration::from_secs(1)).unwrap_or_else(|| panic!("frame {i} lost at close"));
         assert_eq!((h.call_id, p), (i, payload(i, 50)));
     }
-    assert_empty(&*b);
+    assert_eq!(notice(&*b, PATIENCE), Liveness::Gone);
+    assert_eq!(b.try_recv(&mut |h, _| panic!("{h:?} after the last frame")), Ok(Recv::PeerGone));
 
     // The receiver closes its own end: it can no longer send, but still drains.
-    let pipe = open(make, SMALL);
+    let pipe = F::pipe(SMALL);
     for i in 0..5 {
         pipe.a.try_send(&data(i), &payload(i, 50)).unwrap();
     }
@@ -386,15 +522,20 @@ fn close_stops_sends_but_frames_in_flight_are_received(make: Factory) {
         let (h, p) = recv_now(&*pipe.b).unwrap_or_else(|| panic!("frame {i} lost at close"));
         assert_eq!((h.call_id, p), (i, payload(i, 50)));
     }
-    assert_empty(&*pipe.b);
+    // A closed end reads to its end: nothing more will come.
+    assert_eq!(pipe.b.try_recv(&mut |h, _| panic!("{h:?} after close")), Ok(Recv::PeerGone));
     // Closing twice is harmless.
     pipe.b.close();
     assert!(pipe.b.is_closed());
+    // The peer of the closed end learns it: its sends fail, its stream ends.
+    assert_eq!(notice(&*pipe.a, PATIENCE), Liveness::Gone);
+    assert_eq!(pipe.a.try_send(&data(10), b"x"), Err(SendError::Closed));
+    assert_eq!(pipe.a.try_recv(&mut |h, _| panic!("{h:?} from a closed end")), Ok(Recv::PeerGone));
 }
 
 /// Every header field but `len` arrives as sent; `len` is the payload length.
-fn header_fields_arrive_intact(make: Factory) {
-    let pipe = open(make, SMALL);
+fn header_fields_arrive_intact<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     let ids = [
         Addr::NONE,
         ep(1, 1),
@@ -445,8 +586,8 @@ fn header_fields_arrive_intact(make: Factory) {
 
 /// The two directions of a pipe are independent: one being full does not
 /// block the other.
-fn directions_are_independent(make: Factory) {
-    let pipe = open(make, SMALL);
+fn directions_are_independent<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     let n = fill(&*pipe.a, 0, 100);
     pipe.b.try_send(&data(500), b"reply").unwrap();
     let (h, p) = recv_now(&*pipe.a).unwrap();
@@ -460,9 +601,9 @@ fn directions_are_independent(make: Factory) {
 
 /// A writer that found the pipe full, asked for space and parked on its
 /// team's doorbell is woken as soon as the reader takes a frame.
-fn writer_waiting_for_space_is_woken(make: Factory) {
+fn writer_waiting_for_space_is_woken<F: Factory>() {
     const LIMIT: Duration = Duration::from_secs(5);
-    let pipe = open(make, SMALL);
+    let pipe = F::pipe(SMALL);
     let max = pipe.a.max_payload();
     let n = fill(&*pipe.a, 0, max);
     let parking = AtomicBool::new(false);
@@ -505,9 +646,9 @@ fn writer_waiting_for_space_is_woken(make: Factory) {
 /// successful send must not erase A's request, so the reader's next release
 /// still wakes A. Scripted on one thread, in the interleaving that lost A's
 /// wake-up (a whole park timeout) when any successful send cleared the request.
-fn one_writers_success_does_not_erase_anothers_wait(make: Factory) {
+fn one_writers_success_does_not_erase_anothers_wait<F: Factory>() {
     const LIMIT: Duration = Duration::from_secs(2);
-    let pipe = open(make, SMALL);
+    let pipe = F::pipe(SMALL);
     let max = pipe.a.max_payload();
     let n = fill(&*pipe.a, 0, max);
     // Room for exactly one frame.
@@ -536,8 +677,8 @@ fn one_writers_success_does_not_erase_anothers_wait(make: Factory) {
 
 /// Without a consumer nothing rings: a parked writer sleeps its full
 /// timeout (the control for the case above).
-fn writer_without_consumer_sleeps_its_timeout(make: Factory) {
-    let pipe = open(make, SMALL);
+fn writer_without_consumer_sleeps_its_timeout<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     fill(&*pipe.a, 0, 100);
     pipe.bell_a.enter_polling();
     pipe.a.want_space();
@@ -550,9 +691,9 @@ fn writer_without_consumer_sleeps_its_timeout(make: Factory) {
 }
 
 /// A reader parked on its team's doorbell is woken by a send.
-fn sleeping_reader_is_woken_by_a_send(make: Factory) {
+fn sleeping_reader_is_woken_by_a_send<F: Factory>() {
     const LIMIT: Duration = Duration::from_secs(5);
-    let pipe = open(make, SMALL);
+    let pipe = F::pipe(SMALL);
     let parking = AtomicBool::new(false);
     let (a, b, bell_b) = (&*pipe.a, &*pipe.b, &*pipe.bell_b);
     let (slept, late) = std::thread::scope(|s| {
@@ -584,8 +725,8 @@ fn sleeping_reader_is_woken_by_a_send(make: Factory) {
 
 /// Frames of every size wrap around the buffer many times with the pipe
 /// kept nearly full (single thread, exact interleaving).
-fn many_laps_nearly_full(make: Factory) {
-    let pipe = open(make, SMALL);
+fn many_laps_nearly_full<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     let max = pipe.a.max_payload();
     let mut sent = 0u64;
     let mut got = 0u64;
@@ -654,8 +795,8 @@ fn send_detached(t: &dyn Transport, h: &Header, p: &[u8], until: Instant) {
 /// Payloads larger than a frame travel out of band, intact and in order
 /// with the frames around them; their space comes back once the receiver
 /// drops them, so many times the area's size goes through.
-fn large_payloads_travel_detached_and_their_space_returns(make: Factory) {
-    let pipe = open(make, SMALL);
+fn large_payloads_travel_detached_and_their_space_returns<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     let until = Instant::now() + PATIENCE;
     let max = pipe.a.max_detached();
     assert!(max >= AREA / 2, "max_detached {max}");
@@ -685,8 +826,8 @@ fn large_payloads_travel_detached_and_their_space_returns(make: Factory) {
 /// Staging finds the area full while the receiver holds what it was lent
 /// (`Full`, nothing written), and room again once it lets go; a payload
 /// larger than `max_detached` is `TooLarge`.
-fn staging_waits_for_space_the_receiver_holds(make: Factory) {
-    let pipe = open(make, SMALL);
+fn staging_waits_for_space_the_receiver_holds<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     let max = pipe.a.max_detached();
     assert_eq!(pipe.a.stage(&vec![1; max + 1]).err(), Some(SendError::TooLarge));
     let until = Instant::now() + PATIENCE;
@@ -725,8 +866,8 @@ fn staging_waits_for_space_the_receiver_holds(make: Factory) {
 
 /// A detached frame refused by `accept` (its body left in place) stays,
 /// keeps its space, and is offered again with the same bytes.
-fn refused_detached_frame_stays(make: Factory) {
-    let pipe = open(make, SMALL);
+fn refused_detached_frame_stays<F: Factory>() {
+    let pipe = F::pipe(SMALL);
     let until = Instant::now() + PATIENCE;
     let big = pipe.a.max_payload() * 2;
     send_detached(&*pipe.a, &data(7), &payload(7, big), until);
@@ -739,82 +880,439 @@ fn refused_detached_frame_stays(make: Factory) {
     assert_empty(&*pipe.b);
 }
 
+// ------------------------------------------------------- life cycle
+
+/// Lets `t` learn whether its peer's end is gone the way its owner (a
+/// team's reactor) does: waits for the liveness descriptor to fire, if the
+/// transport has one, then checks. Waits at most `limit` for anything but
+/// `Alive`.
+fn notice(t: &dyn Transport, limit: Duration) -> Liveness {
+    let until = Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if let Some(fd) = t.liveness_fd() {
+            use rustix::event::{poll, PollFd, PollFlags, Timespec};
+            let mut fds = [PollFd::from_borrowed_fd(fd, PollFlags::IN | PollFlags::RDHUP)];
+            let _ = poll(&mut fds, Some(&Timespec::try_from(left.min(Duration::from_millis(50))).unwrap()));
+        } else if !left.is_zero() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let seen = t.check_liveness();
+        if seen != Liveness::Alive || left.is_zero() {
+            return seen;
+        }
+    }
+}
+
+/// Takes the next frame, which must carry a detached payload, and keeps
+/// the payload (unread), waiting for it at most `PATIENCE`.
+fn take_detached(t: &dyn Transport) -> (Header, Detached) {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let mut got = None;
+        let r = t.try_recv(&mut |h, body| match body {
+            Body::Detached(slot) => {
+                got = Some((*h, slot.take().expect("offered")));
+                true
+            }
+            Body::Inline(_) => panic!("{h:?}: inline, want a detached payload"),
+        });
+        match r {
+            Ok(Recv::Consumed) => return got.expect("Consumed without a frame"),
+            Ok(Recv::Empty) => assert!(Instant::now() < until, "no detached payload came"),
+            other => panic!("waiting for a detached payload: {other:?}"),
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// The end of the stream: a receive reports `PeerGone`, offering nothing, every time.
+fn assert_stream_ended(t: &dyn Transport, what: &str) {
+    for _ in 0..3 {
+        let r = t.try_recv(&mut |h, _| panic!("{what}: {h:?} offered after the peer's last frame"));
+        assert_eq!(r, Ok(Recv::PeerGone), "{what}");
+    }
+    assert!(t.is_peer_gone(), "{what}: is_peer_gone");
+}
+
+/// A fresh pair: neither end thinks its peer is gone, and a frame goes each way.
+fn setup_fresh_pair_exchanges_a_frame_each_way<F: Factory>() {
+    let pipe = F::pipe(SMALL);
+    for end in [&*pipe.a, &*pipe.b] {
+        assert!(!end.is_closed() && !end.is_peer_gone());
+        assert_eq!(end.check_liveness(), Liveness::Alive);
+        assert_empty(end);
+    }
+    pipe.a.try_send(&data(1), b"ping").unwrap();
+    let (h, p) = recv_within(&*pipe.b, PATIENCE).expect("ping");
+    assert_eq!((h.call_id, &p[..]), (1, &b"ping"[..]));
+    pipe.b.try_send(&data(2), b"pong").unwrap();
+    let (h, p) = recv_within(&*pipe.a, PATIENCE).expect("pong");
+    assert_eq!((h.call_id, &p[..]), (2, &b"pong"[..]));
+    assert_empty(&*pipe.a);
+    assert_empty(&*pipe.b);
+}
+
+/// Once the peer's end is gone (dropped, or closed) and what it sent is
+/// drained, a receive reports `PeerGone` (not `Empty` forever), every
+/// time; sends and stages fail with `Closed`. The end that closed knows it
+/// closed (`Liveness::Closed`: nothing learnt of its peer) and reads to
+/// its end too.
+fn peer_gone_is_typed<F: Factory>() {
+    for how in ["dropped", "closed"] {
+        let pipe = F::pipe(SMALL);
+        for i in 0..3 {
+            pipe.a.try_send(&data(i), &payload(i, 20)).unwrap();
+        }
+        assert_eq!(notice(&*pipe.b, Duration::ZERO), Liveness::Alive, "{how}: before");
+        let Pipe { a, b, .. } = pipe;
+        let a = match how {
+            "dropped" => {
+                drop(a);
+                None
+            }
+            _ => {
+                a.close();
+                Some(a)
+            }
+        };
+        assert_eq!(notice(&*b, PATIENCE), Liveness::Gone, "{how}: the end never learnt its peer is gone");
+        assert!(b.is_peer_gone() && b.is_closed(), "{how}");
+        // Everything the peer sent first, whole and in order.
+        for i in 0..3 {
+            let (h, p) = recv_now(&*b).unwrap_or_else(|| panic!("{how}: frame {i} lost"));
+            assert_eq!((h.call_id, p), (i, payload(i, 20)), "{how}");
+        }
+        assert_stream_ended(&*b, how);
+        assert_eq!(b.try_send(&data(9), b"x"), Err(SendError::Closed), "{how}");
+        assert_eq!(b.stage(&payload(9, b.max_payload() + 1)).err(), Some(SendError::Closed), "{how}");
+        assert_eq!(b.check_liveness(), Liveness::Gone, "{how}: asked again");
+        if let Some(a) = a {
+            assert_eq!(a.try_send(&data(10), b"x"), Err(SendError::Closed));
+            assert_eq!(a.check_liveness(), Liveness::Closed);
+            assert_stream_ended(&*a, "the end that closed");
+        }
+    }
+}
+
+/// A peer that dies with a large message sent but not taken: the receiver
+/// still gets it whole (and the frame after it), then `PeerGone`; one it
+/// staged but never sent never arrives (no half message). And a receiver
+/// holding a detached payload it has not read when the sender dies reads
+/// it whole afterwards: the bytes stay readable, never garbage.
+fn peer_death_mid_message<F: Factory>() {
+    let until = Instant::now() + PATIENCE;
+    let pipe = F::pipe(SMALL);
+    let big = pipe.a.max_detached() / 2;
+    send_detached(&*pipe.a, &data(1), &payload(1, big), until);
+    pipe.a.try_send(&data(2), &payload(2, 10)).unwrap();
+    let staged = pipe.a.stage(&payload(3, big)).expect("room for a second payload");
+    let Pipe { a, b, .. } = pipe;
+    // The peer dies: its end goes (with its view of any shared memory), then what it had staged.
+    drop(a);
+    drop(staged);
+    assert_eq!(notice(&*b, PATIENCE), Liveness::Gone);
+    let (h, p) = recv_now(&*b).expect("the large message sent before the death");
+    assert!(h.detached());
+    assert_eq!((h.call_id, p.len()), (1, big));
+    assert!(p == payload(1, big), "a large message of a dead peer arrived damaged");
+    let (h, p) = recv_now(&*b).expect("the frame after it");
+    assert_eq!((h.call_id, p), (2, payload(2, 10)));
+    assert_stream_ended(&*b, "after a dead peer's large message");
+
+    // Taken but not read when the sender dies.
+    let pipe = F::pipe(SMALL);
+    send_detached(&*pipe.a, &data(4), &payload(4, big), until);
+    let (h, held) = take_detached(&*pipe.b);
+    assert_eq!(h.call_id, 4);
+    let Pipe { a, b, .. } = pipe;
+    drop(a);
+    assert_eq!(notice(&*b, PATIENCE), Liveness::Gone);
+    assert_eq!(held.len(), big);
+    let mut out = vec![0xEE; 7];
+    held.read_into(&mut out);
+    assert!(out == payload(4, big), "a payload read after its sender died is damaged");
+    drop(held);
+    b.tidy();
+    assert_stream_ended(&*b, "after reading a dead peer's payload");
+}
+
+/// A large message taken but only partly dealt with — its `Detached`
+/// dropped unread, or read and then the pair closed under it, or its end
+/// dropped before it — leaks no payload space and panics nowhere: while
+/// the pair lives the writer can stage its whole area again, round after
+/// round; once it is closed, dropping what is left is harmless and both
+/// ends see the stream's end.
+fn half_received_large_message_leaks_nothing<F: Factory>() {
+    // Short: a leak shows as the area never coming back.
+    let until = Instant::now() + Duration::from_secs(3);
+    let pipe = F::pipe(SMALL);
+    let max = pipe.a.max_detached();
+    for round in 0..6u64 {
+        send_detached(&*pipe.a, &data(round), &payload(round, max), until);
+        let (h, d) = take_detached(&*pipe.b);
+        assert_eq!((h.call_id, d.len()), (round, max));
+        // While it is held, its space is not the writer's.
+        assert_eq!(pipe.a.stage(&payload(99, max)).err(), Some(SendError::Full), "round {round}");
+        if round % 2 == 1 {
+            let mut out = Vec::new();
+            d.read_into(&mut out);
+            assert_eq!(out.len(), max);
+        }
+        drop(d);
+        pipe.b.tidy();
+    }
+    // The area came back every round (send_detached waited for it).
+    send_detached(&*pipe.a, &data(100), &payload(100, max), until);
+    let (_, d) = take_detached(&*pipe.b);
+    let mut out = Vec::new();
+    d.read_into(&mut out);
+    // The receiver closes with the payload still in hand, then lets it go.
+    pipe.b.close();
+    drop(d);
+    pipe.b.tidy();
+    assert_stream_ended(&*pipe.b, "closed with a payload in hand");
+    assert_eq!(notice(&*pipe.a, PATIENCE), Liveness::Gone);
+    assert_eq!(pipe.a.stage(&payload(101, max)).err(), Some(SendError::Closed));
+    assert_stream_ended(&*pipe.a, "the writer of a payload its reader closed on");
+
+    // The receiver's end goes before the payload it holds.
+    let pipe = F::pipe(SMALL);
+    send_detached(&*pipe.a, &data(200), &payload(200, max), until);
+    let (_, d) = take_detached(&*pipe.b);
+    let Pipe { a, b, .. } = pipe;
+    drop(b);
+    d.read_into(&mut out);
+    assert!(out == payload(200, max), "a payload read after its own end was dropped is damaged");
+    drop(d);
+    assert_eq!(notice(&*a, PATIENCE), Liveness::Gone);
+    assert_stream_ended(&*a, "the writer of a payload whose reader is gone");
+}
+
+// ------------------------------------------------------ handshake
+
+fn team(team: u32, incarnation: u32) -> TeamId {
+    TeamId { node: 1, team, incarnation }
+}
+
+/// An honest bind: connector 101 reaches acceptor 202 as it meant to.
+fn honest() -> Plan {
+    let (c, a) = (team(101, 0x1111_1111), team(202, 0x2222_2222));
+    Plan { claims: c, really: c, acceptor: a, expect: a, fault: Fault::None, patience: PATIENCE }
+}
+
+fn handshake_of<F: Factory>() -> &'static dyn Handshake {
+    F::handshake().expect("this transport was declared with a handshake, but its factory offers none")
+}
+
+/// What a side's outcome was, for messages (an end is not `Debug`).
+fn show<T>(r: &Option<ferry::Result<T>>) -> String {
+    match r {
+        None => "silent".into(),
+        Some(Ok(_)) => "bound".into(),
+        Some(Err(e)) => format!("{e:?}"),
+    }
+}
+
+/// A bind hands each side a working end and the acceptor the connector's
+/// id, incarnation included (the connector checked the acceptor's); each
+/// end then learns of the other's end going.
+fn handshake_binds_and_carries_identity<F: Factory>() {
+    let plan = honest();
+    let out = handshake_of::<F>().bind(&plan);
+    let (c, a) = match (out.connector, out.acceptor) {
+        (Some(Ok(c)), Some(Ok((a, peer)))) => {
+            assert_eq!(peer, plan.claims, "the acceptor learns who bound, incarnation included");
+            (c, a)
+        }
+        (c, a) => panic!("an honest bind failed: connector {}, acceptor {}", show(&c), show(&a)),
+    };
+    for end in [&*c, &*a] {
+        assert_eq!(notice(end, Duration::ZERO), Liveness::Alive);
+    }
+    c.try_send(&data(1), b"hello").unwrap();
+    assert_eq!(recv_within(&*a, PATIENCE).expect("hello").1, b"hello");
+    a.try_send(&data(2), b"welcome").unwrap();
+    assert_eq!(recv_within(&*c, PATIENCE).expect("welcome").1, b"welcome");
+    let big = c.max_payload() * 3;
+    send_detached(&*c, &data(3), &payload(3, big), Instant::now() + PATIENCE);
+    assert!(recv_within(&*a, PATIENCE).expect("a large message").1 == payload(3, big));
+    drop(c);
+    assert_eq!(notice(&*a, PATIENCE), Liveness::Gone);
+    assert_stream_ended(&*a, "the acceptor's end after the connector's went");
+}
+
+/// A hello of another protocol or version is refused by the acceptor with
+/// `Protocol`, and the connector, closed on without a word, gets
+/// `NoSuchTeam`; a welcome of another protocol is refused by the connector
+/// with `Protocol`, and the acceptor's end then finds its peer gone.
+fn refused_handshake_of_another_protocol<F: Factory>() {
+    for fault in [Fault::HelloMagic, Fault::HelloVersion] {
+        let plan = Plan { fault, ..honest() };
+        let out = handshake_of::<F>().bind(&plan);
+        let (c, a) = (show(&out.connector), show(&out.acceptor));
+        assert!(matches!(out.acceptor, Some(Err(Error::Protocol { .. }))), "{fault:?}: acceptor {a}, want Protocol");
+        assert!(
+            matches!(out.connector, Some(Err(Error::NoSuchTeam(t))) if t == plan.expect),
+            "{fault:?}: connector {c}, want NoSuchTeam"
+        );
+    }
+    let plan = Plan { fault: Fault::WelcomeMagic, ..honest() };
+    let out = handshake_of::<F>().bind(&plan);
+    let c = show(&out.connector);
+    assert!(matches!(out.connector, Some(Err(Error::Protocol { .. }))), "bad welcome: connector {c}, want Protocol");
+    let Some(Ok((a, _))) = out.acceptor else { panic!("bad welcome: acceptor {}", show(&out.acceptor)) };
+    assert_eq!(notice(&*a, PATIENCE), Liveness::Gone, "the acceptor's end of a refused welcome");
+    assert_stream_ended(&*a, "the acceptor's end of a refused welcome");
+}
+
+/// The team at the address is another incarnation than the one the
+/// connector meant (its number was reused): the connector refuses with
+/// `NoSuchTeam`; the acceptor's end then finds its peer gone.
+fn refused_handshake_of_another_incarnation<F: Factory>() {
+    let a = honest().acceptor;
+    let plan = Plan { expect: TeamId { incarnation: a.incarnation ^ 0xFF, ..a }, ..honest() };
+    let out = handshake_of::<F>().bind(&plan);
+    let c = show(&out.connector);
+    assert!(
+        matches!(out.connector, Some(Err(Error::NoSuchTeam(t))) if t == plan.expect),
+        "connector {c}, want NoSuchTeam"
+    );
+    let Some(Ok((a, _))) = out.acceptor else { panic!("acceptor {}", show(&out.acceptor)) };
+    assert_eq!(notice(&*a, PATIENCE), Liveness::Gone);
+    assert_stream_ended(&*a, "the acceptor's end of a refused incarnation");
+}
+
+/// A connector whose hello claims to be a team it is not is refused by the
+/// acceptor with `Protocol` (the connector, closed on, gets `NoSuchTeam`).
+fn refused_handshake_of_a_lying_team<F: Factory>() {
+    let plan = Plan { claims: team(303, 0x3333_3333), ..honest() };
+    let out = handshake_of::<F>().bind(&plan);
+    let (c, a) = (show(&out.connector), show(&out.acceptor));
+    assert!(matches!(out.acceptor, Some(Err(Error::Protocol { .. }))), "acceptor {a}, want Protocol");
+    assert!(matches!(out.connector, Some(Err(Error::NoSuchTeam(_)))), "connector {c}, want NoSuchTeam");
+}
+
+/// A silent peer costs the other side its patience and no more:
+/// `DeadlineExceeded`, on either side.
+fn silent_handshake_peer_times_out<F: Factory>() {
+    let patience = Duration::from_millis(200);
+    for fault in [Fault::SilentAcceptor, Fault::SilentConnector] {
+        let t0 = Instant::now();
+        let out = handshake_of::<F>().bind(&Plan { fault, patience, ..honest() });
+        let took = t0.elapsed();
+        let (c, a) = (show(&out.connector), show(&out.acceptor));
+        let timed_out = match fault {
+            Fault::SilentAcceptor => matches!(out.connector, Some(Err(Error::DeadlineExceeded))),
+            _ => matches!(out.acceptor, Some(Err(Error::DeadlineExceeded))),
+        };
+        assert!(timed_out, "{fault:?}: connector {c}, acceptor {a}, want DeadlineExceeded on the other side");
+        assert!(took >= patience - Duration::from_millis(20), "{fault:?}: gave up after {took:?}");
+        assert!(took < PATIENCE / 2, "{fault:?}: waited {took:?}");
+    }
+}
+
+/// The body of a case declared not to apply to transport `F` (it runs only
+/// with `--include-ignored`): checks the claim, and says why.
+fn does_not_apply<F: Factory>(case: &str, why: &str) {
+    assert!(F::handshake().is_none(), "{case} was declared not to apply ({why}), yet the transport has a handshake");
+    eprintln!("{case}: {why}");
+}
+
+/// The cases every transport runs, as `$then!(args: case, ...)`.
+macro_rules! every_case {
+    ($then:ident!($($args:tt)*)) => {
+        $then!($($args)*:
+            setup_fresh_pair_exchanges_a_frame_each_way,
+            ordered_no_loss_no_duplicates_across_threads,
+            concurrent_senders_keep_their_own_order,
+            full_pipe_refuses_whole_frames_then_makes_room,
+            too_large_is_refused,
+            large_payloads_travel_detached_and_their_space_returns,
+            staging_waits_for_space_the_receiver_holds,
+            refused_detached_frame_stays,
+            refused_frame_is_offered_again_first,
+            close_stops_sends_but_frames_in_flight_are_received,
+            header_fields_arrive_intact,
+            directions_are_independent,
+            writer_waiting_for_space_is_woken,
+            one_writers_success_does_not_erase_anothers_wait,
+            writer_without_consumer_sleeps_its_timeout,
+            sleeping_reader_is_woken_by_a_send,
+            many_laps_nearly_full,
+            peer_gone_is_typed,
+            peer_death_mid_message,
+            half_received_large_message_leaks_nothing,
+        );
+    };
+}
+
+/// The cases of transports with a bind handshake, as `$then!(args: case, ...)`.
+macro_rules! handshake_cases {
+    ($then:ident!($($args:tt)*)) => {
+        $then!($($args)*:
+            handshake_binds_and_carries_identity,
+            refused_handshake_of_another_protocol,
+            refused_handshake_of_another_incarnation,
+            refused_handshake_of_a_lying_team,
+            silent_handshake_peer_times_out,
+        );
+    };
+}
+
+/// A test per case, run on `$factory`.
+macro_rules! run {
+    ($factory:ty: $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                super::$case::<$factory>()
+            }
+        )*
+    };
+}
+
+/// A test per case, listed as `ignored, <why>`: the case does not apply.
+macro_rules! does_not_apply {
+    ($factory:ty, $why:literal: $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            #[ignore = $why]
+            fn $case() {
+                super::does_not_apply::<$factory>(stringify!($case), $why)
+            }
+        )*
+    };
+}
+
+/// The suite for one transport: `conformance!(name, Factory, handshake: yes)`,
+/// or `handshake: no = "does not apply: why"`.
 macro_rules! conformance {
-    ($name:ident, $make:expr) => {
+    ($name:ident, $factory:ty, handshake: yes) => {
         mod $name {
             use super::*;
+            every_case!(run!($factory));
+            handshake_cases!(run!($factory));
+        }
+    };
+    ($name:ident, $factory:ty, handshake: no = $why:literal) => {
+        mod $name {
+            use super::*;
+            every_case!(run!($factory));
+            handshake_cases!(does_not_apply!($factory, $why));
 
+            /// The claim that the handshake cases do not apply holds.
             #[test]
-            fn ordered_no_loss_no_duplicates_across_threads() {
-                super::ordered_no_loss_no_duplicates_across_threads($make)
-            }
-            #[test]
-            fn concurrent_senders_keep_their_own_order() {
-                super::concurrent_senders_keep_their_own_order($make)
-            }
-            #[test]
-            fn full_pipe_refuses_whole_frames_then_makes_room() {
-                super::full_pipe_refuses_whole_frames_then_makes_room($make)
-            }
-            #[test]
-            fn too_large_is_refused() {
-                super::too_large_is_refused($make)
-            }
-            #[test]
-            fn large_payloads_travel_detached_and_their_space_returns() {
-                super::large_payloads_travel_detached_and_their_space_returns($make)
-            }
-            #[test]
-            fn staging_waits_for_space_the_receiver_holds() {
-                super::staging_waits_for_space_the_receiver_holds($make)
-            }
-            #[test]
-            fn refused_detached_frame_stays() {
-                super::refused_detached_frame_stays($make)
-            }
-            #[test]
-            fn refused_frame_is_offered_again_first() {
-                super::refused_frame_is_offered_again_first($make)
-            }
-            #[test]
-            fn close_stops_sends_but_frames_in_flight_are_received() {
-                super::close_stops_sends_but_frames_in_flight_are_received($make)
-            }
-            #[test]
-            fn header_fields_arrive_intact() {
-                super::header_fields_arrive_intact($make)
-            }
-            #[test]
-            fn directions_are_independent() {
-                super::directions_are_independent($make)
-            }
-            #[test]
-            fn writer_waiting_for_space_is_woken() {
-                super::writer_waiting_for_space_is_woken($make)
-            }
-            #[test]
-            fn one_writers_success_does_not_erase_anothers_wait() {
-                super::one_writers_success_does_not_erase_anothers_wait($make)
-            }
-            #[test]
-            fn writer_without_consumer_sleeps_its_timeout() {
-                super::writer_without_consumer_sleeps_its_timeout($make)
-            }
-            #[test]
-            fn sleeping_reader_is_woken_by_a_send() {
-                super::sleeping_reader_is_woken_by_a_send($make)
-            }
-            #[test]
-            fn many_laps_nearly_full() {
-                super::many_laps_nearly_full($make)
+            fn handshake_cases_do_not_apply() {
+                super::does_not_apply::<$factory>("the handshake cases", $why)
             }
         }
     };
 }
 
-conformance!(inproc, make_inproc);
-conformance!(shm, make_shm);
-// conformance!(tcp, make_tcp);
+conformance!(inproc, Inproc, handshake: no = "does not apply: inproc has no handshake (one team makes both ends)");
+conformance!(shm, Shm, handshake: yes);
+// conformance!(tcp, Tcp, handshake: yes);
 
 /// Shared-memory only: a peer that scribbles on the shared segment makes
 /// the channel `Corrupt` (and closes the end); it never crashes the reader
@@ -889,7 +1387,7 @@ mod shm_corrupt_peer {
     /// A pipe whose first end (the connector, writing ring 0) has sent one
     /// frame with a unique marker, and our own mapping of its segment.
     fn pipe_and_segment() -> (Pipe, Segment, Vec<u8>) {
-        let pipe = open(make_shm, CAP);
+        let pipe = Shm::pipe(CAP);
         let marker = unique_marker();
         pipe.a.try_send(&data(1), &marker).unwrap();
         let len = segment_len(CAP, AREA as u64);
@@ -1045,6 +1543,7 @@ mod shm_corrupt_peer {
                 match r {
                     Ok(Recv::Consumed) => continue,
                     Ok(Recv::Kept) => panic!("seed {seed}: kept though accepted"),
+                    Ok(Recv::PeerGone) => panic!("seed {seed}: peer gone, though nobody closed"),
                     Ok(Recv::Empty) | Err(_) => {
                         outcome = Some(r);
                         break;

@@ -21,7 +21,6 @@ const PATIENCE: Duration = Duration::from_secs(10);
 struct RawPeer {
     end: ShmEnd,
     me: TeamId,
-    _socket: UnixStream,
 }
 
 impl RawPeer {
@@ -33,9 +32,10 @@ impl RawPeer {
             ring_bytes: 4096,
             max_ring_bytes: 4096,
             area_bytes: 4096,
+            handshake_timeout: shm::HANDSHAKE_TIMEOUT,
         };
-        let end = shm::connect(&socket, &cfg, team.id()).unwrap();
-        RawPeer { end, me: posing_as.id(), _socket: socket }
+        let end = shm::connect(socket, &cfg, team.id()).unwrap();
+        RawPeer { end, me: posing_as.id() }
     }
 
     fn data(&self, to: crate::EndpointId, call_id: u64, checkpoint: Checkpoint) -> Header {
@@ -258,7 +258,7 @@ fn cancels_are_coalesced_and_dropped_past_the_bound() {
     let doorbell = Arc::new(Doorbell::create().unwrap());
     let (ours, theirs) = inproc::pair(4096, 0, doorbell.clone(), doorbell);
     let me = TeamId { node: 0, team: 1, incarnation: 1 };
-    let ch = Channel::new(TeamId { node: 0, team: 2, incarnation: 1 }, Box::new(ours), None);
+    let ch = Channel::new(TeamId { node: 0, team: 2, incarnation: 1 }, Box::new(ours));
     let (src, dst) = (me.endpoint(1).unwrap().addr(), ch.peer.endpoint(1).unwrap().addr());
     let cancel = |call| Header::new(Kind::Cancel, src, dst, call);
     let ack = |call| Header::new(Kind::Ack, src, dst, call);
@@ -303,7 +303,7 @@ fn data_waits_behind_backlogged_control_frames() {
     let team = start(dir.path());
     let doorbell = Arc::new(Doorbell::create().unwrap());
     let (ours, theirs) = inproc::pair(4096, 0, doorbell.clone(), doorbell);
-    let ch = Arc::new(Channel::new(TeamId { node: 0, team: 2, incarnation: 1 }, Box::new(ours), None));
+    let ch = Arc::new(Channel::new(TeamId { node: 0, team: 2, incarnation: 1 }, Box::new(ours)));
     let (src, dst) = (team.id().endpoint(1).unwrap().addr(), ch.peer.endpoint(1).unwrap().addr());
     let ack = Header::new(Kind::Ack, src, dst, 1);
     while ch.transport.try_send(&ack, &[]).is_ok() {}

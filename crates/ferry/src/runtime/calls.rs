@@ -205,7 +205,7 @@ mod tests {
 
     fn channel(doorbell: &Arc<Doorbell>) -> Arc<Channel> {
         let end = inproc::loopback(4096, 0, doorbell.clone());
-        Arc::new(Channel::new(TeamId { node: 0, team: 1, incarnation: 1 }, Box::new(end), None))
+        Arc::new(Channel::new(TeamId { node: 0, team: 1, incarnation: 1 }, Box::new(end)))
     }
 
     fn counting_hook(n: &Arc<AtomicUsize>) -> OnCancel {

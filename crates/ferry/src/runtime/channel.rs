@@ -1,6 +1,7 @@
 //! A channel: this team's end of a transport to one peer team, plus the
 //! state the runtime keeps for it (messages held for full inboxes, a
-//! backlog of control frames, whether the peer is gone).
+//! backlog of control frames, whether it is finished). Whether the peer is
+//! gone is the transport's to say (`Recv::PeerGone`, `is_closed`).
 //!
 //! What a channel may cost this team is bounded: the hold queue by
 //! `hold_capacity` messages and `hold_bytes` bytes, the control backlog by
@@ -16,7 +17,6 @@ use crate::transport::{SendError, Transport};
 use crate::wire::{Header, Kind};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -101,12 +101,8 @@ pub(crate) struct Channel {
     backlog_used: AtomicBool,
     /// Whether `rx.held` holds messages their full inboxes refused.
     pub held: AtomicBool,
-    /// The peer died or broke the protocol: no more sends; receive until empty, then finalize.
-    pub gone: AtomicBool,
     /// Finalized: pending operations failed, removed from the team.
     pub finished: AtomicBool,
-    /// The bind socket, kept open only so its hang-up tells us the peer died.
-    pub socket: Option<UnixStream>,
 }
 
 #[derive(Default)]
@@ -154,7 +150,7 @@ impl RxState {
 }
 
 impl Channel {
-    pub fn new(peer: TeamId, transport: Box<dyn Transport>, socket: Option<UnixStream>) -> Channel {
+    pub fn new(peer: TeamId, transport: Box<dyn Transport>) -> Channel {
         static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Channel {
             peer,
@@ -164,9 +160,7 @@ impl Channel {
             backlog: Mutex::new(VecDeque::new()),
             backlog_used: AtomicBool::new(false),
             held: AtomicBool::new(false),
-            gone: AtomicBool::new(false),
             finished: AtomicBool::new(false),
-            socket,
         }
     }
 
@@ -189,10 +183,11 @@ impl Channel {
         self.peer.owns(h.src) && me.owns(h.dst)
     }
 
-    /// Whether a frame or a held message waits here: work that needs a poller now.
+    /// Whether a frame or a held message waits here (or the end of the
+    /// stream: a gone peer's channel to finish): work that needs a poller now.
     #[inline]
     pub fn has_frame_or_held(&self) -> bool {
-        self.transport.has_frame() || self.held.load(Ordering::Relaxed) || self.is_gone()
+        self.transport.has_frame() || self.held.load(Ordering::Relaxed) || self.transport.is_peer_gone()
     }
 
     /// Whether the progress loop has anything to do here (lock-free check).
@@ -202,15 +197,18 @@ impl Channel {
             || self.transport.needs_tidy()
             || self.backlog_used.load(Ordering::Relaxed)
             || self.held.load(Ordering::Relaxed)
-            || self.is_gone()
+            || self.transport.is_peer_gone()
     }
 
+    /// Whether sends on this channel fail: its peer is known gone, or it was closed.
     pub fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::Acquire)
+        self.transport.is_closed()
     }
 
-    pub fn mark_gone(&self) {
-        self.gone.store(true, Ordering::Release);
+    /// Closes the channel (the peer broke the protocol, or this team
+    /// leaves): sends fail, the peer is told; the progress loop finishes it
+    /// once its receive reports `PeerGone`, unless the caller does at once.
+    pub fn close(&self) {
         self.transport.close();
     }
 

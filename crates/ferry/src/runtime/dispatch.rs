@@ -17,6 +17,15 @@ use crate::wire::{Checkpoint, Header, Kind, NackReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// What one drain of a channel did.
+#[derive(Default)]
+pub(super) struct Drained {
+    /// Frames taken.
+    pub taken: usize,
+    /// The transport reported `PeerGone`: everything the peer sent was taken.
+    pub peer_gone: bool,
+}
+
 impl TeamInner {
     /// Drains each of `channels` (an idle thread's snapshot of the team's
     /// list) once. Returns whether anything was received.
@@ -29,17 +38,15 @@ impl TeamInner {
             let Some(mut rx) = ch.rx.try_lock() else { continue };
             ch.flush_backlog();
             let finished = match self.drain(ch, &mut rx) {
-                Ok(n) => {
-                    did |= n > 0;
+                Ok(d) => {
+                    did |= d.taken > 0;
                     // A gone peer's channel is finished once everything it sent
-                    // was taken. `gone` is read first: a peer that writes a last
-                    // frame and then dies must not be seen as drained-before
-                    // and gone-after.
-                    ch.is_gone() && !ch.transport.has_frame() && !ch.finished.load(Ordering::Acquire)
+                    // was taken: the transport says so with `PeerGone`.
+                    d.peer_gone && !ch.finished.load(Ordering::Acquire)
                 }
                 Err(what) => {
                     tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
-                    ch.mark_gone();
+                    ch.close();
                     true
                 }
             };
@@ -103,7 +110,7 @@ impl TeamInner {
 
     /// Takes frames from one channel until it is empty, a destination is
     /// full, or a budget is spent (so one busy peer cannot starve the rest).
-    pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<usize, String> {
+    pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<Drained, String> {
         // Held messages first, in order per endpoint, as far as their inboxes
         // take them, and while their answers have room (see `CONTROL_BACKLOG`).
         if !rx.held.is_empty() {
@@ -126,26 +133,34 @@ impl TeamInner {
             }
             ch.held.store(!rx.held.is_empty(), Ordering::Relaxed);
         }
-        if !ch.transport.has_frame() {
+        if !ch.transport.has_frame() && !ch.transport.is_peer_gone() {
             // Nothing new: a good moment for the transport's deferred work.
             ch.transport.tidy();
-            return Ok(0);
+            return Ok(Drained::default());
         }
-        let mut taken = 0;
+        let mut d = Drained::default();
         let mut violation = None;
-        while taken < 64 {
+        while d.taken < 64 {
             rx.since = crate::cost::start();
             let got = ch.transport.try_recv(&mut |h, payload| self.route(ch, rx, h, payload, &mut violation));
             if let Some(v) = violation.take() {
                 return Err(v);
             }
             match got.map_err(|e| e.to_string())? {
-                Recv::Consumed if ch.transport.has_frame() => taken += 1,
-                Recv::Consumed => return Ok(taken + 1),
+                Recv::Consumed => d.taken += 1,
                 Recv::Empty | Recv::Kept => break,
+                Recv::PeerGone => {
+                    d.peer_gone = true;
+                    break;
+                }
+            }
+            // The probe saves a receive that would find nothing (a gone
+            // peer's stream still has its end to read).
+            if !ch.transport.has_frame() && !ch.transport.is_peer_gone() {
+                break;
             }
         }
-        Ok(taken)
+        Ok(d)
     }
 
     /// Whether frames that may need an answer must stay in `ch` for now:

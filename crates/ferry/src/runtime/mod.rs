@@ -25,7 +25,9 @@
 //! Lock order (a thread holding one may take those after it, never before):
 //! `peers.connecting` → channel `rx` → channel `backlog` → channel `tx` →
 //! inbox state → `calls.cancels` → `calls.early_cancels`; `calls.pending`,
-//! `peers.map`, the endpoint table and the channel list are leaves.
+//! `peers.map`, the endpoint table and the channel list are leaves. (The
+//! reactor holds a channel's `rx` while it records the peer's hang-up and
+//! sweeps the dead team's files: file locks and a directory, no runtime lock.)
 
 mod blocking;
 #[cfg(test)]

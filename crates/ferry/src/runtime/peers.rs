@@ -80,8 +80,8 @@ impl TeamInner {
         let path = self.names.dir().team_socket(team.team);
         let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|_| Error::NoSuchTeam(team))?;
         // A team that exits while we bind resets or closes the socket: it is gone.
-        let end = shm::connect(&stream, &self.bind_config(), team)?;
-        let ch = Arc::new(Channel::new(team, Box::new(end), Some(stream)));
+        let end = shm::connect(stream, &self.bind_config(), team)?;
+        let ch = Arc::new(Channel::new(team, Box::new(end)));
         self.add_channel(ch.clone());
         tracing::debug!(me = %self.id, peer = %team, "bound shared-memory channel");
         Ok(ch)
@@ -89,7 +89,7 @@ impl TeamInner {
 
     /// Publishes a newly bound channel. The order matters: the channel is
     /// in `peers` and in the channel list before the reactor watches its
-    /// socket, because only a watched socket can find the peer gone, and
+    /// liveness, because only a watched end can find the peer gone, and
     /// `finish_channel` must then find it everywhere it removes it from
     /// (else a peer that leaves at once leaks its channel until we exit).
     pub(crate) fn add_channel(&self, ch: Arc<Channel>) {
@@ -100,7 +100,7 @@ impl TeamInner {
         self.reactor.watch(&ch);
         if self.is_shut_down() {
             // Shutdown took the channel list before this one joined it.
-            ch.mark_gone();
+            ch.close();
             self.finish_channel(&ch);
         }
     }
@@ -114,19 +114,18 @@ impl TeamInner {
         self.channels.update(|v| v.iter().filter(|c| !Arc::ptr_eq(c, ch)).cloned().collect());
         self.peers.remove(ch);
         self.reactor.unwatch(ch);
-        if let Some(s) = &ch.socket {
-            // Tells the peer too (it may not know: a protocol violation is found here).
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
+        // Tells the peer too (it may not know: a protocol violation is found here).
+        ch.close();
         tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
         self.calls.fail_channel(ch, || self.gone_error(ch));
         self.calls.orphan_channel(ch);
     }
 
-    /// Called by the reactor when a peer's socket hangs up.
-    pub(crate) fn peer_hung_up(&self, ch: &Arc<Channel>) {
-        ch.mark_gone();
-        // Wake every sleeper: someone must drain what is left and fail the waiters.
+    /// Called by the reactor once the transport recorded the peer gone (or
+    /// its end closed) and the dead team was swept.
+    pub(crate) fn peer_hung_up(&self) {
+        // Wake every sleeper: someone must drain what is left (up to the
+        // transport's `PeerGone`) and fail the waiters.
         self.doorbell.ring_now();
     }
 

@@ -1,7 +1,8 @@
 //! The reactor: one thread per team that sleeps in epoll on the team's
 //! listening socket (new binds), on binds in progress, and on every
-//! channel's bind socket (a hang-up means the peer died). It is never on
-//! the path of a message.
+//! channel's liveness descriptor (`Transport::liveness_fd`: for shared
+//! memory its bind socket, whose hang-up means the peer died). It is never
+//! on the path of a message.
 //!
 //! It takes binds itself, with no thread per connection: a connection
 //! waits in epoll for the connector's hello (one message), at most
@@ -12,11 +13,11 @@
 use super::channel::Channel;
 use super::TeamInner;
 use crate::error::{Error, Result};
-use crate::transport::shm;
+use crate::transport::{shm, Liveness};
 use parking_lot::Mutex;
 use rustix::buffer::spare_capacity;
 use rustix::event::{epoll, eventfd, EventfdFlags};
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::fd::OwnedFd;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -70,23 +71,24 @@ impl Reactor {
         })
     }
 
-    /// Starts watching a channel's bind socket for hang-up.
+    /// Starts watching a channel's liveness descriptor (for the peer's hang-up).
     pub fn watch(&self, ch: &Arc<Channel>) {
-        let Some(sock) = &ch.socket else { return };
+        let Some(fd) = ch.transport.liveness_fd() else { return };
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         self.watched.lock().insert(token, ch.clone());
         let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
-        if epoll::add(&self.epoll, sock, epoll::EventData::new_u64(token), flags).is_err() {
+        if epoll::add(&self.epoll, fd, epoll::EventData::new_u64(token), flags).is_err() {
             self.watched.lock().remove(&token);
-            ch.mark_gone();
+            // Unwatched, its peer's death would go unseen: give it up now.
+            ch.close();
         }
     }
 
     pub fn unwatch(&self, ch: &Arc<Channel>) {
         let mut w = self.watched.lock();
         w.retain(|_, c| !Arc::ptr_eq(c, ch));
-        if let Some(sock) = &ch.socket {
-            let _ = epoll::delete(&self.epoll, sock);
+        if let Some(fd) = ch.transport.liveness_fd() {
+            let _ = epoll::delete(&self.epoll, fd);
         }
     }
 
@@ -190,12 +192,16 @@ fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) {
 fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
     let names = &team.names;
     let is_peer = |peer: crate::id::TeamId, pid| names.team_pid(peer.team) == Some(pid);
-    match shm::accept(&p.stream, &team.bind_config(), is_peer) {
-        Ok(None) => Some(p),
-        Ok(Some((end, peer))) => {
-            // Watched from now on as a channel's socket, under another token.
-            let _ = epoll::delete(&team.reactor.epoll, &p.stream);
-            team.add_channel(Arc::new(Channel::new(peer, Box::new(end), Some(p.stream))));
+    let Pending { stream, until } = p;
+    match shm::accept(stream, &team.bind_config(), is_peer) {
+        Ok(shm::Accepted::Waiting(stream)) => Some(Pending { stream, until }),
+        Ok(shm::Accepted::Bound(end, peer)) => {
+            // Watched from now on as the channel's liveness, under another token.
+            let end: Box<dyn crate::transport::Transport> = end;
+            if let Some(fd) = end.liveness_fd() {
+                let _ = epoll::delete(&team.reactor.epoll, fd);
+            }
+            team.add_channel(Arc::new(Channel::new(peer, end)));
             tracing::debug!(me = %team.id, %peer, "accepted shared-memory channel");
             None
         }
@@ -206,24 +212,23 @@ fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
     }
 }
 
-/// The bind socket carries nothing after the handshake: readable means the
-/// peer hung up (or, if bytes came, broke the protocol); either ends the channel.
+/// A channel's liveness descriptor fired: the transport looks (and records
+/// a hang-up: sends fail from then on). A gone peer's files are swept
+/// before any thread can drain the channel to its `PeerGone` and fail the
+/// waiters: the reactor holds the channel's receive side meanwhile (the
+/// progress loop only `try_lock`s it), so whoever sees `PeerGone` finds the
+/// dead team's names and files gone (or being swept).
 fn check_hangup(team: &Arc<TeamInner>, ch: &Arc<Channel>) {
-    let Some(sock) = &ch.socket else { return };
-    let mut b = [0u8; 1];
-    match rustix::net::recv(sock.as_fd(), &mut b, rustix::net::RecvFlags::DONTWAIT) {
-        Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => return,
-        Ok((1, _)) => tracing::warn!(peer = %ch.peer, "peer wrote on its bind socket; closing the channel"),
-        _ => {}
+    let rx = ch.rx.lock();
+    match ch.transport.check_liveness() {
+        Liveness::Alive => return,
+        Liveness::Gone if !team.is_shut_down() => super::peers::sweep_dead_team(&team.names, ch.peer.team),
+        // Closed: by this team, or because the peer broke the protocol on
+        // it; nothing was learnt of the peer's life. Gone at shutdown: the
+        // sweep is for survivors.
+        Liveness::Gone | Liveness::Closed => {}
     }
+    drop(rx);
     team.reactor.unwatch(ch);
-    // Sends fail from now on; the channel is finished (its waiters failed)
-    // only after the sweep, below.
-    ch.transport.close();
-    if !team.is_shut_down() {
-        // Before the waiters learn of it: whoever sees `PeerGone` finds the
-        // dead team's names and files gone (or being swept).
-        super::peers::sweep_dead_team(&team.names, ch.peer.team);
-    }
-    team.peer_hung_up(ch);
+    team.peer_hung_up();
 }

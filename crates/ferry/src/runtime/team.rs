@@ -170,11 +170,8 @@ impl TeamInner {
         let id = TeamId { node: cfg.node, team: lease.team(), incarnation: crate::id::new_incarnation() };
         let doorbell = Arc::new(Doorbell::create()?);
         let reactor = Reactor::new(&dir.team_socket(id.team))?;
-        let loopback = Arc::new(Channel::new(
-            id,
-            Box::new(inproc::loopback(cfg.ring_bytes, cfg.max_message, doorbell.clone())),
-            None,
-        ));
+        let loopback =
+            Arc::new(Channel::new(id, Box::new(inproc::loopback(cfg.ring_bytes, cfg.max_message, doorbell.clone()))));
         let inner = Arc::new(TeamInner {
             id,
             names: NodeNames::new(dir),
@@ -226,6 +223,7 @@ impl TeamInner {
             ring_bytes: self.cfg.ring_bytes,
             max_ring_bytes: self.cfg.max_ring_bytes,
             area_bytes: shm::area_for(self.cfg.max_message),
+            handshake_timeout: shm::HANDSHAKE_TIMEOUT,
         }
     }
 
@@ -239,11 +237,9 @@ impl TeamInner {
         let channels = self.channels.take();
         self.peers.clear();
         for ch in channels.iter() {
-            ch.mark_gone();
+            // Tells each peer, whose end sees the hang-up.
+            ch.close();
             ch.finished.store(true, Ordering::Release);
-            if let Some(s) = &ch.socket {
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
         }
         self.calls.fail_all(|| Error::Shutdown);
         self.endpoints.close_all();

@@ -4,9 +4,13 @@
 //! the reference implementation the conformance suite checks others against.
 //! A payload larger than a frame is handed over as it is (`Staged::Owned`):
 //! its bytes count against a second bound, `max_detached`.
+//!
+//! There is no handshake (both ends are made together) and no liveness
+//! descriptor: closing or dropping an end closes both queues, so each end's
+//! receive reports `PeerGone` once drained, and sends fail at once.
 
 use super::doorbell::Doorbell;
-use super::{Body, Detached, Recv, RecvError, SendError, Staged, Transport};
+use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 use crate::wire::{Header, HEADER_LEN};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -20,6 +24,10 @@ struct Queue {
     /// Doorbell of the team that sends into this queue.
     writer: Arc<Doorbell>,
     writer_waiting: AtomicBool,
+    /// Nothing more goes in (either end was closed or dropped); its reader
+    /// reports `PeerGone` once it is empty. Set under the `frames` lock and
+    /// checked there by writers, so nothing is queued after a reader saw it
+    /// set and the queue empty.
     closed: AtomicBool,
     /// Frames queued, readable without the lock.
     queued: AtomicUsize,
@@ -65,6 +73,8 @@ pub struct InprocEnd {
     tx: Arc<Queue>,
     rx: Arc<Queue>,
     max_payload: usize,
+    /// This end was closed by its owner (not by the peer).
+    closed_here: AtomicBool,
 }
 
 /// Makes a connected pair; `capacity` bytes of frames and `max_detached`
@@ -75,16 +85,13 @@ pub fn pair(capacity: usize, max_detached: usize, a: Arc<Doorbell>, b: Arc<Doorb
     let a_to_b = Queue::new(capacity, max_detached, b.clone(), a.clone());
     let b_to_a = Queue::new(capacity, max_detached, a, b);
     let max_payload = (capacity / 4).max(1);
-    (
-        InprocEnd { tx: a_to_b.clone(), rx: b_to_a.clone(), max_payload },
-        InprocEnd { tx: b_to_a, rx: a_to_b, max_payload },
-    )
+    (InprocEnd::new(a_to_b.clone(), b_to_a.clone(), max_payload), InprocEnd::new(b_to_a, a_to_b, max_payload))
 }
 
 /// An end whose sends come back to itself: a team talking to its own ports.
 pub fn loopback(capacity: usize, max_detached: usize, doorbell: Arc<Doorbell>) -> InprocEnd {
     let q = Queue::new(capacity, max_detached, doorbell.clone(), doorbell);
-    InprocEnd { tx: q.clone(), rx: q, max_payload: (capacity / 4).max(1) }
+    InprocEnd::new(q.clone(), q, (capacity / 4).max(1))
 }
 
 impl Queue {
@@ -139,15 +146,20 @@ impl std::fmt::Debug for Handed {
 }
 
 impl InprocEnd {
+    fn new(tx: Arc<Queue>, rx: Arc<Queue>, max_payload: usize) -> InprocEnd {
+        InprocEnd { tx, rx, max_payload, closed_here: AtomicBool::new(false) }
+    }
+
     /// Queues one frame if both bounds allow it; gives the bytes back if not.
     fn push(&self, mut h: Header, payload: Vec<u8>) -> Result<(), (SendError, Vec<u8>)> {
-        if self.tx.closed.load(Ordering::Acquire) {
-            return Err((SendError::Closed, payload));
-        }
         h.len = payload.len() as u32;
         let (bytes, detached) = Frames::cost(&h, &payload);
         {
             let mut f = self.tx.frames.lock();
+            // Under the lock: see `Queue::closed`.
+            if self.tx.closed.load(Ordering::Relaxed) {
+                return Err((SendError::Closed, payload));
+            }
             if f.bytes + bytes > f.capacity || f.detached + detached > f.detached_capacity {
                 return Err((SendError::Full, payload));
             }
@@ -186,6 +198,9 @@ impl Transport for InprocEnd {
             if payload.len() > f.detached_capacity {
                 return Err(SendError::TooLarge);
             }
+            if self.tx.closed.load(Ordering::Relaxed) {
+                return Err(SendError::Closed);
+            }
             // Checked, not reserved: `try_send_staged` may still find it full.
             if f.detached + payload.len() > f.detached_capacity {
                 return Err(SendError::Full);
@@ -219,7 +234,16 @@ impl Transport for InprocEnd {
         // very queue (a loop-back end acknowledging its own message). Only one
         // consumer runs at a time, so putting a refused frame back in front
         // keeps the order.
-        let Some((h, payload)) = self.rx.frames.lock().queue.pop_front() else { return Ok(Recv::Empty) };
+        let next = {
+            let mut f = self.rx.frames.lock();
+            let next = f.queue.pop_front();
+            // Under the lock: see `Queue::closed`.
+            if next.is_none() && self.rx.closed.load(Ordering::Relaxed) {
+                return Ok(Recv::PeerGone);
+            }
+            next
+        };
+        let Some((h, payload)) = next else { return Ok(Recv::Empty) };
         let (bytes, detached) = Frames::cost(&h, &payload);
         let payload = if h.detached() {
             let mut body = Some(Detached::Inproc(Handed { bytes: Some(payload), queue: self.rx.clone() }));
@@ -246,15 +270,39 @@ impl Transport for InprocEnd {
         Ok(Recv::Consumed)
     }
 
+    fn check_liveness(&self) -> Liveness {
+        if self.closed_here.load(Ordering::Acquire) {
+            Liveness::Closed
+        } else if self.rx.closed.load(Ordering::Acquire) {
+            Liveness::Gone
+        } else {
+            Liveness::Alive
+        }
+    }
+
+    fn is_peer_gone(&self) -> bool {
+        self.rx.closed.load(Ordering::Acquire)
+    }
+
     fn close(&self) {
+        self.closed_here.store(true, Ordering::Release);
+        // Both ways: the peer can no longer send to an end that will not read.
         for q in [&self.tx, &self.rx] {
+            let _f = q.frames.lock();
             q.closed.store(true, Ordering::Release);
         }
+        // Wake the peer's readers (to see `PeerGone`) and writers (to see `Closed`).
         self.tx.reader.ring_now();
         self.rx.writer.ring_now();
     }
 
     fn is_closed(&self) -> bool {
         self.tx.closed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for InprocEnd {
+    fn drop(&mut self) {
+        self.close();
     }
 }

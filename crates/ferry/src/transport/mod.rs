@@ -1,21 +1,79 @@
 //! Transports: reliable, ordered, bounded frame pipes between two teams.
 //!
-//! A transport end carries whole frames (header + payload of at most
-//! [`Transport::max_payload`] bytes). A larger payload (up to
-//! [`Transport::max_detached`]) travels out of band: the sender *stages* it
-//! (copies it where the receiver can read it: a payload area of shared
-//! memory, or a buffer handed over in process), then sends a frame flagged
-//! `DETACHED` that refers to it; the receiver gets it as a [`Detached`]
-//! and gives the space back when it drops it. Nothing is held between the
-//! two steps, so a large message never holds a channel up for other
-//! traffic. Every transport must pass the conformance suite in
-//! `tests/transport_conformance.rs`.
+//! # The contract
+//!
+//! Every transport follows one life cycle, and every transport must pass
+//! the conformance suite in `tests/transport_conformance.rs`, which checks
+//! each step below.
+//!
+//! 1. **Connect / accept (the bind handshake).** The team that sends first
+//!    (the *connector*) opens a connection to the other team's well-known
+//!    address and sends a *hello*: a magic naming the protocol and its
+//!    version, its own team id **with its incarnation**, and the settings it
+//!    proposes. The *acceptor* checks the hello (magic and version, settings
+//!    within its bounds, and that the process on the other end really is the
+//!    team it claims to be: on one node its pid, over a network its
+//!    credentials) and answers with a *welcome* naming itself, incarnation
+//!    included. The connector checks that the welcome names the team *and
+//!    incarnation* it meant to reach. A bind is refused with a typed error on
+//!    the side that finds the fault:
+//!    - [`Error::Protocol`](crate::Error::Protocol): the peer broke the
+//!      protocol (a hello or welcome of another magic or version, settings
+//!      out of bounds, a claimed identity that is not the process on the
+//!      other end, wrong attachments);
+//!    - [`Error::NoSuchTeam`](crate::Error::NoSuchTeam) (connector): nobody
+//!      is there, the welcome names another incarnation (the number belongs
+//!      to a later process now), or the acceptor closed the connection
+//!      without a word (it is exiting, or it refused us and logs why);
+//!    - [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded): the peer
+//!      stayed silent past the handshake's deadline (an acceptor closes such
+//!      a connection; it never waits on one connection: it is handed
+//!      readable ones).
+//!
+//!    The shared-memory flavor is [`shm::connect`] / [`shm::accept`] (the
+//!    hello carries the segment and a doorbell as descriptors; see
+//!    `docs/WIRE.md`). In-process pipes have no handshake: both ends are
+//!    made together by the one team that owns both ([`inproc::loopback`]).
+//! 2. **Frames.** Whole frames (header + payload of at most
+//!    [`Transport::max_payload`] bytes) in order, none lost or repeated,
+//!    bounded each way: [`Transport::try_send`] fails with `Full` having
+//!    written nothing, [`Transport::want_space`] asks for a wake-up (through
+//!    the team's doorbell) when room comes; [`Transport::try_recv`] offers
+//!    the next frame, which the receiver may refuse (it stays first).
+//! 3. **Out-of-band payloads.** A larger payload (up to
+//!    [`Transport::max_detached`]) is *staged* (copied where the receiver
+//!    can read it: a payload area of shared memory, or the buffer handed
+//!    over in process), then a frame flagged `DETACHED` refers to it; the
+//!    receiver gets it as a [`Detached`] and gives the space back when it
+//!    drops it, read or not. A `Detached` stays readable (whole, never
+//!    garbage) even after either end is gone. Nothing is held between the two
+//!    steps, so a large message never holds a channel up, and a message is
+//!    never split: a peer that dies leaves no half of one.
+//! 4. **Liveness.** An end learns that the peer's end is gone (the peer
+//!    died, dropped or closed its end) through [`Transport::check_liveness`],
+//!    which its owner calls when [`Transport::liveness_fd`] fires (a team's
+//!    reactor waits on it in epoll; a transport without one, in process,
+//!    knows at once). From then on sends fail with [`SendError::Closed`],
+//!    and [`Transport::try_recv`] hands out every frame the peer sent before,
+//!    then reports [`Recv::PeerGone`]: final, an end of stream rather than an
+//!    error. [`Transport::is_peer_gone`] lets a polling loop notice without a
+//!    lock.
+//! 5. **Close.** [`Transport::close`] (or dropping the end) ends this end:
+//!    its sends fail with `Closed` at once, the peer is told (it sees
+//!    `PeerGone` once it took what we sent), and its own receive drains what
+//!    had arrived, then reports `PeerGone` too. Frames a peer sends after
+//!    the other end closed may be lost; that peer learns of it (`Closed`) as
+//!    soon as its end sees the hang-up.
+//!
+//! The other way a stream ends is [`RecvError::Corrupt`]: the peer wrote
+//! something that is not a valid frame, and the end is closed.
 
 pub mod doorbell;
 pub mod inproc;
 pub mod shm;
 
 use crate::wire::{Header, HeaderError};
+use std::os::fd::BorrowedFd;
 
 /// Why a send did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,7 +81,7 @@ pub enum SendError {
     /// No room right now; nothing was written. Call [`Transport::want_space`], then retry.
     #[error("transport full")]
     Full,
-    /// The peer is gone or the end was closed.
+    /// The peer's end is gone (as far as this end knows) or this end was closed.
     #[error("transport closed")]
     Closed,
     /// The payload exceeds `max_payload` (stage it) or `max_detached`.
@@ -100,7 +158,7 @@ pub enum Body<'a> {
     Detached(&'a mut Option<Detached>),
 }
 
-/// Why a receive failed. Either is final for this end.
+/// Why a receive failed. Final for this end (it is closed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecvError {
     /// The peer wrote something that is not a valid frame.
@@ -123,6 +181,25 @@ pub enum Recv {
     Consumed,
     /// A frame was handed over and refused; it stays first in line.
     Kept,
+    /// The peer's end is gone (or this end was closed) and every frame that
+    /// had arrived was taken: nothing will come any more. Final: every later
+    /// receive says the same. Not an error: the stream's end.
+    PeerGone,
+}
+
+/// What [`Transport::check_liveness`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// The peer's end is there, as far as this end can tell (a spurious wake-up).
+    Alive,
+    /// The peer's end is gone: it hung up, died, dropped or closed its end.
+    /// Recorded: sends fail with `Closed` from now on, and receives report
+    /// [`Recv::PeerGone`] once drained.
+    Gone,
+    /// This end was closed (by [`Transport::close`], or because the peer
+    /// broke the protocol): nothing was learnt about the peer, which may
+    /// well be alive.
+    Closed,
 }
 
 /// One end of a frame pipe.
@@ -139,7 +216,8 @@ pub trait Transport: Send + Sync {
     /// Stages a payload larger than a frame for [`Transport::try_send_staged`],
     /// copying it out of band. `Full` while the space it needs is lent to the
     /// receiver (call [`Transport::want_space`] and retry: releases wake the
-    /// writer like ring space does); `TooLarge` above `max_detached`.
+    /// writer like ring space does); `TooLarge` above `max_detached`;
+    /// `Closed` once sends fail.
     fn stage(&self, payload: &[u8]) -> Result<Staged, SendError>;
 
     /// Sends a frame referring to `staged`, flagged `DETACHED`; on success
@@ -175,16 +253,38 @@ pub trait Transport: Send + Sync {
     fn tidy(&self) {}
 
     /// Offers the next frame to `accept`; if it returns `false` the frame
-    /// stays (a detached body must then be left in place). Works after the
-    /// peer is gone until every frame it sent was taken. The space of a
-    /// consumed frame may return to the writer only at the next `try_recv`
-    /// or `tidy` (shared memory defers it off the hot path).
+    /// stays (a detached body must then be left in place). Once the peer is
+    /// known gone (see [`Transport::check_liveness`]) it still hands out
+    /// every frame the peer sent, then reports [`Recv::PeerGone`]. The space
+    /// of a consumed frame may return to the writer only at the next
+    /// `try_recv` or `tidy` (shared memory defers it off the hot path).
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError>;
 
-    /// Marks the end closed: later sends fail with `Closed`; receives still drain.
+    /// A descriptor that becomes readable (or hangs up) when the peer's end
+    /// may be gone, for the owner's poller (a team's reactor, in epoll); call
+    /// [`Transport::check_liveness`] when it fires. `None`: the transport
+    /// knows without one (in process), and `check_liveness` says at once.
+    fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// Looks, without waiting, whether the peer's end is gone, and records
+    /// it if so (see [`Liveness::Gone`]). Cheap enough to call on every
+    /// wake-up of `liveness_fd`, not meant for the receive path.
+    fn check_liveness(&self) -> Liveness;
+
+    /// Whether this end knows the peer's end is gone or was closed itself,
+    /// so that a receive will report [`Recv::PeerGone`] once drained: a load,
+    /// no lock, for the polling loop. A `false` may be stale.
+    fn is_peer_gone(&self) -> bool;
+
+    /// Ends this end: later sends (and stages) fail with `Closed`; the peer
+    /// is told, and sees `PeerGone` once it took what we sent; receives here
+    /// drain what had arrived, then report `PeerGone`. Dropping an end closes
+    /// it. Closing twice is harmless.
     fn close(&self);
 
-    /// Whether sends on this end now fail with `Closed`.
-    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
+    /// Whether sends on this end now fail with `Closed`: it was closed, or
+    /// it knows the peer's end is gone.
     fn is_closed(&self) -> bool;
 }

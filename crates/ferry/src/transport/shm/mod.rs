@@ -4,8 +4,12 @@
 //! rings and two payload areas (see [`area`]), one of each per direction,
 //! and hands it with its doorbell to the other team
 //! (the *acceptor*) over the acceptor's Unix socket (SCM_RIGHTS); the acceptor
-//! answers with its own doorbell. The socket then stays open and carries
-//! nothing: its hang-up is how each side learns the other died.
+//! answers with its own doorbell ([`connect`], [`accept`]: the shared-memory
+//! flavor of the bind handshake of the transport contract). The socket then
+//! stays open and carries nothing; each [`ShmEnd`] owns its side, and its
+//! hang-up is how each end learns the other is gone (the end's
+//! `liveness_fd`, which the team's reactor watches; closing an end shuts it
+//! down, which tells the peer).
 //!
 //! Segment layout (`cap` = bytes per ring, a power of two; `area` = bytes
 //! per payload area, a multiple of 4096):
@@ -35,7 +39,7 @@ pub mod area;
 pub mod ring;
 
 use super::doorbell::{Doorbell, DoorbellMemory, DoorbellPage};
-use super::{Body, Detached, Recv, RecvError, SendError, Staged, Transport};
+use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 use crate::error::{Error, Result};
 use crate::id::Addr;
 use crate::id::TeamId;
@@ -44,7 +48,7 @@ use crate::sys::{fdpass, shm::Mapping};
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 use area::{Allocator, Range, PAGE};
 use ring::{Consumer, Producer, RingError, RingMem, RingMemory};
-use rustix::fd::AsFd;
+use rustix::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, AtomicU64 as SharedU64};
 use std::sync::Arc;
@@ -53,8 +57,10 @@ use std::time::Duration;
 const MAGIC: &[u8; 8] = b"FERRYSHM";
 const VERSION: u32 = 3;
 const HEADER_AREA: usize = 4096;
-const HELLO: &[u8; 8] = b"FERRYHI3";
-const WELCOME: &[u8; 8] = b"FERRYOK3";
+/// Magic of a connector's hello (the version is its last byte).
+pub const HELLO: &[u8; 8] = b"FERRYHI3";
+/// Magic of an acceptor's welcome.
+pub const WELCOME: &[u8; 8] = b"FERRYOK3";
 /// Bytes of a hello or welcome: magic, node u16, pad u16, team u32,
 /// incarnation u32, ring bytes u32, area bytes u64.
 const HELLO_LEN: usize = 32;
@@ -96,7 +102,16 @@ pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     rx_unreleased: AtomicBool,
     peer_doorbell: Doorbell<B>,
     max_payload: usize,
+    /// Sends fail, and a receive that finds the ring empty reports
+    /// `PeerGone`: this end was closed, or the peer hung up (`hung_up`).
     closed: AtomicBool,
+    /// The peer's end is gone: `check_liveness` saw its socket hang up.
+    hung_up: AtomicBool,
+    /// `PeerGone` was reported: final, even if a frame still comes.
+    ended: AtomicBool,
+    /// This end's side of the bind socket: carries nothing, kept for its
+    /// hang-up (none for a model's heap rings).
+    socket: Option<UnixStream>,
     /// Where this end stages large payloads (none for a model's heap rings).
     tx_area: Option<TxArea>,
     /// Where the peer stages its large payloads for us.
@@ -216,7 +231,7 @@ impl Drop for Lent {
 }
 
 impl ShmEnd {
-    fn new(segment: Mapping, cap: usize, area: u64, side: Side, peer_doorbell: Doorbell) -> ShmEnd {
+    fn new(segment: Mapping, cap: usize, area: u64, side: Side, peer_doorbell: Doorbell, socket: UnixStream) -> ShmEnd {
         let segment = Arc::new(segment);
         let base = segment.as_ptr();
         // SAFETY: the segment is segment_len(cap, area) bytes (checked at map time),
@@ -249,6 +264,7 @@ impl ShmEnd {
             Side::Acceptor => (area0 + area, area0),
         };
         let mut end = ShmEnd::from_parts(tx, rx, peer_doorbell, Some(segment.clone()));
+        end.socket = Some(socket);
         // SAFETY: both areas lie inside the segment (segment_len(cap, area)
         // bytes, checked at map time).
         let (tx_base, rx_base) = unsafe { (base.add(tx_at as usize), base.add(rx_at as usize)) };
@@ -276,6 +292,9 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             rx_unreleased: AtomicBool::new(false),
             peer_doorbell,
             closed: AtomicBool::new(false),
+            hung_up: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            socket: None,
             tx_area: None,
             rx_area: None,
             releases: Arc::default(),
@@ -321,6 +340,12 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     #[inline(never)]
     fn flush_releases_now(&self) {
         let mut queue = self.releases.queue.lock();
+        if self.closed.load(Ordering::Relaxed) {
+            // Nobody will take them back: the peer is gone or we hung up on it.
+            queue.clear();
+            self.releases.pending.store(false, Ordering::Release);
+            return;
+        }
         let mut sent = 0;
         {
             let mut producer = self.producer.lock();
@@ -470,6 +495,12 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
+        // Read before the ring: a peer that wrote a last frame and then hung
+        // up must not be seen as drained before and gone after.
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.ended.load(Ordering::Relaxed) {
+            return Ok(Recv::PeerGone);
+        }
         let mut bad: Option<RecvError> = None;
         self.flush_releases();
         let mut consumer = self.consumer.lock();
@@ -528,6 +559,10 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
             return Err(e);
         }
         match got {
+            Ok(None) if closed => {
+                self.ended.store(true, Ordering::Relaxed);
+                Ok(Recv::PeerGone)
+            }
             Ok(None) => Ok(Recv::Empty),
             Ok(Some(false)) => Ok(Recv::Kept),
             Ok(Some(true)) => Ok(Recv::Consumed),
@@ -539,8 +574,47 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         }
     }
 
+    fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.socket.as_ref().map(|s| s.as_fd())
+    }
+
+    /// The bind socket carries nothing after the handshake: readable means
+    /// the peer hung up (or, if a byte came, broke the protocol: closed).
+    fn check_liveness(&self) -> Liveness {
+        if self.closed.load(Ordering::Acquire) {
+            return if self.hung_up.load(Ordering::Acquire) { Liveness::Gone } else { Liveness::Closed };
+        }
+        let Some(sock) = &self.socket else { return Liveness::Alive };
+        let mut b = [0u8; 1];
+        match rustix::net::recv(sock.as_fd(), &mut b, rustix::net::RecvFlags::DONTWAIT) {
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Liveness::Alive,
+            Ok((1, _)) => {
+                tracing::warn!("peer wrote on its bind socket; closing the channel");
+                self.close();
+                Liveness::Closed
+            }
+            _ => {
+                self.hung_up.store(true, Ordering::Release);
+                self.closed.store(true, Ordering::Release);
+                // The owner wakes whoever must learn it, once it did what comes
+                // first (the runtime sweeps the dead team's files).
+                Liveness::Gone
+            }
+        }
+    }
+
+    #[inline]
+    fn is_peer_gone(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        if let Some(s) = &self.socket {
+            // Tells the peer (its end sees the hang-up), also while this end
+            // is still referenced (by messages that name its channel).
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 
     fn is_closed(&self) -> bool {
@@ -551,7 +625,9 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 /// Settings both sides of a bind need.
 #[derive(Clone)]
 pub struct BindConfig {
+    /// This team (its hello or welcome names it).
     pub me: TeamId,
+    /// This team's doorbell, handed to the peer.
     pub doorbell: Arc<Doorbell>,
     /// Ring size the connector asks for.
     pub ring_bytes: usize,
@@ -559,6 +635,8 @@ pub struct BindConfig {
     pub max_ring_bytes: usize,
     /// Bytes of each payload area the connector makes (see [`area_for`]).
     pub area_bytes: u64,
+    /// How long the connector waits for the welcome ([`HANDSHAKE_TIMEOUT`]).
+    pub handshake_timeout: Duration,
 }
 
 fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32, area: u64) -> [u8; HELLO_LEN] {
@@ -611,18 +689,26 @@ fn peer_pid(stream: &UnixStream) -> Option<u32> {
     rustix::net::sockopt::socket_peercred(stream).ok().map(|c| c.pid.as_raw_nonzero().get() as u32)
 }
 
-/// Connector side: creates the channel and hands it to the team listening on `stream`.
-pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<ShmEnd> {
+/// Connector side of the bind: creates the channel and hands it to the team
+/// `expect` listening on `stream`, waiting for its welcome at most
+/// `cfg.handshake_timeout`. The end keeps `stream` (for its hang-up).
+pub fn connect(stream: UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<ShmEnd> {
+    connect_with(stream, cfg, expect, HELLO)
+}
+
+/// [`connect`] with the hello's magic given (a test poses as a peer of
+/// another protocol or version).
+pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId, magic: &[u8; 8]) -> Result<ShmEnd> {
     let (cap, area) = (cfg.ring_bytes, cfg.area_bytes);
     assert!(cap.is_power_of_two() && cap >= MIN_RING, "ring_bytes must be a power of two >= {MIN_RING}");
     assert!(area.is_multiple_of(PAGE) && area <= MAX_AREA, "area_bytes must be whole pages, at most {MAX_AREA}");
     let segment = create_segment(cap, area)?;
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(Error::io("socket timeout"))?;
-    let hello = hello_bytes(HELLO, cfg.me, cap as u32, area);
+    stream.set_read_timeout(Some(cfg.handshake_timeout)).map_err(Error::io("socket timeout"))?;
+    let hello = hello_bytes(magic, cfg.me, cap as u32, area);
     fdpass::send(stream.as_fd(), &hello, &[segment.fd().as_fd(), cfg.doorbell.fd().as_fd()])
         .map_err(acceptor_failed(expect))?;
     let mut buf = [0u8; 64];
-    let (n, mut fds) = fdpass::recv(stream, &mut buf).map_err(acceptor_failed(expect))?;
+    let (n, mut fds) = fdpass::recv(&stream, &mut buf).map_err(acceptor_failed(expect))?;
     if n == 0 {
         // Closed without a word: the team exited (or refused us and is logging why).
         return Err(Error::NoSuchTeam(expect));
@@ -638,7 +724,7 @@ pub fn connect(stream: &UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<
         return Err(refused(expect, format!("welcome carried {} descriptors, want 1", fds.len())));
     }
     let peer_doorbell = Doorbell::open(fds.pop().unwrap())?;
-    Ok(ShmEnd::new(segment, cap, area, Side::Connector, peer_doorbell))
+    Ok(ShmEnd::new(segment, cap, area, Side::Connector, peer_doorbell, stream))
 }
 
 /// A fresh channel segment with its header written.
@@ -655,19 +741,37 @@ fn create_segment(cap: usize, area: u64) -> Result<Mapping> {
     Ok(segment)
 }
 
-/// Acceptor side: takes a channel offered on a freshly accepted `stream`,
-/// without waiting: `None` while the connector's hello has not come (call
-/// again when the socket is readable; the caller bounds the wait, see
-/// [`HANDSHAKE_TIMEOUT`]). The hello is one message, so it comes whole.
-/// `is_peer(team, pid)` checks that the process on the other end (its pid, as
-/// the kernel reports it) is the team it claims to be.
-pub fn accept(
-    stream: &UnixStream,
+/// How far an [`accept`] got.
+pub enum Accepted {
+    /// The connector's hello has not come: the connection, to try again
+    /// when it is readable.
+    Waiting(UnixStream),
+    /// Bound: this team's end (it keeps the connection) and the connector.
+    /// (Boxed: the end goes on the heap behind a channel anyway.)
+    Bound(Box<ShmEnd>, TeamId),
+}
+
+/// Acceptor side of the bind: takes a channel offered on a freshly accepted
+/// `stream`, without waiting: [`Accepted::Waiting`] while the connector's
+/// hello has not come (call again when the socket is readable; the caller
+/// bounds the wait, see [`HANDSHAKE_TIMEOUT`]). The hello is one message,
+/// so it comes whole. `is_peer(team, pid)` checks that the process on the
+/// other end (its pid, as the kernel reports it) is the team it claims to
+/// be. A refused connection is closed.
+pub fn accept(stream: UnixStream, cfg: &BindConfig, is_peer: impl Fn(TeamId, u32) -> bool) -> Result<Accepted> {
+    accept_with(stream, cfg, is_peer, WELCOME)
+}
+
+/// [`accept`] with the welcome's magic given (a test poses as a peer of
+/// another protocol or version).
+pub(crate) fn accept_with(
+    stream: UnixStream,
     cfg: &BindConfig,
     is_peer: impl Fn(TeamId, u32) -> bool,
-) -> Result<Option<(ShmEnd, TeamId)>> {
+    welcome_magic: &[u8; 8],
+) -> Result<Accepted> {
     let mut buf = [0u8; 64];
-    let Some((n, mut fds)) = fdpass::try_recv(stream, &mut buf)? else { return Ok(None) };
+    let Some((n, mut fds)) = fdpass::try_recv(&stream, &mut buf)? else { return Ok(Accepted::Waiting(stream)) };
     let Some((peer, cap, area)) = parse_hello(&buf[..n], HELLO) else {
         return Err(refused(TeamId { node: cfg.me.node, team: 0, incarnation: 0 }, format!("bad hello ({n} bytes)")));
     };
@@ -678,7 +782,7 @@ pub fn accept(
     if !area.is_multiple_of(PAGE) || area > MAX_AREA {
         return Err(refused(peer, format!("asked for a {area}-byte payload area")));
     }
-    if peer.node != cfg.me.node || !peer_pid(stream).is_some_and(|pid| is_peer(peer, pid)) {
+    if peer.node != cfg.me.node || !peer_pid(&stream).is_some_and(|pid| is_peer(peer, pid)) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
     if fds.len() != 2 {
@@ -700,15 +804,16 @@ pub fn accept(
         return Err(refused(peer, "sent a segment of another version".into()));
     }
     let peer_doorbell = Doorbell::open(doorbell_fd)?;
-    let welcome = hello_bytes(WELCOME, cfg.me, cap as u32, area);
+    let welcome = hello_bytes(welcome_magic, cfg.me, cap as u32, area);
     // A fresh socket's buffer has room for these 32 bytes: this does not wait.
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.fd().as_fd()])?;
-    Ok(Some((ShmEnd::new(segment, cap, area, Side::Acceptor, peer_doorbell), peer)))
+    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, cap, area, Side::Acceptor, peer_doorbell, stream)), peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite
-/// (`testing::shm_pair`). Checks the sizes as a bind does: the rings are
-/// built on them.
+/// (`testing::shm_pair`): what a bind makes, without the hello (each end
+/// owns one side of a socket pair for its liveness). Checks the sizes as a
+/// bind does: the rings are built on them.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
     if !cap.is_power_of_two() || cap < MIN_RING || !area.is_multiple_of(PAGE) || area > MAX_AREA {
@@ -719,8 +824,9 @@ pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doo
     let other = Mapping::open(fd, segment_len(cap, area))?;
     let da = rustix::io::dup(a.fd()).map_err(|e| Error::io("dup")(e.into()))?;
     let db = rustix::io::dup(b.fd()).map_err(|e| Error::io("dup")(e.into()))?;
+    let (sa, sb) = UnixStream::pair().map_err(Error::io("socketpair"))?;
     Ok((
-        ShmEnd::new(segment, cap, area, Side::Connector, Doorbell::open(db)?),
-        ShmEnd::new(other, cap, area, Side::Acceptor, Doorbell::open(da)?),
+        ShmEnd::new(segment, cap, area, Side::Connector, Doorbell::open(db)?, sa),
+        ShmEnd::new(other, cap, area, Side::Acceptor, Doorbell::open(da)?, sb),
     ))
 }
