@@ -10,6 +10,7 @@
 use super::config::message_cost;
 use super::deadline::LocalTime;
 use super::inbox::{self, Inbox};
+use super::outbox::Outbox;
 use super::payload::Payload;
 use crate::id::{Addr, EndpointId, TeamId};
 use crate::transport::{SendError, Transport};
@@ -105,6 +106,8 @@ pub(crate) struct Channel {
     pub gone: AtomicBool,
     /// Finalized: pending operations failed, removed from the team.
     pub finished: AtomicBool,
+    /// Async sends waiting for room, in order.
+    pub outbox: Outbox,
     /// The bind socket, kept open only so its hang-up tells us the peer died.
     pub socket: Option<UnixStream>,
 }
@@ -166,6 +169,7 @@ impl Channel {
             held: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            outbox: Outbox::default(),
             socket,
         }
     }
@@ -203,6 +207,13 @@ impl Channel {
             || self.backlog_used.load(Ordering::Relaxed)
             || self.held.load(Ordering::Relaxed)
             || self.is_gone()
+            || self.outbox_due()
+    }
+
+    /// Whether sends wait in the outbox and the peer made room since they asked.
+    #[inline]
+    pub fn outbox_due(&self) -> bool {
+        self.outbox.is_used() && !self.transport.wants_space()
     }
 
     pub fn is_gone(&self) -> bool {

@@ -28,9 +28,11 @@ impl TeamInner {
             }
             let Some(mut rx) = ch.rx.try_lock() else { continue };
             ch.flush_backlog();
+            let mut took = false;
             let finished = match self.drain(ch, &mut rx) {
                 Ok(n) => {
-                    did |= n > 0;
+                    took = n > 0;
+                    did |= took;
                     // A gone peer's channel is finished once everything it sent
                     // was taken. `gone` is read first: a peer that writes a last
                     // frame and then dies must not be seen as drained-before
@@ -47,6 +49,10 @@ impl TeamInner {
                 self.settle_gone(ch, &mut rx);
             }
             self.run_direct(rx);
+            // Our waiting sends, once the peer made room (or gave payload ranges back: taken in the drain).
+            if ch.outbox.is_used() && (took || ch.outbox_due()) {
+                did |= self.advance_outbox(ch, false);
+            }
             if finished {
                 self.finish_channel(ch);
             }

@@ -146,7 +146,7 @@ pub(crate) struct TeamInner {
     pub names: NodeNames,
     lease: Mutex<Option<TeamLease>>,
     pub exec: Arc<Executor>,
-    blocking: BlockingPool,
+    pub(super) blocking: BlockingPool,
     pub timers: Timers,
     pub(super) endpoints: Endpoints,
     /// Every channel the progress loop drains, the loop-back first. Read
@@ -245,6 +245,10 @@ impl TeamInner {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
         }
+        for ch in channels.iter() {
+            self.fail_outbox(ch);
+        }
+        self.end_binds();
         self.calls.fail_all(|| Error::Shutdown);
         self.endpoints.close_all();
         self.blocking.close();
