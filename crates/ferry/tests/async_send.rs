@@ -300,7 +300,7 @@ fn an_async_immediate_send_on_a_full_channel_would_block_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (tx, rx) = teams(dir.path(), |b| b);
     let port = rx.open_raw_port().unwrap();
-    let s = tx.raw_sender(port.id());
+    let s = tx.raw_sender(port.id()).with_timeout(PATIENCE);
     let mut next = 0;
     fill(&s, &mut next, 100);
     let filled = next;
@@ -388,7 +388,7 @@ fn dropping_a_waiting_send_withdraws_its_message() {
     let dir = tempfile::tempdir().unwrap();
     let (tx, rx) = teams(dir.path(), |b| b);
     let port = rx.open_raw_port().unwrap();
-    let s = tx.raw_sender(port.id());
+    let s = tx.raw_sender(port.id()).with_timeout(PATIENCE);
     let mut next = 0;
     fill(&s, &mut next, 100);
     drop(s.send_async(&msg(u64::MAX, 100), Checkpoint::OnReceipt));

@@ -79,7 +79,7 @@ impl Binding {
 }
 
 /// A bind handed to a blocking thread. If it never runs (the team left
-/// first), dropping it ends the bind with `Shutdown`.
+/// first, or no thread could start), dropping it ends the bind.
 struct BindJob {
     team: Arc<TeamInner>,
     bind: Option<Arc<Binding>>,
@@ -95,7 +95,11 @@ impl BindJob {
 impl Drop for BindJob {
     fn drop(&mut self) {
         if let Some(bind) = self.bind.take() {
-            let _ = self.team.end_bind(&bind, Err(Error::Shutdown));
+            let e = match self.team.is_shut_down() {
+                true => Error::Shutdown,
+                false => Error::Refused("no blocking thread to bind on".into()),
+            };
+            let _ = self.team.end_bind(&bind, Err(e));
         }
     }
 }
