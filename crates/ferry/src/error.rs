@@ -98,6 +98,34 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The same error again, for each of several waiters on one outcome (a
+    /// bind): I/O errors are not `Clone`, so one is remade from its kind and text.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::PeerGone { peer } => Error::PeerGone { peer: *peer },
+            Error::WouldBlock { to } => Error::WouldBlock { to: *to },
+            Error::DeadlineExceeded => Error::DeadlineExceeded,
+            Error::Cancelled => Error::Cancelled,
+            Error::NoSuchEndpoint(e) => Error::NoSuchEndpoint(*e),
+            Error::NoSuchTeam(t) => Error::NoSuchTeam(*t),
+            Error::NameNotFound(n) => Error::NameNotFound(n.clone()),
+            Error::NameTaken { name, owner } => Error::NameTaken { name: name.clone(), owner: *owner },
+            Error::InvalidName(n) => Error::InvalidName(n.clone()),
+            Error::TooLarge { len, max } => Error::TooLarge { len: *len, max: *max },
+            Error::Codec(s) => Error::Codec(s.clone()),
+            Error::Protocol { peer, what } => Error::Protocol { peer: *peer, what: what.clone() },
+            Error::Refused(s) => Error::Refused(s.clone()),
+            Error::Panicked(s) => Error::Panicked(s.clone()),
+            Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
+            Error::Shutdown => Error::Shutdown,
+            Error::Io { context, source } => {
+                Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
+            }
+        }
+    }
+}
+
 impl From<rustix::io::Errno> for Error {
     fn from(e: rustix::io::Errno) -> Self {
         Error::Io { context: "system call", source: e.into() }

@@ -166,15 +166,21 @@ fn raw_messages_round_trip(p: Placement) {
     }
 }
 
-/// `Immediate` completes with nobody receiving; the message then waits in the port.
+/// `Immediate` completes with nobody receiving; the message then waits in
+/// the port. (The first async send to another team waits for the bind,
+/// which is not made on the caller's thread; later ones are ready at once.)
 fn immediate_completes_without_a_receiver(p: Placement) {
     let dir = tempfile::tempdir().unwrap();
     let (tx, rx) = teams(p, dir.path(), defaults);
     let port = rx.open_port::<u32>().unwrap();
-    let mut d = tx.raw_sender(port.id()).send_async(&codec::encode(&7u32).unwrap(), Checkpoint::Immediate);
+    let s = tx.raw_sender(port.id());
+    let first = s.send_async(&codec::encode(&7u32).unwrap(), Checkpoint::Immediate);
+    assert_eq!(within(&tx, PATIENCE, first).unwrap(), Vec::<u8>::new());
+    let mut d = s.send_async(&codec::encode(&8u32).unwrap(), Checkpoint::Immediate);
     assert!(matches!(poll_once(Pin::new(&mut d)), Poll::Ready(Ok(ref v)) if v.is_empty()));
-    wait_until("the message is in the port", || port.len() == 1);
+    wait_until("the messages are in the port", || port.len() == 2);
     assert_eq!(port.recv_timeout(PATIENCE).unwrap().value, 7);
+    assert_eq!(port.recv_timeout(PATIENCE).unwrap().value, 8);
 }
 
 /// `OnReceipt` completes once the receiving runtime put the message into the port.

@@ -25,6 +25,7 @@
 //! | `doorbell` | the last poller leaving rings for a frame a sender saw it poll for | 3 preemptions |
 //! | `wait_space` | a writer waiting for space is woken when the reader frees it | exhaustive |
 //! | `wait_space` | with two writers, one's success does not erase the other's wait | 3 preemptions |
+//! | `wait_space` | the progress loop sends a frame queued in an outbox once the reader frees space | exhaustive |
 //! | `executor` (in `runtime::executor`) | `push` wakes a processor going to sleep | exhaustive |
 //! loom treats SeqCst loads, stores and RMWs as Acquire/Release, so every
 //! store → load (Dekker) step of the real code needs its `fence(SeqCst)`:

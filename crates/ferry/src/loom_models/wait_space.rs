@@ -1,5 +1,7 @@
 //! Waiting for ring space: a writer finds the ring full, asks to be woken
 //! (`want_space`), retries, parks; the reader frees space and wakes it.
+//! And the same for a frame an async send left in the channel's outbox,
+//! which the progress loop sends once the request was taken.
 
 use super::{check, frame, pair, Pair};
 use crate::transport::{Recv, SendError, Transport};
@@ -37,6 +39,38 @@ fn send_waiting(p: &Pair, id: u64) {
             break;
         }
         bell.park(ticket, Duration::from_secs(1));
+    }
+    bell.leave_polling();
+}
+
+/// Team A's progress loop with frame `id` queued by an async send (see
+/// `runtime/outbox.rs`): the send found the ring full, asked for space and
+/// tried once more; the loop tries again only once the request was taken
+/// (`wants_space` false: `Channel::outbox_due`), at a turn or at the last
+/// look before parking (`Idle::step`), asking again before each retry.
+fn progress_loop_sends_queued(p: &Pair, id: u64) {
+    let (a, bell) = (&p.a, &p.bell_a);
+    let flush = || match a.try_send(&frame(id), &[id as u8]) {
+        Ok(()) => true,
+        Err(_) => {
+            a.want_space();
+            a.try_send(&frame(id), &[id as u8]).is_ok()
+        }
+    };
+    bell.enter_polling();
+    a.want_space();
+    if a.try_send(&frame(id), &[id as u8]).is_err() {
+        loop {
+            if !a.wants_space() && flush() {
+                break;
+            }
+            let ticket = bell.prepare_park();
+            if !a.wants_space() && flush() {
+                bell.cancel_park();
+                break;
+            }
+            bell.park(ticket, Duration::from_secs(1));
+        }
     }
     bell.leave_polling();
 }
@@ -103,5 +137,21 @@ fn loom_wait_space_two_writers_neither_loses_its_wake_up() {
         let mut last = [take_one(&p), take_one(&p)];
         last.sort();
         assert_eq!(last, [n, n + 1]);
+    });
+}
+
+/// A frame waiting in the outbox goes out once the reader frees space: the
+/// progress loop that looks only after its request was taken never sleeps
+/// through the reader's wake-up.
+#[test]
+fn loom_wait_space_progress_loop_sends_a_queued_frame() {
+    check(None, || {
+        let p = Arc::new(pair(CAP));
+        let n = fill(&p);
+        let w = p.clone();
+        let progress = thread::spawn(move || progress_loop_sends_queued(&w, n));
+        assert_eq!(take_one(&p), 0);
+        progress.join().unwrap();
+        drain(&p, 1, n + 1);
     });
 }

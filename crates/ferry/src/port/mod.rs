@@ -11,9 +11,10 @@ use crate::runtime::channel::Channel;
 use crate::runtime::channel::Incoming;
 use crate::runtime::payload::Payload;
 use crate::runtime::EndpointInbox as Inbox;
-use crate::runtime::{idle, Delivery, Team, TeamInner};
+use crate::runtime::{idle, Delivery, Route, Team, TeamInner};
 use crate::wire::{codec, Checkpoint, Header, Kind, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
+use std::borrow::Cow;
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -367,19 +368,42 @@ impl RawSender {
     /// Sends now; the returned future resolves at `checkpoint` (for
     /// `OnReturn`, to the reply). An `Immediate` send on a full channel
     /// fails with `WouldBlock`.
+    ///
+    /// Never waits on this thread: a message that finds its channel full
+    /// waits in the future (copied, unless it is large and was staged out
+    /// of band already) and goes out once the receiver makes room, bounded
+    /// by the sender's deadline; so does the bind on the first send to a
+    /// team (made on one of the team's blocking threads). Messages go out
+    /// in order: while async sends wait on a channel, later sends on it go
+    /// behind them (an `Immediate` one fails with `WouldBlock` unless they
+    /// go out first). Dropping the future before its message went out
+    /// withdraws it (see [`Delivery`]). The team's processors (or a thread
+    /// in a blocking call) move waiting messages on: with `processors(0)`
+    /// and no such thread, they wait.
     pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
+        self.start(Cow::Borrowed(bytes), checkpoint, false)
+    }
+
+    /// Starts a send. `blocking` (for a blocking call, which waits anyway):
+    /// waits for room, and binds, on this thread; else never waits.
+    pub(crate) fn start(&self, bytes: Cow<'_, [u8]>, checkpoint: Checkpoint, blocking: bool) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.and_then(crate::runtime::deadline_after);
-        match self.channel.get() {
-            Some(ch) if !ch.is_gone() => self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline),
-            // First use, or the channel died: the team finds (or binds) the current one.
-            _ => match self.team.channel_to(self.to.team_id()) {
-                Ok(ch) => {
-                    let _ = self.channel.set(ch.clone());
-                    self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline)
-                }
-                Err(e) => Delivery::failed(e),
-            },
+        if let Some(ch) = self.channel.get().filter(|c| !c.is_gone()) {
+            return self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline, blocking);
+        }
+        // First use, or the channel died: the team finds (or binds) the current one.
+        let route = match blocking {
+            true => self.team.channel_to(self.to.team_id()).map(Route::Ready),
+            false => self.team.route_async(self.to.team_id()),
+        };
+        match route {
+            Ok(Route::Ready(ch)) => {
+                let _ = self.channel.set(ch.clone());
+                self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking)
+            }
+            Ok(Route::Binding(bind)) => self.team.send_when_bound(&bind, src, self.to, bytes, checkpoint, deadline),
+            Err(e) => Delivery::failed(e),
         }
     }
 
@@ -391,7 +415,7 @@ impl RawSender {
                 return self.team.send_immediate(ch, h, bytes).map(|()| Vec::new());
             }
         }
-        let mut d = self.send_async(bytes, checkpoint);
+        let mut d = self.start(Cow::Borrowed(bytes), checkpoint, true);
         match d.take_ready() {
             Some(r) => r,
             None => idle::block_on(&self.team, d),
@@ -513,9 +537,9 @@ impl<T: Serialize> Sender<T> {
         self.raw.send(&codec::encode(value)?, checkpoint).map(drop)
     }
 
-    /// Sends now; the future resolves at `checkpoint`.
+    /// Sends now; the future resolves at `checkpoint` (see [`RawSender::send_async`]).
     pub fn send_async(&self, value: &T, checkpoint: Checkpoint) -> impl Future<Output = Result<()>> {
-        let d = codec::encode(value).map(|b| self.raw.send_async(&b, checkpoint));
+        let d = codec::encode(value).map(|b| self.raw.start(Cow::Owned(b), checkpoint, false));
         async move { d?.await.map(drop) }
     }
 
@@ -526,7 +550,7 @@ impl<T: Serialize> Sender<T> {
 
     /// `OnReturn` send; the future resolves to the decoded reply.
     pub fn call_async<R: DeserializeOwned>(&self, value: &T) -> impl Future<Output = Result<R>> {
-        let d = codec::encode(value).map(|b| self.raw.send_async(&b, Checkpoint::OnReturn));
+        let d = codec::encode(value).map(|b| self.raw.start(Cow::Owned(b), Checkpoint::OnReturn, false));
         async move { codec::decode(&d?.await?) }
     }
 }

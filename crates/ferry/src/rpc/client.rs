@@ -10,6 +10,7 @@ use crate::runtime::{idle, Delivery, Team, TeamInner};
 use crate::wire::{codec, Checkpoint};
 use parking_lot::Mutex;
 use serde::{de::DeserializeOwned, Serialize};
+use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -104,6 +105,16 @@ impl Client {
         method: u32,
         args: &A,
     ) -> CallFuture<R, E> {
+        self.start_call(method, args, false)
+    }
+
+    /// Starts a call; `blocking` (for `call_blocking`): waits for room on this thread.
+    fn start_call<A: Serialize, R: DeserializeOwned, E: DeserializeOwned>(
+        &self,
+        method: u32,
+        args: &A,
+        blocking: bool,
+    ) -> CallFuture<R, E> {
         thread_local! {
             /// Where requests are encoded: the ring takes a copy, so one buffer serves every call.
             static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
@@ -115,7 +126,7 @@ impl Client {
             return CallFuture::failed(e.into());
         }
         let t = cost::record(Side::Client, Stage::Encode, t);
-        let delivery = self.sender.send_async(&payload, Checkpoint::OnReturn);
+        let delivery = self.sender.start(Cow::Borrowed(&payload), Checkpoint::OnReturn, blocking);
         SCRATCH.set(payload);
         let t = cost::record(Side::Client, Stage::Send, t);
         CallFuture { team: Some(self.team.clone()), delivery: Some(delivery), failed: None, since: t, _r: PhantomData }
@@ -127,7 +138,7 @@ impl Client {
         method: u32,
         args: &A,
     ) -> Result<R, RpcError<E>> {
-        let fut = self.call(method, args);
+        let fut = self.start_call(method, args, true);
         idle::block_on(&self.team, fut)
     }
 

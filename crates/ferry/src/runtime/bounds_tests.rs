@@ -335,7 +335,7 @@ fn data_waits_behind_backlogged_control_frames() {
 /// waiting for the other to read (control frames go first, so a team that
 /// reads the other's ring gets its answers before anything needing one).
 /// No processors, receivers that only poll: a team reads its rings only
-/// while its flooding thread waits for room, the worst case for backlogs.
+/// while its flooding thread waits, the worst case for backlogs.
 #[test]
 fn two_teams_flooding_each_other_both_finish() {
     let dir = tempfile::tempdir().unwrap();
@@ -367,13 +367,17 @@ fn two_teams_flooding_each_other_both_finish() {
         let s = from.raw_sender(to);
         let (team, max_backlog, done) = (from.clone(), max_backlog.clone(), done.clone());
         std::thread::spawn(move || {
-            for i in 0..N {
-                // Not awaited: the acks pile up at the sender's peer.
-                drop(s.send_async(&[7; 100], Checkpoint::OnReceipt));
-                if i % 64 == 0 {
-                    max_backlog.fetch_max(channel_to(&team, peer).backlog_len(), Ordering::Relaxed);
+            // All sent before any is awaited (what finds no room waits in
+            // the outbox), so the acks pile up at the sender's peer.
+            let sends: Vec<_> = (0..N).map(|_| s.send_async(&[7; 100], Checkpoint::OnReceipt)).collect();
+            team.block_on(async {
+                for (i, d) in sends.into_iter().enumerate() {
+                    if i % 64 == 0 {
+                        max_backlog.fetch_max(channel_to(&team, peer).backlog_len(), Ordering::Relaxed);
+                    }
+                    d.await.unwrap();
                 }
-            }
+            });
             // Keep reading (the only thread that does) until both have everything.
             while !done.load(Ordering::Relaxed) {
                 team.block_on(team.sleep(Duration::from_millis(10)));

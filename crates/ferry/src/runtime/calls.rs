@@ -24,12 +24,28 @@ const EARLY_CANCELS: usize = 1024;
 
 /// A pending send waiting for its checkpoint (an ack, a reply or a nack).
 pub(crate) struct Completion {
-    /// The channel the send went out on (see [`Channel::key`]): only it may answer.
-    channel: u64,
+    /// The channel the send went out on (see [`Channel::key`]): only it may
+    /// answer. 0 (no channel) while the send waits for its channel's bind.
+    channel: AtomicU64,
     state: Mutex<(Option<Result<Payload>>, Option<Waker>)>,
 }
 
 impl Completion {
+    /// A completion no answer finishes (an `Immediate` send waiting for its
+    /// channel's bind: the sender finishes it once the message is written).
+    pub fn detached() -> Arc<Completion> {
+        Arc::new(Completion { channel: AtomicU64::new(0), state: Mutex::new((None, None)) })
+    }
+
+    /// The send goes out on the channel `key` (it waited for the bind).
+    pub fn bind(&self, key: u64) {
+        self.channel.store(key, Ordering::Relaxed);
+    }
+
+    fn on(&self, key: u64) -> bool {
+        self.channel.load(Ordering::Relaxed) == key
+    }
+
     pub fn finish(&self, r: Result<Payload>) {
         let mut s = self.state.lock();
         if s.0.is_none() {
@@ -64,10 +80,12 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
-    /// Registers a send on `ch` that waits for an answer; returns its call id.
-    pub fn start(&self, ch: &Channel) -> (u64, Arc<Completion>) {
+    /// Registers a send on `ch` (`None`: a channel still being bound, see
+    /// [`Completion::bind`]) that waits for an answer; returns its call id.
+    pub fn start(&self, ch: Option<&Channel>) -> (u64, Arc<Completion>) {
         let id = self.next_call.fetch_add(1, Ordering::Relaxed) + 1;
-        let completion = Arc::new(Completion { channel: ch.key(), state: Mutex::new((None, None)) });
+        let key = AtomicU64::new(ch.map_or(0, Channel::key));
+        let completion = Arc::new(Completion { channel: key, state: Mutex::new((None, None)) });
         self.pending.lock().insert(id, completion.clone());
         (id, completion)
     }
@@ -81,7 +99,7 @@ impl Calls {
     /// channel may answer it).
     pub fn take_answered(&self, ch: &Channel, id: u64) -> Option<Arc<Completion>> {
         let mut pending = self.pending.lock();
-        pending.get(&id).filter(|c| c.channel == ch.key())?;
+        pending.get(&id).filter(|c| c.on(ch.key()))?;
         pending.remove(&id)
     }
 
@@ -89,7 +107,7 @@ impl Calls {
     pub fn fail_channel(&self, ch: &Channel, err: impl Fn() -> crate::Error) {
         let failed: Vec<_> = {
             let mut pending = self.pending.lock();
-            let ids: Vec<u64> = pending.iter().filter(|(_, c)| c.channel == ch.key()).map(|(id, _)| *id).collect();
+            let ids: Vec<u64> = pending.iter().filter(|(_, c)| c.on(ch.key())).map(|(id, _)| *id).collect();
             ids.into_iter().filter_map(|id| pending.remove(&id)).collect()
         };
         for c in failed {
@@ -261,7 +279,7 @@ mod tests {
         let doorbell = Arc::new(Doorbell::create().unwrap());
         let calls = Calls::default();
         let (a, b) = (channel(&doorbell), channel(&doorbell));
-        let (id, _c) = calls.start(&a);
+        let (id, _c) = calls.start(Some(&a));
         assert!(calls.take_answered(&b, id).is_none());
         assert!(calls.take_answered(&a, id).is_some());
         assert!(calls.take_answered(&a, id).is_none(), "answered once");

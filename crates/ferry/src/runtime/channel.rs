@@ -11,6 +11,7 @@
 use super::config::message_cost;
 use super::deadline::LocalTime;
 use super::inbox::{self, Inbox};
+use super::outbox::Outbox;
 use super::payload::Payload;
 use crate::id::{Addr, EndpointId, TeamId};
 use crate::transport::{SendError, Transport};
@@ -103,6 +104,8 @@ pub(crate) struct Channel {
     pub held: AtomicBool,
     /// Finalized: pending operations failed, removed from the team.
     pub finished: AtomicBool,
+    /// Async sends waiting for room, in order.
+    pub outbox: Outbox,
 }
 
 #[derive(Default)]
@@ -161,6 +164,7 @@ impl Channel {
             backlog_used: AtomicBool::new(false),
             held: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            outbox: Outbox::default(),
         }
     }
 
@@ -198,6 +202,13 @@ impl Channel {
             || self.backlog_used.load(Ordering::Relaxed)
             || self.held.load(Ordering::Relaxed)
             || self.transport.is_peer_gone()
+            || self.outbox_due()
+    }
+
+    /// Whether sends wait in the outbox and the peer made room since they asked.
+    #[inline]
+    pub fn outbox_due(&self) -> bool {
+        self.outbox.is_used() && !self.transport.wants_space()
     }
 
     /// Whether sends on this channel fail: its peer is known gone, or it was closed.

@@ -2,7 +2,9 @@
 
 use super::calls::Completion;
 use super::channel::Channel;
+use super::outbox::Queued;
 use super::payload::Payload;
+use super::peers::Binding;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::wire::Header;
@@ -13,9 +15,14 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// A send on its way to its checkpoint. Resolves to the reply for
-/// `OnReturn`, to an empty vector for the other checkpoints. Dropping it
-/// stops waiting (the message itself is already sent); for `OnReturn` it
-/// also tells the receiver the call is cancelled.
+/// `OnReturn`, to an empty vector for the other checkpoints.
+///
+/// An async send never waits on its caller's thread: one that finds its
+/// channel full, or not bound yet, keeps its message here (in the channel's
+/// outbox, see `send_async`) and goes out, in order, once there is room.
+/// Dropping it stops waiting: a message still waiting for room or for the
+/// bind is then not sent; one already sent stays sent, and for `OnReturn`
+/// the receiver is told the call is cancelled.
 pub struct Delivery {
     state: DeliveryState,
     deadline: Option<Instant>,
@@ -30,9 +37,19 @@ enum DeliveryState {
 
 pub(super) struct Waiting {
     pub team: Arc<TeamInner>,
-    pub channel: Arc<Channel>,
     pub header: Header,
     pub completion: Arc<Completion>,
+    pub on: On,
+}
+
+/// Where the message of a waiting send is.
+pub(super) enum On {
+    /// Sent on this channel.
+    Sent(Arc<Channel>),
+    /// Waiting for room in this channel's outbox.
+    Queued(Arc<Channel>, Arc<Queued>),
+    /// Waiting for the channel this bind makes.
+    Binding(Arc<Binding>, Arc<Queued>),
 }
 
 impl Delivery {
@@ -68,11 +85,12 @@ impl Future for Delivery {
 impl Delivery {
     /// `poll` without turning a small reply into a `Vec` (RPC decodes it in place).
     pub(crate) fn poll_payload(&mut self, cx: &mut Context<'_>) -> Poll<Result<Payload>> {
-        let w = match std::mem::replace(&mut self.state, DeliveryState::Done) {
+        let mut w = match std::mem::replace(&mut self.state, DeliveryState::Done) {
             DeliveryState::Ready(r) => return Poll::Ready(r),
             DeliveryState::Done => return Poll::Ready(Err(Error::Cancelled)),
             DeliveryState::Waiting(w) => w,
         };
+        w.move_on(cx);
         if let Poll::Ready(r) = w.completion.poll_done(cx) {
             if let Some(t) = self.timer.take() {
                 w.team.timers.cancel(t);
@@ -81,8 +99,7 @@ impl Delivery {
         }
         if let Some(at) = self.deadline {
             if Instant::now() >= at {
-                w.team.calls.forget(w.header.call_id);
-                w.cancel_remote();
+                w.give_up();
                 return Poll::Ready(Err(Error::DeadlineExceeded));
             }
             self.timer = Some(w.team.register_timer(self.timer, at, cx.waker()));
@@ -93,16 +110,53 @@ impl Delivery {
 }
 
 impl Waiting {
-    fn cancel_remote(&self) {
-        self.team.cancel(&self.channel, &self.header);
+    /// A message still waiting for room tries to go out (and any waiting
+    /// before it on its channel); then its waker is left to be woken when
+    /// that may work.
+    fn move_on(&mut self, cx: &mut Context<'_>) {
+        if let On::Binding(bind, q) = &self.on {
+            match bind.channel() {
+                Some(ch) => self.on = On::Queued(ch, q.clone()),
+                None => q.set_waker(cx.waker()),
+            }
+        }
+        if let On::Queued(ch, q) = &self.on {
+            if q.is_waiting() {
+                // Registered first: a wake while it tries is not lost.
+                q.set_waker(cx.waker());
+                self.team.advance_outbox(ch, true);
+            }
+            if !q.is_waiting() {
+                self.on = On::Sent(ch.clone());
+            }
+        }
+    }
+
+    /// Stops waiting: a message not sent yet never will be; the receiver of
+    /// a sent `OnReturn` call is told.
+    fn give_up(&self) {
+        self.team.calls.forget(self.header.call_id);
+        let sent_on = match &self.on {
+            On::Sent(ch) => Some(ch.clone()),
+            On::Queued(ch, q) => (!q.withdraw()).then(|| ch.clone()),
+            On::Binding(bind, q) => {
+                if q.withdraw() {
+                    None
+                } else {
+                    bind.channel()
+                }
+            }
+        };
+        if let Some(ch) = sent_on {
+            self.team.cancel(&ch, &self.header);
+        }
     }
 }
 
 impl Drop for Delivery {
     fn drop(&mut self) {
         if let DeliveryState::Waiting(w) = &self.state {
-            w.team.calls.forget(w.header.call_id);
-            w.cancel_remote();
+            w.give_up();
             if let Some(t) = self.timer {
                 w.team.timers.cancel(t);
             }

@@ -37,9 +37,11 @@ impl TeamInner {
             }
             let Some(mut rx) = ch.rx.try_lock() else { continue };
             ch.flush_backlog();
+            let mut took = false;
             let finished = match self.drain(ch, &mut rx) {
                 Ok(d) => {
-                    did |= d.taken > 0;
+                    took = d.taken > 0;
+                    did |= took;
                     // A gone peer's channel is finished once everything it sent
                     // was taken: the transport says so with `PeerGone`.
                     d.peer_gone && !ch.finished.load(Ordering::Acquire)
@@ -54,6 +56,10 @@ impl TeamInner {
                 self.settle_gone(ch, &mut rx);
             }
             self.run_direct(rx);
+            // Our waiting sends, once the peer made room (or gave payload ranges back: taken in the drain).
+            if ch.outbox.is_used() && (took || ch.outbox_due()) {
+                did |= self.advance_outbox(ch, false);
+            }
             if finished {
                 self.finish_channel(ch);
             }

@@ -18,12 +18,14 @@
 //! | `peers` | the channel to each peer team: bind, reclaim |
 //! | `send` | one message onto a channel; acks, replies, nacks |
 //! | `dispatch` | the progress loop's receive path |
+//! | `outbox` | async sends waiting for room, sent in order |
 //! | `channel`, `channel_list`, `inbox`, `payload` | the data structures they share |
 //! | `idle`, `executor`, `timer`, `sleep`, `reactor` | threads, tasks, time, sockets |
 //! | `blocking` | the pool of threads for blocking jobs (`spawn_blocking`) |
 //!
 //! Lock order (a thread holding one may take those after it, never before):
-//! `peers.connecting` → channel `rx` → channel `backlog` → channel `tx` →
+//! `peers.binding` → a bind's state → channel `rx` → outbox `flushing` →
+//! outbox queue → a queued send's slot → channel `backlog` → channel `tx` →
 //! inbox state → `calls.cancels` → `calls.early_cancels`; `calls.pending`,
 //! `peers.map`, the endpoint table and the channel list are leaves. (The
 //! reactor holds a channel's `rx` while it records the peer's hang-up and
@@ -43,6 +45,7 @@ mod endpoints;
 mod executor;
 pub(crate) mod idle;
 pub(crate) mod inbox;
+mod outbox;
 pub(crate) mod payload;
 mod peers;
 mod reactor;
@@ -59,6 +62,7 @@ pub use delivery::Delivery;
 pub(crate) use endpoints::EndpointInbox;
 pub(crate) use executor::{panic_message, CatchUnwind};
 pub use executor::{AbortHandle, JoinHandle};
+pub(crate) use peers::Route;
 pub use sleep::Sleep;
 pub use team::Team;
 pub(crate) use team::TeamInner;

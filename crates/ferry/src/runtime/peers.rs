@@ -2,6 +2,8 @@
 //! reclaimed when the peer is gone.
 
 use super::channel::Channel;
+use super::idle;
+use super::outbox::Queued;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::id::TeamId;
@@ -11,14 +13,103 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 #[derive(Default)]
 pub(crate) struct Peers {
     /// The channel used to send to each peer team.
     map: Mutex<HashMap<u32, Arc<Channel>>>,
-    /// Held while binding, so two threads never bind to one peer at once.
-    connecting: Mutex<()>,
+    /// Binds in progress, one per peer team: later callers wait for it
+    /// (async sends queue in it) rather than bind again.
+    binding: Mutex<HashMap<TeamId, Arc<Binding>>>,
+}
+
+/// A bind to one peer team, in progress or just done.
+pub(crate) struct Binding {
+    team: TeamId,
+    state: Mutex<BindState>,
+}
+
+#[derive(Default)]
+struct BindState {
+    /// The outcome, once known.
+    result: Option<Result<Arc<Channel>>>,
+    /// Async sends made meanwhile, in order: the first on the channel.
+    queue: Vec<Arc<Queued>>,
+    /// Blocking callers waiting for the outcome.
+    wakers: Vec<Waker>,
+}
+
+impl Binding {
+    /// The channel, once bound.
+    pub fn channel(&self) -> Option<Arc<Channel>> {
+        match &self.state.lock().result {
+            Some(Ok(ch)) => Some(ch.clone()),
+            _ => None,
+        }
+    }
+
+    /// Queues the send `make` makes, to go out first once the channel is
+    /// bound (`None`); or, if the bind is over, its outcome.
+    pub fn join(&self, make: impl FnOnce() -> Arc<Queued>) -> Option<Result<Arc<Channel>>> {
+        let mut s = self.state.lock();
+        match &s.result {
+            Some(r) => Some(r.as_ref().cloned().map_err(Error::duplicate)),
+            None => {
+                s.queue.push(make());
+                None
+            }
+        }
+    }
+
+    fn poll(&self, cx: Option<&mut Context<'_>>) -> Poll<Result<Arc<Channel>>> {
+        let mut s = self.state.lock();
+        match (&s.result, cx) {
+            (Some(r), _) => Poll::Ready(r.as_ref().cloned().map_err(Error::duplicate)),
+            (None, Some(cx)) => {
+                if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    s.wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            (None, None) => Poll::Pending,
+        }
+    }
+}
+
+/// A bind handed to a blocking thread. If it never runs (the team left
+/// first, or no thread could start), dropping it ends the bind.
+struct BindJob {
+    team: Arc<TeamInner>,
+    bind: Option<Arc<Binding>>,
+}
+
+impl BindJob {
+    fn run(mut self) {
+        let bind = self.bind.take().expect("runs once");
+        let _ = self.team.bind(&bind);
+    }
+}
+
+impl Drop for BindJob {
+    fn drop(&mut self) {
+        if let Some(bind) = self.bind.take() {
+            let e = match self.team.is_shut_down() {
+                true => Error::Shutdown,
+                false => Error::Refused("no blocking thread to bind on".into()),
+            };
+            let _ = self.team.end_bind(&bind, Err(e));
+        }
+    }
+}
+
+/// Where sends to a peer team go.
+pub(crate) enum Route {
+    /// Its channel.
+    Ready(Arc<Channel>),
+    /// The bind making its channel.
+    Binding(Arc<Binding>),
 }
 
 impl Peers {
@@ -59,32 +150,125 @@ impl Peers {
 }
 
 impl TeamInner {
-    /// The channel to `team`, binding one if there is none yet.
+    /// The channel to `team`, binding one on this thread if there is none
+    /// yet (or waiting, driving the team, for a bind in progress).
     pub fn channel_to(&self, team: TeamId) -> Result<Arc<Channel>> {
+        match self.find_route(team)? {
+            (Route::Ready(ch), _) => Ok(ch),
+            (Route::Binding(bind), true) => self.bind(&bind),
+            (Route::Binding(bind), false) => idle::wait_until(self, |cx| bind.poll(cx)),
+        }
+    }
+
+    /// Where sends to `team` go, never waiting: a bind it needs runs on a
+    /// blocking thread, and the sends made meanwhile wait in it.
+    pub fn route_async(self: &Arc<Self>, team: TeamId) -> Result<Route> {
+        let (route, mine) = self.find_route(team)?;
+        if let (Route::Binding(bind), true) = (&route, mine) {
+            let job = BindJob { team: self.clone(), bind: Some(bind.clone()) };
+            drop(self.blocking.spawn(move || job.run()));
+        }
+        Ok(route)
+    }
+
+    /// The channel to `team`, or the bind making it; `true` if that bind is
+    /// new, for the caller to run.
+    fn find_route(&self, team: TeamId) -> Result<(Route, bool)> {
         if self.is_shut_down() {
             return Err(Error::Shutdown);
         }
         if team == self.id {
-            return Ok(self.loopback.clone());
+            return Ok((Route::Ready(self.loopback.clone()), false));
         }
         if team.node != self.id.node {
             return Err(Error::NoSuchTeam(team));
         }
         if let Some(ch) = self.peers.live(team)? {
-            return Ok(ch);
+            return Ok((Route::Ready(ch), false));
         }
-        let _one_at_a_time = self.peers.connecting.lock();
+        let mut binding = self.peers.binding.lock();
+        // Looked at again: a bind may have ended since.
         if let Some(ch) = self.peers.live(team)? {
-            return Ok(ch);
+            return Ok((Route::Ready(ch), false));
+        }
+        if let Some(bind) = binding.get(&team) {
+            return Ok((Route::Binding(bind.clone()), false));
+        }
+        let bind = Arc::new(Binding { team, state: Mutex::new(BindState::default()) });
+        binding.insert(team, bind.clone());
+        Ok((Route::Binding(bind), true))
+    }
+
+    /// Runs a bind: connects and handshakes (blocking, up to the handshake
+    /// timeout), then publishes the channel with the sends that waited.
+    fn bind(&self, bind: &Arc<Binding>) -> Result<Arc<Channel>> {
+        let r = self.connect(bind.team);
+        self.end_bind(bind, r)
+    }
+
+    fn connect(&self, team: TeamId) -> Result<Arc<Channel>> {
+        if self.is_shut_down() {
+            return Err(Error::Shutdown);
         }
         let path = self.names.dir().team_socket(team.team);
         let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|_| Error::NoSuchTeam(team))?;
         // A team that exits while we bind resets or closes the socket: it is gone.
         let end = shm::connect(stream, &self.bind_config(), team)?;
-        let ch = Arc::new(Channel::new(team, Box::new(end)));
-        self.add_channel(ch.clone());
         tracing::debug!(me = %self.id, peer = %team, "bound shared-memory channel");
-        Ok(ch)
+        Ok(Arc::new(Channel::new(team, Box::new(end))))
+    }
+
+    /// Ends a bind with its outcome. The sends that waited for it join the
+    /// channel's outbox before anyone else can find the channel (so no
+    /// later send overtakes them), and are sent as far as there is room.
+    fn end_bind(&self, bind: &Arc<Binding>, r: Result<Arc<Channel>>) -> Result<Arc<Channel>> {
+        let (queue, wakers) = {
+            let mut s = bind.state.lock();
+            if let Some(ended) = &s.result {
+                // Ended by the team's shutdown meanwhile.
+                return ended.as_ref().cloned().map_err(Error::duplicate);
+            }
+            let queue = std::mem::take(&mut s.queue);
+            if let Ok(ch) = &r {
+                for q in &queue {
+                    q.completion.bind(ch.key());
+                    ch.outbox.push(q.clone());
+                }
+            }
+            s.result = Some(r.as_ref().cloned().map_err(Error::duplicate));
+            (queue, std::mem::take(&mut s.wakers))
+        };
+        if let Ok(ch) = &r {
+            self.add_channel(ch.clone());
+        }
+        {
+            let mut binding = self.peers.binding.lock();
+            if binding.get(&bind.team).is_some_and(|b| Arc::ptr_eq(b, bind)) {
+                binding.remove(&bind.team);
+            }
+        }
+        for w in wakers {
+            w.wake();
+        }
+        match &r {
+            Ok(ch) => {
+                self.advance_outbox(ch, true);
+            }
+            Err(e) => {
+                for q in queue {
+                    q.fail(self, e.duplicate());
+                }
+            }
+        }
+        r
+    }
+
+    /// At shutdown: binds in progress end with `Shutdown` (what they finish later is dropped).
+    pub(super) fn end_binds(&self) {
+        let binds: Vec<_> = self.peers.binding.lock().values().cloned().collect();
+        for bind in binds {
+            let _ = self.end_bind(&bind, Err(Error::Shutdown));
+        }
     }
 
     /// Publishes a newly bound channel. The order matters: the channel is
@@ -118,6 +302,7 @@ impl TeamInner {
         ch.close();
         tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
         self.calls.fail_channel(ch, || self.gone_error(ch));
+        self.fail_outbox(ch);
         self.calls.orphan_channel(ch);
     }
 

@@ -2,15 +2,19 @@
 //! than a frame), waiting for room if asked, and the answers a receiver
 //! sends back (acks, replies, nacks).
 
+use super::calls::Completion;
 use super::channel::Channel;
 use super::deadline::budget_ns;
-use super::delivery::{Delivery, Waiting};
+use super::delivery::{Delivery, On, Waiting};
 use super::idle;
+use super::outbox::{Load, Queued};
+use super::peers::Binding;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
-use crate::transport::SendError;
+use crate::transport::{SendError, Staged};
 use crate::wire::{Checkpoint, Header, Kind, NackReason};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,7 +25,10 @@ impl TeamInner {
     /// (copied once, with nothing held), then a frame referring to it is
     /// sent: a large message never holds the channel up for other traffic.
     /// With `wait` false, no room fails with `WouldBlock` instead of
-    /// waiting; with a deadline, waiting ends there.
+    /// waiting; with a deadline, waiting ends there. Async sends queued on
+    /// the channel go first (see `outbox`): a waiting send sends them
+    /// (copying a large one out of band if it must), one that does not wait
+    /// finds no room while they wait.
     pub fn send_message(
         &self,
         ch: &Channel,
@@ -30,37 +37,60 @@ impl TeamInner {
         wait: bool,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        if payload.len() > self.cfg.max_message {
-            return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
-        }
-        // Control frames go first: while the backlog holds any, the channel
-        // counts as full. Room the peer makes by reading goes to our answers
-        // before new frames that would need answers of their own, so a
-        // backlog empties as fast as the peer reads, and two teams flooding
-        // each other do not hold each other's backlogs at the bound.
-        let after_backlog = |send: &dyn Fn() -> std::result::Result<(), SendError>| {
-            if ch.flush_backlog() {
-                send()
-            } else {
-                Err(SendError::Full)
-            }
-        };
-        if payload.len() <= ch.transport.max_payload() {
-            return self.wait_for_room(ch, &header, wait, deadline, &|| {
-                after_backlog(&|| ch.transport.try_send(&header, payload))
-            });
-        }
-        let max = ch.transport.max_detached();
-        if payload.len() > max {
-            return Err(Error::TooLarge { len: payload.len(), max });
-        }
+        self.check_size(ch, payload.len())?;
         let staged = RefCell::new(None);
-        let stage = || ch.transport.stage(payload).map(|s| *staged.borrow_mut() = Some(s));
-        self.wait_for_room(ch, &header, wait, deadline, &stage)?;
-        // The staged bytes are not copied again: only the frame waits for room.
         self.wait_for_room(ch, &header, wait, deadline, &|| {
-            after_backlog(&|| ch.transport.try_send_staged(&header, &mut staged.borrow_mut()))
+            if ch.outbox.is_used() {
+                self.advance_outbox(ch, wait);
+                if ch.outbox.is_used() {
+                    return Err(SendError::Full);
+                }
+            }
+            self.try_put(ch, &header, payload, &mut staged.borrow_mut())
         })
+    }
+
+    fn check_size(&self, ch: &Channel, len: usize) -> Result<()> {
+        if len > self.cfg.max_message {
+            return Err(Error::TooLarge { len, max: self.cfg.max_message });
+        }
+        if len > ch.transport.max_payload() {
+            let max = ch.transport.max_detached();
+            if len > max {
+                return Err(Error::TooLarge { len, max });
+            }
+        }
+        Ok(())
+    }
+
+    /// One try at writing a message: a small one in a frame; a large one
+    /// staged out of band (once: `staged` keeps it between tries, so only
+    /// its frame waits for room), then its frame.
+    ///
+    /// Control frames go first: while the backlog holds any, the channel
+    /// counts as full. Room the peer makes by reading goes to our answers
+    /// before new frames that would need answers of their own, so a
+    /// backlog empties as fast as the peer reads, and two teams flooding
+    /// each other do not hold each other's backlogs at the bound.
+    #[inline]
+    fn try_put(
+        &self,
+        ch: &Channel,
+        header: &Header,
+        payload: &[u8],
+        staged: &mut Option<Staged>,
+    ) -> std::result::Result<(), SendError> {
+        if payload.len() <= ch.transport.max_payload() {
+            return if ch.flush_backlog() { ch.transport.try_send(header, payload) } else { Err(SendError::Full) };
+        }
+        if staged.is_none() {
+            *staged = Some(ch.transport.stage(payload)?);
+        }
+        if ch.flush_backlog() {
+            ch.transport.try_send_staged(header, staged)
+        } else {
+            Err(SendError::Full)
+        }
     }
 
     /// Runs `attempt` until it does not find the channel full, waiting for
@@ -116,37 +146,139 @@ impl TeamInner {
     }
 
     /// Sends a message to `dst` over `ch` (the channel to its team, which a
-    /// sender caches) and returns a future for its checkpoint.
+    /// sender caches) and returns a future for its checkpoint. With
+    /// `wait_here` (a blocking call) it waits for room on this thread;
+    /// else a message that finds no room waits in the channel's outbox,
+    /// and the future with it (see `outbox`).
+    #[allow(clippy::too_many_arguments)]
     pub fn send_on(
         self: &Arc<Self>,
         ch: &Arc<Channel>,
         src: EndpointId,
         dst: EndpointId,
-        payload: &[u8],
+        payload: Cow<'_, [u8]>,
         checkpoint: Checkpoint,
         deadline: Option<Instant>,
+        wait_here: bool,
     ) -> Delivery {
         let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
         header.budget_ns = deadline.map_or(0, budget_ns);
         if checkpoint == Checkpoint::Immediate {
-            return match self.send_immediate(ch, header, payload) {
+            return match self.send_immediate(ch, header, &payload) {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
         }
-        let (call_id, completion) = self.calls.start(ch);
+        let (call_id, completion) = self.calls.start(Some(ch));
         header.call_id = call_id;
-        if let Err(e) = self.send_message(ch, header, payload, true, deadline) {
-            self.calls.forget(call_id);
-            return Delivery::failed(e);
-        }
+        let sent = match wait_here {
+            true => self.send_message(ch, header, &payload, true, deadline).map(|()| None),
+            false => self.send_or_queue(ch, header, payload, &completion),
+        };
+        let queued = match sent {
+            Ok(q) => q,
+            Err(e) => {
+                self.calls.forget(call_id);
+                return Delivery::failed(e);
+            }
+        };
         self.hand_off(ch);
         // A peer that died while we sent would never answer, unless it did
         // (the answer already completed the call and took it from `pending`).
         if ch.is_gone() && ch.finished.load(Ordering::Acquire) && self.calls.forget(call_id) {
+            if let Some(q) = &queued {
+                q.withdraw();
+            }
             return Delivery::failed(self.gone_error(ch));
         }
-        Delivery::waiting(Waiting { team: self.clone(), channel: ch.clone(), header, completion }, deadline)
+        let on = match queued {
+            Some(q) => On::Queued(ch.clone(), q),
+            None => On::Sent(ch.clone()),
+        };
+        Delivery::waiting(Waiting { team: self.clone(), header, completion, on }, deadline)
+    }
+
+    /// An async send: written now if there is room, else queued in the
+    /// channel's outbox with its message (a large one staged already if
+    /// there was room for that). Returns the queued send, if it waits.
+    fn send_or_queue(
+        &self,
+        ch: &Channel,
+        header: Header,
+        payload: Cow<'_, [u8]>,
+        completion: &Arc<Completion>,
+    ) -> Result<Option<Arc<Queued>>> {
+        self.check_size(ch, payload.len())?;
+        if ch.outbox.is_used() {
+            // Maybe there is room for them now (or only withdrawn sends are left).
+            self.advance_outbox(ch, false);
+        }
+        let mut staged = None;
+        if !ch.outbox.is_used() {
+            match self.try_put(ch, &header, &payload, &mut staged) {
+                Ok(()) => return Ok(None),
+                Err(SendError::Closed) => return Err(self.gone_error(ch)),
+                Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+                Err(SendError::Full) => {}
+            }
+        }
+        let load = match staged {
+            Some(s) => Load::Staged(Some(s)),
+            None => Load::Bytes(payload.into_owned()),
+        };
+        let q = Queued::new(header, completion.clone(), load);
+        ch.outbox.push(q.clone());
+        if ch.finished.load(Ordering::Acquire) {
+            // Its channel finished before the push: nobody else looks here now.
+            self.fail_outbox(ch);
+        }
+        // Room made since the try (`want_space` is asked in there first).
+        self.advance_outbox(ch, true);
+        Ok(q.is_waiting().then_some(q))
+    }
+
+    /// Sends a message to `dst`, whose team's channel `bind` is being bound:
+    /// it waits in the bind's queue and goes first once the channel is there.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_when_bound(
+        self: &Arc<Self>,
+        bind: &Arc<Binding>,
+        src: EndpointId,
+        dst: EndpointId,
+        payload: Cow<'_, [u8]>,
+        checkpoint: Checkpoint,
+        deadline: Option<Instant>,
+    ) -> Delivery {
+        if payload.len() > self.cfg.max_message {
+            return Delivery::failed(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
+        }
+        let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
+        header.budget_ns = deadline.map_or(0, budget_ns);
+        let mut queued = None;
+        let joined = bind.join(|| {
+            // An `Immediate` send waits for the bind, not for room: the
+            // bind's sender finishes it once written (or full).
+            let (call_id, completion) = match checkpoint {
+                Checkpoint::Immediate => (0, Completion::detached()),
+                _ => self.calls.start(None),
+            };
+            header.call_id = call_id;
+            let q = Queued::new(header, completion, Load::Bytes(payload.to_vec()));
+            queued = Some(q.clone());
+            q
+        });
+        match joined {
+            Some(Ok(ch)) => self.send_on(&ch, src, dst, payload, checkpoint, deadline, false),
+            Some(Err(e)) => Delivery::failed(e),
+            None => {
+                let q = queued.expect("queued");
+                let on = On::Binding(bind.clone(), q.clone());
+                Delivery::waiting(
+                    Waiting { team: self.clone(), header, completion: q.completion.clone(), on },
+                    deadline,
+                )
+            }
+        }
     }
 
     /// Replies to a received `OnReturn` message `h`, on the channel it came

@@ -146,7 +146,7 @@ pub(crate) struct TeamInner {
     pub names: NodeNames,
     lease: Mutex<Option<TeamLease>>,
     pub exec: Arc<Executor>,
-    blocking: BlockingPool,
+    pub(super) blocking: BlockingPool,
     pub timers: Timers,
     pub(super) endpoints: Endpoints,
     /// Every channel the progress loop drains, the loop-back first. Read
@@ -241,6 +241,10 @@ impl TeamInner {
             ch.close();
             ch.finished.store(true, Ordering::Release);
         }
+        for ch in channels.iter() {
+            self.fail_outbox(ch);
+        }
+        self.end_binds();
         self.calls.fail_all(|| Error::Shutdown);
         self.endpoints.close_all();
         self.blocking.close();

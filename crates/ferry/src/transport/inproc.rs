@@ -225,6 +225,10 @@ impl Transport for InprocEnd {
         self.tx.writer_waiting.store(true, Ordering::SeqCst);
     }
 
+    fn wants_space(&self) -> bool {
+        self.tx.writer_waiting.load(Ordering::Acquire)
+    }
+
     fn has_frame(&self) -> bool {
         self.rx.queued.load(Ordering::Acquire) != 0
     }

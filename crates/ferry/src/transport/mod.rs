@@ -238,6 +238,15 @@ pub trait Transport: Send + Sync {
     /// writer found room anyway costs one spurious wake-up at most.
     fn want_space(&self);
 
+    /// Whether this end's last `want_space` request is still outstanding:
+    /// false once the peer took it (it made room since), or if none was
+    /// made. A cheap probe (a load) for a runtime that sends on behalf of
+    /// waiting futures: it tries again only once room may have appeared.
+    /// `false` is always safe (it only costs a retry).
+    fn wants_space(&self) -> bool {
+        false
+    }
+
     /// Whether a frame may be waiting: a cheap probe (a load or two, no
     /// lock) that the idle loop runs on every channel at every turn. A
     /// `false` may be stale; a `true` may be spurious.

@@ -472,6 +472,11 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
     }
 
     #[inline]
+    fn wants_space(&self) -> bool {
+        self.tx_mem.writer_waiting().load(Ordering::Acquire) != 0
+    }
+
+    #[inline]
     fn has_frame(&self) -> bool {
         Consumer::probe(&self.rx_mem, self.rx_next.load(Ordering::Relaxed))
     }
