@@ -19,8 +19,8 @@ use std::time::Instant;
 ///
 /// An async send never waits on its caller's thread: one that finds its
 /// channel full, or not bound yet, keeps its message here (in the channel's
-/// outbox, see `send_async`) and goes out, in order, once there is room.
-/// Dropping it stops waiting: a message still waiting for room or for the
+/// outbox, see [`RawSender::send_async`](crate::RawSender::send_async)) and
+/// goes out, in order, once there is room. Dropping it stops waiting: a message still waiting for room or for the
 /// bind is then not sent; one already sent stays sent, and for `OnReturn`
 /// the receiver is told the call is cancelled.
 pub struct Delivery {

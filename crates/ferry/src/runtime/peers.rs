@@ -1,5 +1,12 @@
 //! Peers: the channel to each peer team — found, bound on first use,
 //! reclaimed when the peer is gone.
+//!
+//! A bind (connect, then a handshake of up to 5 s) is made once per peer at
+//! a time: the first caller starts it, later ones wait for it. A blocking
+//! caller binds on its own thread; an async send never does: its bind runs
+//! on one of the team's blocking threads, and the async sends made
+//! meanwhile wait in the bind's queue, to go first, in order, once the
+//! channel is there.
 
 use super::channel::Channel;
 use super::idle;

@@ -1,6 +1,8 @@
 //! The send path: one message onto a channel (out of band if it is larger
-//! than a frame), waiting for room if asked, and the answers a receiver
-//! sends back (acks, replies, nacks).
+//! than a frame), waiting for room on the calling thread if asked (a
+//! blocking send) or else, for an async send, leaving it in the channel's
+//! outbox (see `outbox`); and the answers a receiver sends back (acks,
+//! replies, nacks).
 
 use super::calls::Completion;
 use super::channel::Channel;
