@@ -398,3 +398,41 @@ fn dropping_a_waiting_send_withdraws_its_message() {
     let got: Vec<u64> = drained.join().unwrap().iter().map(|m| number(m)).collect();
     assert_eq!(got, (0..=next).collect::<Vec<_>>());
 }
+
+#[ferry::service]
+pub trait Adder {
+    async fn add(&self, a: i32, b: i32) -> i32;
+}
+
+struct AdderImpl;
+
+impl Adder for AdderImpl {
+    async fn add(&self, a: i32, b: i32) -> i32 {
+        a + b
+    }
+}
+
+/// RPC, the same way: connecting a client to a team whose bind takes
+/// 300 ms, then a promise, leave the tokio thread free.
+#[test]
+fn an_rpc_client_connecting_to_a_slow_binding_team_leaves_the_tokio_thread_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let tx = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let rx = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let _serving = AdderServer::serve(&rx, "adder", AdderImpl).unwrap();
+    let endpoint = tx.lookup("adder").unwrap();
+    let socket = rx.names().dir().team_socket(rx.id().team);
+    let moved = dir.path().join("moved.sock");
+    std::fs::rename(&socket, &moved).unwrap();
+    let _relay = SlowRelay::start(&socket, moved, Duration::from_millis(300));
+    tokio_runtime().block_on(async {
+        let ticker = Ticker::start();
+        let t0 = Instant::now();
+        let ticks = ticker.now();
+        let adder = tokio::time::timeout(PATIENCE, AdderClient::connect(&tx, endpoint)).await.unwrap().unwrap();
+        assert!(t0.elapsed() >= Duration::from_millis(300), "the bind was not slow");
+        let ran = ticker.now() - ticks;
+        assert!(ran >= 30, "the other task ran {ran} times in {:?} while the client connected", t0.elapsed());
+        assert_eq!(tokio::time::timeout(PATIENCE, adder.add(2, 3)).await.unwrap().unwrap(), 5);
+    });
+}

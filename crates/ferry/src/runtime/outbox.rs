@@ -103,10 +103,8 @@ pub(crate) struct Outbox {
     queue: Mutex<VecDeque<Arc<Queued>>>,
     /// Whether `queue` may hold anything: the one load a send pays when it is empty.
     used: AtomicBool,
-    /// Held by the one thread sending from the queue (`try_lock`ed: nobody waits for it).
+    /// Held by the one thread sending from the queue.
     flushing: Mutex<()>,
-    /// Set by a thread that found another one sending: that one passes again.
-    again: AtomicBool,
 }
 
 impl Outbox {
@@ -118,6 +116,17 @@ impl Outbox {
     pub fn push(&self, q: Arc<Queued>) {
         let mut queue = self.queue.lock();
         queue.push_back(q);
+        self.used.store(true, Ordering::Release);
+    }
+
+    /// Puts `q` first: a send that found the queue empty, staged its large
+    /// payload, then found no room for its frame. Whatever is queued now
+    /// came after it looked, so it may go first (no sender's order is
+    /// broken), and must: its staged range must not wait behind sends that
+    /// need that space to be staged themselves.
+    pub fn push_first(&self, q: Arc<Queued>) {
+        let mut queue = self.queue.lock();
+        queue.push_front(q);
         self.used.store(true, Ordering::Release);
     }
 
@@ -180,21 +189,12 @@ impl TeamInner {
         }
     }
 
-    /// Sends from the front of the outbox (see `advance_outbox`); one
-    /// thread at a time, the others leave it to that one.
+    /// Sends from the front of the outbox (see `advance_outbox`), one
+    /// thread at a time: the lock is held for frame writes only (large
+    /// payloads are copied before, outside it), and a thread that waited
+    /// for it finds the outbox as far along as it can be.
     fn flush_outbox(&self, ch: &Channel) -> bool {
-        let outbox = &ch.outbox;
-        let mut sent = false;
-        outbox.again.store(true, Ordering::SeqCst);
-        while outbox.again.load(Ordering::SeqCst) {
-            let Some(_one) = outbox.flushing.try_lock() else { break };
-            outbox.again.store(false, Ordering::SeqCst);
-            sent |= self.flush_once(ch);
-        }
-        sent
-    }
-
-    fn flush_once(&self, ch: &Channel) -> bool {
+        let _one = ch.outbox.flushing.lock();
         let mut sent = false;
         let mut asked = false;
         while let Some(q) = ch.outbox.front() {
@@ -294,6 +294,17 @@ impl TeamInner {
         drop(slot);
         q.fail(self, failed);
         true
+    }
+
+    /// `Immediate` sends that waited for a bind and still find no room fail
+    /// with `WouldBlock`: they wait for the bind, never for room.
+    pub(crate) fn fail_immediate_sends(&self, ch: &Channel) {
+        let waiting: Vec<_> = ch.outbox.queue.lock().iter().filter(|q| q.is_waiting()).cloned().collect();
+        for q in waiting {
+            if q.header.checkpoint() == Checkpoint::Immediate {
+                q.fail(self, Error::WouldBlock { to: ch.peer_endpoint(q.header.dst) });
+            }
+        }
     }
 
     /// Fails what waits in `ch`'s outbox: its channel is finished.

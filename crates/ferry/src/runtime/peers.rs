@@ -11,6 +11,7 @@
 use super::channel::Channel;
 use super::idle;
 use super::outbox::Queued;
+use super::panic_message;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::id::TeamId;
@@ -209,7 +210,9 @@ impl TeamInner {
     /// Runs a bind: connects and handshakes (blocking, up to the handshake
     /// timeout), then publishes the channel with the sends that waited.
     fn bind(&self, bind: &Arc<Binding>) -> Result<Arc<Channel>> {
-        let r = self.connect(bind.team);
+        // Whatever happens, the bind ends: its waiters must not wait for good.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.connect(bind.team)))
+            .unwrap_or_else(|p| Err(Error::Panicked(panic_message(&*p))));
         self.end_bind(bind, r)
     }
 
@@ -260,6 +263,7 @@ impl TeamInner {
         match &r {
             Ok(ch) => {
                 self.advance_outbox(ch, true);
+                self.fail_immediate_sends(ch);
             }
             Err(e) => {
                 for q in queue {

@@ -42,7 +42,9 @@ impl TeamInner {
         self.check_size(ch, payload.len())?;
         let staged = RefCell::new(None);
         self.wait_for_room(ch, &header, wait, deadline, &|| {
-            if ch.outbox.is_used() {
+            // Once staged (the outbox was empty then), it is ahead of what
+            // queued since: its range must not wait behind them.
+            if ch.outbox.is_used() && staged.borrow().is_none() {
                 self.advance_outbox(ch, wait);
                 if ch.outbox.is_used() {
                     return Err(SendError::Full);
@@ -224,12 +226,18 @@ impl TeamInner {
                 Err(SendError::Full) => {}
             }
         }
-        let load = match staged {
-            Some(s) => Load::Staged(Some(s)),
-            None => Load::Bytes(payload.into_owned()),
+        let q = match staged {
+            Some(s) => {
+                let q = Queued::new(header, completion.clone(), Load::Staged(Some(s)));
+                ch.outbox.push_first(q.clone());
+                q
+            }
+            None => {
+                let q = Queued::new(header, completion.clone(), Load::Bytes(payload.into_owned()));
+                ch.outbox.push(q.clone());
+                q
+            }
         };
-        let q = Queued::new(header, completion.clone(), load);
-        ch.outbox.push(q.clone());
         if ch.finished.load(Ordering::Acquire) {
             // Its channel finished before the push: nobody else looks here now.
             self.fail_outbox(ch);
