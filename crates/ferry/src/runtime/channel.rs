@@ -94,7 +94,7 @@ pub(crate) struct Channel {
     serial: u64,
     pub transport: Box<dyn Transport>,
     /// The receive side; `try_lock`ed so one thread at a time drains it.
-    pub rx: Mutex<RxState>,
+    pub rx: Padded<Mutex<RxState>>,
     /// Acks, nacks and cancels that found the transport full, in order;
     /// sent before anything else (see [`CONTROL_BACKLOG`]).
     backlog: Mutex<VecDeque<(Header, Vec<u8>)>>,
@@ -106,6 +106,20 @@ pub(crate) struct Channel {
     pub finished: AtomicBool,
     /// Async sends waiting for room, in order.
     pub outbox: Outbox,
+}
+
+/// Keeps what it holds on cache lines of its own (128 bytes: cores fetch
+/// lines in pairs). The receive state's lock is written at every poll by
+/// the receiving thread; the words senders read at every send (the outbox
+/// and backlog flags) must not share its line, or each send pulls it over.
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 #[derive(Default)]
@@ -159,7 +173,7 @@ impl Channel {
             peer,
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             transport,
-            rx: Mutex::new(RxState::default()),
+            rx: Padded(Mutex::new(RxState::default())),
             backlog: Mutex::new(VecDeque::new()),
             backlog_used: AtomicBool::new(false),
             held: AtomicBool::new(false),
