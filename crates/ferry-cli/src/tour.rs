@@ -150,7 +150,9 @@ fn tour(team: &Team) -> Result<()> {
         }),
     );
 
-    println!("\nlarge messages — streamed through the 64 KiB rings in pieces:");
+    println!(
+        "\nlarge messages — out of band: copied once into the channel's payload area, a descriptor through the ring:"
+    );
     for size in [64 << 10, 1 << 20, 16 << 20] {
         let big = vec![3u8; size];
         let rounds = if size > 1 << 20 { 5 } else { 50 };
