@@ -67,6 +67,13 @@ fn number(m: &[u8]) -> u64 {
     u64::from_le_bytes(m[..8].try_into().unwrap())
 }
 
+/// `got` holds messages 0, 1, 2... of `len` bytes, whole and in order.
+fn assert_in_order(got: &[Vec<u8>], len: usize) {
+    for (i, m) in got.iter().enumerate() {
+        assert!(*m == msg(i as u64, len), "message {i} arrived out of order or damaged (number {})", number(m));
+    }
+}
+
 /// Sends `Immediate` messages of `len` bytes numbered from `next` until the
 /// channel is full (ring, or the sender's payload area for large ones).
 fn fill(s: &RawSender, next: &mut u64, len: usize) {
@@ -120,9 +127,7 @@ fn sends_waiting_for_room(len: usize, tx: impl FnOnce(TeamBuilder) -> TeamBuilde
         drained.join().unwrap()
     });
     assert_eq!(got.len() as u64, last);
-    for (i, m) in got.iter().enumerate() {
-        assert!(*m == msg(i as u64, len), "message {i} arrived out of order or damaged (number {})", number(m));
-    }
+    assert_in_order(&got, len);
 }
 
 /// (a) Small messages: the sender's ring is full.
@@ -367,9 +372,7 @@ fn blocking_send_behind_an_unpolled_waiting_send(len: usize, tx: impl FnOnce(Tea
     s.send(&msg(next + 1, len), Checkpoint::OnReceipt).unwrap();
     tx.block_on(waiting).unwrap();
     let got = drained.join().unwrap();
-    for (i, m) in got.iter().enumerate() {
-        assert!(*m == msg(i as u64, len), "message {i} arrived out of order or damaged (number {})", number(m));
-    }
+    assert_in_order(&got, len);
 }
 
 #[test]

@@ -165,8 +165,7 @@ impl TeamInner {
         deadline: Option<Instant>,
         wait_here: bool,
     ) -> Delivery {
-        let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
-        header.budget_ns = deadline.map_or(0, budget_ns);
+        let mut header = data_header(src, dst, checkpoint, deadline);
         if checkpoint == Checkpoint::Immediate {
             return match self.send_immediate(ch, header, &payload) {
                 Ok(()) => Delivery::done(),
@@ -262,8 +261,7 @@ impl TeamInner {
         if payload.len() > self.cfg.max_message {
             return Delivery::failed(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
-        let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
-        header.budget_ns = deadline.map_or(0, budget_ns);
+        let mut header = data_header(src, dst, checkpoint, deadline);
         let mut queued = None;
         let joined = bind.join(|| {
             // An `Immediate` send waits for the bind, not for room: the
@@ -344,4 +342,11 @@ impl TeamInner {
             }
         }
     }
+}
+
+/// The header of a data message from `src` to `dst` (its call id is set when it is sent).
+fn data_header(src: EndpointId, dst: EndpointId, checkpoint: Checkpoint, deadline: Option<Instant>) -> Header {
+    let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
+    header.budget_ns = deadline.map_or(0, budget_ns);
+    header
 }
