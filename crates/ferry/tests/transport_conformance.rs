@@ -138,10 +138,10 @@ impl Handshake for ShmHandshake {
         };
         let hello = match plan.fault {
             Fault::HelloMagic => Some(*b"NOTFERRY"),
-            Fault::HelloVersion => Some(*b"FERRYHI2"),
+            Fault::HelloVersion => Some(*b"FERRYHI3"),
             _ => None,
         };
-        let welcome = (plan.fault == Fault::WelcomeMagic).then_some(*b"FERRYNO3");
+        let welcome = (plan.fault == Fault::WelcomeMagic).then_some(*b"FERRYNO4");
         let (really, pid) = (plan.really, std::process::id());
         std::thread::scope(|s| {
             // A silent side keeps its socket open, saying nothing, until the other gives up.
@@ -611,14 +611,14 @@ fn writer_waiting_for_space_is_woken<F: Factory>() {
     let (slept, consumed_at) = std::thread::scope(|s| {
         let writer = s.spawn(|| {
             // The protocol of the runtime: count as polling, ask for space,
-            // take the ticket, check once more, then park.
+            // count as sleeping, check once more, then park.
             bell_a.enter_polling();
             a.want_space();
-            let ticket = bell_a.prepare_park();
+            bell_a.prepare_park();
             assert_eq!(a.try_send(&data(n), &payload(n, max)), Err(SendError::Full));
             parking.store(true, Ordering::SeqCst);
             let t0 = Instant::now();
-            bell_a.park(ticket, LIMIT);
+            bell_a.park(LIMIT);
             let woke = Instant::now();
             bell_a.leave_polling();
             a.try_send(&data(n), &payload(n, max)).expect("room after the wake-up");
@@ -653,9 +653,9 @@ fn one_writers_success_does_not_erase_anothers_wait<F: Factory>() {
     let n = fill(&*pipe.a, 0, max);
     // Room for exactly one frame.
     assert_eq!(recv_now(&*pipe.b).unwrap().0.call_id, 0);
-    // Writer A, as the runtime parks: ticket, ask for space, then retry...
+    // Writer A, as the runtime parks: count as sleeping, ask for space, then retry...
     pipe.bell_a.enter_polling();
-    let ticket = pipe.bell_a.prepare_park();
+    pipe.bell_a.prepare_park();
     pipe.a.want_space();
     // ...but writer B takes the room first...
     pipe.a.try_send(&data(n), &payload(n, max)).expect("room for one frame");
@@ -664,7 +664,7 @@ fn one_writers_success_does_not_erase_anothers_wait<F: Factory>() {
     // The reader frees space: that must ring A's doorbell.
     assert_eq!(recv_now(&*pipe.b).unwrap().0.call_id, 1);
     let t0 = Instant::now();
-    pipe.bell_a.park(ticket, LIMIT);
+    pipe.bell_a.park(LIMIT);
     let slept = t0.elapsed();
     pipe.bell_a.leave_polling();
     assert!(slept < LIMIT / 2, "writer A slept {slept:?}: writer B's send erased its request for space");
@@ -682,9 +682,9 @@ fn writer_without_consumer_sleeps_its_timeout<F: Factory>() {
     fill(&*pipe.a, 0, 100);
     pipe.bell_a.enter_polling();
     pipe.a.want_space();
-    let ticket = pipe.bell_a.prepare_park();
+    pipe.bell_a.prepare_park();
     let t0 = Instant::now();
-    pipe.bell_a.park(ticket, Duration::from_millis(100));
+    pipe.bell_a.park(Duration::from_millis(100));
     let slept = t0.elapsed();
     pipe.bell_a.leave_polling();
     assert!(slept >= Duration::from_millis(90), "park returned after {slept:?} with nobody ringing");
@@ -699,11 +699,11 @@ fn sleeping_reader_is_woken_by_a_send<F: Factory>() {
     let (slept, late) = std::thread::scope(|s| {
         let reader = s.spawn(|| {
             bell_b.enter_polling();
-            let ticket = bell_b.prepare_park();
+            bell_b.prepare_park();
             assert_empty(b);
             parking.store(true, Ordering::SeqCst);
             let t0 = Instant::now();
-            bell_b.park(ticket, LIMIT);
+            bell_b.park(LIMIT);
             let woke = Instant::now();
             bell_b.leave_polling();
             let (h, _) = recv_now(b).expect("woken without a frame");

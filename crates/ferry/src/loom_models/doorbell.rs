@@ -25,11 +25,11 @@ fn receive(b: &End, bell: &Doorbell<HeapBell>) {
                 break;
             }
         }
-        let ticket = bell.prepare_park();
+        bell.prepare_park();
         if b.has_frame() {
             bell.cancel_park();
         } else {
-            bell.park(ticket, Duration::from_secs(1));
+            bell.park(Duration::from_secs(1));
         }
     }
     bell.leave_polling();

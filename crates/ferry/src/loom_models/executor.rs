@@ -23,11 +23,11 @@ fn loom_executor_push_wakes_a_parking_processor() {
         bell.enter_polling();
         while !exec.has_ready() {
             exec.parked.fetch_add(1, Ordering::SeqCst);
-            let ticket = bell.prepare_park();
+            bell.prepare_park();
             if exec.has_ready() {
                 bell.cancel_park();
             } else {
-                bell.park(ticket, Duration::from_secs(1));
+                bell.park(Duration::from_secs(1));
             }
             exec.parked.fetch_sub(1, Ordering::SeqCst);
         }

@@ -8,8 +8,8 @@
 //! stamps, `head` and writer-waiting word in loom atomics and the other
 //! bytes of each cell in a `loom::cell::UnsafeCell`, so loom reports a data
 //! race on payload bytes; [`HeapBell`] keeps a doorbell's words in loom
-//! atomics and models the futex with a loom mutex and condition variable,
-//! with no timeout: a wake-up that never comes leaves the sleeper blocked,
+//! atomics and models its lines and epoll sleep with a count of wake-ups
+//! under a loom mutex and condition variable, with no timeout: a wake-up that never comes leaves the sleeper blocked,
 //! which loom reports as a deadlock. What the runtime itself does around
 //! these calls (its idle loop in `runtime/idle.rs`, `push_frame` in
 //! `runtime/mod.rs`) is repeated in each model, step for step.
@@ -38,7 +38,7 @@ mod wait_space;
 // `runtime::executor` (declared there), whose types are private to `runtime`.
 
 use crate::id::Addr;
-use crate::transport::doorbell::{Doorbell, DoorbellMemory};
+use crate::transport::doorbell::{Bell, Doorbell, DoorbellMemory};
 use crate::transport::shm::ring::{RingMemory, CELL};
 use crate::transport::shm::ShmEnd;
 use crate::wire::{Header, Kind};
@@ -166,44 +166,47 @@ impl RingMemory for HeapRing {
     }
 }
 
-/// A doorbell's words on the heap and a futex made of a loom mutex and
-/// condition variable: `wait` checks the word under the lock, `wake`
-/// notifies under it, so a wake after the check always finds the sleeper
-/// queued, as the kernel's futex guarantees.
+/// A doorbell's words on the heap, and its lines and sleep made of a count
+/// of wake-ups under a loom mutex and a condition variable: a ring adds
+/// wake-ups and notifies under the lock, a sleep waits (under it) until
+/// one is there and takes it, as a team's eventfd lines and epoll set do.
+/// The model's lines share one count: each wake takes one wake-up, as each
+/// return from the real epoll wait takes one from one line.
 #[derive(Clone)]
 pub(crate) struct HeapBell(Arc<BellInner>);
 
 struct BellInner {
-    seq: AtomicU32,
     pollers: AtomicU32,
     sleepers: AtomicU32,
-    lock: Mutex<()>,
+    wakeups: Mutex<u32>,
     sleeping: Condvar,
 }
 
 impl HeapBell {
     pub(crate) fn new() -> HeapBell {
         HeapBell(Arc::new(BellInner {
-            seq: AtomicU32::new(0),
             pollers: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
-            lock: Mutex::new(()),
+            wakeups: Mutex::new(0),
             sleeping: Condvar::new(),
         }))
     }
 
-    /// A doorbell handle on these words (the team's own, or a peer's copy).
+    /// The team's own doorbell on these words.
     pub(crate) fn doorbell(&self) -> Doorbell<HeapBell> {
-        Doorbell::on(self.clone())
+        Doorbell::on(self.clone(), self.clone(), self.clone())
+    }
+
+    /// A peer's bell on these words (a line of its own to the team).
+    pub(crate) fn bell(&self) -> Bell<HeapBell> {
+        Bell::on(self.clone(), self.clone())
     }
 }
 
 impl DoorbellMemory for HeapBell {
     type Word = AtomicU32;
-
-    fn seq(&self) -> &AtomicU32 {
-        &self.0.seq
-    }
+    type Line = HeapBell;
+    type Sleep = HeapBell;
 
     fn pollers(&self) -> &AtomicU32 {
         &self.0.pollers
@@ -213,21 +216,26 @@ impl DoorbellMemory for HeapBell {
         &self.0.sleepers
     }
 
-    /// No timeout and no spurious return: a lost wake-up is a deadlock.
-    fn wait(&self, word: &AtomicU32, expected: u32, _timeout: Duration) {
-        let guard = self.0.lock.lock().unwrap();
-        if word.load(Ordering::Relaxed) == expected {
-            drop(self.0.sleeping.wait(guard).unwrap());
-        }
+    fn ring_one(line: &HeapBell) {
+        *line.0.wakeups.lock().unwrap() += 1;
+        line.0.sleeping.notify_all();
     }
 
-    fn wake(&self, _word: &AtomicU32, n: i32) {
-        let _guard = self.0.lock.lock().unwrap();
-        if n == 1 {
-            self.0.sleeping.notify_one();
-        } else {
-            self.0.sleeping.notify_all();
+    /// A wake-up for each thread the ringer saw asleep, and one for a
+    /// thread about to sleep (the real `all` line gives each thread its
+    /// own; a shared count is the harder case).
+    fn ring_all(line: &HeapBell, sleepers: u32) {
+        *line.0.wakeups.lock().unwrap() += sleepers + 1;
+        line.0.sleeping.notify_all();
+    }
+
+    /// No timeout and no spurious return: a lost wake-up is a deadlock.
+    fn wait(sleep: &HeapBell, _timeout: Duration) {
+        let mut wakeups = sleep.0.wakeups.lock().unwrap();
+        while *wakeups == 0 {
+            wakeups = sleep.0.sleeping.wait(wakeups).unwrap();
         }
+        *wakeups -= 1;
     }
 }
 
@@ -246,8 +254,8 @@ fn pair(cap: usize) -> Pair {
     let (a_to_b, b_to_a) = (HeapRing::new(cap, 0), HeapRing::new(cap, 0));
     let (bell_a, bell_b) = (HeapBell::new(), HeapBell::new());
     Pair {
-        a: Arc::new(ShmEnd::from_parts(a_to_b.clone(), b_to_a.clone(), bell_b.doorbell(), None)),
-        b: Arc::new(ShmEnd::from_parts(b_to_a, a_to_b, bell_a.doorbell(), None)),
+        a: Arc::new(ShmEnd::from_parts(a_to_b.clone(), b_to_a.clone(), bell_b.bell(), None)),
+        b: Arc::new(ShmEnd::from_parts(b_to_a, a_to_b, bell_a.bell(), None)),
         bell_a: Arc::new(bell_a.doorbell()),
         bell_b: Arc::new(bell_b.doorbell()),
     }

@@ -22,7 +22,7 @@ fn fill(p: &Pair) -> u64 {
 }
 
 /// One writer of team A sending frame `id` the way runtime/mod.rs
-/// `push_frame` does: try; else take the park ticket, ask for space, try
+/// `push_frame` does: try; else count as sleeping, ask for space, try
 /// once more, and park.
 fn send_waiting(p: &Pair, id: u64) {
     let (a, bell) = (&p.a, &p.bell_a);
@@ -32,13 +32,13 @@ fn send_waiting(p: &Pair, id: u64) {
             Ok(()) => break,
             Err(e) => assert_eq!(e, SendError::Full),
         }
-        let ticket = bell.prepare_park();
+        bell.prepare_park();
         a.want_space();
         if a.try_send(&frame(id), &[id as u8]).is_ok() {
             bell.cancel_park();
             break;
         }
-        bell.park(ticket, Duration::from_secs(1));
+        bell.park(Duration::from_secs(1));
     }
     bell.leave_polling();
 }
@@ -64,12 +64,12 @@ fn progress_loop_sends_queued(p: &Pair, id: u64) {
             if !a.wants_space() && flush() {
                 break;
             }
-            let ticket = bell.prepare_park();
+            bell.prepare_park();
             if !a.wants_space() && flush() {
                 bell.cancel_park();
                 break;
             }
-            bell.park(ticket, Duration::from_secs(1));
+            bell.park(Duration::from_secs(1));
         }
     }
     bell.leave_polling();

@@ -88,9 +88,9 @@ impl<'a> Idle<'a> {
             // Count as a parked processor too, so a task made ready rings.
             team.exec.parked.fetch_add(1, Ordering::SeqCst);
         }
-        let ticket = team.doorbell.prepare_park();
-        // A channel added since the turn began (its ring came before our
-        // ticket) may already carry a frame whose sender saw us polling and
+        team.doorbell.prepare_park();
+        // A channel added since the turn began (its ring came before we
+        // counted as sleeping) may already carry a frame whose sender saw us polling and
         // did not ring: the last look before sleeping must include it.
         team.channels.refresh(&mut self.channels);
         if ready()
@@ -104,7 +104,7 @@ impl<'a> Idle<'a> {
             if let Some(d) = self.until {
                 timeout = timeout.min(d.saturating_duration_since(Instant::now()));
             }
-            team.doorbell.park(ticket, timeout);
+            team.doorbell.park(timeout);
         }
         parked(false);
         if self.run_tasks {
@@ -163,7 +163,7 @@ struct ThreadWaker {
     /// the outer wait's wake-up.
     in_use: AtomicBool,
     /// Weak: the thread's cache outlives teams, and must not keep a dropped
-    /// team's doorbell (an fd and a mapped page) alive.
+    /// team's doorbell (its fds and a mapped page) alive.
     doorbell: Weak<Doorbell>,
 }
 

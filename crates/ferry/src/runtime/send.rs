@@ -126,7 +126,7 @@ impl TeamInner {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::DeadlineExceeded);
             }
-            // Asked for (and retried) only after the park ticket is taken, so
+            // Asked for (and retried) only after counting as sleeping, so
             // room made between the two is not slept through, and a writer
             // that merely spins costs the reader no wake-up calls.
             let done = std::cell::Cell::new(None);

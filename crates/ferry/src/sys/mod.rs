@@ -1,5 +1,4 @@
 //! Thin wrappers over the few system calls ferry needs.
 
 pub mod fdpass;
-pub mod futex;
 pub mod shm;

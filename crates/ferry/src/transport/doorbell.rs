@@ -1,87 +1,116 @@
 //! A team's doorbell: how a sender wakes a team whose threads all sleep.
 //!
-//! One page of shared memory per team, mapped by the team and by every peer
-//! that has a channel to it. The team's idle threads count themselves in
-//! `pollers` while they spin over their channels and in `sleepers` while they
-//! sleep on the futex `seq`. A sender publishes its frame, then (after a full
-//! fence) looks: if nobody polls and somebody sleeps, it bumps `seq` and wakes.
-//! Both sides do store → fence → load (Dekker), so a frame published just as a
-//! thread decides to sleep is seen by one of the two.
+//! The team's idle threads count themselves in `pollers` while they spin
+//! over their channels and in `sleepers` while they sleep. A sender
+//! publishes its frame, then (after a full fence) looks: if nobody polls
+//! and somebody sleeps, it rings. Both sides do store → fence → load
+//! (Dekker), so a frame published just as a thread decides to sleep is
+//! seen by one of the two.
+//!
+//! ## What a peer can touch (defect 8 of the core issue)
+//!
+//! The two counters live on a page of shared memory (the *state page*)
+//! that the team maps writable and seals (`F_SEAL_FUTURE_WRITE`): a peer
+//! maps it **read-only**, so no peer can make the team look busy or
+//! asleep to the others. A peer rings through **lines of its own**: two
+//! eventfds the team made for that one channel and handed over in the bind
+//! handshake ([`Doorbell::new_line`], [`Bell`]): `one` wakes one sleeping
+//! thread (a frame came: any thread can take it), `all` wakes every thread
+//! (room came for a writer, which may be any of them). The team's own
+//! threads ring its two local lines the same way.
+//!
+//! Each thread that sleeps has an epoll set of its own for the team,
+//! watching every line: `one` lines level-triggered and `EPOLLEXCLUSIVE`
+//! (a ring wakes one thread; the eventfd is a semaphore, and the woken
+//! thread takes one count), `all` lines edge-triggered (each thread's set
+//! keeps its own edge, so no thread takes another's wake-up). A ring that
+//! comes just before a thread sleeps is not lost: the count or the edge
+//! waits in the set, and the sleep returns at once. A socket (a TCP
+//! channel, next) joins the sets the same way and wakes a team as directly
+//! as shared memory does.
+//!
+//! The worst a misbehaving peer can do is to its own lines: ring them
+//! without cause (our threads wake for nothing: CPU, not delay), or drain
+//! them (it loses its own wake-ups; other channels keep theirs).
 //!
 //! ## The wake-up protocol, step by step
 //!
-//! Sender (`Transport::try_send` then [`Doorbell::ring`]):
+//! Sender (`Transport::try_send` then [`Bell::ring`]; the team's own threads
+//! use [`Doorbell::ring`] the same way, on the local line):
 //!
 //! - **S1** publish the frame (the ring's release store of its stamp);
 //! - **S2** `fence(SeqCst)`;
 //! - **S3** load `sleepers`; if 0, done (nobody to wake);
-//! - **S4** load `pollers`; if 0, bump `seq` and wake one sleeper.
+//! - **S4** load `pollers`; if 0, ring the `one` line.
 //!
 //! Receiving thread going to sleep (`Idle::step` with [`Doorbell::prepare_park`]):
 //!
-//! - **R1** take the ticket (`seq`), count itself in `sleepers` and out of `pollers`;
+//! - **R1** count itself in `sleepers` and out of `pollers`;
 //! - **R2** `fence(SeqCst)`;
 //! - **R3** look at every channel once more (and the caller's own condition);
 //!   if anything waits, [`Doorbell::cancel_park`] and handle it;
-//! - **R4** [`Doorbell::park`]: futex-wait while `seq` equals the ticket, at
-//!   most `park_timeout`.
+//! - **R4** [`Doorbell::park`]: sleep until a line rings (take its
+//!   wake-up), at most `park_timeout`.
 //!
 //! S1–S2–S3/S4 against R1–R2–R3 is Dekker's pattern: either R3 sees the
-//! frame, or S3/S4 see the sleeper and no poller and bump `seq` — after
-//! R1's ticket, so R4 returns at once. A thread that stops polling without
-//! sleeping (the last poller leaving, or one about to run user code:
-//! [`Doorbell::leave_polling`], **L1** decrement `pollers`, **L2**
-//! `fence(SeqCst)`, **L3** load `sleepers`) looks at the channels once more
-//! when it was the last poller while others sleep, and wakes one sleeper if
-//! a frame waits, since its senders saw a poller and did not ring.
+//! frame, or S3/S4 see the sleeper and no poller and add a wake-up, which
+//! R4 finds whether it comes before or after R4 starts waiting. A thread
+//! that stops polling without sleeping (the last poller leaving, or one
+//! about to run user code: [`Doorbell::leave_polling`], **L1** decrement
+//! `pollers`, **L2** `fence(SeqCst)`, **L3** load `sleepers`) looks at the
+//! channels once more when it was the last poller while others sleep, and
+//! wakes one sleeper if a frame waits, since its senders saw a poller and
+//! did not ring.
 //!
 //! The loom models in `loom_models` check these steps (and fail when the
 //! fence of S2, R2 or L2 is removed).
-//!
-//! A misbehaving peer can scribble on the page: the worst it can do is cause
-//! spurious or missed wake-ups of this team. Missed wake-ups are bounded
-//! because every park has a timeout (the runtime's `park_timeout`). That is
-//! the open part of the issue's defect 8: the page is shared by all peers,
-//! so one peer can delay every other peer's wake-ups by up to
-//! `park_timeout`; per-channel wake words (waited on with `futex_waitv`)
-//! would confine it to its own traffic.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicU32Ops, Ordering};
-use crate::sys::{futex, shm::Mapping};
-use rustix::fd::OwnedFd;
-use std::sync::atomic::AtomicU32;
+use crate::sys::shm::Mapping;
+use parking_lot::Mutex;
+use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
+use rustix::fd::{AsFd, OwnedFd};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Bytes of a doorbell's page of shared memory.
+/// Bytes of a doorbell's state page.
 pub const DOORBELL_LEN: usize = 4096;
 // 128 bytes apart: cores fetch cache lines in pairs.
-const SEQ: usize = 0;
 const POLLERS: usize = 128;
 const SLEEPERS: usize = 256;
 
-/// Where a doorbell's three words live and how a thread sleeps on one: a
-/// mapped page and the kernel's futex in production ([`DoorbellPage`]),
-/// heap words and a loom condition variable in the loom models. The futex
-/// belongs here, with the words, because a model's futex needs state of
-/// its own (its lock and wait queue) shared by everyone using the words.
+/// Where a doorbell's two words live, how a ringer wakes a sleeper and how
+/// a thread sleeps: a state page, eventfds and epoll sets in production
+/// ([`DoorbellPage`]), heap words and a loom condition variable in the loom
+/// models.
 pub trait DoorbellMemory: Send + Sync + 'static {
     type Word: AtomicU32Ops;
+    /// One of the team's lines, as a ringer holds it.
+    type Line: Send + Sync;
+    /// Where the team's threads sleep, watching every line.
+    type Sleep: Send + Sync;
 
-    fn seq(&self) -> &Self::Word;
     fn pollers(&self) -> &Self::Word;
     fn sleepers(&self) -> &Self::Word;
 
-    /// Sleeps while `*word == expected`, at most `timeout` (a model may wait
-    /// for ever: a wake-up that never comes is then a deadlock it reports).
-    /// Spurious returns are allowed.
-    fn wait(&self, word: &Self::Word, expected: u32, timeout: Duration);
+    /// Wakes one sleeping thread of the team (or the next to sleep).
+    fn ring_one(line: &Self::Line);
 
-    /// Wakes up to `n` threads sleeping on `word`.
-    fn wake(&self, word: &Self::Word, n: i32);
+    /// Wakes every thread of the team that sleeps (or is about to:
+    /// `sleepers` is what the ringer saw); a thread not sleeping returns
+    /// from its next sleep at once.
+    fn ring_all(line: &Self::Line, sleepers: u32);
+
+    /// Sleeps until a line rings for this thread, taking the wake-up; at most `timeout`
+    /// (a model may wait for ever: a wake-up that never comes is then a
+    /// deadlock it reports). Spurious returns are allowed.
+    fn wait(sleep: &Self::Sleep, timeout: Duration);
 }
 
-/// A doorbell's page of shared memory, mapped by its team and its peers.
+/// A doorbell's state page: writable for its team, read-only for peers.
 pub struct DoorbellPage {
     map: Mapping,
 }
@@ -91,18 +120,41 @@ impl DoorbellPage {
         debug_assert!(offset + 4 <= DOORBELL_LEN && offset.is_multiple_of(4));
         // SAFETY: the mapping is DOORBELL_LEN bytes, page-aligned, and lives as
         // long as `self`; the offsets are in bounds and 4-aligned. Shared memory
-        // is only ever accessed through atomics here.
+        // is only ever accessed through atomics here; a peer's page is mapped
+        // read-only and only loaded from (`Bell` never stores).
         unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU32) }
+    }
+}
+
+/// A pair of lines to a team, as a ringer holds them: `one` wakes one
+/// sleeping thread (an eventfd in semaphore mode, watched level-triggered
+/// and `EPOLLEXCLUSIVE` by every thread), `all` wakes every thread (an
+/// eventfd watched edge-triggered: each thread's own epoll set keeps its
+/// own edge, so no thread can take another's).
+pub struct Lines {
+    one: Arc<OwnedFd>,
+    all: Arc<OwnedFd>,
+}
+
+impl Lines {
+    fn new() -> Result<Lines> {
+        let fd = |flags| eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK | flags);
+        let one = fd(EventfdFlags::SEMAPHORE).map_err(|e| Error::io("eventfd")(e.into()))?;
+        let all = fd(EventfdFlags::empty()).map_err(|e| Error::io("eventfd")(e.into()))?;
+        Ok(Lines { one: Arc::new(one), all: Arc::new(all) })
+    }
+
+    fn write(fd: &OwnedFd) {
+        // Non-blocking: a line a peer filled to the brim (2^64 - 2) refuses
+        // the write, and its team has wake-ups waiting anyway.
+        let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
     }
 }
 
 impl DoorbellMemory for DoorbellPage {
     type Word = AtomicU32;
-
-    #[inline(always)]
-    fn seq(&self) -> &AtomicU32 {
-        self.word(SEQ)
-    }
+    type Line = Lines;
+    type Sleep = SleepSet;
 
     #[inline(always)]
     fn pollers(&self) -> &AtomicU32 {
@@ -114,64 +166,197 @@ impl DoorbellMemory for DoorbellPage {
         self.word(SLEEPERS)
     }
 
-    fn wait(&self, word: &AtomicU32, expected: u32, timeout: Duration) {
-        futex::wait(word, expected, Some(timeout));
+    fn ring_one(line: &Lines) {
+        Lines::write(&line.one);
     }
 
-    fn wake(&self, word: &AtomicU32, n: i32) {
-        futex::wake(word, n);
+    fn ring_all(line: &Lines, _sleepers: u32) {
+        Lines::write(&line.all);
+    }
+
+    fn wait(sleep: &SleepSet, timeout: Duration) {
+        sleep.wait(timeout)
+    }
+}
+
+/// A team's lines, and the epoll set of each thread that sleeps on them.
+/// A line `k` is watched under key `2k` (`one`) and `2k + 1` (`all`); the
+/// team's local lines are line 0.
+pub struct SleepSet(Arc<Registry>);
+
+#[derive(Default)]
+struct Registry {
+    state: Mutex<RegistryState>,
+    next_line: AtomicU64,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    lines: HashMap<u64, (Arc<OwnedFd>, Arc<OwnedFd>)>,
+    /// The epoll sets of the threads that slept here (pruned once their thread ended).
+    sets: Vec<std::sync::Weak<OwnedFd>>,
+}
+
+fn watch(set: &OwnedFd, k: u64, one: &OwnedFd, all: &OwnedFd) -> Result<()> {
+    use epoll::EventFlags as F;
+    let add = |fd, key, flags| {
+        epoll::add(set, fd, epoll::EventData::new_u64(key), flags).map_err(|e| Error::io("epoll_ctl")(e.into()))
+    };
+    add(one, 2 * k, F::IN | F::EXCLUSIVE)?;
+    add(all, 2 * k + 1, F::IN | F::ET)
+}
+
+thread_local! {
+    /// This thread's epoll set for each team it slept on (the last few).
+    static THREAD_SETS: std::cell::RefCell<Vec<(std::sync::Weak<Registry>, Arc<OwnedFd>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl SleepSet {
+    /// Adds a line; every thread's set watches it.
+    fn add(&self, lines: &Lines) -> Result<u64> {
+        let k = self.0.next_line.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut st = self.0.state.lock();
+        st.sets.retain(|s| s.strong_count() > 0);
+        for set in st.sets.iter().filter_map(|s| s.upgrade()) {
+            watch(&set, k, &lines.one, &lines.all)?;
+        }
+        st.lines.insert(k, (lines.one.clone(), lines.all.clone()));
+        Ok(k)
+    }
+
+    fn remove(&self, k: u64) {
+        let mut st = self.0.state.lock();
+        if let Some((one, all)) = st.lines.remove(&k) {
+            for set in st.sets.iter().filter_map(|s| s.upgrade()) {
+                let _ = epoll::delete(&*set, &*one);
+                let _ = epoll::delete(&*set, &*all);
+            }
+        }
+    }
+
+    /// This thread's epoll set for this team, made (watching every line) on first use.
+    fn thread_set(&self) -> Result<Arc<OwnedFd>> {
+        THREAD_SETS.with(|cell| {
+            let mut sets = cell.borrow_mut();
+            if let Some((_, set)) = sets.iter().find(|(r, _)| std::ptr::eq(r.as_ptr(), Arc::as_ptr(&self.0))) {
+                return Ok(set.clone());
+            }
+            sets.retain(|(r, _)| r.strong_count() > 0);
+            let set = Arc::new(epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create")(e.into()))?);
+            let mut st = self.0.state.lock();
+            for (k, (one, all)) in &st.lines {
+                watch(&set, *k, one, all)?;
+            }
+            st.sets.retain(|s| s.strong_count() > 0);
+            st.sets.push(Arc::downgrade(&set));
+            drop(st);
+            sets.push((Arc::downgrade(&self.0), set.clone()));
+            Ok(set)
+        })
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let Ok(set) = self.thread_set() else {
+            // No epoll set (out of descriptors): sleep the timeout out rather than spin.
+            std::thread::sleep(timeout);
+            return;
+        };
+        let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }];
+        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: i64::MAX, tv_nsec: 0 });
+        // One event at most: one wake-up taken per sleep, the others stay
+        // for the other sleepers.
+        let Ok(1) = epoll::wait(&*set, &mut events[..], Some(&timeout)) else { return };
+        let key = events[0].data.u64();
+        if key.is_multiple_of(2) {
+            // A `one` line: take its wake-up (semaphore mode). Another thread
+            // may have taken it first (EAGAIN): then this return was spurious.
+            let one = self.0.state.lock().lines.get(&(key / 2)).map(|(one, _)| one.clone());
+            if let Some(one) = one {
+                let _ = rustix::io::read(&*one, &mut [0u8; 8]);
+            }
+        }
+        // An `all` line is edge-triggered: this set's edge is taken by the wait.
+    }
+}
+
+/// A channel's lines as its team holds them: watched by the team's threads
+/// until dropped (the peer holding its copies of the fds cannot keep them
+/// there).
+pub struct Line {
+    lines: Lines,
+    key: u64,
+    set: SleepSet,
+}
+
+impl Line {
+    /// The two eventfds (`one`, `all`), handed to the peer in the bind handshake.
+    pub fn fds(&self) -> (&OwnedFd, &OwnedFd) {
+        (&self.lines.one, &self.lines.all)
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        self.set.remove(self.key);
     }
 }
 
 /// A team's doorbell (see the module's documentation), on `M`'s memory.
 pub struct Doorbell<M: DoorbellMemory = DoorbellPage> {
     mem: M,
+    /// The line the team's own threads ring.
+    local: M::Line,
+    sleep: M::Sleep,
 }
 
 impl Doorbell {
-    /// A fresh doorbell on a page of its own, nobody polling or sleeping.
+    /// A fresh doorbell: its state page (nobody polling or sleeping) and its local lines.
     pub fn create() -> Result<Doorbell> {
-        Ok(Doorbell { mem: DoorbellPage { map: Mapping::create("ferry-doorbell", DOORBELL_LEN)? } })
+        let map = Mapping::create_published("ferry-doorbell", DOORBELL_LEN)?;
+        let sleep = SleepSet(Arc::default());
+        let local = Lines::new()?;
+        sleep.add(&local)?;
+        Ok(Doorbell { mem: DoorbellPage { map }, local, sleep })
     }
 
-    /// Maps a peer's doorbell received at bind time.
-    pub fn open(fd: OwnedFd) -> Result<Doorbell> {
-        Ok(Doorbell { mem: DoorbellPage { map: Mapping::open(fd, DOORBELL_LEN)? } })
-    }
-
-    /// The page's memfd, handed to peers at bind time.
-    pub fn fd(&self) -> &OwnedFd {
+    /// The state page's memfd, handed to peers at bind time (they can map
+    /// it read-only only).
+    pub fn page_fd(&self) -> &OwnedFd {
         self.mem.map.fd()
+    }
+
+    /// New lines for one channel: its peer rings the team through them.
+    pub fn new_line(&self) -> Result<Line> {
+        let lines = Lines::new()?;
+        let key = self.sleep.add(&lines)?;
+        Ok(Line { lines, key, set: SleepSet(self.sleep.0.clone()) })
     }
 }
 
 impl<M: DoorbellMemory> Doorbell<M> {
     /// A doorbell on other memory (the loom models' heap words).
     #[cfg(all(test, loom))]
-    pub(crate) fn on(mem: M) -> Doorbell<M> {
-        Doorbell { mem }
+    pub(crate) fn on(mem: M, local: M::Line, sleep: M::Sleep) -> Doorbell<M> {
+        Doorbell { mem, local, sleep }
     }
 
-    /// Sender side: call after publishing. Wakes the team if nobody is polling.
+    /// One of the team's own threads, after publishing work for the team
+    /// (S2–S4 on the local line): wakes a sleeper if nobody polls.
     #[inline]
     pub fn ring(&self) {
-        // S2 (the caller did S1).
-        fence(Ordering::SeqCst);
-        // `sleepers` first: while nobody sleeps (the spinning case) the
-        // `pollers` line, which the team writes often, is never pulled over.
-        if self.mem.sleepers().load(Ordering::Relaxed) != 0 && self.mem.pollers().load(Ordering::Relaxed) == 0 {
-            // One thread is enough to drain the channels; it wakes whoever
-            // the messages are for. Waking all would make every idle thread
-            // of the team spin again for nothing, stealing the cores.
-            self.ring_one();
-        }
+        ring_if_idle(&self.mem, &self.local);
     }
 
     /// Wakes every sleeper unconditionally (a waker whose thread sleeps
     /// here, shutdown, a channel's end).
     pub fn ring_now(&self) {
-        self.mem.seq().fetch_add(1, Ordering::SeqCst);
-        self.mem.wake(self.mem.seq(), i32::MAX);
+        M::ring_all(&self.local, self.mem.sleepers().load(Ordering::SeqCst));
+    }
+
+    /// Wakes one sleeper.
+    pub fn ring_one(&self) {
+        M::ring_one(&self.local);
     }
 
     /// A thread starts polling (spinning over channels).
@@ -192,29 +377,22 @@ impl<M: DoorbellMemory> Doorbell<M> {
         last && self.mem.sleepers().load(Ordering::Relaxed) != 0
     }
 
-    /// Wakes one sleeper.
-    pub fn ring_one(&self) {
-        self.mem.seq().fetch_add(1, Ordering::SeqCst);
-        self.mem.wake(self.mem.seq(), 1);
-    }
-
-    /// First half of parking: the caller stops counting as a poller and as a
-    /// sleeper, and gets the ticket to pass to [`Doorbell::park`] after it has
-    /// checked once more that there is nothing to do.
-    pub fn prepare_park(&self) -> u32 {
+    /// First half of parking: the caller stops counting as a poller and
+    /// counts as a sleeper; it then checks once more that there is nothing
+    /// to do before [`Doorbell::park`].
+    pub fn prepare_park(&self) {
         // R1.
-        let ticket = self.mem.seq().load(Ordering::SeqCst);
         self.mem.sleepers().fetch_add(1, Ordering::SeqCst);
         self.mem.pollers().fetch_sub(1, Ordering::SeqCst);
         // R2: the caller's re-check (R3: plain loads) must not move before
         // these stores; the Dekker pattern needs a full fence, not only SeqCst RMWs.
         fence(Ordering::SeqCst);
-        ticket
     }
 
-    /// Sleeps unless the doorbell rang since `ticket`; then counts as a poller again.
-    pub fn park(&self, ticket: u32, timeout: Duration) {
-        self.mem.wait(self.mem.seq(), ticket, timeout);
+    /// Sleeps until a wake-up comes (one added since `prepare_park` is
+    /// never missed), at most `timeout`; then counts as a poller again.
+    pub fn park(&self, timeout: Duration) {
+        M::wait(&self.sleep, timeout);
         self.cancel_park();
     }
 
@@ -222,5 +400,79 @@ impl<M: DoorbellMemory> Doorbell<M> {
     pub fn cancel_park(&self) {
         self.mem.pollers().fetch_add(1, Ordering::SeqCst);
         self.mem.sleepers().fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How a peer wakes a team: the team's state page (read-only) and the line
+/// of the one channel between them.
+pub struct Bell<M: DoorbellMemory = DoorbellPage> {
+    mem: M,
+    line: M::Line,
+}
+
+impl Bell {
+    /// The bell of a peer, from the state page and lines its bind handshake
+    /// carried. Refused (`Io`) if the page is not a sealed memfd of
+    /// [`DOORBELL_LEN`] bytes or a line not an eventfd.
+    pub fn open(page: OwnedFd, one: OwnedFd, all: OwnedFd) -> Result<Bell> {
+        let map = Mapping::open_read_only(page, DOORBELL_LEN)?;
+        for line in [&one, &all] {
+            if !is_eventfd(line) {
+                return Err(Error::Io {
+                    context: "peer's doorbell line is not an eventfd",
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not an eventfd"),
+                });
+            }
+            // The line must not block our sender: a blocking one could, once
+            // full, hold a ringing thread for good.
+            rustix::fs::fcntl_setfl(line, rustix::fs::OFlags::NONBLOCK).map_err(|e| Error::io("fcntl")(e.into()))?;
+        }
+        Ok(Bell { mem: DoorbellPage { map }, line: Lines { one: Arc::new(one), all: Arc::new(all) } })
+    }
+
+    /// The state page's and the lines' fds.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn fds(&self) -> [&OwnedFd; 3] {
+        [self.mem.map.fd(), &self.line.one, &self.line.all]
+    }
+}
+
+fn is_eventfd(fd: &OwnedFd) -> bool {
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd()));
+    std::fs::read_link(path).is_ok_and(|p| p.as_os_str() == "anon_inode:[eventfd]")
+}
+
+impl<M: DoorbellMemory> Bell<M> {
+    /// A bell on other memory (the loom models' heap words).
+    #[cfg(all(test, loom))]
+    pub(crate) fn on(mem: M, line: M::Line) -> Bell<M> {
+        Bell { mem, line }
+    }
+
+    /// Sender side: call after publishing. Wakes the team if nobody is polling.
+    #[inline]
+    pub fn ring(&self) {
+        ring_if_idle(&self.mem, &self.line);
+    }
+
+    /// Wakes every sleeper of the team (a writer of it that waits for room
+    /// may be any of them).
+    pub fn ring_now(&self) {
+        M::ring_all(&self.line, self.mem.sleepers().load(Ordering::SeqCst));
+    }
+}
+
+/// S2–S4.
+#[inline]
+fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
+    // S2 (the caller did S1).
+    fence(Ordering::SeqCst);
+    // `sleepers` first: while nobody sleeps (the spinning case) the
+    // `pollers` line, which the team writes often, is never pulled over.
+    if mem.sleepers().load(Ordering::Relaxed) != 0 && mem.pollers().load(Ordering::Relaxed) == 0 {
+        // One thread is enough to drain the channels; it wakes whoever
+        // the messages are for. Waking all would make every idle thread
+        // of the team spin again for nothing, stealing the cores.
+        M::ring_one(line);
     }
 }

@@ -233,8 +233,8 @@ pub trait Transport: Send + Sync {
     /// frees space. That wake-up consumes the request (and wakes every
     /// writer of this end waiting then); another writer's successful
     /// `try_send` does not, so with several writers none loses its wake-up.
-    /// A writer therefore asks again before every park: take the park
-    /// ticket, `want_space`, retry `try_send`, then park. A request whose
+    /// A writer therefore asks again before every park: count as
+    /// sleeping, `want_space`, retry `try_send`, then park. A request whose
     /// writer found room anyway costs one spurious wake-up at most.
     fn want_space(&self);
 

@@ -38,7 +38,7 @@
 pub mod area;
 pub mod ring;
 
-use super::doorbell::{Doorbell, DoorbellMemory, DoorbellPage};
+use super::doorbell::{Bell, Doorbell, DoorbellMemory, DoorbellPage, Line};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 use crate::error::{Error, Result};
 use crate::id::Addr;
@@ -58,9 +58,9 @@ const MAGIC: &[u8; 8] = b"FERRYSHM";
 const VERSION: u32 = 3;
 const HEADER_AREA: usize = 4096;
 /// Magic of a connector's hello (the version is its last byte).
-pub const HELLO: &[u8; 8] = b"FERRYHI3";
+pub const HELLO: &[u8; 8] = b"FERRYHI4";
 /// Magic of an acceptor's welcome.
-pub const WELCOME: &[u8; 8] = b"FERRYOK3";
+pub const WELCOME: &[u8; 8] = b"FERRYOK4";
 /// Bytes of a hello or welcome: magic, node u16, pad u16, team u32,
 /// incarnation u32, ring bytes u32, area bytes u64.
 const HELLO_LEN: usize = 32;
@@ -100,7 +100,11 @@ pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     /// A consumed record waits to be released (see `Consumer`): `has_frame`
     /// says yes so the next idle turn releases it.
     rx_unreleased: AtomicBool,
-    peer_doorbell: Doorbell<B>,
+    /// Wakes the peer: its state page (read-only) and this channel's line to it.
+    peer_bell: Bell<B>,
+    /// This channel's line to our team, registered in its epoll set while
+    /// the end lives (none for a model's heap rings).
+    _line: Option<Line>,
     max_payload: usize,
     /// Sends fail, and a receive that finds the ring empty reports
     /// `PeerGone`: this end was closed, or the peer hung up (`hung_up`).
@@ -231,7 +235,7 @@ impl Drop for Lent {
 }
 
 impl ShmEnd {
-    fn new(segment: Mapping, cap: usize, area: u64, side: Side, peer_doorbell: Doorbell, socket: UnixStream) -> ShmEnd {
+    fn new(segment: Mapping, cap: usize, area: u64, side: Side, wake: (Bell, Line), socket: UnixStream) -> ShmEnd {
         let segment = Arc::new(segment);
         let base = segment.as_ptr();
         // SAFETY: the segment is segment_len(cap, area) bytes (checked at map time),
@@ -263,8 +267,10 @@ impl ShmEnd {
             Side::Connector => (area0, area0 + area),
             Side::Acceptor => (area0 + area, area0),
         };
-        let mut end = ShmEnd::from_parts(tx, rx, peer_doorbell, Some(segment.clone()));
+        let (peer_bell, line) = wake;
+        let mut end = ShmEnd::from_parts(tx, rx, peer_bell, Some(segment.clone()));
         end.socket = Some(socket);
+        end._line = Some(line);
         // SAFETY: both areas lie inside the segment (segment_len(cap, area)
         // bytes, checked at map time).
         let (tx_base, rx_base) = unsafe { (base.add(tx_at as usize), base.add(rx_at as usize)) };
@@ -280,8 +286,8 @@ impl ShmEnd {
 }
 
 impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
-    /// An end writing `tx`, reading `rx`, ringing the peer's doorbell.
-    pub(crate) fn from_parts(tx: M, rx: M, peer_doorbell: Doorbell<B>, segment: Option<Arc<Mapping>>) -> ShmEnd<M, B> {
+    /// An end writing `tx`, reading `rx`, ringing the peer's bell.
+    pub(crate) fn from_parts(tx: M, rx: M, peer_bell: Bell<B>, segment: Option<Arc<Mapping>>) -> ShmEnd<M, B> {
         ShmEnd {
             producer: Mutex::new(Producer::new(tx.clone())),
             consumer: Mutex::new(Consumer::new(rx.clone())),
@@ -290,7 +296,8 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             rx_mem: rx,
             rx_next: AtomicU64::new(0),
             rx_unreleased: AtomicBool::new(false),
-            peer_doorbell,
+            peer_bell,
+            _line: None,
             closed: AtomicBool::new(false),
             hung_up: AtomicBool::new(false),
             ended: AtomicBool::new(false),
@@ -324,7 +331,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
                 return Err(SendError::Closed);
             }
         }
-        self.peer_doorbell.ring();
+        self.peer_bell.ring();
         Ok(())
     }
 
@@ -367,7 +374,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         self.releases.pending.store(!queue.is_empty(), Ordering::Release);
         drop(queue);
         if sent > 0 {
-            self.peer_doorbell.ring();
+            self.peer_bell.ring();
             // The peer may be waiting for these ranges (it asked with `want_space`).
             self.wake_waiting_writer();
         }
@@ -393,10 +400,21 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         fence(Ordering::SeqCst);
         let waiting = self.rx_mem.writer_waiting();
         // The swap (a locked instruction) only when somebody waits. Acquire:
-        // the writer's ticket, taken before its wait, then cannot see our ring.
+        // the writer counted itself as sleeping before it asked, so our
+        // ring counts it among the sleepers to wake.
         if waiting.load(Ordering::Relaxed) != 0 && waiting.swap(0, Ordering::AcqRel) != 0 {
-            self.peer_doorbell.ring_now();
+            self.peer_bell.ring_now();
         }
+    }
+}
+
+impl ShmEnd {
+    /// What the bind handshake gave this end to wake its peer: the peer's
+    /// doorbell state page and this channel's two lines (what a test posing as
+    /// a misbehaving peer tries to abuse).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn peer_wake_fds(&self) -> [&rustix::fd::OwnedFd; 3] {
+        self.peer_bell.fds()
     }
 }
 
@@ -464,8 +482,8 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         self.push_frame(h, payload)
     }
     fn want_space(&self) {
-        // SeqCst (so Release): the reader's swap that takes it then orders
-        // our park ticket, taken before, ahead of its ring.
+        // SeqCst (so Release): the reader's swap that takes it then sees
+        // us counted as sleeping (done before) when it rings.
         self.tx_mem.writer_waiting().store(1, Ordering::SeqCst);
         // Dekker with the consumer's head store → fence → flag load.
         fence(Ordering::SeqCst);
@@ -632,7 +650,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 pub struct BindConfig {
     /// This team (its hello or welcome names it).
     pub me: TeamId,
-    /// This team's doorbell, handed to the peer.
+    /// This team's doorbell: its state page and a new line go to the peer.
     pub doorbell: Arc<Doorbell>,
     /// Ring size the connector asks for.
     pub ring_bytes: usize,
@@ -710,10 +728,12 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
     let segment = create_segment(cap, area)?;
     stream.set_read_timeout(Some(cfg.handshake_timeout)).map_err(Error::io("socket timeout"))?;
     let hello = hello_bytes(magic, cfg.me, cap as u32, area);
-    fdpass::send(stream.as_fd(), &hello, &[segment.fd().as_fd(), cfg.doorbell.fd().as_fd()])
-        .map_err(acceptor_failed(expect))?;
+    let line = cfg.doorbell.new_line()?;
+    let (one, all) = line.fds();
+    let fds = [segment.fd().as_fd(), cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()];
+    fdpass::send(stream.as_fd(), &hello, &fds).map_err(acceptor_failed(expect))?;
     let mut buf = [0u8; 64];
-    let (n, mut fds) = fdpass::recv(&stream, &mut buf).map_err(acceptor_failed(expect))?;
+    let (n, fds) = fdpass::recv(&stream, &mut buf).map_err(acceptor_failed(expect))?;
     if n == 0 {
         // Closed without a word: the team exited (or refused us and is logging why).
         return Err(Error::NoSuchTeam(expect));
@@ -725,11 +745,10 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
         // The socket at `expect`'s path belongs to someone else: `expect` is not there.
         return Err(Error::NoSuchTeam(expect));
     }
-    if fds.len() != 1 {
-        return Err(refused(expect, format!("welcome carried {} descriptors, want 1", fds.len())));
-    }
-    let peer_doorbell = Doorbell::open(fds.pop().unwrap())?;
-    Ok(ShmEnd::new(segment, cap, area, Side::Connector, peer_doorbell, stream))
+    let [page, one, all] = <[_; 3]>::try_from(fds)
+        .map_err(|fds| refused(expect, format!("welcome carried {} descriptors, want 3", fds.len())))?;
+    let bell = Bell::open(page, one, all).map_err(|e| refused(expect, e.to_string()))?;
+    Ok(ShmEnd::new(segment, cap, area, Side::Connector, (bell, line), stream))
 }
 
 /// A fresh channel segment with its header written.
@@ -776,7 +795,7 @@ pub(crate) fn accept_with(
     welcome_magic: &[u8; 8],
 ) -> Result<Accepted> {
     let mut buf = [0u8; 64];
-    let Some((n, mut fds)) = fdpass::try_recv(&stream, &mut buf)? else { return Ok(Accepted::Waiting(stream)) };
+    let Some((n, fds)) = fdpass::try_recv(&stream, &mut buf)? else { return Ok(Accepted::Waiting(stream)) };
     let Some((peer, cap, area)) = parse_hello(&buf[..n], HELLO) else {
         return Err(refused(TeamId { node: cfg.me.node, team: 0, incarnation: 0 }, format!("bad hello ({n} bytes)")));
     };
@@ -790,11 +809,9 @@ pub(crate) fn accept_with(
     if peer.node != cfg.me.node || !peer_pid(&stream).is_some_and(|pid| is_peer(peer, pid)) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
-    if fds.len() != 2 {
-        return Err(refused(peer, format!("sent {} descriptors, want 2", fds.len())));
-    }
-    let doorbell_fd = fds.pop().unwrap();
-    let segment = Mapping::open(fds.pop().unwrap(), segment_len(cap, area))?;
+    let [segment, page, one, all] = <[_; 4]>::try_from(fds)
+        .map_err(|fds| refused(peer, format!("sent {} descriptors, want 4", fds.len())))?;
+    let segment = Mapping::open(segment, segment_len(cap, area))?;
     // SAFETY: the segment is at least 4096 bytes; we read 24 header bytes by copy.
     let (magic, version, seg_cap, seg_area) = unsafe {
         let p = segment.as_ptr();
@@ -808,11 +825,13 @@ pub(crate) fn accept_with(
     if &magic != MAGIC || version != VERSION || seg_cap as usize != cap || seg_area != area {
         return Err(refused(peer, "sent a segment of another version".into()));
     }
-    let peer_doorbell = Doorbell::open(doorbell_fd)?;
+    let bell = Bell::open(page, one, all).map_err(|e| refused(peer, e.to_string()))?;
+    let line = cfg.doorbell.new_line()?;
     let welcome = hello_bytes(welcome_magic, cfg.me, cap as u32, area);
+    let (one, all) = line.fds();
     // A fresh socket's buffer has room for these 32 bytes: this does not wait.
-    fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.fd().as_fd()])?;
-    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, cap, area, Side::Acceptor, peer_doorbell, stream)), peer))
+    fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()])?;
+    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, cap, area, Side::Acceptor, (bell, line), stream)), peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite
@@ -827,11 +846,14 @@ pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doo
     let segment = create_segment(cap, area)?;
     let fd = rustix::io::dup(segment.fd()).map_err(|e| Error::io("dup")(e.into()))?;
     let other = Mapping::open(fd, segment_len(cap, area))?;
-    let da = rustix::io::dup(a.fd()).map_err(|e| Error::io("dup")(e.into()))?;
-    let db = rustix::io::dup(b.fd()).map_err(|e| Error::io("dup")(e.into()))?;
+    // Each end keeps its own team's line and rings the other team's.
+    let (la, lb) = (a.new_line()?, b.new_line()?);
+    let dup = |fd: &rustix::fd::OwnedFd| rustix::io::dup(fd).map_err(|e| Error::io("dup")(e.into()));
+    let bell = |d: &Doorbell, l: &Line| Bell::open(dup(d.page_fd())?, dup(l.fds().0)?, dup(l.fds().1)?);
+    let (bell_of_b, bell_of_a) = (bell(&b, &lb)?, bell(&a, &la)?);
     let (sa, sb) = UnixStream::pair().map_err(Error::io("socketpair"))?;
     Ok((
-        ShmEnd::new(segment, cap, area, Side::Connector, Doorbell::open(db)?, sa),
-        ShmEnd::new(other, cap, area, Side::Acceptor, Doorbell::open(da)?, sb),
+        ShmEnd::new(segment, cap, area, Side::Connector, (bell_of_b, la), sa),
+        ShmEnd::new(other, cap, area, Side::Acceptor, (bell_of_a, lb), sb),
     ))
 }

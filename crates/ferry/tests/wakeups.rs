@@ -1,0 +1,123 @@
+//! Wake-ups across real processes: one peer must not be able to slow a
+//! team's other peers (defect 8 of the core issue).
+
+mod common;
+
+use common::Child;
+use ferry::testing::{shm_connect, Doorbell, ShmBind, Transport, MIN_RING};
+use ferry::Team;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The server's park timeout: a call that waits for it was not rung.
+const PARK: Duration = Duration::from_secs(4);
+const START: Duration = Duration::from_secs(20);
+
+#[test]
+#[ignore = "run as a child process by the other tests"]
+fn child_entry() {
+    let Some(role) = common::child_role() else { return };
+    let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
+    match role.as_str() {
+        // A team that sleeps when idle (no spinning) and echoes.
+        "parked-echo" => {
+            let team = Team::builder().runtime_dir(&dir).blocking().park_timeout(PARK).start().unwrap();
+            let port = team.open_named_port::<String>("echo").unwrap();
+            common::say(port.id());
+            loop {
+                let m = port.recv_blocking().unwrap();
+                let s = m.value.clone();
+                m.reply(&s).unwrap();
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Defect 8: every peer used to map its team's doorbell page writable, so
+/// one could hold `pollers` up (or `sleepers` down): the team's other
+/// peers then never rang it, and each of their calls to the sleeping team
+/// waited out its whole park timeout. Now a peer gets the state page only
+/// read-only and a line of its own to ring: here a hostile peer tries the
+/// old attack (and drains its own line), and an honest peer's calls to the
+/// sleeping team must still be answered at once.
+#[test]
+fn a_peer_cannot_keep_a_team_from_hearing_its_other_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Child::spawn("parked-echo", dir.path());
+    let server: ferry::EndpointId = child.expect("", START).parse().unwrap();
+    let server = server.team_id();
+
+    // The hostile peer binds as a team of this process would.
+    let hostile = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
+    let sock = dir.path().join("teams").join(format!("{}.sock", server.team));
+    let side = ShmBind {
+        me: hostile.id(),
+        doorbell: Arc::new(Doorbell::create().unwrap()),
+        ring_bytes: MIN_RING,
+        area_bytes: 0,
+        magic: None,
+        patience: Duration::from_secs(5),
+    };
+    let end = shm_connect(UnixStream::connect(&sock).unwrap(), &side, server).expect("the hostile peer binds");
+    let [page, line, _] = end.peer_wake_fds();
+
+    // The old attack: make the team look busy (a poller) and awake (no sleeper).
+    let len = ferry::testing::DOORBELL_LEN;
+    // SAFETY: a fresh mapping of the page the server handed over; nothing else aliases it.
+    let writable = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            page,
+            0,
+        )
+    };
+    if let Ok(p) = writable {
+        // SAFETY: in bounds of the mapping (pollers at 128, sleepers at 256).
+        unsafe {
+            (p.cast::<u8>().add(128) as *mut u32).write_volatile(1 << 20);
+            (p.cast::<u8>().add(256) as *mut u32).write_volatile(0);
+        }
+    }
+    let written = rustix::io::pwrite(page, &(1u32 << 20).to_ne_bytes(), 128);
+
+    // And it drains its own line, as fast as it can, all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let line = rustix::io::dup(line).unwrap();
+    let drainer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = rustix::io::read(&line, &mut [0u8; 8]);
+                std::thread::yield_now();
+            }
+        })
+    };
+
+    // An honest peer calls the sleeping team: each call is rung, not
+    // answered at the end of the server's park timeout.
+    let honest = Team::builder().runtime_dir(dir.path()).blocking().start().unwrap();
+    let echo = honest.connect::<String>("echo").unwrap();
+    for i in 0..5 {
+        // Let the server fall asleep.
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let back: String = echo.call(&format!("call {i}")).unwrap();
+        let took = t0.elapsed();
+        assert_eq!(back, format!("call {i}"));
+        assert!(took < PARK / 4, "call {i} took {took:?}: the sleeping server was not rung");
+    }
+    stop.store(true, Ordering::Relaxed);
+    drainer.join().unwrap();
+    // The reason: the page is read-only for peers.
+    assert!(matches!(writable, Err(rustix::io::Errno::PERM | rustix::io::Errno::ACCESS)), "mapped writable: {writable:?}");
+    assert!(written.is_err(), "a peer wrote the state page");
+    assert!(!end.is_closed());
+    drop(end);
+    child.kill();
+}
