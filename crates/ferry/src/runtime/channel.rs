@@ -205,17 +205,16 @@ impl Channel {
     /// stream: a gone peer's channel to finish): work that needs a poller now.
     #[inline]
     pub fn has_frame_or_held(&self) -> bool {
-        self.transport.has_frame() || self.held.load(Ordering::Relaxed) || self.transport.is_peer_gone()
+        self.transport.has_frame_or_gone() || self.held.load(Ordering::Relaxed)
     }
 
     /// Whether the progress loop has anything to do here (lock-free check).
     #[inline]
     pub fn needs_attention(&self) -> bool {
-        self.transport.has_frame()
-            || self.transport.needs_tidy()
+        // The transport's probes in one virtual call.
+        self.transport.needs_attention()
             || self.backlog_used.load(Ordering::Relaxed)
             || self.held.load(Ordering::Relaxed)
-            || self.transport.is_peer_gone()
             || self.outbox_due()
     }
 
