@@ -93,6 +93,9 @@ pub(crate) struct Channel {
     /// the channel in the tables of calls only it may answer or cancel.
     serial: u64,
     pub transport: Box<dyn Transport>,
+    /// `transport.max_payload()`, fixed for its life: read at every send
+    /// without a virtual call.
+    pub max_payload: usize,
     /// The receive side; `try_lock`ed so one thread at a time drains it.
     pub rx: Padded<Mutex<RxState>>,
     /// Acks, nacks and cancels that found the transport full, in order;
@@ -172,6 +175,7 @@ impl Channel {
         Channel {
             peer,
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+            max_payload: transport.max_payload(),
             transport,
             rx: Padded(Mutex::new(RxState::default())),
             backlog: Mutex::new(VecDeque::new()),

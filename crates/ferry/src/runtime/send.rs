@@ -43,7 +43,7 @@ impl TeamInner {
         // The common case, tried first without the retry machinery below: a
         // message that fits a frame with no async send queued ahead of it
         // (the same first try `attempt` makes). Full goes on to the general path.
-        if payload.len() <= ch.transport.max_payload() && !ch.outbox.is_used() {
+        if payload.len() <= ch.max_payload && !ch.outbox.is_used() {
             let first = if ch.flush_backlog() { ch.transport.try_send(&header, payload) } else { Err(SendError::Full) };
             if let Some(r) = self.send_outcome(ch, &header, wait, first) {
                 return r;
@@ -67,7 +67,7 @@ impl TeamInner {
         if len > self.cfg.max_message {
             return Err(Error::TooLarge { len, max: self.cfg.max_message });
         }
-        if len > ch.transport.max_payload() {
+        if len > ch.max_payload {
             let max = ch.transport.max_detached();
             if len > max {
                 return Err(Error::TooLarge { len, max });
@@ -93,7 +93,7 @@ impl TeamInner {
         payload: &[u8],
         staged: &mut Option<Staged>,
     ) -> std::result::Result<(), SendError> {
-        if payload.len() <= ch.transport.max_payload() {
+        if payload.len() <= ch.max_payload {
             return if ch.flush_backlog() { ch.transport.try_send(header, payload) } else { Err(SendError::Full) };
         }
         if staged.is_none() {
