@@ -161,7 +161,11 @@ impl RawPort {
             None => self.inbox.poll_pop_now(),
             Some(cx) => self.inbox.poll_pop(cx),
         });
-        got.map(|m| take(&self.team, m)).ok_or(Error::Shutdown)
+        // Not `ok_or(Error::Shutdown)`: that builds (and drops) the error at every receive.
+        match got {
+            Some(m) => Ok(take(&self.team, m)),
+            None => Err(Error::Shutdown),
+        }
     }
 
     /// Receives with a time limit: `DeadlineExceeded` when it passes. A limit

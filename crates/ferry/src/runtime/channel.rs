@@ -93,6 +93,9 @@ pub(crate) struct Channel {
     /// the channel in the tables of calls only it may answer or cancel.
     serial: u64,
     pub transport: Box<dyn Transport>,
+    /// `transport.max_payload()`, fixed for its life: read at every send
+    /// without a virtual call.
+    pub max_payload: usize,
     /// The receive side; `try_lock`ed so one thread at a time drains it.
     pub rx: Padded<Mutex<RxState>>,
     /// Acks, nacks and cancels that found the transport full, in order;
@@ -172,6 +175,7 @@ impl Channel {
         Channel {
             peer,
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+            max_payload: transport.max_payload(),
             transport,
             rx: Padded(Mutex::new(RxState::default())),
             backlog: Mutex::new(VecDeque::new()),
@@ -205,17 +209,16 @@ impl Channel {
     /// stream: a gone peer's channel to finish): work that needs a poller now.
     #[inline]
     pub fn has_frame_or_held(&self) -> bool {
-        self.transport.has_frame() || self.held.load(Ordering::Relaxed) || self.transport.is_peer_gone()
+        self.transport.has_frame_or_gone() || self.held.load(Ordering::Relaxed)
     }
 
     /// Whether the progress loop has anything to do here (lock-free check).
     #[inline]
     pub fn needs_attention(&self) -> bool {
-        self.transport.has_frame()
-            || self.transport.needs_tidy()
+        // The transport's probes in one virtual call.
+        self.transport.needs_attention()
             || self.backlog_used.load(Ordering::Relaxed)
             || self.held.load(Ordering::Relaxed)
-            || self.transport.is_peer_gone()
             || self.outbox_due()
     }
 

@@ -85,10 +85,15 @@ impl TeamInner {
 
     /// Runs what a drain found for direct takers, once `rx` is unlocked (a
     /// taker may send, wait, or drain this channel itself).
-    pub(super) fn run_direct(&self, mut rx: parking_lot::MutexGuard<'_, RxState>) {
-        if rx.direct.is_empty() {
-            return;
+    #[inline]
+    pub(super) fn run_direct(&self, rx: parking_lot::MutexGuard<'_, RxState>) {
+        if !rx.direct.is_empty() {
+            self.run_direct_now(rx);
         }
+    }
+
+    #[inline(never)]
+    fn run_direct_now(&self, mut rx: parking_lot::MutexGuard<'_, RxState>) {
         thread_local! {
             /// A buffer to swap with `rx.direct`, so neither allocates per message.
             static SPARE: std::cell::Cell<Vec<(Direct, Incoming)>> = const { std::cell::Cell::new(Vec::new()) };
@@ -139,7 +144,7 @@ impl TeamInner {
             }
             ch.held.store(!rx.held.is_empty(), Ordering::Relaxed);
         }
-        if !ch.transport.has_frame() && !ch.transport.is_peer_gone() {
+        if !ch.transport.has_frame_or_gone() {
             // Nothing new: a good moment for the transport's deferred work.
             ch.transport.tidy();
             return Ok(Drained::default());
@@ -162,7 +167,7 @@ impl TeamInner {
             }
             // The probe saves a receive that would find nothing (a gone
             // peer's stream still has its end to read).
-            if !ch.transport.has_frame() && !ch.transport.is_peer_gone() {
+            if !ch.transport.has_frame_or_gone() {
                 break;
             }
         }
@@ -241,7 +246,7 @@ impl TeamInner {
         // Behind a held message for the same endpoint, or refused: hold it.
         // (`deliver` builds the payload only when it takes the message.)
         let mut make = Some(payload);
-        let behind = rx.held.iter().any(|(held, _)| held.dst == h.dst);
+        let behind = !rx.held.is_empty() && rx.held.iter().any(|(held, _)| held.dst == h.dst);
         if behind || !self.deliver(ch, rx, h, len, || (make.take().unwrap())(), false) {
             let payload = (make.take().expect("a refused message was not built"))();
             rx.hold(rx.held.len(), *h, payload);

@@ -60,7 +60,9 @@ impl<'a> Idle<'a> {
     /// `parked(true)`/`parked(false)` bracket the sleep, so wakers know to ring.
     pub fn step(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool)) {
         let team = self.team;
-        if self.run_tasks && user_code(team, || team.exec.run_one()) {
+        // `has_ready` first: with no task ready, `user_code`'s leaving and
+        // re-entering the pollers (two locked instructions) would buy nothing.
+        if self.run_tasks && team.exec.has_ready() && user_code(team, || team.exec.run_one()) {
             self.spin_started = None;
             return;
         }

@@ -67,6 +67,9 @@ impl<M: Cost> Inbox<M> {
     /// has room: a message larger than the byte bound gets in alone. With a
     /// direct taker, an empty queue and `direct_ok` (this thread may run
     /// it), hands the message back for the taker instead: queued messages go first.
+    // Inlined into the progress loop's delivery (its one hot caller): the
+    // message is then built in place rather than returned and moved.
+    #[inline]
     pub fn offer(
         &self,
         direct_ok: impl FnOnce() -> bool,

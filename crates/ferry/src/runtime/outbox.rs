@@ -173,7 +173,7 @@ impl TeamInner {
         loop {
             sent |= self.flush_outbox(ch);
             let Some(q) = ch.outbox.first_waiting() else { return sent };
-            if !q.needs_staging(ch.transport.max_payload()) {
+            if !q.needs_staging(ch.max_payload) {
                 return sent;
             }
             if !copy {
@@ -202,7 +202,7 @@ impl TeamInner {
             let r = match &mut slot.load {
                 Load::Gone => Ok(()),
                 Load::Staging => return sent,
-                Load::Bytes(b) if b.len() > ch.transport.max_payload() => return sent,
+                Load::Bytes(b) if b.len() > ch.max_payload => return sent,
                 Load::Bytes(b) => match ch.flush_backlog() {
                     true => ch.transport.try_send(&q.header, b),
                     false => Err(SendError::Full),

@@ -40,6 +40,15 @@ impl TeamInner {
         deadline: Option<Instant>,
     ) -> Result<()> {
         self.check_size(ch, payload.len())?;
+        // The common case, tried first without the retry machinery below: a
+        // message that fits a frame with no async send queued ahead of it
+        // (the same first try `attempt` makes). Full goes on to the general path.
+        if payload.len() <= ch.max_payload && !ch.outbox.is_used() {
+            let first = if ch.flush_backlog() { ch.transport.try_send(&header, payload) } else { Err(SendError::Full) };
+            if let Some(r) = self.send_outcome(ch, &header, wait, first) {
+                return r;
+            }
+        }
         let staged = RefCell::new(None);
         self.wait_for_room(ch, &header, wait, deadline, &|| {
             // Once staged (the outbox was empty then), it is ahead of what
@@ -58,7 +67,7 @@ impl TeamInner {
         if len > self.cfg.max_message {
             return Err(Error::TooLarge { len, max: self.cfg.max_message });
         }
-        if len > ch.transport.max_payload() {
+        if len > ch.max_payload {
             let max = ch.transport.max_detached();
             if len > max {
                 return Err(Error::TooLarge { len, max });
@@ -84,7 +93,7 @@ impl TeamInner {
         payload: &[u8],
         staged: &mut Option<Staged>,
     ) -> std::result::Result<(), SendError> {
-        if payload.len() <= ch.transport.max_payload() {
+        if payload.len() <= ch.max_payload {
             return if ch.flush_backlog() { ch.transport.try_send(header, payload) } else { Err(SendError::Full) };
         }
         if staged.is_none() {
@@ -108,13 +117,7 @@ impl TeamInner {
         deadline: Option<Instant>,
         attempt: &dyn Fn() -> std::result::Result<(), SendError>,
     ) -> Result<()> {
-        let outcome = |r: std::result::Result<(), SendError>| match r {
-            Ok(()) => Some(Ok(())),
-            Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
-            Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
-            Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: ch.peer_endpoint(h.dst) })),
-            Err(SendError::Full) => None,
-        };
+        let outcome = |r| self.send_outcome(ch, h, wait, r);
         if let Some(r) = outcome(attempt()) {
             return r;
         }
@@ -146,6 +149,25 @@ impl TeamInner {
             if let Some(r) = outcome(attempt()) {
                 return r;
             }
+        }
+    }
+
+    /// What one try at sending `h` means for the send: done (or failed),
+    /// or `None` to wait for room.
+    #[inline]
+    fn send_outcome(
+        &self,
+        ch: &Channel,
+        h: &Header,
+        wait: bool,
+        r: std::result::Result<(), SendError>,
+    ) -> Option<Result<()>> {
+        match r {
+            Ok(()) => Some(Ok(())),
+            Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
+            Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+            Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: ch.peer_endpoint(h.dst) })),
+            Err(SendError::Full) => None,
         }
     }
 
@@ -334,12 +356,18 @@ impl TeamInner {
 
     /// Same-team send: the sender puts the message into its inbox itself
     /// (task hand-off), rather than leaving it for whichever thread polls next.
+    #[inline]
     fn hand_off(&self, ch: &Arc<Channel>) {
         if Arc::ptr_eq(ch, &self.loopback) {
-            if let Some(mut rx) = ch.rx.try_lock() {
-                let _ = self.drain(ch, &mut rx);
-                self.run_direct(rx);
-            }
+            self.hand_off_now(ch);
+        }
+    }
+
+    #[inline(never)]
+    fn hand_off_now(&self, ch: &Arc<Channel>) {
+        if let Some(mut rx) = ch.rx.try_lock() {
+            let _ = self.drain(ch, &mut rx);
+            self.run_direct(rx);
         }
     }
 }

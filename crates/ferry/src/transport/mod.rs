@@ -287,6 +287,20 @@ pub trait Transport: Send + Sync {
     /// no lock, for the polling loop. A `false` may be stale.
     fn is_peer_gone(&self) -> bool;
 
+    /// `has_frame() || is_peer_gone()`: whether a receive has something to
+    /// report, in one call (the receive loop asks after every frame).
+    #[inline]
+    fn has_frame_or_gone(&self) -> bool {
+        self.has_frame() || self.is_peer_gone()
+    }
+
+    /// `has_frame() || needs_tidy() || is_peer_gone()` in one call: the
+    /// transport's part of the idle loop's per-channel, per-turn check.
+    #[inline]
+    fn needs_attention(&self) -> bool {
+        self.has_frame() || self.needs_tidy() || self.is_peer_gone()
+    }
+
     /// Ends this end: later sends (and stages) fail with `Closed`; the peer
     /// is told, and sees `PeerGone` once it took what we sent; receives here
     /// drain what had arrived, then report `PeerGone`. Dropping an end closes
