@@ -20,12 +20,12 @@
 //! threads ring its two local lines the same way.
 //!
 //! Each thread that sleeps has an epoll set of its own for the team,
-//! watching every line: `one` lines level-triggered and `EPOLLEXCLUSIVE`
-//! (a ring wakes one thread; the eventfd is a semaphore, and the woken
-//! thread takes one count), `all` lines edge-triggered (each thread's set
-//! keeps its own edge, so no thread takes another's wake-up). A ring that
-//! comes just before a thread sleeps is not lost: the count or the edge
-//! waits in the set, and the sleep returns at once. A socket (a TCP
+//! watching every line edge-triggered (a ring is a write, an edge; nobody
+//! reads the eventfds): `one` lines with `EPOLLEXCLUSIVE` (an edge wakes
+//! one sleeping thread), `all` lines without (each thread's set keeps its
+//! own edge, so no thread takes another's wake-up). A ring that comes just
+//! before a thread sleeps is not lost: the edge waits in its set, and the
+//! sleep returns at once. A socket (a TCP
 //! channel, next) joins the sets the same way and wakes a team as directly
 //! as shared memory does.
 //!
@@ -126,11 +126,11 @@ impl DoorbellPage {
     }
 }
 
-/// A pair of lines to a team, as a ringer holds them: `one` wakes one
-/// sleeping thread (an eventfd in semaphore mode, watched level-triggered
-/// and `EPOLLEXCLUSIVE` by every thread), `all` wakes every thread (an
-/// eventfd watched edge-triggered: each thread's own epoll set keeps its
-/// own edge, so no thread can take another's).
+/// A pair of lines to a team, as a ringer holds them: two eventfds that
+/// every thread's epoll set watches edge-triggered (each write is an edge;
+/// nobody reads them), `one` with `EPOLLEXCLUSIVE` (an edge wakes one
+/// sleeping thread), `all` without (an edge wakes every thread: each set
+/// keeps its own edge, so no thread can take another's).
 pub struct Lines {
     one: Arc<OwnedFd>,
     all: Arc<OwnedFd>,
@@ -138,15 +138,17 @@ pub struct Lines {
 
 impl Lines {
     fn new() -> Result<Lines> {
-        let fd = |flags| eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK | flags);
-        let one = fd(EventfdFlags::SEMAPHORE).map_err(|e| Error::io("eventfd")(e.into()))?;
-        let all = fd(EventfdFlags::empty()).map_err(|e| Error::io("eventfd")(e.into()))?;
+        let fd = || {
+            eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| Error::io("eventfd")(e.into()))
+        };
+        let (one, all) = (fd()?, fd()?);
         Ok(Lines { one: Arc::new(one), all: Arc::new(all) })
     }
 
     fn write(fd: &OwnedFd) {
-        // Non-blocking: a line a peer filled to the brim (2^64 - 2) refuses
-        // the write, and its team has wake-ups waiting anyway.
+        // Never read, the count only grows: 2^64 - 2 writes fill it. A peer
+        // can fill its own lines at once: our write then fails without
+        // waiting (non-blocking), and only that peer's wake-ups are lost.
         let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
     }
 }
@@ -202,7 +204,10 @@ fn watch(set: &OwnedFd, k: u64, one: &OwnedFd, all: &OwnedFd) -> Result<()> {
     let add = |fd, key, flags| {
         epoll::add(set, fd, epoll::EventData::new_u64(key), flags).map_err(|e| Error::io("epoll_ctl")(e.into()))
     };
-    add(one, 2 * k, F::IN | F::EXCLUSIVE)?;
+    // With EPOLLEXCLUSIVE an edge goes to the sets it passes on its way
+    // until one with a sleeping thread: a thread that was polling finds it
+    // at its next sleep (a spurious return), the sleeping one wakes.
+    add(one, 2 * k, F::IN | F::ET | F::EXCLUSIVE)?;
     add(all, 2 * k + 1, F::IN | F::ET)
 }
 
@@ -262,21 +267,11 @@ impl SleepSet {
             std::thread::sleep(timeout);
             return;
         };
-        let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }];
+        let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 8];
         let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: i64::MAX, tv_nsec: 0 });
-        // One event at most: one wake-up taken per sleep, the others stay
-        // for the other sleepers.
-        let Ok(1) = epoll::wait(&*set, &mut events[..], Some(&timeout)) else { return };
-        let key = events[0].data.u64();
-        if key.is_multiple_of(2) {
-            // A `one` line: take its wake-up (semaphore mode). Another thread
-            // may have taken it first (EAGAIN): then this return was spurious.
-            let one = self.0.state.lock().lines.get(&(key / 2)).map(|(one, _)| one.clone());
-            if let Some(one) = one {
-                let _ = rustix::io::read(&*one, &mut [0u8; 8]);
-            }
-        }
-        // An `all` line is edge-triggered: this set's edge is taken by the wait.
+        // The edges taken here are this thread's own (its set's): any one
+        // wakes it; taking several at once saves spurious returns later.
+        let _ = epoll::wait(&*set, &mut events[..], Some(&timeout));
     }
 }
 
