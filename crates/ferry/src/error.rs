@@ -67,7 +67,16 @@ pub enum Error {
         /// What it did.
         what: String,
     },
-    /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
+    /// A peer over the network could not prove it holds the cluster's key
+    /// (or we could not prove it to the peer): the connection was refused.
+    #[error("{peer} is not authenticated: {what}")]
+    Unauthenticated {
+        /// Who it claimed to be (or whom we meant to reach).
+        peer: TeamId,
+        /// What failed.
+        what: String,
+    },
+        /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
     #[error("refused: {0}")]
     Refused(String),
     /// A task or handler panicked; the text is its panic message.
@@ -115,6 +124,7 @@ impl Error {
             Error::TooLarge { len, max } => Error::TooLarge { len: *len, max: *max },
             Error::Codec(s) => Error::Codec(s.clone()),
             Error::Protocol { peer, what } => Error::Protocol { peer: *peer, what: what.clone() },
+            Error::Unauthenticated { peer, what } => Error::Unauthenticated { peer: *peer, what: what.clone() },
             Error::Refused(s) => Error::Refused(s.clone()),
             Error::Panicked(s) => Error::Panicked(s.clone()),
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),

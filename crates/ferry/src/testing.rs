@@ -17,6 +17,10 @@ pub use crate::id::Addr;
 pub use crate::transport::doorbell::{Doorbell, DOORBELL_LEN};
 pub use crate::transport::inproc::{Handed, InprocEnd};
 pub use crate::transport::shm::{area_for, segment_len, Lent, ShmEnd, StagedRange, HELLO, MIN_RING, WELCOME};
+pub use crate::transport::tcp::handshake::{
+    accept as tcp_accept, connect as tcp_connect, TcpBind, HELLO as TCP_HELLO, MIN_GRANT, WELCOME as TCP_WELCOME,
+};
+pub use crate::transport::tcp::{Grant, TcpEnd};
 pub use crate::transport::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 pub use crate::wire::{flags, Header, HeaderError, Kind, HEADER_LEN};
 
@@ -33,6 +37,19 @@ pub fn inproc_pair(capacity: usize, max_detached: usize, a: Arc<Doorbell>, b: Ar
 /// the connector. Other sizes are `InvalidArgument`.
 pub fn shm_pair(ring_bytes: usize, area_bytes: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
     crate::transport::shm::pair_for_tests(ring_bytes, area_bytes, a, b)
+}
+
+/// A connected TCP pair over loopback, without a handshake: each end
+/// grants the other `frames` bytes of frames and `detached` bytes of large
+/// payloads in flight; `a` and `b` are the doorbells of the teams owning
+/// the first and the second end (their sleeping threads watch the sockets).
+pub fn tcp_pair(frames: usize, detached: usize, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(TcpEnd, TcpEnd)> {
+    let io = |what| move |e| Error::io(what)(e);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("tcp bind"))?;
+    let x = std::net::TcpStream::connect(listener.local_addr().map_err(io("tcp addr"))?).map_err(io("tcp connect"))?;
+    let (y, _) = listener.accept().map_err(io("tcp accept"))?;
+    let grant = Grant { frames, detached };
+    Ok((TcpEnd::new(x, grant, grant, a)?, TcpEnd::new(y, grant, grant, b)?))
 }
 
 /// One side of a real shared-memory bind run by a test (see [`shm_connect`],

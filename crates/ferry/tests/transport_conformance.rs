@@ -19,7 +19,7 @@ mod common;
 
 use ferry::testing::{
     flags, shm_accept, shm_connect, Addr, Body, Detached, Doorbell, Header, Kind, Liveness, Recv, RecvError, SendError,
-    ShmBind, Transport,
+    ShmBind, Staged, TcpBind, TcpEnd, Transport, tcp_accept, tcp_connect, Grant,
 };
 use ferry::{Checkpoint, Error, TeamId};
 use std::os::unix::net::UnixStream;
@@ -166,9 +166,69 @@ impl Handshake for ShmHandshake {
     }
 }
 
-// A future TCP transport plugs in here: `struct Tcp;` implementing
-// `Factory` (its `handshake` over a loopback connection), then one line at
-// the bottom: `conformance!(tcp, Tcp, handshake: yes);`.
+struct Tcp;
+
+impl Factory for Tcp {
+    fn pipe(cap: usize) -> Pipe {
+        Pipe::new(|a, b| {
+            let (x, y) = ferry::testing::tcp_pair(cap, AREA, a, b).expect("tcp pair");
+            (Box::new(x), Box::new(y))
+        })
+    }
+
+    fn handshake() -> Option<&'static dyn Handshake> {
+        Some(&TcpHandshake)
+    }
+}
+
+/// The TCP bind over loopback: the connector on a thread of its own, the
+/// acceptor on this one. A connector that is not who it claims to be (it
+/// cannot show credentials for its claim over a network) binds without the
+/// cluster's key.
+struct TcpHandshake;
+
+impl Handshake for TcpHandshake {
+    fn bind(&self, plan: &Plan) -> Outcome {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+        let addr = listener.local_addr().unwrap();
+        let key: Arc<[u8]> = Arc::from(&b"the cluster's key"[..]);
+        let side = |me, magic, key: &Arc<[u8]>| TcpBind {
+            me,
+            doorbell: bell(),
+            key: key.clone(),
+            grant: Grant { frames: SMALL, detached: AREA },
+            patience: plan.patience,
+            magic,
+        };
+        let hello = match plan.fault {
+            Fault::HelloMagic => Some(*b"NOTFERRY"),
+            Fault::HelloVersion => Some(*b"FERRYTC0"),
+            _ => None,
+        };
+        let welcome = (plan.fault == Fault::WelcomeMagic).then_some(*b"FERRYTW0");
+        let connector_key = if plan.claims == plan.really { key.clone() } else { Arc::from(&b"another key"[..]) };
+        std::thread::scope(|s| {
+            let c = std::net::TcpStream::connect(addr).expect("connect");
+            let (a, _) = listener.accept().expect("accept");
+            let (connector, _silent_c) = if plan.fault == Fault::SilentConnector {
+                (None, Some(c))
+            } else {
+                let side = side(plan.claims, hello, &connector_key);
+                (Some(s.spawn(move || tcp_connect(c, &side, plan.expect))), None)
+            };
+            let (acceptor, _silent_a) = if plan.fault == Fault::SilentAcceptor {
+                (None, Some(a))
+            } else {
+                (Some(tcp_accept(a, &side(plan.acceptor, welcome, &key))), None)
+            };
+            let connector = connector.map(|j| j.join().expect("connector thread"));
+            Outcome {
+                connector: connector.map(|r| r.map(|e| Box::new(e) as Box<dyn Transport>)),
+                acceptor: acceptor.map(|r| r.map(|(e, peer)| (Box::new(e) as Box<dyn Transport>, peer))),
+            }
+        })
+    }
+}
 
 /// A connected pair and the doorbells of the two teams owning its ends.
 struct Pipe {
@@ -407,8 +467,8 @@ fn concurrent_senders_keep_their_own_order<F: Factory>() {
     assert_empty(&*pipe.b);
 }
 
-/// A full pipe refuses with `Full` and writes nothing; taking one frame out
-/// makes room for one more of the same size.
+/// A full pipe refuses with `Full` and writes nothing; taking frames out
+/// makes room again.
 fn full_pipe_refuses_whole_frames_then_makes_room<F: Factory>() {
     let max = F::pipe(SMALL).a.max_payload();
     for len in [0, 1, 100, 1000.min(max), max / 2, max] {
@@ -420,19 +480,40 @@ fn full_pipe_refuses_whole_frames_then_makes_room<F: Factory>() {
         for _ in 0..3 {
             assert_eq!(pipe.a.try_send(&data(999), &payload(999, len)), Err(SendError::Full), "len {len}");
         }
-        let (h, p) = recv_now(&*pipe.b).expect("a full pipe has a frame");
-        assert_eq!((h.call_id, p), (0, payload(0, len)));
-        // Room for exactly the frame that was taken.
-        pipe.a.try_send(&data(n), &payload(n, len)).unwrap_or_else(|e| panic!("len {len}: {e:?} after a drain"));
+        // Taking frames out makes room: a ring has room for one frame as
+        // soon as one is taken; a credit-based transport once the reader's
+        // credit is back (at the latest when a quarter of it is consumed).
+        let mut next = 0;
+        let take = |next: &mut u64, wait: bool| {
+            let got = if wait { recv_within(&*pipe.b, PATIENCE) } else { recv_now(&*pipe.b) };
+            let Some((h, p)) = got else { return false };
+            assert_eq!(h.call_id, *next, "len {len}");
+            assert_eq!(p, payload(*next, len), "len {len}: frame {next} damaged");
+            *next += 1;
+            true
+        };
+        assert!(take(&mut next, false), "a full pipe has a frame");
+        let until = Instant::now() + PATIENCE;
+        loop {
+            match pipe.a.try_send(&data(n), &payload(n, len)) {
+                Ok(()) => break,
+                Err(SendError::Full) => {
+                    assert!(Instant::now() < until, "len {len}: no room after taking {next} frames");
+                    take(&mut next, false);
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("len {len}: {e:?}"),
+            }
+        }
         // Everything sent arrives once, in order; no trace of the refused sends.
-        for i in 1..=n {
-            let (h, p) = recv_now(&*pipe.b).unwrap_or_else(|| panic!("len {len}: frame {i} of {n} missing"));
-            assert_eq!(h.call_id, i, "len {len}");
-            assert_eq!(p, payload(i, len), "len {len}: frame {i} damaged");
+        while next <= n {
+            assert!(take(&mut next, true), "len {len}: frame {next} of {n} missing");
         }
         assert_empty(&*pipe.b);
-        // And the pipe is fully usable again.
-        assert_eq!(fill(&*pipe.a, 0, len), n, "len {len}: capacity changed after a full cycle");
+        // And the pipe is usable again: all of it for a ring; for credit,
+        // all but what the reader still owes (less than a quarter).
+        let refill = fill(&*pipe.a, 0, len);
+        assert!(refill <= n && 4 * refill + 4 >= 3 * n, "len {len}: {refill} frames fit after a full cycle, {n} before");
     }
 }
 
@@ -657,8 +738,8 @@ fn one_writers_success_does_not_erase_anothers_wait<F: Factory>() {
     pipe.bell_a.enter_polling();
     pipe.bell_a.prepare_park();
     pipe.a.want_space();
-    // ...but writer B takes the room first...
-    pipe.a.try_send(&data(n), &payload(n, max)).expect("room for one frame");
+    // ...but writer B takes the room first (as soon as it is there)...
+    send_patiently(&*pipe.a, &data(n), &payload(n, max), Instant::now() + PATIENCE);
     // ...so A's retry finds the pipe full, and A parks.
     assert_eq!(pipe.a.try_send(&data(n + 1), &payload(n + 1, max)), Err(SendError::Full));
     // The reader frees space: that must ring A's doorbell.
@@ -765,6 +846,21 @@ fn pump(t: &dyn Transport) {
     t.tidy();
 }
 
+/// Stages `p`, retrying (and pumping the sender's receive side, where
+/// staged space comes back) while there is no room, at most `limit`.
+fn stage_within(t: &dyn Transport, p: &[u8], limit: Duration) -> Staged {
+    let until = Instant::now() + limit;
+    loop {
+        match t.stage(p) {
+            Ok(s) => return s,
+            Err(SendError::Full) => assert!(Instant::now() < until, "staged space never came back"),
+            Err(e) => panic!("staging {} bytes: {e:?}", p.len()),
+        }
+        pump(t);
+        std::thread::yield_now();
+    }
+}
+
 /// Stages and sends `p` out of band, retrying while there is no room
 /// (pumping the sender's receive side, where staged space comes back).
 fn send_detached(t: &dyn Transport, h: &Header, p: &[u8], until: Instant) {
@@ -835,32 +931,30 @@ fn staging_waits_for_space_the_receiver_holds<F: Factory>() {
     send_detached(&*pipe.a, &data(1), &payload(1, half), until);
     send_detached(&*pipe.a, &data(2), &payload(2, half), until);
     assert_eq!(pipe.a.stage(&payload(3, half)).err(), Some(SendError::Full));
-    // The receiver takes the first and keeps it: still full.
-    let mut kept = None;
-    assert_eq!(
-        pipe.b.try_recv(&mut |_, p| match p {
-            Body::Detached(slot) => {
-                kept = slot.take();
-                true
-            }
-            Body::Inline(_) => panic!("inline"),
-        }),
-        Ok(Recv::Consumed)
-    );
+    // The receiver takes the first (once it is there) and keeps it: still full.
+    let (_, kept) = take_detached(&*pipe.b);
     pipe.b.tidy();
     pump(&*pipe.a);
     assert_eq!(pipe.a.stage(&payload(3, half)).err(), Some(SendError::Full));
-    // Dropped (without being read): its space comes back.
-    let kept: Detached = kept.expect("taken");
+    // Dropped (without being read): its space comes back (at once in
+    // memory, over a network once the release has travelled).
     assert_eq!(kept.len(), half);
     drop(kept);
     pipe.b.tidy();
-    pump(&*pipe.a);
-    let staged = pipe.a.stage(&payload(3, half)).expect("room after the release");
+    let staged = stage_within(&*pipe.a, &payload(3, half), PATIENCE);
     // Dropped unsent, a staged payload frees its space too.
     drop(staged);
     assert!(pipe.a.stage(&payload(4, half)).is_ok());
-    let (h, p) = recv_now(&*pipe.b).expect("the second payload");
+    // (A large frame may still be going out: the writer's team tidies meanwhile.)
+    let until = Instant::now() + PATIENCE;
+    let (h, p) = loop {
+        pipe.a.tidy();
+        if let Some(got) = recv_now(&*pipe.b) {
+            break got;
+        }
+        assert!(Instant::now() < until, "the second payload never came");
+        std::thread::yield_now();
+    };
     assert_eq!((h.call_id, p), (2, payload(2, half)));
 }
 
@@ -1161,9 +1255,22 @@ fn refused_handshake_of_another_protocol<F: Factory>() {
     let out = handshake_of::<F>().bind(&plan);
     let c = show(&out.connector);
     assert!(matches!(out.connector, Some(Err(Error::Protocol { .. }))), "bad welcome: connector {c}, want Protocol");
-    let Some(Ok((a, _))) = out.acceptor else { panic!("bad welcome: acceptor {}", show(&out.acceptor)) };
-    assert_eq!(notice(&*a, PATIENCE), Liveness::Gone, "the acceptor's end of a refused welcome");
-    assert_stream_ended(&*a, "the acceptor's end of a refused welcome");
+    acceptor_of_a_refused_bind(out.acceptor, "a refused welcome");
+}
+
+/// The acceptor's side of a bind the connector refused after the welcome:
+/// a bound end that finds its peer gone (when the welcome ends the
+/// handshake), or `Unauthenticated` (when the acceptor waited for the
+/// connector to prove its key: TCP).
+fn acceptor_of_a_refused_bind(acceptor: Option<ferry::Result<(Box<dyn Transport>, TeamId)>>, what: &str) {
+    match acceptor {
+        Some(Ok((a, _))) => {
+            assert_eq!(notice(&*a, PATIENCE), Liveness::Gone, "the acceptor's end of {what}");
+            assert_stream_ended(&*a, what);
+        }
+        Some(Err(Error::Unauthenticated { .. })) => {}
+        other => panic!("{what}: acceptor {}", show(&other)),
+    }
 }
 
 /// The team at the address is another incarnation than the one the
@@ -1178,19 +1285,23 @@ fn refused_handshake_of_another_incarnation<F: Factory>() {
         matches!(out.connector, Some(Err(Error::NoSuchTeam(t))) if t == plan.expect),
         "connector {c}, want NoSuchTeam"
     );
-    let Some(Ok((a, _))) = out.acceptor else { panic!("acceptor {}", show(&out.acceptor)) };
-    assert_eq!(notice(&*a, PATIENCE), Liveness::Gone);
-    assert_stream_ended(&*a, "the acceptor's end of a refused incarnation");
+    acceptor_of_a_refused_bind(out.acceptor, "a refused incarnation");
 }
 
-/// A connector whose hello claims to be a team it is not is refused by the
-/// acceptor with `Protocol` (the connector, closed on, gets `NoSuchTeam`).
+/// A connector whose hello claims to be a team it is not is refused. On
+/// one node the acceptor checks the claim (the pid behind the socket):
+/// `Protocol`, and the connector, closed on, gets `NoSuchTeam`. Over a
+/// network a claim stands on the cluster's key, which such a connector
+/// lacks: `Unauthenticated` on both sides.
 fn refused_handshake_of_a_lying_team<F: Factory>() {
     let plan = Plan { claims: team(303, 0x3333_3333), ..honest() };
     let out = handshake_of::<F>().bind(&plan);
     let (c, a) = (show(&out.connector), show(&out.acceptor));
-    assert!(matches!(out.acceptor, Some(Err(Error::Protocol { .. }))), "acceptor {a}, want Protocol");
-    assert!(matches!(out.connector, Some(Err(Error::NoSuchTeam(_)))), "connector {c}, want NoSuchTeam");
+    let checked = matches!(out.acceptor, Some(Err(Error::Protocol { .. })))
+        && matches!(out.connector, Some(Err(Error::NoSuchTeam(_))));
+    let unproven = matches!(out.acceptor, Some(Err(Error::Unauthenticated { .. })))
+        && matches!(out.connector, Some(Err(Error::Unauthenticated { .. })));
+    assert!(checked || unproven, "acceptor {a}, connector {c}: want Protocol/NoSuchTeam or Unauthenticated on both sides");
 }
 
 /// A silent peer costs the other side its patience and no more:
@@ -1312,7 +1423,7 @@ macro_rules! conformance {
 
 conformance!(inproc, Inproc, handshake: no = "does not apply: inproc has no handshake (one team makes both ends)");
 conformance!(shm, Shm, handshake: yes);
-// conformance!(tcp, Tcp, handshake: yes);
+conformance!(tcp, Tcp, handshake: yes);
 
 /// Shared-memory only: a peer that scribbles on the shared segment makes
 /// the channel `Corrupt` (and closes the end); it never crashes the reader
@@ -1554,6 +1665,102 @@ mod shm_corrupt_peer {
                 Some(Err(RecvError::Corrupt(_))) => assert!(pipe.b.is_closed(), "seed {seed}"),
                 Some(Ok(Recv::Empty)) => {}
                 other => panic!("seed {seed}: the reader never settled: {other:?}"),
+            }
+        }
+    }
+}
+
+/// TCP only: a peer that writes something other than frames within its
+/// credit gets its connection closed (`Corrupt`); the reader never panics
+/// and never buffers past what it granted.
+mod tcp_corrupt_peer {
+    use super::*;
+    use std::io::Write;
+
+    /// A `TcpEnd` and the raw socket at its other end (the misbehaving peer).
+    fn end_and_raw() -> (TcpEnd, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let raw = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (sock, _) = listener.accept().unwrap();
+        let grant = Grant { frames: SMALL, detached: AREA };
+        (TcpEnd::new(sock, grant, grant, bell()).unwrap(), raw)
+    }
+
+    fn frame(h: &Header, payload: &[u8]) -> Vec<u8> {
+        let mut head = [0u8; ferry::testing::HEADER_LEN];
+        let mut h = *h;
+        h.len = payload.len() as u32;
+        h.encode(&mut head);
+        [&head[..], payload].concat()
+    }
+
+    /// Receives until the end says something other than `Empty`.
+    fn outcome(end: &TcpEnd) -> Result<Recv, RecvError> {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            match end.try_recv(&mut |_, _| true) {
+                Ok(Recv::Empty) => assert!(Instant::now() < until, "the end never reacted"),
+                other => return other,
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_good_frame_then_garbage_closes_the_channel() {
+        let (end, mut raw) = end_and_raw();
+        raw.write_all(&frame(&data(1), b"fine")).unwrap();
+        assert_eq!(outcome(&end), Ok(Recv::Consumed));
+        raw.write_all(&[0xEE; 64]).unwrap();
+        assert!(matches!(outcome(&end), Err(RecvError::Corrupt(_))));
+        assert!(end.is_closed());
+    }
+
+    #[test]
+    fn a_frame_past_the_credit_granted_closes_the_channel() {
+        let (end, mut raw) = end_and_raw();
+        // The header alone announces more than SMALL bytes: refused before it is buffered.
+        let mut head = [0u8; ferry::testing::HEADER_LEN];
+        let mut h = data(1);
+        h.len = (SMALL * 4) as u32;
+        h.encode(&mut head);
+        raw.write_all(&head).unwrap();
+        assert!(matches!(outcome(&end), Err(RecvError::Corrupt(_))));
+        // Frames within the size but past the credit in total: refused too.
+        let (end, mut raw) = end_and_raw();
+        let p = vec![7u8; SMALL / 2 - 64];
+        for i in 0..4 {
+            let _ = raw.write_all(&frame(&data(i), &p));
+        }
+        let until = Instant::now() + PATIENCE;
+        let r = loop {
+            // Nothing is consumed: the credit is never given back.
+            match end.try_recv(&mut |_, _| false) {
+                Ok(Recv::Empty) | Ok(Recv::Kept) => assert!(Instant::now() < until, "never refused"),
+                other => break other,
+            }
+            std::thread::yield_now();
+        };
+        assert!(matches!(r, Err(RecvError::Corrupt(_))), "{r:?}");
+    }
+
+    #[test]
+    fn random_garbage_never_crashes_the_reader() {
+        for i in 0..200u64 {
+            let (end, mut raw) = end_and_raw();
+            let mut junk = payload(i, 1 + (i as usize * 37) % 300);
+            // Now and then a valid version byte, so the header checks run deeper.
+            if i % 3 == 0 {
+                junk[0] = 2;
+            }
+            let _ = raw.write_all(&junk);
+            drop(raw);
+            let until = Instant::now() + PATIENCE;
+            loop {
+                match end.try_recv(&mut |_, _| true) {
+                    Ok(Recv::PeerGone) | Err(_) => break,
+                    Ok(_) => assert!(Instant::now() < until, "the end never saw the garbage or the end of the stream"),
+                }
             }
         }
     }

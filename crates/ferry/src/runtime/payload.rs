@@ -45,6 +45,7 @@ impl Payload {
             Payload::Heap(v) => Some(v),
             Payload::Detached(Detached::Inproc(h)) => Some(h.bytes()),
             Payload::Detached(Detached::Shm(_)) => None,
+            Payload::Detached(Detached::Received(r)) => Some(r.bytes()),
         }
     }
 

@@ -194,22 +194,25 @@ struct Registry {
 
 #[derive(Default)]
 struct RegistryState {
-    lines: HashMap<u64, (Arc<OwnedFd>, Arc<OwnedFd>)>,
+    /// Each line's descriptors and how a thread's set watches them.
+    lines: HashMap<u64, Vec<(Arc<OwnedFd>, epoll::EventFlags)>>,
     /// The epoll sets of the threads that slept here (pruned once their thread ended).
     sets: Vec<std::sync::Weak<OwnedFd>>,
 }
 
-fn watch(set: &OwnedFd, k: u64, one: &OwnedFd, all: &OwnedFd) -> Result<()> {
-    use epoll::EventFlags as F;
-    let add = |fd, key, flags| {
-        epoll::add(set, fd, epoll::EventData::new_u64(key), flags).map_err(|e| Error::io("epoll_ctl")(e.into()))
-    };
-    // With EPOLLEXCLUSIVE an edge goes to the sets it passes on its way
-    // until one with a sleeping thread: a thread that was polling finds it
-    // at its next sleep (a spurious return), the sleeping one wakes.
-    add(one, 2 * k, F::IN | F::ET | F::EXCLUSIVE)?;
-    add(all, 2 * k + 1, F::IN | F::ET)
+fn watch(set: &OwnedFd, k: u64, fds: &[(Arc<OwnedFd>, epoll::EventFlags)]) -> Result<()> {
+    for (fd, flags) in fds {
+        epoll::add(set, &**fd, epoll::EventData::new_u64(k), *flags).map_err(|e| Error::io("epoll_ctl")(e.into()))?;
+    }
+    Ok(())
 }
+
+/// How every thread's set watches a `one` line. With EPOLLEXCLUSIVE an edge
+/// goes to the sets it passes on its way until one with a sleeping thread:
+/// a thread that was polling finds it at its next sleep (a spurious
+/// return), the sleeping one wakes.
+const ONE: epoll::EventFlags = epoll::EventFlags::IN.union(epoll::EventFlags::ET).union(epoll::EventFlags::EXCLUSIVE);
+const ALL: epoll::EventFlags = epoll::EventFlags::IN.union(epoll::EventFlags::ET);
 
 thread_local! {
     /// This thread's epoll set for each team it slept on (the last few).
@@ -218,24 +221,26 @@ thread_local! {
 }
 
 impl SleepSet {
-    /// Adds a line; every thread's set watches it.
-    fn add(&self, lines: &Lines) -> Result<u64> {
+    /// Adds a line (its descriptors, each with how to watch it); every
+    /// thread's set watches it.
+    fn add(&self, fds: Vec<(Arc<OwnedFd>, epoll::EventFlags)>) -> Result<u64> {
         let k = self.0.next_line.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut st = self.0.state.lock();
         st.sets.retain(|s| s.strong_count() > 0);
         for set in st.sets.iter().filter_map(|s| s.upgrade()) {
-            watch(&set, k, &lines.one, &lines.all)?;
+            watch(&set, k, &fds)?;
         }
-        st.lines.insert(k, (lines.one.clone(), lines.all.clone()));
+        st.lines.insert(k, fds);
         Ok(k)
     }
 
     fn remove(&self, k: u64) {
         let mut st = self.0.state.lock();
-        if let Some((one, all)) = st.lines.remove(&k) {
+        if let Some(fds) = st.lines.remove(&k) {
             for set in st.sets.iter().filter_map(|s| s.upgrade()) {
-                let _ = epoll::delete(&*set, &*one);
-                let _ = epoll::delete(&*set, &*all);
+                for (fd, _) in &fds {
+                    let _ = epoll::delete(&*set, &**fd);
+                }
             }
         }
     }
@@ -250,8 +255,8 @@ impl SleepSet {
             sets.retain(|(r, _)| r.strong_count() > 0);
             let set = Arc::new(epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create")(e.into()))?);
             let mut st = self.0.state.lock();
-            for (k, (one, all)) in &st.lines {
-                watch(&set, *k, one, all)?;
+            for (k, fds) in &st.lines {
+                watch(&set, *k, fds)?;
             }
             st.sets.retain(|s| s.strong_count() > 0);
             st.sets.push(Arc::downgrade(&set));
@@ -262,10 +267,14 @@ impl SleepSet {
     }
 
     fn wait(&self, timeout: Duration) {
-        let Ok(set) = self.thread_set() else {
-            // No epoll set (out of descriptors): sleep the timeout out rather than spin.
-            std::thread::sleep(timeout);
-            return;
+        let set = match self.thread_set() {
+            Ok(set) => set,
+            Err(e) => {
+                // No epoll set (out of descriptors): sleep the timeout out rather than spin.
+                tracing::warn!(error = %e, "cannot sleep on the team's lines; sleeping the park timeout");
+                std::thread::sleep(timeout);
+                return;
+            }
         };
         let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 8];
         let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: i64::MAX, tv_nsec: 0 });
@@ -275,25 +284,29 @@ impl SleepSet {
     }
 }
 
-/// A channel's lines as its team holds them: watched by the team's threads
-/// until dropped (the peer holding its copies of the fds cannot keep them
-/// there).
-pub struct Line {
-    lines: Lines,
+/// Descriptors the team's sleeping threads watch, until dropped (a peer
+/// holding copies of them cannot keep them there).
+pub struct Watch {
     key: u64,
     set: SleepSet,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.set.remove(self.key);
+    }
+}
+
+/// A channel's lines as its team holds them, watched while it lives.
+pub struct Line {
+    lines: Lines,
+    _watch: Watch,
 }
 
 impl Line {
     /// The two eventfds (`one`, `all`), handed to the peer in the bind handshake.
     pub fn fds(&self) -> (&OwnedFd, &OwnedFd) {
         (&self.lines.one, &self.lines.all)
-    }
-}
-
-impl Drop for Line {
-    fn drop(&mut self) {
-        self.set.remove(self.key);
     }
 }
 
@@ -311,7 +324,7 @@ impl Doorbell {
         let map = Mapping::create_published("ferry-doorbell", DOORBELL_LEN)?;
         let sleep = SleepSet(Arc::default());
         let local = Lines::new()?;
-        sleep.add(&local)?;
+        sleep.add(vec![(local.one.clone(), ONE), (local.all.clone(), ALL)])?;
         Ok(Doorbell { mem: DoorbellPage { map }, local, sleep })
     }
 
@@ -324,8 +337,24 @@ impl Doorbell {
     /// New lines for one channel: its peer rings the team through them.
     pub fn new_line(&self) -> Result<Line> {
         let lines = Lines::new()?;
-        let key = self.sleep.add(&lines)?;
-        Ok(Line { lines, key, set: SleepSet(self.sleep.0.clone()) })
+        let watch = self.watch(vec![(lines.one.clone(), ONE), (lines.all.clone(), ALL)])?;
+        Ok(Line { lines, _watch: watch })
+    }
+
+    /// Has the team's sleeping threads watch a socket: data (or a hang-up,
+    /// which reads as data) wakes one of them, edge-triggered like a `one`
+    /// line; with `room`, room to write in it instead (watched only while
+    /// bytes wait for it: a writable socket would wake a thread at once).
+    pub fn watch_socket(&self, socket: &impl AsFd, room: bool) -> Result<Watch> {
+        use epoll::EventFlags as F;
+        let fd = rustix::io::dup(socket).map_err(|e| Error::io("dup")(e.into()))?;
+        let flags = if room { F::OUT | F::ET | F::EXCLUSIVE } else { ONE };
+        self.watch(vec![(Arc::new(fd), flags)])
+    }
+
+    fn watch(&self, fds: Vec<(Arc<OwnedFd>, epoll::EventFlags)>) -> Result<Watch> {
+        let key = self.sleep.add(fds)?;
+        Ok(Watch { key, set: SleepSet(self.sleep.0.clone()) })
     }
 }
 

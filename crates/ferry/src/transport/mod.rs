@@ -28,12 +28,19 @@
 //!    - [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded): the peer
 //!      stayed silent past the handshake's deadline (an acceptor closes such
 //!      a connection; it never waits on one connection: it is handed
-//!      readable ones).
+//!      readable ones);
+//!    - [`Error::Unauthenticated`](crate::Error::Unauthenticated) (both
+//!      sides, over a network): the other side could not prove it holds
+//!      the cluster's key, so its claim to be a team of the cluster does
+//!      not stand.
 //!
 //!    The shared-memory flavor is [`shm::connect`] / [`shm::accept`] (the
-//!    hello carries the segment and a doorbell as descriptors; see
-//!    `docs/WIRE.md`). In-process pipes have no handshake: both ends are
-//!    made together by the one team that owns both ([`inproc::loopback`]).
+//!    hello carries the segment, the doorbell's state page and the
+//!    channel's wake-up lines as descriptors; see `docs/WIRE.md`). The TCP
+//!    flavor is [`tcp::handshake::connect`] / [`tcp::handshake::accept`]
+//!    (identities, credit grants and an HMAC challenge–response).
+//!    In-process pipes have no handshake: both ends are made together by
+//!    the one team that owns both ([`inproc::loopback`]).
 //! 2. **Frames.** Whole frames (header + payload of at most
 //!    [`Transport::max_payload`] bytes) in order, none lost or repeated,
 //!    bounded each way: [`Transport::try_send`] fails with `Full` having
@@ -71,6 +78,7 @@
 pub mod doorbell;
 pub mod inproc;
 pub mod shm;
+pub mod tcp;
 
 use crate::wire::{Header, HeaderError};
 use std::os::fd::BorrowedFd;
@@ -108,6 +116,8 @@ pub enum Detached {
     /// A range of the peer's payload area, read only by copy (boxed: it is
     /// rare, and keeps every message's `Payload` small).
     Shm(Box<shm::Lent>),
+    /// Read off a stream (TCP).
+    Received(tcp::Received),
 }
 
 impl Detached {
@@ -116,6 +126,7 @@ impl Detached {
         match self {
             Detached::Inproc(h) => h.bytes().len(),
             Detached::Shm(l) => l.len(),
+            Detached::Received(r) => r.bytes().len(),
         }
     }
 
@@ -133,6 +144,10 @@ impl Detached {
                 out.extend_from_slice(h.bytes());
             }
             Detached::Shm(l) => l.read_into(out),
+            Detached::Received(r) => {
+                out.clear();
+                out.extend_from_slice(r.bytes());
+            }
         }
     }
 
@@ -145,6 +160,7 @@ impl Detached {
                 l.read_into(&mut v);
                 v
             }
+            Detached::Received(r) => r.into_vec(),
         }
     }
 }
@@ -257,8 +273,10 @@ pub trait Transport: Send + Sync {
         false
     }
 
-    /// Does deferred work (e.g. returning consumed space to the peer); the
-    /// idle loop calls it when no frame waits. Serialized like `try_recv`.
+    /// Does deferred work (e.g. returning consumed space to the peer, or
+    /// writing the rest of frames a socket could not take at once); the
+    /// idle loop calls it when no frame waits and `needs_tidy` says so.
+    /// Serialized like `try_recv`.
     fn tidy(&self) {}
 
     /// Offers the next frame to `accept`; if it returns `false` the frame

@@ -1,0 +1,224 @@
+//! The TCP bind handshake: identities, grants, and an HMAC challenge–
+//! response over the cluster's key, before any frame is accepted.
+//!
+//! 1. The connector sends a *hello* (60 bytes): magic `FERRYTC1`, its team
+//!    id, the team id it means to reach, the credit it grants, a fresh
+//!    16-byte nonce.
+//! 2. The acceptor checks it (magic, grant within bounds; else `Protocol`)
+//!    and answers a *welcome* (80 bytes): magic `FERRYTW1`, its own id, its
+//!    grant, its nonce, and `HMAC-SHA256(key, "ferry-tcp-1 welcome" ‖ hello
+//!    ‖ welcome[..48])`.
+//! 3. The connector checks the welcome: magic (`Protocol`), that it names
+//!    the team *and incarnation* it meant (`NoSuchTeam`), then the MAC
+//!    (`Unauthenticated`: the acceptor does not hold the key); it answers
+//!    the *proof*, `HMAC-SHA256(key, "ferry-tcp-1 proof" ‖ hello ‖ welcome)`.
+//! 4. The acceptor checks the proof and answers `FERRYTOK`, or `FERRYTNA`
+//!    and closes (`Unauthenticated` on both sides). A connector that goes
+//!    away before proving its key is `Unauthenticated` for the acceptor.
+//!
+//! Each side's nonce makes the other's MAC fresh, so a recorded handshake
+//! cannot be replayed. Both sides wait for each message at most their
+//! patience (`DeadlineExceeded`). Documented in `docs/WIRE.md`.
+
+use super::{Grant, TcpEnd};
+use crate::error::{Error, Result};
+use crate::id::TeamId;
+use crate::transport::doorbell::Doorbell;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Magic of a connector's hello (the version is its last byte).
+pub const HELLO: &[u8; 8] = b"FERRYTC1";
+/// Magic of an acceptor's welcome.
+pub const WELCOME: &[u8; 8] = b"FERRYTW1";
+const ACCEPTED: &[u8; 8] = b"FERRYTOK";
+const NOT_AUTHENTICATED: &[u8; 8] = b"FERRYTNA";
+const HELLO_LEN: usize = 60;
+const WELCOME_LEN: usize = 80;
+const MAC_LEN: usize = 32;
+
+/// The smallest and largest frame grant a side accepts from the other.
+pub const MIN_GRANT: usize = 4096;
+const MAX_GRANT: usize = 1 << 30;
+/// The largest large-payload grant.
+const MAX_DETACHED: usize = 1 << 36;
+
+/// What one side brings to a TCP bind.
+#[derive(Clone)]
+pub struct TcpBind {
+    /// This team (its hello or welcome names it).
+    pub me: TeamId,
+    /// This team's doorbell: its sleeping threads watch the socket.
+    pub doorbell: Arc<Doorbell>,
+    /// The cluster's shared key.
+    pub key: Arc<[u8]>,
+    /// What this side grants the other.
+    pub grant: Grant,
+    /// How long it waits for each of the other side's messages.
+    pub patience: Duration,
+    /// The magic of its hello or welcome: `None` for the real one (a test
+    /// poses as a peer of another protocol or version).
+    pub magic: Option<[u8; 8]>,
+}
+
+fn put_id(b: &mut [u8], id: TeamId) {
+    b[..2].copy_from_slice(&id.node.to_le_bytes());
+    b[4..8].copy_from_slice(&id.team.to_le_bytes());
+    b[8..12].copy_from_slice(&id.incarnation.to_le_bytes());
+}
+
+fn get_id(b: &[u8]) -> TeamId {
+    let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    TeamId { node: u16::from_le_bytes([b[0], b[1]]), team: word(4), incarnation: word(8) }
+}
+
+fn put_grant(b: &mut [u8], g: Grant) {
+    b[..4].copy_from_slice(&(g.frames as u32).to_le_bytes());
+    b[4..12].copy_from_slice(&(g.detached as u64).to_le_bytes());
+}
+
+fn get_grant(b: &[u8]) -> Grant {
+    Grant {
+        frames: u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize,
+        detached: u64::from_le_bytes(b[4..12].try_into().expect("8 bytes")) as usize,
+    }
+}
+
+fn grant_ok(g: Grant) -> bool {
+    (MIN_GRANT..=MAX_GRANT).contains(&g.frames) && g.detached <= MAX_DETACHED
+}
+
+fn nonce() -> [u8; 16] {
+    let mut n = [0u8; 16];
+    // SAFETY: `n` is a writable buffer of the length given.
+    let got = unsafe { libc::getrandom(n.as_mut_ptr().cast(), n.len(), 0) };
+    if got != n.len() as isize {
+        // No randomness from the kernel (very old or sandboxed): fall back
+        // to the process's hasher seed and the clock, unpredictable enough
+        // to keep two handshakes apart, and said so.
+        tracing::warn!("getrandom failed; TCP handshake nonce from the hasher seed");
+        use std::hash::{BuildHasher, Hasher};
+        for half in n.chunks_mut(8) {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+            half.copy_from_slice(&h.finish().to_le_bytes());
+        }
+    }
+    n
+}
+
+fn mac(key: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    m.update(label);
+    for p in parts {
+        m.update(p);
+    }
+    m
+}
+
+/// Reads exactly `buf.len()` bytes within the socket's read timeout.
+fn read_exact(sock: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    sock.read_exact(buf)
+}
+
+/// What a failed read means: silence (`DeadlineExceeded`) or the other side
+/// closing (`or`).
+fn read_failed(e: std::io::Error, or: Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::DeadlineExceeded,
+        _ => or,
+    }
+}
+
+fn write_all(sock: &mut TcpStream, bytes: &[u8]) -> Result<()> {
+    sock.write_all(bytes).map_err(Error::io("tcp handshake write"))
+}
+
+/// Connector side: binds over a connected `sock` to the team `expect`.
+pub fn connect(mut sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd> {
+    sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
+    sock.set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
+    let mut hello = [0u8; HELLO_LEN];
+    hello[..8].copy_from_slice(side.magic.as_ref().unwrap_or(HELLO));
+    put_id(&mut hello[8..20], side.me);
+    put_id(&mut hello[20..32], expect);
+    put_grant(&mut hello[32..44], side.grant);
+    hello[44..60].copy_from_slice(&nonce());
+    // The acceptor closing on us at any point before the welcome: it is not
+    // (or no longer) there, or refused us and says why in its log.
+    write_all(&mut sock, &hello).map_err(|_| Error::NoSuchTeam(expect))?;
+    let mut welcome = [0u8; WELCOME_LEN];
+    read_exact(&mut sock, &mut welcome).map_err(|e| read_failed(e, Error::NoSuchTeam(expect)))?;
+    if &welcome[..8] != WELCOME {
+        return Err(Error::Protocol { peer: expect, what: format!("bad welcome magic {:?}", &welcome[..8]) });
+    }
+    if get_id(&welcome[8..20]) != expect {
+        // Someone else answers at `expect`'s address: `expect` is not there.
+        return Err(Error::NoSuchTeam(expect));
+    }
+    let theirs = get_grant(&welcome[20..32]);
+    let tag = &welcome[WELCOME_LEN - MAC_LEN..];
+    if mac(&side.key, b"ferry-tcp-1 welcome", &[&hello, &welcome[..48]]).verify_slice(tag).is_err() {
+        return Err(Error::Unauthenticated { peer: expect, what: "its welcome is not signed with our cluster key".into() });
+    }
+    if !grant_ok(theirs) {
+        return Err(Error::Protocol { peer: expect, what: format!("granted {theirs:?}") });
+    }
+    let proof = mac(&side.key, b"ferry-tcp-1 proof", &[&hello, &welcome]).finalize().into_bytes();
+    write_all(&mut sock, &proof)?;
+    let mut verdict = [0u8; 8];
+    read_exact(&mut sock, &mut verdict).map_err(|e| read_failed(e, Error::NoSuchTeam(expect)))?;
+    match &verdict {
+        v if v == ACCEPTED => {}
+        v if v == NOT_AUTHENTICATED => {
+            return Err(Error::Unauthenticated { peer: expect, what: "it does not take our proof of the cluster key".into() })
+        }
+        v => return Err(Error::Protocol { peer: expect, what: format!("bad verdict {v:?}") }),
+    }
+    sock.set_read_timeout(None).map_err(Error::io("tcp timeout"))?;
+    TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone())
+}
+
+/// Acceptor side: takes a bind on a freshly accepted `sock`; returns this
+/// end and the connector's id. Waits for each message at most
+/// `side.patience` (a team's listener runs it off its progress loop).
+pub fn accept(mut sock: TcpStream, side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
+    sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
+    sock.set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
+    let unknown = TeamId { node: side.me.node, team: 0, incarnation: 0 };
+    let mut hello = [0u8; HELLO_LEN];
+    read_exact(&mut sock, &mut hello).map_err(|e| {
+        read_failed(e, Error::Protocol { peer: unknown, what: "closed before its hello was whole".into() })
+    })?;
+    let peer = get_id(&hello[8..20]);
+    if &hello[..8] != HELLO {
+        return Err(Error::Protocol { peer, what: format!("bad hello magic {:?}", &hello[..8]) });
+    }
+    let theirs = get_grant(&hello[32..44]);
+    if !grant_ok(theirs) || peer.incarnation == 0 {
+        return Err(Error::Protocol { peer, what: format!("granted {theirs:?} as {peer}") });
+    }
+    let mut welcome = [0u8; WELCOME_LEN];
+    welcome[..8].copy_from_slice(side.magic.as_ref().unwrap_or(WELCOME));
+    put_id(&mut welcome[8..20], side.me);
+    put_grant(&mut welcome[20..32], side.grant);
+    welcome[32..48].copy_from_slice(&nonce());
+    let tag = mac(&side.key, b"ferry-tcp-1 welcome", &[&hello, &welcome[..48]]).finalize().into_bytes();
+    welcome[48..].copy_from_slice(&tag);
+    write_all(&mut sock, &welcome)?;
+    let not_proven = |what: &str| Error::Unauthenticated { peer, what: what.into() };
+    let mut proof = [0u8; MAC_LEN];
+    read_exact(&mut sock, &mut proof)
+        .map_err(|e| read_failed(e, not_proven("it went away before proving it holds the cluster key")))?;
+    if mac(&side.key, b"ferry-tcp-1 proof", &[&hello, &welcome]).verify_slice(&proof).is_err() {
+        let _ = sock.write_all(NOT_AUTHENTICATED);
+        return Err(not_proven("its proof is not signed with our cluster key"));
+    }
+    write_all(&mut sock, ACCEPTED)?;
+    sock.set_read_timeout(None).map_err(Error::io("tcp timeout"))?;
+    Ok((TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone())?, peer))
+}

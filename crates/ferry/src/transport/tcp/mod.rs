@@ -1,0 +1,623 @@
+//! TCP transport: a channel between two teams over one TCP connection
+//! (teams on different nodes, or on one node over loopback).
+//!
+//! Frames travel as they are (header and payload, `docs/WIRE.md`) on the
+//! stream; a large payload travels inline too, in a frame flagged
+//! `DETACHED` that the receiver hands out as a [`Detached`] (there is no
+//! shared memory to stage it in: staging copies it into a buffer the
+//! frame then carries).
+//!
+//! **Flow control** is ferry's own, in bytes, as for a ring: a writer may
+//! have `frames` bytes of frames and `detached` bytes of large payloads in
+//! flight, as the reader granted at the handshake ([`Grant`]). The reader
+//! gives credit back in `Release` frames (16 bytes: frame bytes, payload
+//! bytes): for frames it consumed, along with its next frame, or at once
+//! when a quarter of the grant is owed or the writer is nearly out of
+//! credit (the reader knows: it counts what it granted); for a large
+//! payload, when the receiver drops it. So a channel never has more than
+//! its credit in the kernel's buffers, a reader never buffers more than it
+//! granted (a frame past the credit closes the channel), and `Full` means
+//! the same as for a ring.
+//!
+//! **Batching:** frames queue in the end's send buffer while the socket
+//! cannot take them and go out together (one `writev`); a read takes
+//! everything the kernel holds. **Wake-ups:** the socket is watched by the
+//! team's sleeping threads (see `doorbell`): data arriving wakes one, as a
+//! ring on a `one` line would, so a TCP channel needs no doorbell of its
+//! own; while the kernel's send buffer is full, room in it wakes one too.
+//! **Liveness:** end of stream or a reset, found by a read, is the peer
+//! gone; there is no separate liveness descriptor.
+
+use super::doorbell::{Doorbell, Watch};
+use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
+use crate::error::Result;
+use crate::id::Addr;
+use crate::wire::{flags, Header, Kind, HEADER_LEN};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::io::{IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+pub mod handshake;
+
+/// Bytes of a credit-returning `Release` frame's payload.
+const CREDIT_LEN: usize = 16;
+/// Bytes asked of the kernel per read.
+const READ: usize = 64 * 1024;
+/// Small frames share a send buffer up to this size.
+const BATCH: usize = 64 * 1024;
+
+/// What an end grants its peer: bytes it may have in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// Frame bytes (headers included).
+    pub frames: usize,
+    /// Large-payload bytes.
+    pub detached: usize,
+}
+
+/// A large payload read off a TCP stream. Its credit goes back to the
+/// sender when it is dropped (so a receiver that holds large payloads holds
+/// the sender up, as a payload area would).
+#[derive(Debug)]
+pub struct Received {
+    bytes: Vec<u8>,
+    /// Its credit: the payload's length (0 while its frame is refused).
+    credit: usize,
+    /// Where given-back credit waits to be returned (the end's `returned`).
+    back: Arc<AtomicUsize>,
+}
+
+impl Received {
+    /// The payload.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The bytes themselves, no copy (their credit goes back now).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        self.back.fetch_add(self.credit, Ordering::Release);
+    }
+}
+
+/// One end of a TCP channel.
+pub struct TcpEnd {
+    sock: TcpStream,
+    tx: Mutex<Tx>,
+    /// Bytes wait in `tx` for the socket.
+    tx_pending: AtomicBool,
+    /// A writer found no credit and asked to be woken when some comes.
+    writer_waiting: AtomicBool,
+    rx: Mutex<Rx>,
+    /// A whole frame waits in `rx` (a hint for `has_frame`).
+    rx_ready: AtomicBool,
+    /// Sends fail; receives report `PeerGone` once drained.
+    closed: AtomicBool,
+    /// The peer hung up (end of stream or reset) before we closed.
+    hung_up: AtomicBool,
+    /// The stream was read to its end (or broke): nothing more to read.
+    stream_done: AtomicBool,
+    /// `PeerGone` was reported.
+    ended: AtomicBool,
+    /// Largest inline payload: frames of up to half the credit.
+    max_payload: usize,
+    max_detached: usize,
+    /// Owed credit goes back at once from this much on (a quarter of our grant).
+    return_at: usize,
+    /// Large-payload credit given back by dropped [`Received`]s, not yet returned.
+    returned: Arc<AtomicUsize>,
+    /// Credit we returned, not yet added back to `rx`'s grant.
+    regranted: AtomicUsize,
+    regranted_detached: AtomicUsize,
+    /// This team's doorbell: credit that comes in wakes its waiting writers.
+    team: Arc<Doorbell>,
+    /// Room in the kernel's send buffer wakes a sleeping thread while bytes wait.
+    out_watch: Mutex<Option<Watch>>,
+    /// The team's sleeping threads watch the socket while the end lives.
+    _watch: Watch,
+}
+
+struct Tx {
+    /// Bytes to write, in order; `out_at` of the first are written.
+    out: VecDeque<Vec<u8>>,
+    out_at: usize,
+    /// What we may still send: frame bytes, and large payloads' bytes.
+    credit: usize,
+    credit_detached: usize,
+    /// What we owe the peer for frames we consumed.
+    owed: usize,
+}
+
+struct Rx {
+    buf: Vec<u8>,
+    /// `buf[..at]` is consumed; whole frames start at `at`, parsed up to `parsed`.
+    at: usize,
+    parsed: usize,
+    /// Offsets of the whole data frames in `buf`, in order (credit frames
+    /// are applied when parsed, never queued).
+    frames: VecDeque<usize>,
+    /// What the peer may still send us: a frame past it is a protocol violation.
+    grant: usize,
+    grant_detached: usize,
+}
+
+impl TcpEnd {
+    /// An end on a connected `sock` (handshake done): `ours` is what we
+    /// grant the peer, `theirs` what it granted us. The socket is made
+    /// non-blocking, `TCP_NODELAY`, and watched by `team`'s sleeping threads.
+    pub fn new(sock: TcpStream, ours: Grant, theirs: Grant, team: Arc<Doorbell>) -> Result<TcpEnd> {
+        sock.set_nonblocking(true).map_err(crate::Error::io("tcp nonblocking"))?;
+        sock.set_nodelay(true).map_err(crate::Error::io("tcp nodelay"))?;
+        let watch = team.watch_socket(&sock, false)?;
+        Ok(TcpEnd {
+            tx: Mutex::new(Tx {
+                out: VecDeque::new(),
+                out_at: 0,
+                credit: theirs.frames,
+                credit_detached: theirs.detached,
+                owed: 0,
+            }),
+            tx_pending: AtomicBool::new(false),
+            writer_waiting: AtomicBool::new(false),
+            rx: Mutex::new(Rx {
+                buf: Vec::new(),
+                at: 0,
+                parsed: 0,
+                frames: VecDeque::new(),
+                grant: ours.frames,
+                grant_detached: ours.detached,
+            }),
+            rx_ready: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            hung_up: AtomicBool::new(false),
+            stream_done: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            max_payload: (theirs.frames / 2).saturating_sub(HEADER_LEN),
+            max_detached: theirs.detached,
+            return_at: ours.frames / 4,
+            returned: Arc::default(),
+            regranted: AtomicUsize::new(0),
+            regranted_detached: AtomicUsize::new(0),
+            team,
+            sock,
+            out_watch: Mutex::new(None),
+            _watch: watch,
+        })
+    }
+
+    /// What a frame costs of each credit.
+    fn cost(h: &Header) -> (usize, usize) {
+        if h.detached() {
+            (HEADER_LEN, h.len as usize)
+        } else {
+            (HEADER_LEN + h.len as usize, 0)
+        }
+    }
+
+    /// Queues one frame (taking its credit) and writes what the socket
+    /// takes. A large payload comes in `owned` (taken only on success).
+    fn send_frame(&self, h: &Header, payload: &[u8], owned: &mut Option<Vec<u8>>) -> Result<(), SendError> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(SendError::Closed);
+        }
+        let (frame, detached) = Self::cost(h);
+        let mut tx = self.tx.lock();
+        if tx.credit < frame || tx.credit_detached < detached {
+            // Credit may be waiting in the socket, unread: look once.
+            drop(tx);
+            self.pump_credit();
+            tx = self.tx.lock();
+            if tx.credit < frame || tx.credit_detached < detached {
+                return Err(SendError::Full);
+            }
+        }
+        tx.credit -= frame;
+        tx.credit_detached -= detached;
+        // What we owe the peer rides along.
+        self.queue_credit(&mut tx);
+        let mut head = [0u8; HEADER_LEN];
+        h.encode(&mut head);
+        match owned.take() {
+            Some(big) => {
+                tx.out.push_back(head.to_vec());
+                tx.out.push_back(big);
+            }
+            None => match tx.out.back_mut() {
+                // Small frames share a buffer, so a burst goes out in one write.
+                Some(last) if last.len() < BATCH => {
+                    last.extend_from_slice(&head);
+                    last.extend_from_slice(payload);
+                }
+                _ => {
+                    let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
+                    v.extend_from_slice(&head);
+                    v.extend_from_slice(payload);
+                    tx.out.push_back(v);
+                }
+            },
+        }
+        self.flush(&mut tx);
+        Ok(())
+    }
+
+    /// Queues a `Release` frame returning what we owe, if anything.
+    fn queue_credit(&self, tx: &mut Tx) {
+        let detached = self.returned.swap(0, Ordering::Acquire);
+        if tx.owed == 0 && detached == 0 {
+            return;
+        }
+        let mut h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
+        h.len = CREDIT_LEN as u32;
+        let mut frame = vec![0u8; HEADER_LEN + CREDIT_LEN];
+        let (head, body) = frame.split_at_mut(HEADER_LEN);
+        h.encode(head.try_into().expect("HEADER_LEN bytes"));
+        body[..8].copy_from_slice(&(tx.owed as u64).to_le_bytes());
+        body[8..].copy_from_slice(&(detached as u64).to_le_bytes());
+        tx.out.push_back(frame);
+        // The peer may send this much more: our bound grows with it.
+        self.regranted.fetch_add(tx.owed, Ordering::Release);
+        self.regranted_detached.fetch_add(detached, Ordering::Release);
+        tx.owed = 0;
+    }
+
+    /// Writes what the socket takes of the queue (several frames per call).
+    fn flush(&self, tx: &mut Tx) {
+        while !tx.out.is_empty() {
+            let slices: Vec<IoSlice<'_>> = tx
+                .out
+                .iter()
+                .enumerate()
+                .take(64)
+                .map(|(i, b)| IoSlice::new(if i == 0 { &b[tx.out_at..] } else { b }))
+                .collect();
+            match (&self.sock).write_vectored(&slices) {
+                Ok(mut n) => {
+                    while n > 0 {
+                        let left = tx.out[0].len() - tx.out_at;
+                        if n >= left {
+                            n -= left;
+                            tx.out.pop_front();
+                            tx.out_at = 0;
+                        } else {
+                            tx.out_at += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    // Reset or broken: the peer is gone.
+                    tx.out.clear();
+                    self.hang_up();
+                    break;
+                }
+            }
+        }
+        let waiting = !tx.out.is_empty();
+        self.tx_pending.store(waiting, Ordering::Release);
+        // While the kernel cannot take more, room in it must wake someone.
+        let mut out_watch = self.out_watch.lock();
+        if waiting && out_watch.is_none() {
+            *out_watch = self.team.watch_socket(&self.sock, true).ok();
+        } else if !waiting && out_watch.is_some() {
+            *out_watch = None;
+        }
+    }
+
+    /// Reads what the socket holds (unless a receive is under way, which
+    /// does it), applying credit frames.
+    fn pump_credit(&self) {
+        if let Some(mut rx) = self.rx.try_lock() {
+            if let Err(e) = self.pump(&mut rx) {
+                tracing::warn!(%e, "closing a TCP channel: the peer broke the protocol");
+                drop(rx);
+                self.close();
+            }
+        }
+    }
+
+    /// Reads everything the kernel holds into `rx`, parses whole frames:
+    /// data frames are queued, credit frames applied. The buffer stays
+    /// bounded: the peer cannot send past the credit we granted.
+    fn pump(&self, rx: &mut Rx) -> std::result::Result<(), RecvError> {
+        if self.stream_done.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        if rx.at > 0 && rx.at * 2 >= rx.buf.len() {
+            // Drop the consumed head (all of it, usually: then nothing moves).
+            let at = rx.at;
+            rx.buf.drain(..at);
+            rx.frames.iter_mut().for_each(|f| *f -= at);
+            rx.parsed -= at;
+            rx.at = 0;
+        }
+        loop {
+            let len = rx.buf.len();
+            rx.buf.resize(len + READ, 0);
+            match (&self.sock).read(&mut rx.buf[len..]) {
+                Ok(n) => {
+                    rx.buf.truncate(len + n);
+                    if n == 0 {
+                        self.hang_up();
+                        break;
+                    }
+                    if n < READ {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    rx.buf.truncate(len);
+                    match e.kind() {
+                        std::io::ErrorKind::WouldBlock => break,
+                        std::io::ErrorKind::Interrupted => {}
+                        _ => {
+                            self.hang_up();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.parse(rx)?;
+        self.rx_ready.store(!rx.frames.is_empty(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Parses the whole frames after `rx.parsed`.
+    fn parse(&self, rx: &mut Rx) -> std::result::Result<(), RecvError> {
+        rx.grant += self.regranted.swap(0, Ordering::Acquire);
+        rx.grant_detached += self.regranted_detached.swap(0, Ordering::Acquire);
+        let mut credit = (0usize, 0usize);
+        loop {
+            let rest = &rx.buf[rx.parsed..];
+            if rest.len() < HEADER_LEN {
+                break;
+            }
+            let len = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")) as usize;
+            // Refused before it is buffered whole: no frame may exceed what we
+            // granted (its kind and flags say which credit it draws on).
+            let bits = u16::from_le_bytes([rest[2], rest[3]]);
+            let limit = if rest[1] == Kind::Release as u8 {
+                CREDIT_LEN
+            } else if bits & flags::DETACHED != 0 {
+                rx.grant_detached
+            } else {
+                rx.grant.saturating_sub(HEADER_LEN)
+            };
+            if len > limit {
+                return Err(RecvError::Corrupt(format!("a {len}-byte frame, past the credit granted")));
+            }
+            if rest.len() < HEADER_LEN + len {
+                break;
+            }
+            let h = Header::decode(&rest[..HEADER_LEN + len])?;
+            if h.kind == Kind::Release {
+                if len != CREDIT_LEN {
+                    return Err(RecvError::Corrupt(format!("a {len}-byte credit frame")));
+                }
+                let p = &rest[HEADER_LEN..HEADER_LEN + len];
+                credit.0 = credit.0.saturating_add(u64::from_le_bytes(p[..8].try_into().expect("8")) as usize);
+                credit.1 = credit.1.saturating_add(u64::from_le_bytes(p[8..].try_into().expect("8")) as usize);
+            } else {
+                let (f, d) = Self::cost(&h);
+                if f > rx.grant || d > rx.grant_detached {
+                    return Err(RecvError::Corrupt("a frame past the credit granted".into()));
+                }
+                rx.grant -= f;
+                rx.grant_detached -= d;
+                rx.frames.push_back(rx.parsed);
+            }
+            rx.parsed += HEADER_LEN + len;
+        }
+        // Credit frames are not data: with nothing before them, the
+        // consumed head moves past them.
+        if rx.frames.is_empty() {
+            rx.at = rx.parsed;
+        }
+        if credit != (0, 0) {
+            let mut tx = self.tx.lock();
+            tx.credit = tx.credit.saturating_add(credit.0);
+            tx.credit_detached = tx.credit_detached.saturating_add(credit.1);
+            drop(tx);
+            // Dekker with a writer's want_space → fence → retry.
+            fence(Ordering::SeqCst);
+            if self.writer_waiting.swap(false, Ordering::AcqRel) {
+                self.team.ring_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream ended or broke: the peer is gone, unless we closed first.
+    fn hang_up(&self) {
+        if !self.closed.load(Ordering::Acquire) {
+            self.hung_up.store(true, Ordering::Release);
+        }
+        self.closed.store(true, Ordering::Release);
+        self.stream_done.store(true, Ordering::Release);
+    }
+}
+
+impl Transport for TcpEnd {
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn max_detached(&self) -> usize {
+        self.max_detached
+    }
+
+    fn stage(&self, payload: &[u8]) -> Result<Staged, SendError> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(SendError::Closed);
+        }
+        if payload.len() > self.max_detached {
+            return Err(SendError::TooLarge);
+        }
+        // Full while the receiver holds the credit (its large payloads).
+        if self.tx.lock().credit_detached < payload.len() {
+            self.pump_credit();
+            if self.tx.lock().credit_detached < payload.len() {
+                return Err(SendError::Full);
+            }
+        }
+        Ok(Staged::Owned(payload.to_vec()))
+    }
+
+    fn try_send_staged(&self, header: &Header, staged: &mut Option<Staged>) -> Result<(), SendError> {
+        let Some(Staged::Owned(bytes)) = staged.take() else {
+            panic!("a TCP end sends only what it staged");
+        };
+        let mut h = *header;
+        h.flags |= flags::DETACHED;
+        h.len = bytes.len() as u32;
+        let mut owned = Some(bytes);
+        let sent = self.send_frame(&h, &[], &mut owned);
+        if let Some(bytes) = owned {
+            *staged = Some(Staged::Owned(bytes));
+        }
+        sent
+    }
+
+    fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError> {
+        if payload.len() > self.max_payload {
+            return Err(SendError::TooLarge);
+        }
+        let mut h = *header;
+        h.flags &= !flags::DETACHED;
+        h.len = payload.len() as u32;
+        self.send_frame(&h, payload, &mut None)
+    }
+
+    fn want_space(&self) {
+        // The reader returns credit by itself once we run low: nothing to tell it.
+        self.writer_waiting.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    fn wants_space(&self) -> bool {
+        self.writer_waiting.load(Ordering::Acquire)
+    }
+
+    fn has_frame(&self) -> bool {
+        if self.rx_ready.load(Ordering::Acquire) {
+            return true;
+        }
+        // No way to know without asking the kernel: a read (a system call
+        // per probe while idle threads spin; a sleeping team is woken by
+        // the socket instead).
+        self.pump_credit();
+        self.rx_ready.load(Ordering::Acquire)
+    }
+
+    fn needs_tidy(&self) -> bool {
+        self.tx_pending.load(Ordering::Acquire) || self.returned.load(Ordering::Relaxed) != 0
+    }
+
+    fn tidy(&self) {
+        if !self.needs_tidy() {
+            return;
+        }
+        let mut tx = self.tx.lock();
+        // Large-payload credit goes back at once: a writer may wait for it.
+        if self.returned.load(Ordering::Acquire) != 0 {
+            self.queue_credit(&mut tx);
+        }
+        self.flush(&mut tx);
+    }
+
+    fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.ended.load(Ordering::Relaxed) {
+            return Ok(Recv::PeerGone);
+        }
+        let mut rx = self.rx.lock();
+        if rx.frames.is_empty() {
+            if let Err(e) = self.pump(&mut rx) {
+                drop(rx);
+                self.close();
+                return Err(e);
+            }
+        }
+        let Some(&at) = rx.frames.front() else {
+            return if closed || self.stream_done.load(Ordering::Acquire) {
+                self.ended.store(true, Ordering::Relaxed);
+                Ok(Recv::PeerGone)
+            } else {
+                Ok(Recv::Empty)
+            };
+        };
+        let len = u32::from_le_bytes(rx.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+        let h = Header::decode(&rx.buf[at..at + HEADER_LEN + len]).expect("parsed before");
+        let payload = &rx.buf[at + HEADER_LEN..at + HEADER_LEN + len];
+        let taken = if h.detached() {
+            let back = self.returned.clone();
+            let mut slot = Some(Detached::Received(Received { bytes: payload.to_vec(), credit: len, back }));
+            let taken = accept(&h, Body::Detached(&mut slot));
+            if let Some(Detached::Received(mut refused)) = slot {
+                // Still ours: the frame stays, its credit is not given back.
+                refused.credit = 0;
+            }
+            taken
+        } else {
+            accept(&h, Body::Inline(payload))
+        };
+        if !taken {
+            return Ok(Recv::Kept);
+        }
+        rx.frames.pop_front();
+        rx.at = rx.frames.front().copied().unwrap_or(rx.parsed);
+        self.rx_ready.store(!rx.frames.is_empty(), Ordering::Release);
+        // The writer may be nearly out of credit: then it gets it back now.
+        let writer_low = rx.grant < self.return_at;
+        drop(rx);
+        // A large payload's credit comes back when its `Received` goes.
+        let mut tx = self.tx.lock();
+        tx.owed += HEADER_LEN + if h.detached() { 0 } else { len };
+        if writer_low || tx.owed >= self.return_at {
+            self.queue_credit(&mut tx);
+            self.flush(&mut tx);
+        }
+        Ok(Recv::Consumed)
+    }
+
+    fn check_liveness(&self) -> Liveness {
+        self.pump_credit();
+        if self.hung_up.load(Ordering::Acquire) {
+            Liveness::Gone
+        } else if self.closed.load(Ordering::Acquire) {
+            Liveness::Closed
+        } else {
+            Liveness::Alive
+        }
+    }
+
+    fn is_peer_gone(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        // Our end of the stream: the peer reads it after our last frame.
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for TcpEnd {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
