@@ -2,8 +2,9 @@
 # Sets up and runs every test of ferry: unit tests, the transport
 # conformance suite, the port and RPC suites, cross-process tests (real
 # child processes, SIGKILL, leak checks) and the benchmark harness's smoke
-# test, and the loom models. Needs only a Rust toolchain; installs nothing
-# else so far.
+# test, the loom models, and the multi-node tests on real network
+# namespaces (scripts/netns-test.sh: needs root, as CI is, and installs
+# iproute2 if missing).
 # Ends with one line: "ferry: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,10 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads="$RUST_TEST_THR
 # interleavings. A build of their own (--cfg loom), in target/loom.
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" cargo test -p ferry --lib --release --locked --target-dir target/loom loom \
     -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee -a "$log" || status=$?
+
+# Nodes in network namespaces: ports and RPC over TCP, a team killed and
+# a link cut mid-call (crates/ferry/tests/netns.rs).
+scripts/netns-test.sh 2>&1 | tee -a "$log" || status=$?
 
 # Totals over every test binary (libtest's "test result" lines and the
 # harness-less smoke test's "smoke: N passed, N failed").

@@ -31,8 +31,15 @@ pub trait Bench {
     async fn stop(&self);
 }
 
-struct BenchImpl {
+pub(crate) struct BenchImpl {
     stopped: Arc<AtomicBool>,
+}
+
+impl BenchImpl {
+    /// A server that sets `stopped` when told to stop.
+    pub(crate) fn new(stopped: Arc<AtomicBool>) -> BenchImpl {
+        BenchImpl { stopped }
+    }
 }
 
 impl Bench for BenchImpl {

@@ -214,7 +214,16 @@ impl Peer {
         fcntl_setfd(&child_sock, FdFlags::empty())?;
         let child_stdout = io::stderr().as_fd().try_clone_to_owned()?;
 
-        let mut cmd = Command::new(std::env::current_exe()?);
+        // `$FERRY_BENCH_CHILD_NETNS`: the child runs in that network namespace
+        // (`ip netns exec` execs it: the pid is the child's).
+        let mut cmd = match std::env::var("FERRY_BENCH_CHILD_NETNS") {
+            Ok(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns]).arg(std::env::current_exe()?);
+                c
+            }
+            Err(_) => Command::new(std::env::current_exe()?),
+        };
         cmd.env(env::CHILD, case.name)
             .env(env::SHM_FD, shm.fd().as_raw_fd().to_string())
             .env(env::SOCK_FD, child_sock.as_raw_fd().to_string())

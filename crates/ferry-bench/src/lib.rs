@@ -38,13 +38,14 @@ mod run_dir;
 mod shm;
 mod stats;
 mod suites;
+pub mod tcp;
 
 pub use child::child_main_if_requested;
 pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
 pub use report::{CaseResult, Report};
 pub use shm::ShmRegion;
 pub use stats::Stats;
-pub use suites::{all_cases, pingpong, pingpong_cases, rpc, BenchArgs};
+pub use suites::{all_cases, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs};
 
 /// First thing in `main()` of a binary that runs suites: if this process is
 /// a benchmark's second process, play that part and exit.

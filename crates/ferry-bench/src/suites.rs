@@ -36,6 +36,7 @@ impl BenchArgs {
 pub fn all_cases() -> Vec<Case> {
     let mut v = pingpong_cases();
     v.extend(rpc::cases());
+    v.extend(crate::tcp::cases());
     v
 }
 
@@ -157,6 +158,30 @@ pub mod rpc {
             report.extra.insert("throughput_target".into(), t);
         }
         report.extra.insert("throughput".into(), serde_json::Value::Object(throughput));
+        print(&report, args, BASELINE);
+        Ok(())
+    }
+}
+
+pub mod tcp_suite {
+    use super::*;
+
+    pub const BASELINE: &str = "floor.tcp";
+
+    /// `ferry bench tcp` (see [`crate::tcp`]).
+    pub fn run(args: &BenchArgs) -> ferry::Result<()> {
+        let targets = [
+            ("ferry.tcp.null", BASELINE, 1.2),
+            ("ferry.tcp.busypoll.null", BASELINE, 1.0),
+            ("ferry.tcp.null", "zmq.tcp.null", 1.0),
+            ("ferry.tcp.busypoll.null", "zmq.tcp.null", 0.5),
+        ];
+        let mut report = super::run("tcp", crate::tcp::cases(), args, BASELINE, &targets);
+        if let Some(p) = report.get("ferry.tcp.pipelined") {
+            let calls = 1e9 / p.stats.median;
+            let t = json!({"case": "ferry.tcp.pipelined", "calls_per_s": calls, "target_calls_per_s": 1e6, "met": calls >= 1e6});
+            report.extra.insert("throughput_target".into(), t);
+        }
         print(&report, args, BASELINE);
         Ok(())
     }

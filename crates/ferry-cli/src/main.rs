@@ -41,6 +41,9 @@ enum BenchSuite {
         #[arg(long)]
         breakdown: bool,
     },
+    /// RPC between two nodes over TCP (run across two network namespaces
+    /// by `scripts/bench.sh tcp`) beside a raw TCP ping-pong and ZeroMQ.
+    Tcp(ferry_bench::BenchArgs),
     /// One-way transfer of 64 MiB and 1 GiB messages (cold, then warm into
     /// a reused buffer) beside a warm memcpy of the same size.
     Large(ferry_bench::large::LargeArgs),
@@ -57,6 +60,7 @@ fn main() {
         Command::Bench { suite: BenchSuite::Pingpong(args) } => ferry_bench::pingpong::run(&args),
         Command::Bench { suite: BenchSuite::Rpc { args, breakdown } } => ferry_bench::rpc::run(&args, breakdown),
         Command::Bench { suite: BenchSuite::Large(args) } => ferry_bench::large::run(&args),
+        Command::Bench { suite: BenchSuite::Tcp(args) } => ferry_bench::tcp_suite::run(&args),
         Command::Names => list_names(),
     };
     if let Err(e) = result {

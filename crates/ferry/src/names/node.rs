@@ -144,19 +144,25 @@ fn try_flock(file: &File, op: FlockOperation) -> io::Result<bool> {
 /// Opens (creating it if need be) and exclusively locks `<team>.lock`, making
 /// sure the locked file is still the one at the path: a sweeper may unlink it
 /// between our open and our flock, and a lock on an unlinked file guards
-/// nothing. `Ok(None)` when someone else holds the lock.
-fn claim(dir: &RuntimeDir, team: u32) -> Result<Option<File>> {
+/// nothing. `Ok(None)` when someone else holds the lock, or (`create`
+/// false: a sweep) when there is no lock file: its team left cleanly, and
+/// creating one would leave a file behind.
+fn claim(dir: &RuntimeDir, team: u32, create: bool) -> Result<Option<File>> {
     let path = dir.team_lock(team);
     loop {
-        let file = OpenOptions::new()
+        let file = match OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             // Never truncate before holding the lock: it may be a live team's pid.
             .truncate(false)
             .mode(0o600)
             .open(&path)
-            .map_err(Error::io("open team lock file"))?;
+        {
+            Ok(file) => file,
+            Err(e) if !create && e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("open team lock file")(e)),
+        };
         if !try_flock(&file, FlockOperation::NonBlockingLockExclusive).map_err(Error::io("lock team lock file"))? {
             return Ok(None);
         }
@@ -169,6 +175,7 @@ fn claim(dir: &RuntimeDir, team: u32) -> Result<Option<File>> {
                 return Ok(Some(file));
             }
             Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(Error::io("inspect team lock file")(e)),
         }
@@ -210,7 +217,7 @@ impl TeamLease {
         }
         let give_up = Instant::now() + CLAIM_PATIENCE;
         let lock = loop {
-            if let Some(lock) = claim(dir, team)? {
+            if let Some(lock) = claim(dir, team, true)? {
                 break lock;
             }
             if Instant::now() >= give_up {
@@ -494,7 +501,7 @@ impl NodeNames {
         // Holding the team's lock while sweeping keeps a team that takes the
         // number meanwhile from losing its fresh files; dropping the temporary
         // lease removes the leftovers, lock file last.
-        match claim(&self.dir, team) {
+        match claim(&self.dir, team, false) {
             Ok(Some(lock)) => {
                 tracing::debug!(team, dir = %self.dir.path.display(), "sweeping dead team");
                 drop(TeamLease { dir: self.dir.clone(), team, lock });

@@ -1,5 +1,6 @@
 //! A team's settings and the builder that starts a team with them.
 
+use super::cluster::Cluster;
 use super::team::{Team, TeamInner};
 use crate::error::Result;
 use crate::transport::shm;
@@ -55,6 +56,8 @@ pub struct Config {
     pub blocking_threads: usize,
     /// How long a blocking thread waits for another job before it ends.
     pub blocking_idle: Duration,
+    /// This node's cluster; `None`: `$FERRY_CLUSTER`'s, if set, else a node alone.
+    pub cluster: Option<Cluster>,
 }
 
 impl Default for Config {
@@ -75,6 +78,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(1),
             blocking_threads: 16,
             blocking_idle: Duration::from_secs(10),
+            cluster: None,
         }
     }
 }
@@ -192,6 +196,14 @@ impl TeamBuilder {
     /// How long a blocking thread waits for another job before it ends (default 10 s).
     pub fn blocking_idle(mut self, d: Duration) -> Self {
         self.cfg.blocking_idle = d;
+        self
+    }
+
+    /// The cluster this node belongs to (default: read from the file
+    /// `$FERRY_CLUSTER` names, if set; else none: teams of other nodes are
+    /// out of reach). Its node number replaces [`TeamBuilder::node`]'s.
+    pub fn cluster(mut self, c: Cluster) -> Self {
+        self.cfg.cluster = Some(c);
         self
     }
 

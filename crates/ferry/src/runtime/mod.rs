@@ -11,11 +11,12 @@
 //! | file | what |
 //! |---|---|
 //! | `config` | settings and the builder |
+//! | `cluster` | the node's place in a cluster: addresses, key, placement |
 //! | `team` | `Team`/`TeamInner`: start, shutdown, names, timers |
 //! | `endpoints` | slots and the inbox behind each |
 //! | `calls` | our sends waiting for answers; hooks for peers' cancels |
 //! | `delivery` | the future of one send |
-//! | `peers` | the channel to each peer team: bind, reclaim |
+//! | `peers` | the channel to each peer team: bind (shared memory on this node, TCP to another), reclaim |
 //! | `send` | one message onto a channel; acks, replies, nacks |
 //! | `dispatch` | the progress loop's receive path |
 //! | `outbox` | async sends waiting for room, sent in order |
@@ -37,6 +38,7 @@ mod bounds_tests;
 pub(crate) mod calls;
 pub(crate) mod channel;
 mod channel_list;
+pub mod cluster;
 mod config;
 mod deadline;
 mod delivery;
@@ -56,6 +58,7 @@ mod timer;
 
 pub(crate) use calls::CancelGuard;
 pub use channel::CONTROL_BACKLOG;
+pub use cluster::Cluster;
 pub use config::{Config, TeamBuilder, MESSAGE_OVERHEAD};
 pub(crate) use deadline::deadline_after;
 pub use delivery::Delivery;

@@ -16,7 +16,7 @@ use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::id::TeamId;
 use crate::names::NodeNames;
-use crate::transport::shm;
+use crate::transport::{shm, tcp};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -188,7 +188,8 @@ impl TeamInner {
         if team == self.id {
             return Ok((Route::Ready(self.loopback.clone()), false));
         }
-        if team.node != self.id.node {
+        if team.node != self.id.node && self.cfg.cluster.as_ref().and_then(|c| c.address_of(team.node)).is_none() {
+            // Not in our cluster (or we are in none): out of reach.
             return Err(Error::NoSuchTeam(team));
         }
         if let Some(ch) = self.peers.live(team)? {
@@ -220,11 +221,26 @@ impl TeamInner {
         if self.is_shut_down() {
             return Err(Error::Shutdown);
         }
+        if team.node != self.id.node {
+            return self.connect_tcp(team);
+        }
         let path = self.names.dir().team_socket(team.team);
         let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|_| Error::NoSuchTeam(team))?;
         // A team that exits while we bind resets or closes the socket: it is gone.
         let end = shm::connect(stream, &self.bind_config(), team)?;
         tracing::debug!(me = %self.id, peer = %team, "bound shared-memory channel");
+        Ok(Arc::new(Channel::new(team, Box::new(end))))
+    }
+
+    /// Binds to a team of another node of the cluster, over TCP.
+    fn connect_tcp(&self, team: TeamId) -> Result<Arc<Channel>> {
+        let cluster = self.cfg.cluster.as_ref().ok_or(Error::NoSuchTeam(team))?;
+        let addr = cluster.address_of(team.node).ok_or(Error::NoSuchTeam(team))?;
+        // Nobody listening there (the node is down, or the link): out of reach.
+        let sock = std::net::TcpStream::connect_timeout(&addr, shm::HANDSHAKE_TIMEOUT)
+            .map_err(|_| Error::NoSuchTeam(team))?;
+        let end = tcp::handshake::connect(sock, &self.tcp_bind(cluster), team)?;
+        tracing::debug!(me = %self.id, peer = %team, %addr, "bound TCP channel");
         Ok(Arc::new(Channel::new(team, Box::new(end))))
     }
 

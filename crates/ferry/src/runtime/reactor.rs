@@ -1,8 +1,13 @@
 //! The reactor: one thread per team that sleeps in epoll on the team's
-//! listening socket (new binds), on binds in progress, and on every
-//! channel's liveness descriptor (`Transport::liveness_fd`: for shared
-//! memory its bind socket, whose hang-up means the peer died). It is never
-//! on the path of a message.
+//! listening sockets (new binds: its Unix socket, and in a cluster the
+//! node's TCP address, shared by the node's teams), on binds in progress,
+//! and on every channel's liveness descriptor (`Transport::liveness_fd`:
+//! for shared memory its bind socket, whose hang-up means the peer died).
+//! It is never on the path of a message.
+//!
+//! A TCP bind is taken on a blocking thread (its handshake has three
+//! steps), at most `MAX_PENDING` at once; one that names another team of
+//! this node is handed to that team over its Unix socket (see `cluster`).
 //!
 //! It takes binds itself, with no thread per connection: a connection
 //! waits in epoll for the connector's hello (one message), at most
@@ -13,21 +18,27 @@
 use super::channel::Channel;
 use super::TeamInner;
 use crate::error::{Error, Result};
-use crate::transport::{shm, Liveness};
+use crate::transport::{shm, tcp, Liveness};
 use parking_lot::Mutex;
 use rustix::buffer::spare_capacity;
 use rustix::event::{epoll, eventfd, EventfdFlags};
-use rustix::fd::OwnedFd;
+use rustix::fd::{AsFd, OwnedFd};
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
+const TCP_LISTENER: u64 = 2;
+
+/// Magic of a TCP connection handed over by another team of this node:
+/// the message carries the connector's hello and the connection's fd.
+const HANDED_OVER: &[u8; 8] = b"FERRYTHO";
 
 /// Most connections kept waiting for their hello; past that the oldest is
 /// closed (a connector that is really binding sends its hello at once).
@@ -45,12 +56,16 @@ pub(crate) struct Reactor {
     listener: UnixListener,
     path: PathBuf,
     wake: OwnedFd,
+    /// The node's TCP address, listened on by all its teams (in a cluster).
+    tcp: Option<TcpListener>,
+    /// TCP binds being taken on blocking threads.
+    tcp_binds: Arc<AtomicUsize>,
     watched: Mutex<HashMap<u64, Arc<Channel>>>,
     next_token: AtomicU64,
 }
 
 impl Reactor {
-    pub fn new(path: &Path) -> Result<Reactor> {
+    pub fn new(path: &Path, tcp: Option<SocketAddr>) -> Result<Reactor> {
         // A stale socket file of a dead team with our number was swept with its lease.
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path).map_err(Error::io("bind team socket"))?;
@@ -61,13 +76,19 @@ impl Reactor {
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(&ep, &listener, epoll::EventData::new_u64(LISTENER), epoll::EventFlags::IN)?;
         epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
+        let tcp = tcp.map(listen_shared).transpose()?;
+        if let Some(l) = &tcp {
+            epoll::add(&ep, l, epoll::EventData::new_u64(TCP_LISTENER), epoll::EventFlags::IN)?;
+        }
         Ok(Reactor {
             epoll: ep,
             listener,
             path: path.to_path_buf(),
             wake,
+            tcp,
+            tcp_binds: Arc::default(),
             watched: Mutex::new(HashMap::new()),
-            next_token: AtomicU64::new(2),
+            next_token: AtomicU64::new(3),
         })
     }
 
@@ -126,6 +147,7 @@ pub(crate) fn run(team: Arc<TeamInner>) {
             match ev.data.u64() {
                 WAKE => return,
                 LISTENER => accept_all(&team, &mut pending),
+                TCP_LISTENER => accept_tcp(&team),
                 token => {
                     if let Some(p) = pending.remove(&token) {
                         if let Some(p) = handshake(&team, p) {
@@ -190,6 +212,14 @@ fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) {
 /// Takes the connector's hello if it has come, and binds; hands the
 /// connection back if it has not (it stays in epoll, or joins it).
 fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
+    let mut magic = [0u8; 8];
+    if rustix::net::recv(&p.stream, &mut magic, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT)
+        .is_ok_and(|(n, _)| n == 8)
+        && &magic == HANDED_OVER
+    {
+        take_handed_over(team, p.stream);
+        return None;
+    }
     let names = &team.names;
     let is_peer = |peer: crate::id::TeamId, pid| names.team_pid(peer.team) == Some(pid);
     let Pending { stream, until } = p;
@@ -231,4 +261,106 @@ fn check_hangup(team: &Arc<TeamInner>, ch: &Arc<Channel>) {
     drop(rx);
     team.reactor.unwatch(ch);
     team.peer_hung_up();
+}
+
+/// A TCP listener on `addr` that the node's other teams share (`SO_REUSEPORT`).
+fn listen_shared(addr: SocketAddr) -> Result<TcpListener> {
+    use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC | SocketFlags::NONBLOCK, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    sockopt::set_socket_reuseport(&fd, true)?;
+    rustix::net::bind(&fd, &addr).map_err(|e| Error::io("bind the node's TCP address")(e.into()))?;
+    rustix::net::listen(&fd, 128)?;
+    Ok(TcpListener::from(fd))
+}
+
+/// Takes every TCP connection waiting on the node's address: each is bound
+/// (or handed over) on a blocking thread, at most `MAX_PENDING` at once.
+fn accept_tcp(team: &Arc<TeamInner>) {
+    let r = &team.reactor;
+    let Some(listener) = &r.tcp else { return };
+    loop {
+        match listener.accept() {
+            Ok((stream, from)) => {
+                if r.tcp_binds.load(Ordering::Relaxed) >= MAX_PENDING {
+                    tracing::warn!(%from, "{MAX_PENDING} TCP binds under way: refused one");
+                    continue;
+                }
+                r.tcp_binds.fetch_add(1, Ordering::Relaxed);
+                let (t, binds) = (team.clone(), r.tcp_binds.clone());
+                drop(team.blocking.spawn(move || {
+                    tcp_bind(&t, stream, None);
+                    binds.fetch_sub(1, Ordering::Relaxed);
+                }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "TCP accept failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Takes a TCP bind (on a blocking thread): reads the hello unless the team
+/// that handed the connection over did, then binds if it names this team,
+/// or hands it to the team of this node it names.
+fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, hello: Option<[u8; tcp::handshake::HELLO_BYTES]>) {
+    let Some(cluster) = team.cfg.cluster.clone() else { return };
+    let side = team.tcp_bind(&cluster);
+    let _ = stream.set_nonblocking(false);
+    let hello = match hello {
+        Some(h) => h,
+        None => match tcp::handshake::read_hello(&mut stream, side.patience, team.id) {
+            Ok((hello, to)) if to.team != team.id.team || to.node != team.id.node => {
+                return hand_over(team, stream, hello, to);
+            }
+            Ok((hello, _)) => hello,
+            Err(e) => return tracing::warn!(error = %e, "refused a TCP bind"),
+        },
+    };
+    match tcp::handshake::accept_hello(stream, hello, &side) {
+        Ok((end, peer)) => {
+            team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));
+            tracing::debug!(me = %team.id, %peer, "accepted TCP channel");
+        }
+        Err(e) => tracing::warn!(error = %e, "refused a TCP bind"),
+    }
+}
+
+/// Hands a TCP connection whose hello names another team of this node to
+/// that team (over its Unix socket); closes it if there is no such team.
+fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, hello: [u8; tcp::handshake::HELLO_BYTES], to: crate::id::TeamId) {
+    if to.node != team.id.node {
+        return tracing::warn!(%to, "refused a TCP bind for a team of another node");
+    }
+    let path = team.names.dir().team_socket(to.team);
+    let Ok(unix) = UnixStream::connect(&path) else {
+        return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
+    };
+    let mut msg = [0u8; 8 + tcp::handshake::HELLO_BYTES];
+    msg[..8].copy_from_slice(HANDED_OVER);
+    msg[8..].copy_from_slice(&hello);
+    if let Err(e) = crate::sys::fdpass::send(unix.as_fd(), &msg, &[stream.as_fd()]) {
+        tracing::warn!(error = %e, %to, "could not hand a TCP bind over");
+    }
+}
+
+/// A TCP connection another team of this node handed over: the bind goes
+/// on (on a blocking thread) from the hello that team read.
+fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
+    let mut msg = [0u8; 8 + tcp::handshake::HELLO_BYTES];
+    let (n, mut fds) = match crate::sys::fdpass::try_recv(&unix, &mut msg) {
+        Ok(Some(got)) => got,
+        Ok(None) => return,
+        Err(e) => return tracing::warn!(error = %e, "a TCP bind handed over could not be read"),
+    };
+    if n != msg.len() || fds.len() != 1 {
+        return tracing::warn!("a TCP bind handed over came with {n} bytes and {} descriptors", fds.len());
+    }
+    let stream = TcpStream::from(fds.pop().expect("one descriptor"));
+    let hello: [u8; tcp::handshake::HELLO_BYTES] = msg[8..].try_into().expect("hello bytes");
+    let t = team.clone();
+    drop(team.blocking.spawn(move || tcp_bind(&t, stream, Some(hello))));
 }

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::id::{EndpointId, TeamId};
 use crate::names::{NodeNames, RuntimeDir, TeamLease};
 use crate::transport::doorbell::Doorbell;
-use crate::transport::{inproc, shm};
+use crate::transport::{inproc, shm, tcp};
 use parking_lot::Mutex;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -161,7 +161,15 @@ pub(crate) struct TeamInner {
 }
 
 impl TeamInner {
-    pub(super) fn start(cfg: Config) -> Result<Team> {
+    pub(super) fn start(mut cfg: Config) -> Result<Team> {
+        if cfg.cluster.is_none() {
+            if let Some(path) = std::env::var_os("FERRY_CLUSTER") {
+                cfg.cluster = Some(super::cluster::Cluster::from_file(std::path::Path::new(&path))?);
+            }
+        }
+        if let Some(c) = &cfg.cluster {
+            cfg.node = c.node;
+        }
         let dir = match &cfg.runtime_dir {
             Some(p) => RuntimeDir::at(p.clone())?,
             None => RuntimeDir::from_env()?,
@@ -169,7 +177,7 @@ impl TeamInner {
         let lease = claim_team_number(&dir)?;
         let id = TeamId { node: cfg.node, team: lease.team(), incarnation: crate::id::new_incarnation() };
         let doorbell = Arc::new(Doorbell::create()?);
-        let reactor = Reactor::new(&dir.team_socket(id.team))?;
+        let reactor = Reactor::new(&dir.team_socket(id.team), cfg.cluster.as_ref().map(|c| c.listen))?;
         let loopback =
             Arc::new(Channel::new(id, Box::new(inproc::loopback(cfg.ring_bytes, cfg.max_message, doorbell.clone()))));
         let inner = Arc::new(TeamInner {
@@ -214,6 +222,20 @@ impl TeamInner {
 
     pub fn is_shut_down(&self) -> bool {
         self.shut_down.load(Ordering::Acquire)
+    }
+
+    /// What this team brings to a TCP bind (it is in a cluster).
+    pub(super) fn tcp_bind(&self, cluster: &super::cluster::Cluster) -> tcp::handshake::TcpBind {
+        tcp::handshake::TcpBind {
+            me: self.id,
+            doorbell: self.doorbell.clone(),
+            key: cluster.key.clone(),
+            // As much in flight as a shared-memory ring holds; a large
+            // message of any size this team accepts.
+            grant: tcp::Grant { frames: self.cfg.ring_bytes, detached: self.cfg.max_message },
+            patience: shm::HANDSHAKE_TIMEOUT,
+            magic: None,
+        }
     }
 
     pub(super) fn bind_config(&self) -> shm::BindConfig {

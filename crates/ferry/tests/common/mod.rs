@@ -77,9 +77,30 @@ impl Child {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         tweak(&mut cmd);
+        // A reader thread, so every wait on the child has a deadline.
+        Child::from_command(cmd, role)
+    }
+
+    /// Starts `role` inside network namespace `ns` (`ip netns exec`, which
+    /// execs the test binary: the pid is the child's), with the runtime dir
+    /// `dir` and the environment `env`.
+    pub fn spawn_in_netns(ns: &str, role: &str, dir: &Path, env: &[(&str, &Path)]) -> Child {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).arg(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "child_entry", "--include-ignored", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env("FERRY_RUNTIME_DIR", dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Child::from_command(cmd, role)
+    }
+
+    fn from_command(mut cmd: Command, role: &str) -> Child {
         let mut proc = cmd.spawn().expect("spawn child process");
         let out = BufReader::new(proc.stdout.take().unwrap());
-        // A reader thread, so every wait on the child has a deadline.
         let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in out.lines() {

@@ -183,17 +183,39 @@ pub fn connect(mut sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<Tc
     TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone())
 }
 
-/// Acceptor side: takes a bind on a freshly accepted `sock`; returns this
-/// end and the connector's id. Waits for each message at most
-/// `side.patience` (a team's listener runs it off its progress loop).
-pub fn accept(mut sock: TcpStream, side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
-    sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
-    sock.set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
-    let unknown = TeamId { node: side.me.node, team: 0, incarnation: 0 };
+/// Bytes of a hello.
+pub const HELLO_BYTES: usize = HELLO_LEN;
+
+/// Acceptor side, first step: reads the connector's hello from a freshly
+/// accepted `sock` (at most `patience`), and says whom it means to reach
+/// (the caller hands the connection to that team if it is another one).
+pub fn read_hello(sock: &mut TcpStream, patience: Duration, me: TeamId) -> Result<([u8; HELLO_LEN], TeamId)> {
+    sock.set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
+    let unknown = TeamId { node: me.node, team: 0, incarnation: 0 };
     let mut hello = [0u8; HELLO_LEN];
-    read_exact(&mut sock, &mut hello).map_err(|e| {
+    read_exact(sock, &mut hello).map_err(|e| {
         read_failed(e, Error::Protocol { peer: unknown, what: "closed before its hello was whole".into() })
     })?;
+    if &hello[..8] != HELLO {
+        return Err(Error::Protocol { peer: get_id(&hello[8..20]), what: format!("bad hello magic {:?}", &hello[..8]) });
+    }
+    Ok((hello, get_id(&hello[20..32])))
+}
+
+#[cfg(any(test, feature = "testing"))]
+/// Acceptor side: takes a bind on a freshly accepted `sock`; returns this
+/// end and the connector's id. Waits for each message at most
+/// `side.patience` (a team runs it off its progress loop).
+pub fn accept(mut sock: TcpStream, side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
+    let (hello, _) = read_hello(&mut sock, side.patience, side.me)?;
+    accept_hello(sock, hello, side)
+}
+
+/// Acceptor side, after [`read_hello`] (here or in the team that handed
+/// the connection over): answers the welcome and checks the proof.
+pub fn accept_hello(mut sock: TcpStream, hello: [u8; HELLO_LEN], side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
+    sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
+    sock.set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
     let peer = get_id(&hello[8..20]);
     if &hello[..8] != HELLO {
         return Err(Error::Protocol { peer, what: format!("bad hello magic {:?}", &hello[..8]) });

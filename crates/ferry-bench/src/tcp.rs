@@ -1,0 +1,242 @@
+//! The TCP suite (`ferry bench tcp`): calls between two nodes, the child
+//! being the server. `scripts/bench.sh tcp` runs it across two network
+//! namespaces (parent in one, child in the other, through a bridge); run
+//! plainly, both ends are on loopback.
+//!
+//! - `floor.tcp`: a blocking TCP ping-pong of 48 bytes each way (what a
+//!   null call puts on the wire: a 40-byte frame header and a small body),
+//!   `TCP_NODELAY`: what the hardware and kernel cost per round trip.
+//! - `ferry.tcp.{null,arg1024}`: a ferry client team (node 1) calling a
+//!   server team (node 2) over TCP, default mode (spin 20 µs, then park).
+//! - `ferry.tcp.busypoll.null`: both teams spin and never park while a call
+//!   is out (busy polling the socket).
+//! - `ferry.tcp.pipelined`: 32 calls in flight on one connection; the
+//!   figure is ns per call (calls/s = 10^9 / it).
+//! - `zmq.tcp.null` (feature `zmq`): ZeroMQ REQ/REP over `tcp://`.
+//!
+//! Addresses: `$FERRY_BENCH_TCP_PARENT` and `$FERRY_BENCH_TCP_CHILD`
+//! (default 127.0.0.1 both).
+
+use crate::ferry_rpc::{BenchClient, BenchImpl, BenchServer};
+use crate::harness::{Case, ChildCtx, Params, Peer};
+use crate::run_dir::{run_dir, RemoveRunDir};
+use ferry::{Cluster, Team};
+use serde_bytes::ByteBuf;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bytes each way of the floor's ping-pong.
+const FLOOR_BYTES: usize = 48;
+/// Calls in flight in `ferry.tcp.pipelined`.
+const IN_FLIGHT: usize = 32;
+const KEY: &[u8] = b"ferry bench tcp: the cluster's key";
+
+fn ip(var: &str) -> IpAddr {
+    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+fn parent_ip() -> IpAddr {
+    ip("FERRY_BENCH_TCP_PARENT")
+}
+
+fn child_ip() -> IpAddr {
+    ip("FERRY_BENCH_TCP_CHILD")
+}
+
+/// A free port on `ip` (bound and released).
+fn free_port(ip: IpAddr) -> u16 {
+    TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap().port()
+}
+
+/// Sends a line to the other side over the harness socket.
+fn tell(sock: &std::os::unix::net::UnixStream, line: &str) {
+    let mut s = sock;
+    s.write_all(line.as_bytes()).unwrap();
+    s.write_all(b"\n").unwrap();
+}
+
+/// Reads a line from the other side over the harness socket.
+fn hear(sock: &std::os::unix::net::UnixStream) -> String {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    let mut s = sock;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    while s.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
+        line.push(b[0]);
+    }
+    String::from_utf8(line).unwrap()
+}
+
+// ------------------------------------------------------------ floor.tcp
+
+fn floor_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let addr: SocketAddr = hear(&peer.sock).parse().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let (out, mut back) = ([7u8; FLOOR_BYTES], [0u8; FLOOR_BYTES]);
+    let samples = p.measure(p.iters_div(100), |n| {
+        for _ in 0..n {
+            s.write_all(&out).unwrap();
+            s.read_exact(&mut back).unwrap();
+        }
+    });
+    drop(s);
+    samples
+}
+
+fn floor_child(ctx: &ChildCtx) {
+    let l = TcpListener::bind((child_ip(), 0)).unwrap();
+    tell(&ctx.sock, &l.local_addr().unwrap().to_string());
+    let (mut s, _) = l.accept().unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut buf = [0u8; FLOOR_BYTES];
+    while s.read_exact(&mut buf).is_ok() {
+        s.write_all(&buf).unwrap();
+    }
+}
+
+// ------------------------------------------------------------ ferry.tcp.*
+
+/// The two nodes' cluster: the parent is node 1, the child node 2.
+fn cluster(node: u16, ports: (u16, u16)) -> Cluster {
+    let a = SocketAddr::new(parent_ip(), ports.0);
+    let b = SocketAddr::new(child_ip(), ports.1);
+    let (listen, peer) = if node == 1 { (a, (2, b)) } else { (b, (1, a)) };
+    Cluster { node, listen, peers: [peer].into_iter().collect(), key: Arc::from(KEY) }
+}
+
+fn team(run_id: &str, node: u16, ports: (u16, u16), busy: bool, processors: usize) -> Team {
+    let b = Team::builder().runtime_dir(run_dir(&format!("{run_id}-{node}"))).processors(processors);
+    let b = if busy { b.spin(Duration::from_secs(5)) } else { b };
+    b.cluster(cluster(node, ports)).start().expect("start team")
+}
+
+/// The server: says its ports, then serves `Bench` until told to stop.
+fn serve(ctx: &ChildCtx, busy: bool) {
+    let _dir = RemoveRunDir::new(&format!("{}-2", ctx.run_id));
+    let ports: Vec<u16> = hear(&ctx.sock).split(',').map(|p| p.parse().unwrap()).collect();
+    let team = team(&ctx.run_id, 2, (ports[0], ports[1]), busy, 1);
+    let stopped = Arc::new(AtomicBool::new(false));
+    let _serving = BenchServer::serve(&team, "bench.tcp", BenchImpl::new(stopped.clone())).unwrap();
+    tell(&ctx.sock, &team.lookup("bench.tcp").unwrap().to_string());
+    while !stopped.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    team.shutdown();
+}
+
+/// The client: starts its node, tells the child the ports, binds, measures.
+fn client(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient) -> Vec<f64>) -> Vec<f64> {
+    let _dir = RemoveRunDir::new(&format!("{}-1", peer.run_id));
+    let ports = (free_port(parent_ip()), free_port(child_ip()));
+    tell(&peer.sock, &format!("{},{}", ports.0, ports.1));
+    let team = team(&peer.run_id, 1, ports, busy, 0);
+    let ep = hear(&peer.sock).parse().unwrap();
+    let c = BenchClient::bind_to(&team, ep).expect("bind over TCP");
+    let samples = measure(&c);
+    c.stop_blocking().unwrap();
+    drop(c);
+    team.shutdown();
+    samples
+}
+
+fn null_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    client(peer, false, |c| p.measure(p.iters_div(100), |n| (0..n).for_each(|_| c.null_blocking().unwrap())))
+}
+
+fn arg1024_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let data = ByteBuf::from(crate::rpc_peers::argument(1024));
+    let want = crate::rpc_peers::answer(&data);
+    client(peer, false, |c| {
+        p.measure(p.iters_div(100), |n| (0..n).for_each(|_| assert_eq!(c.arg_blocking(data.clone()).unwrap(), want)))
+    })
+}
+
+fn busypoll_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    client(peer, true, |c| p.measure(p.iters_div(20), |n| (0..n).for_each(|_| c.null_blocking().unwrap())))
+}
+
+fn pipelined_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    client(peer, true, |c| {
+        p.measure(p.iters_div(4), |n| {
+            let mut flying = std::collections::VecDeque::with_capacity(IN_FLIGHT);
+            for _ in 0..n {
+                if flying.len() == IN_FLIGHT {
+                    let f: ferry::rpc::CallFuture<()> = flying.pop_front().unwrap();
+                    f.wait().unwrap();
+                }
+                flying.push_back(c.null());
+            }
+            for f in flying {
+                f.wait().unwrap();
+            }
+        })
+    })
+}
+
+fn default_child(ctx: &ChildCtx) {
+    serve(ctx, false)
+}
+
+fn busy_child(ctx: &ChildCtx) {
+    serve(ctx, true)
+}
+
+/// The suite's cases.
+pub fn cases() -> Vec<Case> {
+    #[allow(unused_mut)]
+    let mut v = vec![
+        Case { name: "floor.tcp", parent: floor_parent, child: floor_child },
+        Case { name: "ferry.tcp.null", parent: null_parent, child: default_child },
+        Case { name: "ferry.tcp.arg1024", parent: arg1024_parent, child: default_child },
+        Case { name: "ferry.tcp.busypoll.null", parent: busypoll_parent, child: busy_child },
+        Case { name: "ferry.tcp.pipelined", parent: pipelined_parent, child: busy_child },
+    ];
+    #[cfg(feature = "zmq")]
+    v.push(zmq_tcp::case());
+    v
+}
+
+#[cfg(feature = "zmq")]
+mod zmq_tcp {
+    use super::*;
+
+    pub fn case() -> Case {
+        Case { name: "zmq.tcp.null", parent, child }
+    }
+
+    fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+        let addr = hear(&peer.sock);
+        let ctx = zmq::Context::new();
+        let req = ctx.socket(zmq::REQ).unwrap();
+        req.connect(&format!("tcp://{addr}")).unwrap();
+        let samples = p.measure(p.iters_div(100), |n| {
+            for _ in 0..n {
+                req.send(&[][..], 0).unwrap();
+                req.recv_bytes(0).unwrap();
+            }
+        });
+        req.send(&b"stop"[..], 0).unwrap();
+        let _ = req.recv_bytes(0);
+        samples
+    }
+
+    fn child(ctx: &ChildCtx) {
+        let z = zmq::Context::new();
+        let rep = z.socket(zmq::REP).unwrap();
+        let port = free_port(child_ip());
+        let addr = SocketAddr::new(child_ip(), port);
+        rep.bind(&format!("tcp://{addr}")).unwrap();
+        tell(&ctx.sock, &addr.to_string());
+        loop {
+            let m = rep.recv_bytes(0).unwrap();
+            rep.send(&[][..], 0).unwrap();
+            if m == b"stop" {
+                return;
+            }
+        }
+    }
+}

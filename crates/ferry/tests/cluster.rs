@@ -1,0 +1,145 @@
+//! Teams of different nodes, on one machine: each node is a cluster file of
+//! its own (a runtime directory, a loopback TCP address) and they talk over
+//! TCP. (Across real network namespaces: `scripts/netns-test.sh`.)
+
+mod common;
+
+use common::calc::{CalcClient, CalcImpl, CalcServer};
+use ferry::{Checkpoint, Cluster, Error, Team};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const KEY: &[u8] = b"a cluster key of more than 16 bytes";
+
+/// A free loopback address (bound and released: a later bind may race, rarely).
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// A cluster of `n` nodes on loopback; node `i + 1` listens on `addrs[i]`.
+fn cluster(addrs: &[SocketAddr], node: u16, key: &[u8]) -> Cluster {
+    let peers: BTreeMap<u16, SocketAddr> =
+        addrs.iter().enumerate().map(|(i, a)| (i as u16 + 1, *a)).filter(|(n, _)| *n != node).collect();
+    Cluster { node, listen: addrs[node as usize - 1], peers, key: Arc::from(key) }
+}
+
+fn team(dir: &Path, c: Cluster) -> Team {
+    Team::builder().runtime_dir(dir).cluster(c).start().unwrap()
+}
+
+#[test]
+fn ports_and_rpc_work_between_two_nodes() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    assert_eq!((a.id().node, b.id().node), (1, 2));
+
+    // A port of node 2, reached from node 1 by its id: typed messages and replies.
+    let port = b.open_port::<String>().unwrap();
+    let to_b = a.sender::<String>(port.id());
+    let echo = std::thread::spawn(move || {
+        for _ in 0..3 {
+            let m = port.recv_blocking().unwrap();
+            let v = m.value.clone();
+            m.reply(&format!("{v}!")).unwrap();
+        }
+        port
+    });
+    for i in 0..3 {
+        let back: String = to_b.call(&format!("hello {i}")).unwrap();
+        assert_eq!(back, format!("hello {i}!"));
+    }
+    let port = echo.join().unwrap();
+    // Many one-way messages, in order, with deliveries confirmed.
+    for i in 0..500 {
+        to_b.send(&format!("m{i}"), Checkpoint::OnReceipt).unwrap();
+    }
+    for i in 0..500 {
+        assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().value, format!("m{i}"));
+    }
+    // A large message (out of band: larger than a frame's share of the credit).
+    let big = "x".repeat(5 << 20);
+    to_b.send(&big, Checkpoint::OnReceipt).unwrap();
+    assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().value.len(), big.len());
+
+    // RPC: a service of node 2 called from node 1.
+    let _serving = CalcServer::serve(&b, "calc", CalcImpl).unwrap();
+    let calc = CalcClient::bind_to(&a, b.lookup("calc").unwrap()).unwrap();
+    for i in 0..100 {
+        assert_eq!(calc.add_blocking(i, 1).unwrap(), i + 1);
+    }
+}
+
+/// Every team of a node listens on the node's address; a bind that the
+/// kernel gives to another team of the node is handed to the one it names.
+#[test]
+fn a_bind_taken_by_another_team_of_the_node_is_handed_over() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let bs: Vec<Team> = (0..4).map(|_| team(d2.path(), cluster(&addrs, 2, KEY))).collect();
+    let ports: Vec<_> = bs.iter().map(|b| b.open_raw_port().unwrap()).collect();
+    for (i, p) in ports.iter().enumerate() {
+        a.raw_sender(p.id()).send(&[i as u8], Checkpoint::OnReceipt).unwrap();
+        assert_eq!(p.recv_timeout(Duration::from_secs(10)).unwrap().payload(), [i as u8]);
+    }
+}
+
+/// A node with another key is refused, with a typed error: the connector
+/// gets `Unauthenticated` (the acceptor logs why it refused).
+#[test]
+fn a_node_without_the_key_is_refused() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, b"another key, also long enough"));
+    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let port = b.open_raw_port().unwrap();
+    let r = a.raw_sender(port.id()).send(b"let me in", Checkpoint::OnReceipt);
+    assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{r:?}");
+    assert!(port.try_recv().is_none(), "a frame got through");
+}
+
+/// A node out of the cluster, or one that is down, is out of reach: `NoSuchTeam`.
+#[test]
+fn a_node_out_of_reach_is_no_such_team() {
+    let d1 = tempfile::tempdir().unwrap();
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    // Node 2 is in the cluster but nobody listens there; node 9 is not in it.
+    for node in [2u16, 9] {
+        let id: ferry::EndpointId = format!("{node}.1.1#00000001").parse().unwrap();
+        let r = a.raw_sender(id).send(b"anyone?", Checkpoint::OnReceipt);
+        assert!(matches!(r, Err(Error::NoSuchTeam(_))), "node {node}: {r:?}");
+    }
+}
+
+/// The peer's team going away mid-call fails the call with `PeerGone`, and
+/// the next call binds again (to whoever is there now).
+#[test]
+fn a_remote_team_leaving_fails_its_calls_and_the_next_bind_is_fresh() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let port = b.open_port::<u32>().unwrap();
+    let to_b = a.sender::<u32>(port.id());
+    // Taken but never answered: the call waits until b goes.
+    let call = std::thread::spawn(move || to_b.call::<u32>(&7));
+    let held = port.recv_timeout(Duration::from_secs(10)).unwrap();
+    let t0 = Instant::now();
+    // The team goes with the call still held (dropping it first would refuse it).
+    drop((port, b));
+    let r = call.join().unwrap();
+    drop(held);
+    assert!(matches!(r, Err(Error::PeerGone { .. })), "{r:?}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
+    // A new team on node 2: reached by a fresh bind.
+    let b2 = team(d2.path(), cluster(&addrs, 2, KEY));
+    let port2 = b2.open_raw_port().unwrap();
+    a.raw_sender(port2.id()).send(b"again", Checkpoint::OnReceipt).unwrap();
+    assert_eq!(port2.recv_timeout(Duration::from_secs(10)).unwrap().payload(), b"again");
+}

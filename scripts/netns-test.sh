@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs ferry's multi-node tests on real network namespaces: three nodes
+# (ferry-$$-1, -2, -3 for nodes a, b, c), each joined by a veth pair to a bridge in
+# a fourth namespace (-br; scripts/netns-lib.sh), with addresses 10.77.0.1-3/24 that exist only
+# among them: no traffic leaves. Each node gets a cluster file; the test
+# (crates/ferry/tests/netns.rs) runs one team per namespace, in processes
+# started with `ip netns exec`, and cuts links with `ip link set ... down`.
+#
+# Needs root (CI is) and iproute2 (installed if missing). Everything made
+# here is removed on exit, failure or interrupt.
+# Ends with "netns: N passed, N failed" (scripts/test.sh adds it up).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+. scripts/netns-lib.sh
+if ! netns_require; then
+    echo "netns: 0 passed, 1 failed"
+    exit 1
+fi
+
+p="ferry-$$"
+work=$(mktemp -d)
+cleanup() {
+    netns_down "$p"
+    rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+netns_sweep
+netns_up "$p" 3
+
+# One key for the cluster; one cluster file per node.
+head -c 32 /dev/urandom >"$work/cluster.key"
+i=0
+for n in a b c; do
+    i=$((i + 1))
+    {
+        echo "node $i"
+        echo "listen 10.77.0.$i:7400"
+        echo "key-file $work/cluster.key"
+        j=0
+        for m in a b c; do
+            j=$((j + 1))
+            [[ $m != "$n" ]] && echo "peer $j 10.77.0.$j:7400"
+        done
+    } >"$work/$n.cluster"
+    mkdir -p "$work/$n.run"
+done
+
+bin=$(cargo test -p ferry --test netns --locked --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+log="$work/log"
+status=0
+FERRY_NETNS="$p" FERRY_NETNS_WORK="$work" "$bin" --ignored --test-threads=1 2>&1 | tee "$log" || status=$?
+awk '/^test result: / { p += $4; f += $6 } END { printf "netns: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
