@@ -114,28 +114,33 @@ fn team(run_id: &str, node: u16, ports: (u16, u16), busy: bool, processors: usiz
     b.cluster(cluster(node, ports)).start().expect("start team")
 }
 
-/// The server: says its ports, then serves `Bench` until told to stop.
+/// The server: hears the client's port, picks its own (each side can
+/// only bind its own address), says it with its endpoint, then serves
+/// `Bench` until told to stop.
 fn serve(ctx: &ChildCtx, busy: bool) {
     let _dir = RemoveRunDir::new(&format!("{}-2", ctx.run_id));
-    let ports: Vec<u16> = hear(&ctx.sock).split(',').map(|p| p.parse().unwrap()).collect();
-    let team = team(&ctx.run_id, 2, (ports[0], ports[1]), busy, 1);
+    let theirs: u16 = hear(&ctx.sock).parse().unwrap();
+    let ours = free_port(child_ip());
+    let team = team(&ctx.run_id, 2, (theirs, ours), busy, 1);
     let stopped = Arc::new(AtomicBool::new(false));
     let _serving = BenchServer::serve(&team, "bench.tcp", BenchImpl::new(stopped.clone())).unwrap();
-    tell(&ctx.sock, &team.lookup("bench.tcp").unwrap().to_string());
+    tell(&ctx.sock, &format!("{ours} {}", team.lookup("bench.tcp").unwrap()));
     while !stopped.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(5));
     }
     team.shutdown();
 }
 
-/// The client: starts its node, tells the child the ports, binds, measures.
+/// The client: tells the child its port, hears the child's and the
+/// service's endpoint, starts its node, binds, measures.
 fn client(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient) -> Vec<f64>) -> Vec<f64> {
     let _dir = RemoveRunDir::new(&format!("{}-1", peer.run_id));
-    let ports = (free_port(parent_ip()), free_port(child_ip()));
-    tell(&peer.sock, &format!("{},{}", ports.0, ports.1));
-    let team = team(&peer.run_id, 1, ports, busy, 0);
-    let ep = hear(&peer.sock).parse().unwrap();
-    let c = BenchClient::bind_to(&team, ep).expect("bind over TCP");
+    let ours = free_port(parent_ip());
+    tell(&peer.sock, &ours.to_string());
+    let answer = hear(&peer.sock);
+    let (theirs, ep) = answer.split_once(' ').expect("port and endpoint");
+    let team = team(&peer.run_id, 1, (ours, theirs.parse().unwrap()), busy, 0);
+    let c = BenchClient::bind_to(&team, ep.parse().unwrap()).expect("bind over TCP");
     let samples = measure(&c);
     c.stop_blocking().unwrap();
     drop(c);
