@@ -143,3 +143,33 @@ fn a_remote_team_leaving_fails_its_calls_and_the_next_bind_is_fresh() {
     a.raw_sender(port2.id()).send(b"again", Checkpoint::OnReceipt).unwrap();
     assert_eq!(port2.recv_timeout(Duration::from_secs(10)).unwrap().payload(), b"again");
 }
+
+/// `Team::batch` holds back the TCP frames its sends make and writes them
+/// together, in order, by the time it returns (another thread of the team
+/// that tidies the channel may write them sooner); a wait inside it writes
+/// what was held back first (a call inside a batch does not wait for its
+/// own request).
+#[test]
+fn a_batch_goes_out_in_order_when_it_ends_and_a_wait_inside_it_does_not_hang() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let port = b.open_raw_port().unwrap();
+    let to_b = a.raw_sender(port.id());
+    to_b.send(b"bind first", Checkpoint::OnReceipt).unwrap();
+    assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().payload(), b"bind first");
+    a.batch(|| {
+        for i in 0..100u32 {
+            to_b.send(&i.to_le_bytes(), Checkpoint::Immediate).unwrap();
+        }
+    });
+    for i in 0..100u32 {
+        assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().payload(), i.to_le_bytes());
+    }
+    // A call inside a batch: its wait writes the request first.
+    let _serving = CalcServer::serve(&b, "calc", CalcImpl).unwrap();
+    let calc = CalcClient::bind_to(&a, b.lookup("calc").unwrap()).unwrap();
+    let sum = common::within(Duration::from_secs(20), "a call inside a batch", move || a.batch(|| calc.add_blocking(2, 3)));
+    assert_eq!(sum.unwrap(), 5);
+}

@@ -34,6 +34,8 @@ pub(crate) struct Idle<'a> {
 
 impl<'a> Idle<'a> {
     pub fn new(team: &'a TeamInner) -> Idle<'a> {
+        // Frames a corked processor queued must not wait through the wait.
+        flush_corked(team);
         team.doorbell.enter_polling();
         Idle {
             team,
@@ -298,10 +300,48 @@ pub(crate) fn is_processor_of(team: &TeamInner) -> bool {
     PROCESSOR_OF.get() == team as *const TeamInner as usize
 }
 
-/// A processor: runs ready tasks; when there are none, idles.
+/// Writes the frames this thread's corked TCP sends queued (see
+/// `transport::tcp::cork`), keeping it corked.
+fn flush_corked(team: &TeamInner) {
+    if crate::transport::tcp::cork(CORKED.get()) {
+        for ch in team.channels.snapshot().iter() {
+            ch.transport.flush_pending();
+        }
+    }
+}
+
+/// Runs `f` with this thread's TCP sends corked, then writes them (see `Team::batch`).
+pub(crate) fn batch<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
+    struct Uncork<'a>(&'a TeamInner, bool);
+    impl Drop for Uncork<'_> {
+        fn drop(&mut self) {
+            CORKED.set(self.1);
+            flush_corked(self.0);
+        }
+    }
+    let _uncork = Uncork(team, CORKED.replace(true));
+    let deferred = crate::transport::tcp::cork(true);
+    debug_assert!(!deferred || _uncork.1, "an uncorked thread had deferred sends");
+    f()
+}
+
+thread_local! {
+    /// This thread corks its TCP sends: a processor, or a `batch`.
+    static CORKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Most tasks a processor runs before it writes what their sends queued.
+const BURST: u32 = 32;
+
+/// A processor: runs ready tasks; when there are none, idles. Its TCP sends
+/// are corked while it runs a burst of tasks (the replies to a burst of
+/// requests go out in one write), and flushed after at most [`BURST`]
+/// tasks, when it runs out of tasks, and before any wait.
 pub(crate) fn processor_loop(team: Arc<TeamInner>) {
     // Compared by address only while `team` (and so its address) is alive.
     PROCESSOR_OF.set(Arc::as_ptr(&team) as usize);
+    CORKED.set(true);
+    crate::transport::tcp::cork(true);
     let exec = team.exec.clone();
     let mut ran: u32 = 0;
     while !team.is_shut_down() {
@@ -311,8 +351,12 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>) {
             if ran.is_multiple_of(16) {
                 team.timers.fire();
             }
+            if ran.is_multiple_of(BURST) {
+                flush_corked(&team);
+            }
             continue;
         }
+        // (Idle::new writes what the burst's sends held back.)
         let mut idle = Idle::new(&team);
         while !exec.has_ready() && !team.is_shut_down() {
             idle.step(&|| exec.has_ready(), &|p| {
@@ -324,6 +368,9 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>) {
             });
         }
     }
+    flush_corked(&team);
+    CORKED.set(false);
+    crate::transport::tcp::cork(false);
     PROCESSOR_OF.set(0);
 }
 

@@ -273,6 +273,10 @@ pub trait Transport: Send + Sync {
         false
     }
 
+    /// Writes what sends queued without writing (a TCP end whose thread
+    /// corked its sends, to write a burst of frames in one system call).
+    fn flush_pending(&self) {}
+
     /// Does deferred work (e.g. returning consumed space to the peer, or
     /// writing the rest of frames a socket could not take at once); the
     /// idle loop calls it when no frame waits and `needs_tidy` says so.

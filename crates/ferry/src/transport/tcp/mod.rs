@@ -42,6 +42,23 @@ use std::sync::Arc;
 
 pub mod handshake;
 
+thread_local! {
+    /// Sends on this thread only queue, until the thread uncorks (see [`cork`]).
+    static CORKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// A corked send queued bytes that wait for [`Transport::flush_pending`].
+    static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Corks (or uncorks) this thread's TCP sends: while corked they queue and
+/// are written together later, when the thread calls `flush_pending` on its
+/// channels (a processor does between bursts of tasks, and before it
+/// waits). Returns whether sends were deferred since the last call, which
+/// the caller must then flush.
+pub(crate) fn cork(on: bool) -> bool {
+    CORKED.set(on);
+    DEFERRED.replace(false)
+}
+
 /// Bytes of a credit-returning `Release` frame's payload.
 const CREDIT_LEN: usize = 16;
 /// Bytes asked of the kernel per read.
@@ -137,7 +154,9 @@ struct Tx {
 }
 
 struct Rx {
+    /// Bytes read are `buf[..end]`; the rest is room for the next read.
     buf: Vec<u8>,
+    end: usize,
     /// `buf[..at]` is consumed; whole frames start at `at`, parsed up to `parsed`.
     at: usize,
     parsed: usize,
@@ -169,6 +188,7 @@ impl TcpEnd {
             writer_waiting: AtomicBool::new(false),
             rx: Mutex::new(Rx {
                 buf: Vec::new(),
+                end: 0,
                 at: 0,
                 parsed: 0,
                 frames: VecDeque::new(),
@@ -244,7 +264,13 @@ impl TcpEnd {
                 }
             },
         }
-        self.flush(&mut tx);
+        if CORKED.get() {
+            // Written with the burst's other frames, by the corking thread.
+            self.tx_pending.store(true, Ordering::Release);
+            DEFERRED.set(true);
+        } else {
+            self.flush(&mut tx);
+        }
         Ok(())
     }
 
@@ -332,30 +358,34 @@ impl TcpEnd {
         if self.stream_done.load(Ordering::Relaxed) {
             return Ok(());
         }
-        if rx.at > 0 && rx.at * 2 >= rx.buf.len() {
+        if rx.at > 0 && rx.at * 2 >= rx.end {
             // Drop the consumed head (all of it, usually: then nothing moves).
             let at = rx.at;
-            rx.buf.drain(..at);
+            rx.buf.copy_within(at..rx.end, 0);
+            rx.end -= at;
             rx.frames.iter_mut().for_each(|f| *f -= at);
             rx.parsed -= at;
             rx.at = 0;
         }
         loop {
-            let len = rx.buf.len();
-            rx.buf.resize(len + READ, 0);
-            match (&self.sock).read(&mut rx.buf[len..]) {
+            if rx.buf.len() - rx.end < READ {
+                // Zeroed once, when the buffer grows; reads reuse it.
+                let grown = rx.end + READ;
+                rx.buf.resize(grown, 0);
+            }
+            let end = rx.end;
+            match (&self.sock).read(&mut rx.buf[end..]) {
                 Ok(n) => {
-                    rx.buf.truncate(len + n);
+                    rx.end += n;
                     if n == 0 {
                         self.hang_up();
                         break;
                     }
-                    if n < READ {
+                    if rx.end < rx.buf.len() {
                         break;
                     }
                 }
                 Err(e) => {
-                    rx.buf.truncate(len);
                     match e.kind() {
                         std::io::ErrorKind::WouldBlock => break,
                         std::io::ErrorKind::Interrupted => {}
@@ -378,7 +408,7 @@ impl TcpEnd {
         rx.grant_detached += self.regranted_detached.swap(0, Ordering::Acquire);
         let mut credit = (0usize, 0usize);
         loop {
-            let rest = &rx.buf[rx.parsed..];
+            let rest = &rx.buf[rx.parsed..rx.end];
             if rest.len() < HEADER_LEN {
                 break;
             }
@@ -517,6 +547,12 @@ impl Transport for TcpEnd {
         // the socket instead).
         self.pump_credit();
         self.rx_ready.load(Ordering::Acquire)
+    }
+
+    fn flush_pending(&self) {
+        if self.tx_pending.load(Ordering::Acquire) {
+            self.flush(&mut self.tx.lock());
+        }
     }
 
     fn needs_tidy(&self) -> bool {
