@@ -49,7 +49,8 @@ pub fn tcp_pair(frames: usize, detached: usize, a: Arc<Doorbell>, b: Arc<Doorbel
     let x = std::net::TcpStream::connect(listener.local_addr().map_err(io("tcp addr"))?).map_err(io("tcp connect"))?;
     let (y, _) = listener.accept().map_err(io("tcp accept"))?;
     let grant = Grant { frames, detached };
-    Ok((TcpEnd::new(x, grant, grant, a)?, TcpEnd::new(y, grant, grant, b)?))
+    let timeout = std::time::Duration::from_secs(10);
+    Ok((TcpEnd::new(x, grant, grant, a, timeout)?, TcpEnd::new(y, grant, grant, b, timeout)?))
 }
 
 /// One side of a real shared-memory bind run by a test (see [`shm_connect`],

@@ -173,3 +173,33 @@ fn a_batch_goes_out_in_order_when_it_ends_and_a_wait_inside_it_does_not_hang() {
     let sum = common::within(Duration::from_secs(20), "a call inside a batch", move || a.batch(|| calc.add_blocking(2, 3)));
     assert_eq!(sum.unwrap(), 5);
 }
+
+/// Names registered on one node are found from another (the nodes of the
+/// cluster are asked in turn), by lookup, by an RPC bind by name, and by a
+/// wait for a name that appears later; a node without the key does not
+/// answer, and a name nobody has is `NameNotFound`.
+#[test]
+fn names_registered_on_one_node_are_found_from_another() {
+    let (d1, d2, d3) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let echo = b.open_named_port::<String>("echo").unwrap();
+    assert_eq!(a.lookup("echo").unwrap(), echo.id());
+    let _serving = CalcServer::serve(&b, "calc", CalcImpl).unwrap();
+    let calc = CalcClient::bind(&a, "calc").unwrap();
+    assert_eq!(calc.add_blocking(20, 22).unwrap(), 42);
+    assert!(matches!(a.lookup("nobody-has-it"), Err(Error::NameNotFound(_))));
+    // A name registered later, on node 2, while node 1 waits for it.
+    let waiter = {
+        let a = a.clone();
+        std::thread::spawn(move || a.lookup_wait("late", Duration::from_secs(20)))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let late = b.open_named_port::<u8>("late").unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), late.id());
+    // Node 3 holds another key: its names stay out of reach.
+    let c = team(d3.path(), cluster(&addrs, 3, b"not the cluster's key at all"));
+    let _hidden = c.open_named_port::<u8>("hidden").unwrap();
+    assert!(matches!(a.lookup("hidden"), Err(Error::NameNotFound(_))));
+}

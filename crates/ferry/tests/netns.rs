@@ -13,13 +13,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const START: Duration = Duration::from_secs(30);
+/// How long a silent peer lasts (heartbeats every quarter of it).
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[test]
 #[ignore = "run as a child process by the other tests"]
 fn child_entry() {
     let Some(role) = common::child_role() else { return };
     // FERRY_RUNTIME_DIR and FERRY_CLUSTER say which node this is.
-    let team = Team::builder().start().unwrap();
+    let team = Team::builder().peer_timeout(PEER_TIMEOUT).start().unwrap();
     match role.as_str() {
         // Echoes on "echo", serves "calc", and holds what comes to "hold".
         "server" => {
@@ -57,12 +59,19 @@ fn child_entry() {
                             Ok::<_, Error>(())
                         })
                     }
+                    // By name: the other nodes are asked for it.
+                    "calc-by-name" => CalcClient::bind(&team, words[1])
+                        .map_err(|e| Error::Refused(e.to_string()))
+                        .and_then(|c| c.add_blocking(1, 2).map(|r| assert_eq!(r, 3)).map_err(|e| Error::Refused(e.to_string()))),
                     "calc" => CalcClient::bind_to(&team, id(1)).map_err(|e| Error::Refused(e.to_string())).and_then(|c| {
                         (0..100).try_for_each(|i| c.add_blocking(i, i).map(|r| assert_eq!(r, 2 * i)).map_err(|e| Error::Refused(e.to_string())))
                     }),
                     "hold" => {
-                        let limit = Duration::from_millis(words[2].parse().unwrap());
-                        team.sender::<String>(id(1)).with_timeout(limit).call::<String>(&"wait".into()).map(drop)
+                        // A limit of 0: no deadline at all.
+                        let limit: u64 = words[2].parse().unwrap();
+                        let to = team.sender::<String>(id(1));
+                        let to = if limit == 0 { to } else { to.with_timeout(Duration::from_millis(limit)) };
+                        to.call::<String>(&"wait".into()).map(drop)
                     }
                     other => panic!("unknown command {other}"),
                 };
@@ -130,6 +139,8 @@ fn ports_and_rpc_across_three_nodes() {
         assert_eq!(ask(&mut client, &format!("echo {}", s.echo), START), "ok");
         assert_eq!(ask(&mut client, &format!("calc {}", s.calc), START), "ok");
     }
+    // Names registered on nodes b and c, looked up from node a.
+    assert_eq!(ask(&mut client, "calc-by-name calc", START), "ok");
 }
 
 /// A team killed (SIGKILL) while a call to it waits: the call fails with
@@ -170,4 +181,30 @@ fn a_link_cut_mid_call_ends_the_call_at_its_deadline() {
     let up = std::process::Command::new("ip").args(["-n", &namespace("c"), "link", "set", "eth0", "up"]).status();
     assert!(answer.starts_with("err DeadlineExceeded"), "{answer}");
     assert!(up.unwrap().success());
+}
+
+/// The link to a node cut while a call without a deadline waits: the
+/// heartbeats stop, and once the peer has been silent for `peer_timeout`
+/// the call fails with `PeerGone` (nothing hangs for good).
+#[test]
+#[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
+fn a_link_cut_mid_call_without_a_deadline_fails_after_the_peer_timeout() {
+    let mut c = server("c");
+    let mut client = node("a", "client");
+    client.expect("ready", START);
+    client.tell(&format!("hold {} 0", c.hold));
+    c.child.expect("holding", START);
+    // Idle for twice the peer timeout: the heartbeats keep the channel (and
+    // the call) alive meanwhile.
+    assert_eq!(client.next_line(PEER_TIMEOUT * 2), None, "the idle channel was given up");
+    let t0 = Instant::now();
+    let ip = |state: &str| {
+        std::process::Command::new("ip").args(["-n", &namespace("c"), "link", "set", "eth0", state]).status().unwrap()
+    };
+    assert!(ip("down").success());
+    let answer = client.expect("", Duration::from_secs(30));
+    let took = t0.elapsed();
+    assert!(ip("up").success());
+    assert!(answer.starts_with("err PeerGone"), "{answer}");
+    assert!(took < PEER_TIMEOUT * 3, "gave up after {took:?}");
 }

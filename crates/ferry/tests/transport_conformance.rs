@@ -198,6 +198,7 @@ impl Handshake for TcpHandshake {
             key: key.clone(),
             grant: Grant { frames: SMALL, detached: AREA },
             patience: plan.patience,
+            peer_timeout: PATIENCE,
             magic,
         };
         let hello = match plan.fault {
@@ -1683,7 +1684,7 @@ mod tcp_corrupt_peer {
         let raw = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (sock, _) = listener.accept().unwrap();
         let grant = Grant { frames: SMALL, detached: AREA };
-        (TcpEnd::new(sock, grant, grant, bell()).unwrap(), raw)
+        (TcpEnd::new(sock, grant, grant, bell(), PATIENCE).unwrap(), raw)
     }
 
     fn frame(h: &Header, payload: &[u8]) -> Vec<u8> {

@@ -1,9 +1,11 @@
 //! Names: strings bound to endpoints in a name plane.
 //!
 //! `node` is the embedded default plane of one machine: plain files under a
-//! private runtime directory, no daemon.
+//! private runtime directory, no daemon. `remote`: a lookup a node's plane
+//! cannot answer asks the other nodes of the cluster (no server either).
 
 pub mod node;
+pub mod remote;
 
 pub use node::{NodeNames, RuntimeDir, TeamLease};
 

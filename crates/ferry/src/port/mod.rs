@@ -78,7 +78,9 @@ impl Team {
     }
 
     /// [`Team::lookup_wait`] as a future, for any executor. The first look
-    /// is made now; then the name plane is looked at again after 1 ms,
+    /// at this node's plane is made now, the other nodes of the cluster (if
+    /// any) are asked from the future, on a blocking thread; then they are
+    /// looked at again after 1 ms,
     /// 2 ms, 4 ms... at most every 50 ms, waiting on the team's timers
     /// (which its processors fire).
     pub fn lookup_async(
@@ -89,7 +91,9 @@ impl Team {
         const FIRST: Duration = Duration::from_millis(1);
         const MOST: Duration = Duration::from_millis(50);
         let until = crate::runtime::deadline_after(limit);
-        let first = self.lookup(name);
+        // This node's plane now (a few file reads); other nodes are asked
+        // from the future, on a blocking thread: a query may wait on the network.
+        let first = self.inner.names.lookup(name);
         // A port of our own, known to nobody: its inbox closes at shutdown,
         // which ends the wait (the team's timers stop firing then).
         let waiting = matches!(first, Err(Error::NameNotFound(_))).then(|| self.open_raw_port());
@@ -98,6 +102,15 @@ impl Team {
             let Some(port) = waiting else { return first };
             let port = port?;
             let mut pause = FIRST;
+            let elsewhere = |team: &Arc<TeamInner>, name: &str| team.lookup_elsewhere(name);
+            let remote = team.cfg.cluster.as_ref().is_some_and(|c| !c.peers.is_empty());
+            if remote {
+                match elsewhere(&team, &name).await {
+                    Ok(Err(Error::NameNotFound(_))) => {}
+                    Ok(found) => return found,
+                    Err(e) => return Err(e),
+                }
+            }
             loop {
                 let left = until.map(|u| u.saturating_duration_since(Instant::now()));
                 if left.is_some_and(|l| l.is_zero()) {
@@ -108,7 +121,11 @@ impl Team {
                     Err(Error::DeadlineExceeded) | Ok(_) => {}
                     Err(e) => return Err(e),
                 }
-                match team.names.lookup(&name) {
+                let found = match team.names.lookup(&name) {
+                    Err(Error::NameNotFound(_)) if remote => elsewhere(&team, &name).await.and_then(|r| r),
+                    found => found,
+                };
+                match found {
                     Err(Error::NameNotFound(_)) => pause = (pause * 2).min(MOST),
                     found => return found,
                 }

@@ -58,6 +58,8 @@ pub struct Config {
     pub blocking_idle: Duration,
     /// This node's cluster; `None`: `$FERRY_CLUSTER`'s, if set, else a node alone.
     pub cluster: Option<Cluster>,
+    /// A peer over the network silent this long is gone.
+    pub peer_timeout: Duration,
 }
 
 impl Default for Config {
@@ -79,6 +81,7 @@ impl Default for Config {
             blocking_threads: 16,
             blocking_idle: Duration::from_secs(10),
             cluster: None,
+            peer_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -204,6 +207,16 @@ impl TeamBuilder {
     /// out of reach). Its node number replaces [`TeamBuilder::node`]'s.
     pub fn cluster(mut self, c: Cluster) -> Self {
         self.cfg.cluster = Some(c);
+        self
+    }
+
+    /// How long a peer on another node may stay silent before it counts as
+    /// gone (default 10 s, at least 4 ms): its channel closes and what waits
+    /// on it fails with `PeerGone`. Each channel sends a heartbeat when it
+    /// has sent nothing for a quarter of this, so only a dead peer or a cut
+    /// link is silent that long. (A peer on this node is known gone at once.)
+    pub fn peer_timeout(mut self, d: Duration) -> Self {
+        self.cfg.peer_timeout = d.max(Duration::from_millis(4));
         self
     }
 

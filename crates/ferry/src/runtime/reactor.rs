@@ -25,6 +25,7 @@ use rustix::event::{epoll, eventfd, EventfdFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -252,7 +253,10 @@ fn check_hangup(team: &Arc<TeamInner>, ch: &Arc<Channel>) {
     let rx = ch.rx.lock();
     match ch.transport.check_liveness() {
         Liveness::Alive => return,
-        Liveness::Gone if !team.is_shut_down() => super::peers::sweep_dead_team(&team.names, ch.peer.team),
+        // The files of a dead team of this node (a team of another node has none here).
+        Liveness::Gone if !team.is_shut_down() && ch.peer.node == team.id.node => {
+            super::peers::sweep_dead_team(&team.names, ch.peer.team)
+        }
         // Closed: by this team, or because the peer broke the protocol on
         // it; nothing was learnt of the peer's life. Gone at shutdown: the
         // sweep is for survivors.
@@ -312,13 +316,27 @@ fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, hello: Option<[u8; tcp
     let _ = stream.set_nonblocking(false);
     let hello = match hello {
         Some(h) => h,
-        None => match tcp::handshake::read_hello(&mut stream, side.patience, team.id) {
-            Ok((hello, to)) if to.team != team.id.team || to.node != team.id.node => {
-                return hand_over(team, stream, hello, to);
+        None => {
+            // A bind, or a name query from another node (its first 8 bytes say).
+            let mut magic = [0u8; 8];
+            let read = stream.set_read_timeout(Some(side.patience)).and_then(|()| stream.read_exact(&mut magic));
+            if let Err(e) = read {
+                return tracing::debug!(error = %e, "a TCP connection closed before saying what it wants");
             }
-            Ok((hello, _)) => hello,
-            Err(e) => return tracing::warn!(error = %e, "refused a TCP bind"),
-        },
+            if &magic == crate::names::remote::QUERY {
+                if let Err(e) = crate::names::remote::answer(stream, &cluster.key, &team.names, side.patience) {
+                    tracing::warn!(error = %e, "refused a name query");
+                }
+                return;
+            }
+            match tcp::handshake::read_hello_rest(&mut stream, magic, side.patience, team.id) {
+                Ok((hello, to)) if to.team != team.id.team || to.node != team.id.node => {
+                    return hand_over(team, stream, hello, to);
+                }
+                Ok((hello, _)) => hello,
+                Err(e) => return tracing::warn!(error = %e, "refused a TCP bind"),
+            }
+        }
     };
     match tcp::handshake::accept_hello(stream, hello, &side) {
         Ok((end, peer)) => {

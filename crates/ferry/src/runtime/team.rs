@@ -138,7 +138,10 @@ impl Team {
     /// Looks a name up in the node name plane; `NameNotFound` at once if it
     /// is not there (to wait for it, see [`Team::lookup_wait`]).
     pub fn lookup(&self, name: &str) -> Result<EndpointId> {
-        self.inner.names.lookup(name)
+        match self.inner.names.lookup(name) {
+            Err(Error::NameNotFound(_)) => self.inner.lookup_remote(name),
+            found => found,
+        }
     }
 
     /// Leaves now: fails what waits on this team with `Shutdown`, closes
@@ -235,6 +238,27 @@ impl TeamInner {
         self.shut_down.load(Ordering::Acquire)
     }
 
+    /// Asks the other nodes of the cluster for `name`, in the order of
+    /// their numbers; the first that has it answers (blocking: at most a
+    /// handshake timeout per node that does not answer).
+    pub(crate) fn lookup_remote(&self, name: &str) -> Result<EndpointId> {
+        let Some(cluster) = &self.cfg.cluster else { return Err(Error::NameNotFound(name.to_string())) };
+        for (&node, &addr) in &cluster.peers {
+            match crate::names::remote::ask(addr, node, &cluster.key, name, shm::HANDSHAKE_TIMEOUT) {
+                Ok(Some(ep)) => return Ok(ep),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(node, %addr, error = %e, "a node did not answer a name query"),
+            }
+        }
+        Err(Error::NameNotFound(name.to_string()))
+    }
+
+    /// [`TeamInner::lookup_remote`] on a blocking thread, for async callers.
+    pub(crate) fn lookup_elsewhere(self: &Arc<Self>, name: &str) -> JoinHandle<Result<EndpointId>> {
+        let (t, n) = (self.clone(), name.to_string());
+        self.blocking.spawn(move || t.lookup_remote(&n))
+    }
+
     /// What this team brings to a TCP bind (it is in a cluster).
     pub(super) fn tcp_bind(&self, cluster: &super::cluster::Cluster) -> tcp::handshake::TcpBind {
         tcp::handshake::TcpBind {
@@ -245,6 +269,7 @@ impl TeamInner {
             // message of any size this team accepts.
             grant: tcp::Grant { frames: self.cfg.ring_bytes, detached: self.cfg.max_message },
             patience: shm::HANDSHAKE_TIMEOUT,
+            peer_timeout: self.cfg.peer_timeout,
             magic: None,
         }
     }

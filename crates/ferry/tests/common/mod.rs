@@ -138,6 +138,11 @@ impl Child {
         }
     }
 
+    /// The next line the child says within `limit`, if any (no panic).
+    pub fn next_line(&mut self, limit: Duration) -> Option<String> {
+        self.lines.recv_timeout(limit).ok()
+    }
+
     /// Sends the child a command line.
     pub fn tell(&mut self, line: &str) {
         let stdin = self.proc.stdin.as_mut().expect("child stdin");

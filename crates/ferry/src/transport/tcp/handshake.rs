@@ -60,6 +60,8 @@ pub struct TcpBind {
     pub grant: Grant,
     /// How long it waits for each of the other side's messages.
     pub patience: Duration,
+    /// A bound channel's peer silent this long is gone (heartbeats every quarter of it).
+    pub peer_timeout: Duration,
     /// The magic of its hello or welcome: `None` for the real one (a test
     /// poses as a peer of another protocol or version).
     pub magic: Option<[u8; 8]>,
@@ -92,7 +94,7 @@ fn grant_ok(g: Grant) -> bool {
     (MIN_GRANT..=MAX_GRANT).contains(&g.frames) && g.detached <= MAX_DETACHED
 }
 
-fn nonce() -> [u8; 16] {
+pub(crate) fn nonce() -> [u8; 16] {
     let mut n = [0u8; 16];
     // SAFETY: `n` is a writable buffer of the length given.
     let got = unsafe { libc::getrandom(n.as_mut_ptr().cast(), n.len(), 0) };
@@ -180,7 +182,7 @@ pub fn connect(mut sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<Tc
         v => return Err(Error::Protocol { peer: expect, what: format!("bad verdict {v:?}") }),
     }
     sock.set_read_timeout(None).map_err(Error::io("tcp timeout"))?;
-    TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone())
+    TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone(), side.peer_timeout)
 }
 
 /// Bytes of a hello.
@@ -190,19 +192,34 @@ pub const HELLO_BYTES: usize = HELLO_LEN;
 /// accepted `sock` (at most `patience`), and says whom it means to reach
 /// (the caller hands the connection to that team if it is another one).
 pub fn read_hello(sock: &mut TcpStream, patience: Duration, me: TeamId) -> Result<([u8; HELLO_LEN], TeamId)> {
+    let mut magic = [0u8; 8];
     sock.set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
-    let unknown = TeamId { node: me.node, team: 0, incarnation: 0 };
+    read_exact(sock, &mut magic).map_err(|e| read_failed(e, closed_early(me)))?;
+    read_hello_rest(sock, magic, patience, me)
+}
+
+fn closed_early(me: TeamId) -> Error {
+    Error::Protocol { peer: TeamId { node: me.node, team: 0, incarnation: 0 }, what: "closed before its hello was whole".into() }
+}
+
+/// [`read_hello`] once its first 8 bytes (`magic`) were read (a node's
+/// listener reads them to tell a bind from a name query).
+pub fn read_hello_rest(
+    sock: &mut TcpStream,
+    magic: [u8; 8],
+    patience: Duration,
+    me: TeamId,
+) -> Result<([u8; HELLO_LEN], TeamId)> {
+    sock.set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
     let mut hello = [0u8; HELLO_LEN];
-    read_exact(sock, &mut hello).map_err(|e| {
-        read_failed(e, Error::Protocol { peer: unknown, what: "closed before its hello was whole".into() })
-    })?;
+    hello[..8].copy_from_slice(&magic);
+    read_exact(sock, &mut hello[8..]).map_err(|e| read_failed(e, closed_early(me)))?;
     if &hello[..8] != HELLO {
         return Err(Error::Protocol { peer: get_id(&hello[8..20]), what: format!("bad hello magic {:?}", &hello[..8]) });
     }
     Ok((hello, get_id(&hello[20..32])))
 }
 
-#[cfg(any(test, feature = "testing"))]
 /// Acceptor side: takes a bind on a freshly accepted `sock`; returns this
 /// end and the connector's id. Waits for each message at most
 /// `side.patience` (a team runs it off its progress loop).
@@ -242,5 +259,5 @@ pub fn accept_hello(mut sock: TcpStream, hello: [u8; HELLO_LEN], side: &TcpBind)
     }
     write_all(&mut sock, ACCEPTED)?;
     sock.set_read_timeout(None).map_err(Error::io("tcp timeout"))?;
-    Ok((TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone())?, peer))
+    Ok((TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone(), side.peer_timeout)?, peer))
 }

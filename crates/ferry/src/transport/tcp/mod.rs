@@ -26,7 +26,12 @@
 //! ring on a `one` line would, so a TCP channel needs no doorbell of its
 //! own; while the kernel's send buffer is full, room in it wakes one too.
 //! **Liveness:** end of stream or a reset, found by a read, is the peer
-//! gone; there is no separate liveness descriptor.
+//! gone. A peer that goes silent (its machine died, the link was cut) says
+//! nothing, so each end has a heartbeat: its liveness descriptor is a
+//! timer firing every quarter of `peer_timeout`; at each tick it sends an
+//! empty credit frame if it sent nothing since the last tick, and declares
+//! the peer gone if it heard nothing (frames or heartbeats) for
+//! `peer_timeout`.
 
 use super::doorbell::{Doorbell, Watch};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
@@ -37,7 +42,9 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 use std::sync::Arc;
 
 pub mod handshake;
@@ -138,8 +145,21 @@ pub struct TcpEnd {
     team: Arc<Doorbell>,
     /// Room in the kernel's send buffer wakes a sleeping thread while bytes wait.
     out_watch: Mutex<Option<Watch>>,
+    /// Ticks every quarter of `peer_timeout` (the liveness descriptor).
+    heartbeat: OwnedFd,
+    peer_timeout: Duration,
+    /// When we last read bytes, and last wrote some (ns on [`clock`]).
+    last_heard: AtomicU64,
+    last_sent: AtomicU64,
     /// The team's sleeping threads watch the socket while the end lives.
     _watch: Watch,
+}
+
+/// Nanoseconds since the first call in this process (a monotonic clock
+/// cheap to store in an atomic).
+fn clock() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
 }
 
 struct Tx {
@@ -171,11 +191,17 @@ struct Rx {
 impl TcpEnd {
     /// An end on a connected `sock` (handshake done): `ours` is what we
     /// grant the peer, `theirs` what it granted us. The socket is made
-    /// non-blocking, `TCP_NODELAY`, and watched by `team`'s sleeping threads.
-    pub fn new(sock: TcpStream, ours: Grant, theirs: Grant, team: Arc<Doorbell>) -> Result<TcpEnd> {
+    /// non-blocking, `TCP_NODELAY`, and watched by `team`'s sleeping
+    /// threads; a peer silent for `peer_timeout` is gone.
+    pub fn new(sock: TcpStream, ours: Grant, theirs: Grant, team: Arc<Doorbell>, peer_timeout: Duration) -> Result<TcpEnd> {
+        use rustix::time::{timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags};
         sock.set_nonblocking(true).map_err(crate::Error::io("tcp nonblocking"))?;
         sock.set_nodelay(true).map_err(crate::Error::io("tcp nodelay"))?;
         let watch = team.watch_socket(&sock, false)?;
+        let heartbeat = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK)?;
+        let tick = rustix::time::Timespec::try_from((peer_timeout / 4).max(Duration::from_millis(1)))
+            .map_err(|_| crate::Error::InvalidArgument(format!("peer timeout {peer_timeout:?}")))?;
+        timerfd_settime(&heartbeat, TimerfdTimerFlags::empty(), &Itimerspec { it_interval: tick, it_value: tick })?;
         Ok(TcpEnd {
             tx: Mutex::new(Tx {
                 out: VecDeque::new(),
@@ -209,6 +235,10 @@ impl TcpEnd {
             team,
             sock,
             out_watch: Mutex::new(None),
+            heartbeat,
+            peer_timeout,
+            last_heard: AtomicU64::new(clock()),
+            last_sent: AtomicU64::new(clock()),
             _watch: watch,
         })
     }
@@ -306,6 +336,7 @@ impl TcpEnd {
                 .collect();
             match (&self.sock).write_vectored(&slices) {
                 Ok(mut n) => {
+                    self.last_sent.store(clock(), Ordering::Relaxed);
                     while n > 0 {
                         let left = tx.out[0].len() - tx.out_at;
                         if n >= left {
@@ -377,6 +408,7 @@ impl TcpEnd {
             match (&self.sock).read(&mut rx.buf[end..]) {
                 Ok(n) => {
                     rx.end += n;
+                    self.last_heard.store(clock(), Ordering::Relaxed);
                     if n == 0 {
                         self.hang_up();
                         break;
@@ -626,8 +658,34 @@ impl Transport for TcpEnd {
         Ok(Recv::Consumed)
     }
 
+    fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.heartbeat.as_fd())
+    }
+
+    /// A heartbeat tick (or a look): reads what came, then sends a
+    /// heartbeat if we were quiet, or gives the peer up if it was.
     fn check_liveness(&self) -> Liveness {
+        let _ = rustix::io::read(&self.heartbeat, &mut [0u8; 8]);
         self.pump_credit();
+        let now = clock();
+        let tick = (self.peer_timeout / 4).as_nanos() as u64;
+        if !self.closed.load(Ordering::Acquire) {
+            let heard = self.last_heard.load(Ordering::Relaxed);
+            if now.saturating_sub(heard) > self.peer_timeout.as_nanos() as u64 {
+                tracing::warn!(timeout = ?self.peer_timeout, "TCP peer silent: giving it up");
+                self.hang_up();
+                let _ = self.sock.shutdown(std::net::Shutdown::Both);
+            } else if now.saturating_sub(self.last_sent.load(Ordering::Relaxed)) >= tick {
+                // An empty credit frame: tells the peer we are here.
+                let mut tx = self.tx.lock();
+                let mut h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
+                h.len = CREDIT_LEN as u32;
+                let mut frame = vec![0u8; HEADER_LEN + CREDIT_LEN];
+                h.encode((&mut frame[..HEADER_LEN]).try_into().expect("HEADER_LEN bytes"));
+                tx.out.push_back(frame);
+                self.flush(&mut tx);
+            }
+        }
         if self.hung_up.load(Ordering::Acquire) {
             Liveness::Gone
         } else if self.closed.load(Ordering::Acquire) {

@@ -1,0 +1,124 @@
+//! Names across nodes, with no server: a name a team registered lives in
+//! its node's plane (`node`); a lookup that does not find it there asks the
+//! other nodes of the cluster, in the order of their numbers, and takes the
+//! first answer. Any team of the asked node answers from that node's plane,
+//! on the node's TCP address (where binds arrive too; the first 8 bytes
+//! tell a query from a bind).
+//!
+//! Both ways are signed with the cluster's key (HMAC-SHA256): the query
+//! carries a fresh nonce, the answer's MAC covers it, so an answer cannot
+//! be forged or replayed to another query.
+//!
+//! | query (asker → node) | |
+//! |---|---|
+//! | 8 | `FERRYNQ1` |
+//! | 16 | nonce |
+//! | 2 | name length n (1..=200) |
+//! | n | name |
+//! | 32 | HMAC(key, `ferry-names-1 query` ‖ all the above) |
+//!
+//! | answer | |
+//! |---|---|
+//! | 8 | `FERRYNA1` |
+//! | 1 | 0 found, 1 not found |
+//! | 8 + 4 | the endpoint: address bits u64, incarnation u32 |
+//! | 32 | HMAC(key, `ferry-names-1 answer` ‖ query ‖ all the above) |
+
+use crate::error::{Error, Result};
+use crate::id::{Addr, EndpointId, TeamId};
+use crate::names::{validate_name, NodeNames};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// Magic of a name query: what a node's listener reads first.
+pub const QUERY: &[u8; 8] = b"FERRYNQ1";
+const ANSWER: &[u8; 8] = b"FERRYNA1";
+const MAC_LEN: usize = 32;
+const ANSWER_LEN: usize = 8 + 1 + 12 + MAC_LEN;
+
+fn mac(key: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+    m.update(label);
+    for p in parts {
+        m.update(p);
+    }
+    m
+}
+
+/// Asks the node at `addr` for `name`: `Ok(None)` if it has no such name.
+/// Fails if the node cannot be reached in `patience`, or answers without
+/// our key (`Unauthenticated`).
+pub fn ask(addr: SocketAddr, node: u16, key: &[u8], name: &str, patience: Duration) -> Result<Option<EndpointId>> {
+    validate_name(name)?;
+    let unreachable = |e: std::io::Error| Error::Io { context: "name query", source: e };
+    let mut sock = TcpStream::connect_timeout(&addr, patience).map_err(unreachable)?;
+    sock.set_read_timeout(Some(patience)).map_err(unreachable)?;
+    sock.set_nodelay(true).map_err(unreachable)?;
+    let mut query = Vec::with_capacity(8 + 16 + 2 + name.len() + MAC_LEN);
+    query.extend_from_slice(QUERY);
+    query.extend_from_slice(&crate::transport::tcp::handshake::nonce());
+    query.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    query.extend_from_slice(name.as_bytes());
+    let tag = mac(key, b"ferry-names-1 query", &[&query]).finalize().into_bytes();
+    let signed = query.len();
+    query.extend_from_slice(&tag);
+    sock.write_all(&query).map_err(unreachable)?;
+    let query = &query[..signed];
+    let mut answer = [0u8; ANSWER_LEN];
+    sock.read_exact(&mut answer).map_err(unreachable)?;
+    let peer = TeamId { node, team: 0, incarnation: 0 };
+    let body = &answer[..ANSWER_LEN - MAC_LEN];
+    if mac(key, b"ferry-names-1 answer", &[query, body]).verify_slice(&answer[ANSWER_LEN - MAC_LEN..]).is_err() {
+        return Err(Error::Unauthenticated { peer, what: "its name answer is not signed with our cluster key".into() });
+    }
+    if &answer[..8] != ANSWER {
+        return Err(Error::Protocol { peer, what: "bad name answer".into() });
+    }
+    if answer[8] != 0 {
+        return Ok(None);
+    }
+    let bits = u64::from_le_bytes(answer[9..17].try_into().expect("8 bytes"));
+    let incarnation = u32::from_le_bytes(answer[17..21].try_into().expect("4 bytes"));
+    Ok(Some(EndpointId::at(Addr::from_bits(bits), incarnation)))
+}
+
+/// Answers one query on `sock`, whose first 8 bytes (`QUERY`) were read,
+/// from this node's plane. A query not signed with our key gets no answer.
+pub fn answer(mut sock: TcpStream, key: &[u8], names: &NodeNames, patience: Duration) -> Result<()> {
+    let io = |e: std::io::Error| Error::Io { context: "name query", source: e };
+    sock.set_read_timeout(Some(patience)).map_err(io)?;
+    let mut query = QUERY.to_vec();
+    let mut head = [0u8; 18];
+    sock.read_exact(&mut head).map_err(io)?;
+    query.extend_from_slice(&head);
+    let len = u16::from_le_bytes([head[16], head[17]]) as usize;
+    if len == 0 || len > crate::names::MAX_NAME_LEN {
+        return Err(Error::InvalidName(format!("a {len}-byte name in a query")));
+    }
+    let mut rest = vec![0u8; len + MAC_LEN];
+    sock.read_exact(&mut rest).map_err(io)?;
+    query.extend_from_slice(&rest[..len]);
+    let who = TeamId { node: 0, team: 0, incarnation: 0 };
+    if mac(key, b"ferry-names-1 query", &[&query]).verify_slice(&rest[len..]).is_err() {
+        return Err(Error::Unauthenticated { peer: who, what: "a name query not signed with our cluster key".into() });
+    }
+    let name = std::str::from_utf8(&rest[..len]).map_err(|_| Error::InvalidName("not UTF-8".into()))?;
+    let found = match names.lookup(name) {
+        Ok(ep) => Some(ep),
+        Err(Error::NameNotFound(_)) | Err(Error::InvalidName(_)) => None,
+        Err(e) => return Err(e),
+    };
+    let mut answer = [0u8; ANSWER_LEN];
+    answer[..8].copy_from_slice(ANSWER);
+    answer[8] = u8::from(found.is_none());
+    if let Some(ep) = found {
+        answer[9..17].copy_from_slice(&ep.addr().bits().to_le_bytes());
+        answer[17..21].copy_from_slice(&ep.incarnation().to_le_bytes());
+    }
+    let tag = mac(key, b"ferry-names-1 answer", &[&query, &answer[..ANSWER_LEN - MAC_LEN]]).finalize().into_bytes();
+    answer[ANSWER_LEN - MAC_LEN..].copy_from_slice(&tag);
+    sock.write_all(&answer).map_err(io)
+}
