@@ -27,6 +27,9 @@ use crate::harness::{Case, ChildCtx, Params, Peer};
 
 #[cfg(feature = "tonic")]
 mod tonic_peer;
+/// The tonic peer of the TCP suite.
+#[cfg(feature = "tonic")]
+pub(crate) use tonic_peer::tcp_case as tonic_tcp_case;
 #[cfg(feature = "zmq")]
 mod zmq_peer;
 

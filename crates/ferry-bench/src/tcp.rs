@@ -13,6 +13,7 @@
 //! - `ferry.tcp.pipelined`: 32 calls in flight on one connection; the
 //!   figure is ns per call (calls/s = 10^9 / it).
 //! - `zmq.tcp.null` (feature `zmq`): ZeroMQ REQ/REP over `tcp://`.
+//! - `tonic.tcp.null` (feature `tonic`): a tonic gRPC unary call over TCP.
 //!
 //! Addresses: `$FERRY_BENCH_TCP_PARENT` and `$FERRY_BENCH_TCP_CHILD`
 //! (default 127.0.0.1 both).
@@ -42,7 +43,7 @@ fn parent_ip() -> IpAddr {
     ip("FERRY_BENCH_TCP_PARENT")
 }
 
-fn child_ip() -> IpAddr {
+pub(crate) fn child_ip() -> IpAddr {
     ip("FERRY_BENCH_TCP_CHILD")
 }
 
@@ -52,14 +53,14 @@ fn free_port(ip: IpAddr) -> u16 {
 }
 
 /// Sends a line to the other side over the harness socket.
-fn tell(sock: &std::os::unix::net::UnixStream, line: &str) {
+pub(crate) fn tell(sock: &std::os::unix::net::UnixStream, line: &str) {
     let mut s = sock;
     s.write_all(line.as_bytes()).unwrap();
     s.write_all(b"\n").unwrap();
 }
 
 /// Reads a line from the other side over the harness socket.
-fn hear(sock: &std::os::unix::net::UnixStream) -> String {
+pub(crate) fn hear(sock: &std::os::unix::net::UnixStream) -> String {
     let mut line = Vec::new();
     let mut b = [0u8; 1];
     let mut s = sock;
@@ -212,6 +213,8 @@ pub fn cases() -> Vec<Case> {
     ];
     #[cfg(feature = "zmq")]
     v.push(zmq_tcp::case());
+    #[cfg(feature = "tonic")]
+    v.push(crate::rpc_peers::tonic_tcp_case());
     v
 }
 

@@ -149,31 +149,7 @@ fn parent<const N: usize>(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let uri = format!("unix://{}", SockDir::socket(&peer.run_id, TAG).display());
     let channel = rt.block_on(async { Endpoint::from_shared(uri)?.connect().await }).expect("tonic: connect");
     let mut client = tonic::client::Grpc::new(channel);
-    let path = PathAndQuery::from_static(METHOD);
-
-    let arg = Bytes::from(argument(N));
-    let expected = answer(&arg);
-    let samples = p.measure(p.iters_div(ITERS_DIV), |n| {
-        rt.block_on(async {
-            tokio::time::timeout(ROUND_TIMEOUT, async {
-                for _ in 0..n {
-                    client.ready().await.expect("tonic: channel not ready");
-                    // Bytes clones share the buffer: the codec's put_slice
-                    // is the one copy of the argument, as with protobuf.
-                    let resp = client
-                        .unary::<Bytes, Bytes, _>(Request::new(arg.clone()), path.clone(), RawCodec)
-                        .await
-                        .expect("tonic: call");
-                    let resp = resp.into_inner();
-                    assert_eq!(resp.len(), 8, "tonic: response of {} bytes", resp.len());
-                    let got = u64::from_le_bytes(resp[..].try_into().unwrap());
-                    assert_eq!(got, expected, "tonic: wrong answer");
-                }
-            })
-            .await
-            .expect("tonic: a round of calls timed out")
-        })
-    });
+    let samples = measure(&rt, &mut client, &Bytes::from(argument(N)), p);
     // Close the connection (dropping the runtime ends its tasks), then tell
     // the server to stop and wait until it has cleaned up.
     drop(client);
@@ -215,4 +191,71 @@ fn child(ctx: &ChildCtx) {
     drop(rt);
     unlink(&path);
     send_byte(&ctx.sock, b'D');
+}
+
+/// Rounds of unary calls with `arg` on `client`, checking each answer.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    client: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    arg: &Bytes,
+    p: &Params,
+) -> Vec<f64> {
+    let path = PathAndQuery::from_static(METHOD);
+    let expected = answer(arg);
+    p.measure(p.iters_div(ITERS_DIV), |n| {
+        rt.block_on(async {
+            tokio::time::timeout(ROUND_TIMEOUT, async {
+                for _ in 0..n {
+                    client.ready().await.expect("tonic: channel not ready");
+                    // Bytes clones share the buffer: the codec's put_slice
+                    // is the one copy of the argument, as with protobuf.
+                    let resp = client
+                        .unary::<Bytes, Bytes, _>(Request::new(arg.clone()), path.clone(), RawCodec)
+                        .await
+                        .expect("tonic: call");
+                    let resp = resp.into_inner();
+                    assert_eq!(resp.len(), 8, "tonic: response of {} bytes", resp.len());
+                    let got = u64::from_le_bytes(resp[..].try_into().unwrap());
+                    assert_eq!(got, expected, "tonic: wrong answer");
+                }
+            })
+            .await
+            .expect("tonic: a round of calls timed out")
+        })
+    })
+}
+
+/// `tonic.tcp.null` (the TCP suite): the same unary call over TCP.
+pub fn tcp_case() -> Case {
+    Case { name: "tonic.tcp.null", parent: tcp_parent, child: tcp_child }
+}
+
+fn tcp_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let addr = crate::tcp::hear(&peer.sock);
+    let rt = runtime();
+    let endpoint = Endpoint::from_shared(format!("http://{addr}")).expect("tonic: endpoint").tcp_nodelay(true);
+    let channel = rt.block_on(endpoint.connect()).expect("tonic: connect");
+    let mut client = tonic::client::Grpc::new(channel);
+    let samples = measure(&rt, &mut client, &Bytes::new(), p);
+    drop(client);
+    drop(rt);
+    crate::tcp::tell(&peer.sock, "stop");
+    assert_eq!(crate::tcp::hear(&peer.sock), "done");
+    samples
+}
+
+fn tcp_child(ctx: &ChildCtx) {
+    let rt = runtime();
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind((crate::tcp::child_ip(), 0)).await.expect("tonic: bind");
+        crate::tcp::tell(&ctx.sock, &listener.local_addr().unwrap().to_string());
+        let sock = ctx.sock.try_clone().expect("dup harness socket");
+        let stop = async move {
+            let _ = tokio::task::spawn_blocking(move || crate::tcp::hear(&sock)).await;
+        };
+        let incoming = tonic::codegen::tokio_stream::wrappers::TcpListenerStream::new(listener);
+        Server::builder().tcp_nodelay(true).serve_with_incoming_shutdown(EchoServer, incoming, stop).await.expect("tonic: serve");
+    });
+    drop(rt);
+    crate::tcp::tell(&ctx.sock, "done");
 }
