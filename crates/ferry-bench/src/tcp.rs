@@ -8,8 +8,9 @@
 //!   `TCP_NODELAY`: what the hardware and kernel cost per round trip.
 //! - `ferry.tcp.{null,arg1024}`: a ferry client team (node 1) calling a
 //!   server team (node 2) over TCP, default mode (spin 20 µs, then park).
-//! - `ferry.tcp.busypoll.null`: both teams spin and never park while a call
-//!   is out (busy polling the socket).
+//! - `ferry.tcp.busypoll.null`: both teams in busy-poll mode
+//!   (`TeamBuilder::busy_poll`, and the server's processor spinning): they
+//!   never park while a call is out, polling the socket.
 //! - `ferry.tcp.pipelined`: 32 calls in flight on one connection; the
 //!   figure is ns per call (calls/s = 10^9 / it).
 //! - `zmq.tcp.null` (feature `zmq`): ZeroMQ REQ/REP over `tcp://`.
@@ -111,7 +112,8 @@ fn cluster(node: u16, ports: (u16, u16)) -> Cluster {
 
 fn team(run_id: &str, node: u16, ports: (u16, u16), busy: bool, processors: usize) -> Team {
     let b = Team::builder().runtime_dir(run_dir(&format!("{run_id}-{node}"))).processors(processors);
-    let b = if busy { b.spin(Duration::from_secs(5)) } else { b };
+    // Busy-poll: the client's waits never park, the server's processor spins.
+    let b = if busy { b.busy_poll().spin(Duration::from_secs(5)) } else { b };
     b.cluster(cluster(node, ports)).start().expect("start team")
 }
 

@@ -240,6 +240,12 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
             pub fn with_timeout(&self, limit: ::std::time::Duration) -> Self {
                 Self { client: self.client.with_timeout(limit) }
             }
+            /// The same client, whose calls are retryable: one lost with its
+            /// connection is sent once more, and the server runs it at most once
+            /// (see `ferry::rpc::Client::retrying`).
+            pub fn retrying(&self) -> Self {
+                Self { client: self.client.retrying() }
+            }
             /// Sends the batched calls and waits until the server ran them.
             pub fn flush(&self) -> ::core::result::Result<(), ::ferry::rpc::RpcError> {
                 self.client.flush()

@@ -28,7 +28,13 @@ pub struct Client {
     descriptor: Arc<ServiceDescriptor>,
     /// One-way calls waiting for the next call or flush: (encoded batch, count).
     batch: Arc<Mutex<(Vec<u8>, u32)>>,
+    /// Calls are retryable (see [`Client::retrying`]).
+    retry: bool,
 }
+
+/// Request ids of retryable calls: unique in this process, so per client
+/// team incarnation (the server keys them by the caller's team).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Clone for Client {
     fn clone(&self) -> Self {
@@ -37,6 +43,7 @@ impl Clone for Client {
             sender: self.sender.clone(),
             descriptor: self.descriptor.clone(),
             batch: self.batch.clone(),
+            retry: self.retry,
         }
     }
 }
@@ -78,7 +85,8 @@ impl Client {
         async move {
             let reply = sender.clone().with_timeout(BIND_TIMEOUT).send_async(&request?, Checkpoint::OnReturn).await?;
             envelope::decode_response::<(), super::Never>(&reply)?;
-            Ok(Client { team, sender, descriptor: Arc::new(descriptor), batch: Arc::new(Mutex::new((Vec::new(), 0))) })
+            let batch = Arc::new(Mutex::new((Vec::new(), 0)));
+            Ok(Client { team, sender, descriptor: Arc::new(descriptor), batch, retry: false })
         }
     }
 
@@ -96,6 +104,18 @@ impl Client {
     /// server); a limit too far to end, like `Duration::MAX`, is none.
     pub fn with_timeout(&self, limit: Duration) -> Client {
         Client { sender: self.sender.clone().with_timeout(limit), ..self.clone() }
+    }
+
+    /// The same client, whose calls are retryable: a call that fails with
+    /// `PeerGone` before its reply came (the connection was lost: a reset,
+    /// a cut link) is sent once more, over a new connection. The server
+    /// runs each call at most once: it remembers each retryable call's
+    /// reply for [`RETRY_WINDOW`](crate::rpc::RETRY_WINDOW) and answers a
+    /// repeat with it (or, if the first run is still going, with its reply
+    /// when it ends). For calls that must not run twice; batched one-way
+    /// calls stay unretried.
+    pub fn retrying(&self) -> Client {
+        Client { retry: true, ..self.clone() }
     }
 
     /// Starts a call; the returned future (a promise) resolves to its result.
@@ -127,9 +147,11 @@ impl Client {
         }
         let t = cost::record(Side::Client, Stage::Encode, t);
         let delivery = self.sender.start(Cow::Borrowed(&payload), Checkpoint::OnReturn, blocking);
+        // A retryable call keeps its request, to send it again.
+        let again = self.retry.then(|| (self.sender.clone(), payload.clone()));
         SCRATCH.set(payload);
         let t = cost::record(Side::Client, Stage::Send, t);
-        CallFuture { team: Some(self.team.clone()), delivery: Some(delivery), failed: None, since: t, _r: PhantomData }
+        CallFuture { team: Some(self.team.clone()), delivery: Some(delivery), failed: None, since: t, again, _r: PhantomData }
     }
 
     /// A synchronous call: blocks this thread (spinning, then parked) for the result.
@@ -175,6 +197,10 @@ impl Client {
     /// The request for one call into `out`, behind the batched calls
     /// waiting for it, if any.
     fn encode_request<A: Serialize>(&self, method: u32, args: &A, out: &mut Vec<u8>) -> Result<()> {
+        if self.retry {
+            let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return envelope::call_once_into(id, method, args, out);
+        }
         let mut b = self.batch.lock();
         if b.1 == 0 {
             drop(b);
@@ -198,6 +224,8 @@ pub struct CallFuture<R, E = super::Never> {
     failed: Option<RpcError<E>>,
     /// Cost accounting: when the wait for the reply began.
     since: Option<std::time::Instant>,
+    /// A retryable call's sender and request, until it was sent again.
+    again: Option<(RawSender, Vec<u8>)>,
     _r: PhantomData<fn() -> R>,
 }
 
@@ -205,7 +233,7 @@ impl<R, E> Unpin for CallFuture<R, E> {}
 
 impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
     fn failed(e: RpcError<E>) -> Self {
-        CallFuture { team: None, delivery: None, failed: Some(e), since: None, _r: PhantomData }
+        CallFuture { team: None, delivery: None, failed: Some(e), since: None, again: None, _r: PhantomData }
     }
 
     /// Blocks this thread until the result is there.
@@ -226,6 +254,12 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
         let Some(d) = self.delivery.as_mut() else { return Poll::Ready(Err(RpcError::Cancelled)) };
         match d.poll_payload(cx) {
             Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(crate::Error::PeerGone { .. })) if self.again.is_some() => {
+                // The connection went before the reply: once more, over a new one.
+                let (sender, request) = self.again.take().expect("checked");
+                self.delivery = Some(sender.start(Cow::Owned(request), Checkpoint::OnReturn, false));
+                self.poll(cx)
+            }
             Poll::Ready(r) => {
                 self.delivery = None;
                 let t = cost::record(Side::Client, Stage::Poll, self.since);

@@ -5,7 +5,11 @@
 //! - `CALL`: method index (u32 LE), then the MessagePack tuple of arguments;
 //! - `BATCH`: count n (u32 LE), then n entries `method u32, len u32, args`,
 //!   run in order; the last entry is the synchronous call that is answered
-//!   (method `FLUSH` when the batch was flushed with no call of its own).
+//!   (method `FLUSH` when the batch was flushed with no call of its own);
+//! - `CALL_ONCE`: a retryable call: request id (u64 LE, unique per client
+//!   team incarnation), method index (u32 LE), then the arguments. The
+//!   server runs an id at most once and answers a repeat with the first
+//!   run's reply (see `server::Once`).
 //!
 //! Response: one status byte, then MessagePack of the value (`OK`,
 //! `REMOTE`) or UTF-8 text (the other statuses).
@@ -18,6 +22,7 @@ use serde::{de::DeserializeOwned, Serialize};
 pub const BIND: u8 = 1;
 pub const CALL: u8 = 2;
 pub const BATCH: u8 = 3;
+pub const CALL_ONCE: u8 = 4;
 /// The method index of "do nothing, answer `()`" (ends a flushed batch).
 pub const FLUSH: u32 = u32::MAX;
 
@@ -42,10 +47,19 @@ pub fn call_into<A: Serialize + ?Sized>(method: u32, args: &A, out: &mut Vec<u8>
     codec::encode_into(args, out)
 }
 
+/// `call` as a retryable call with request id `id`, written at the end of `out`.
+pub fn call_once_into<A: Serialize + ?Sized>(id: u64, method: u32, args: &A, out: &mut Vec<u8>) -> Result<()> {
+    out.push(CALL_ONCE);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&method.to_le_bytes());
+    codec::encode_into(args, out)
+}
+
 /// One request as the server sees it.
 pub enum Request<'a> {
     Bind(&'a [u8]),
     Call { method: u32, args: &'a [u8] },
+    CallOnce { id: u64, method: u32, args: &'a [u8] },
     Batch(Vec<(u32, &'a [u8])>),
 }
 
@@ -60,6 +74,11 @@ pub fn parse(p: &[u8]) -> std::result::Result<Request<'_>, String> {
         Some(&CALL) => {
             let method = u32_at(p, 1).ok_or("short call request")?;
             Ok(Request::Call { method, args: &p[5..] })
+        }
+        Some(&CALL_ONCE) => {
+            let id = p.get(1..9).ok_or("short call request")?;
+            let method = u32_at(p, 9).ok_or("short call request")?;
+            Ok(Request::CallOnce { id: u64::from_le_bytes(id.try_into().expect("8 bytes")), method, args: &p[13..] })
         }
         Some(&BATCH) => {
             let n = u32_at(p, 1).ok_or("short batch")? as usize;

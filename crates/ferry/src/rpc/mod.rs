@@ -21,7 +21,7 @@ mod server;
 
 pub use client::{CallFuture, Client};
 pub use descriptor::{MethodDescriptor, ServiceDescriptor, CODEC};
-pub use server::{CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, ServiceEndpoint, Serving};
+pub use server::{CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, ServiceEndpoint, Serving, RETRY_WINDOW};
 
 use crate::id::TeamId;
 use serde::{Deserialize, Serialize};

@@ -152,6 +152,104 @@ pub struct IncomingCall {
     /// Explicit receipt: cancels the token at the caller's deadline.
     deadline_watch: Option<DeadlineWatch>,
     service: Arc<ServiceDescriptor>,
+    /// A retryable call: where its reply is remembered, under which key.
+    once: Option<(Arc<Once>, OnceKey)>,
+}
+
+/// How long a server remembers the reply of a retryable call (see
+/// [`Client::retrying`](super::Client::retrying)): a retry that comes later
+/// runs the call again.
+pub const RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
+/// Most replies of retryable calls a service remembers, and their bytes;
+/// past either, the oldest are forgotten first.
+const ONCE_ENTRIES: usize = 4096;
+const ONCE_BYTES: usize = 16 << 20;
+
+/// A retryable call: the caller's team (incarnation included) and its request id.
+type OnceKey = (crate::id::TeamId, u64);
+
+/// The retryable calls a service has seen: each runs at most once; a
+/// repeat gets the first run's reply (at once if it is done, else when it
+/// ends). Bounded by [`RETRY_WINDOW`], `ONCE_ENTRIES` and `ONCE_BYTES`.
+#[derive(Default)]
+pub(crate) struct Once {
+    state: Mutex<OnceState>,
+}
+
+#[derive(Default)]
+struct OnceState {
+    entries: std::collections::HashMap<OnceKey, OnceEntry>,
+    /// Finished calls, oldest first, to forget them in order.
+    done: VecDeque<(OnceKey, Instant)>,
+    bytes: usize,
+}
+
+enum OnceEntry {
+    /// Running; these repeats wait for its reply.
+    Running(Vec<Responder>),
+    Done(Vec<u8>),
+}
+
+impl Once {
+    /// A retryable call arrives: its responder back if it is to run now;
+    /// `None` if a run of it is done (answered now) or under way (this
+    /// repeat is answered when it ends).
+    fn begin(&self, key: OnceKey, responder: Option<Responder>) -> Option<Option<Responder>> {
+        let mut st = self.state.lock();
+        let now = Instant::now();
+        while let Some(&(k, at)) = st.done.front() {
+            let over = st.done.len() > ONCE_ENTRIES || st.bytes > ONCE_BYTES;
+            if !over && now.duration_since(at) < RETRY_WINDOW {
+                break;
+            }
+            st.done.pop_front();
+            if let Some(OnceEntry::Done(r)) = st.entries.remove(&k) {
+                st.bytes -= r.len();
+            }
+        }
+        match st.entries.get_mut(&key) {
+            Some(OnceEntry::Done(response)) => {
+                if let Some(r) = responder {
+                    let _ = r.reply(response);
+                }
+                None
+            }
+            Some(OnceEntry::Running(waiting)) => {
+                waiting.extend(responder);
+                None
+            }
+            None => {
+                st.entries.insert(key, OnceEntry::Running(Vec::new()));
+                Some(responder)
+            }
+        }
+    }
+
+    /// A run ended with `response`: remembered; the repeats that waited get it.
+    fn finish(&self, key: OnceKey, response: &[u8]) {
+        let waiting = {
+            let mut st = self.state.lock();
+            let old = st.entries.insert(key, OnceEntry::Done(response.to_vec()));
+            st.bytes += response.len();
+            st.done.push_back((key, Instant::now()));
+            match old {
+                Some(OnceEntry::Running(w)) => w,
+                _ => Vec::new(),
+            }
+        };
+        for r in waiting {
+            let _ = r.reply(response);
+        }
+    }
+}
+
+impl Drop for IncomingCall {
+    fn drop(&mut self) {
+        // A retryable call dropped unanswered: its repeats are refused too.
+        if let Some((once, key)) = self.once.take() {
+            once.finish(key, &envelope::status(envelope::REFUSED, "dropped without a reply"));
+        }
+    }
 }
 
 impl IncomingCall {
@@ -216,6 +314,9 @@ impl IncomingCall {
 
     /// Answers with an encoded response (see `envelope`); a no-op for one-way calls.
     pub fn reply_raw(mut self, response: &[u8]) -> Result<()> {
+        if let Some((once, key)) = self.once.take() {
+            once.finish(key, response);
+        }
         match self.responder.take() {
             Some(r) => r.reply(response),
             None => Ok(()),
@@ -315,6 +416,8 @@ pub struct ServiceEndpoint {
     descriptor: Arc<ServiceDescriptor>,
     /// Calls of a batch not yet handed out by `accept`.
     queued: Mutex<VecDeque<IncomingCall>>,
+    /// Retryable calls seen, and their replies.
+    once: Arc<Once>,
 }
 
 impl ServiceEndpoint {
@@ -334,6 +437,7 @@ impl ServiceEndpoint {
             port,
             descriptor: Arc::new(descriptor),
             queued: Mutex::new(VecDeque::new()),
+            once: Arc::default(),
         }
     }
 
@@ -449,7 +553,18 @@ impl ServiceEndpoint {
             }
             Ok(Request::Call { method, args }) => {
                 let call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
-                return Some(Received::One(IncomingCall { arrived, ..call }));
+                let mut call = call;
+                call.arrived = arrived;
+                return Some(Received::One(call));
+            }
+            Ok(Request::CallOnce { id, method, args }) => {
+                let key = (msg.from().team_id(), id);
+                // A repeat of a call run (or running) already is answered from its first run.
+                let responder = self.once.begin(key, responder)?;
+                let mut call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
+                call.arrived = arrived;
+                call.once = Some((self.once.clone(), key));
+                return Some(Received::One(call));
             }
             Ok(Request::Batch(entries)) => {
                 let last = entries.len() - 1;
@@ -487,6 +602,7 @@ impl ServiceEndpoint {
             hook: None,
             deadline_watch: None,
             service: self.descriptor.clone(),
+            once: None,
         }
     }
 }
@@ -617,6 +733,25 @@ mod tests {
         assert!(fut.as_mut().poll(&mut Context::from_waker(&w1)).is_ready());
         assert!(other.as_mut().poll(&mut Context::from_waker(&w1)).is_ready());
         assert_eq!(token.waiting(), 0);
+    }
+
+    /// The replies of retryable calls a service remembers are bounded:
+    /// past `ONCE_ENTRIES` (or `ONCE_BYTES`) the oldest are forgotten.
+    #[test]
+    fn remembered_replies_are_bounded() {
+        let once = Once::default();
+        let team = crate::id::TeamId { node: 1, team: 2, incarnation: 3 };
+        for id in 0..(ONCE_ENTRIES as u64 + 1000) {
+            assert!(once.begin((team, id), None).is_some(), "a new id runs");
+            once.finish((team, id), &[0u8; 100]);
+        }
+        // A repeat of a remembered id does not run again; a forgotten one does.
+        let last = ONCE_ENTRIES as u64 + 999;
+        assert!(once.begin((team, last), None).is_none());
+        assert!(once.begin((team, 0), None).is_some());
+        let st = once.state.lock();
+        assert!(st.entries.len() <= ONCE_ENTRIES + 2, "{} replies kept", st.entries.len());
+        assert!(st.bytes <= ONCE_BYTES);
     }
 
     #[test]

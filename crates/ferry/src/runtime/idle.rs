@@ -30,6 +30,8 @@ pub(crate) struct Idle<'a> {
     spin_started: Option<Instant>,
     spins: u32,
     until: Option<Instant>,
+    /// Never park (busy-poll mode, while this thread waits for an answer).
+    busy: bool,
 }
 
 impl<'a> Idle<'a> {
@@ -47,7 +49,15 @@ impl<'a> Idle<'a> {
             spin_started: None,
             spins: 0,
             until: None,
+            busy: false,
         }
+    }
+
+    /// A wait for an answer (a call's reply, a message): in busy-poll mode
+    /// (`TeamBuilder::busy_poll`) it never parks.
+    pub fn for_answer(mut self) -> Idle<'a> {
+        self.busy = self.team.cfg.busy_poll;
+        self
     }
 
     /// Never sleeps past `deadline`.
@@ -86,6 +96,11 @@ impl<'a> Idle<'a> {
             if !self.spins.is_multiple_of(64) || started.elapsed() < spin {
                 return;
             }
+        }
+        if self.busy {
+            // Busy-poll mode: spin on, the answer is worth a core.
+            self.spin_started = None;
+            return;
         }
         parked(true);
         if self.run_tasks {
@@ -240,7 +255,7 @@ pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
     if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
         return v;
     }
-    let mut idle = Idle::new(team);
+    let mut idle = Idle::new(team).for_answer();
     loop {
         if let Poll::Ready(v) = user_code(team, || fut.as_mut().poll(&mut cx)) {
             return v;
@@ -264,7 +279,7 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     let sleeper = std::cell::OnceCell::new();
     let sleeper = || sleeper.get_or_init(|| thread_waker(team));
     let got = std::cell::Cell::new(None);
-    let mut idle = Idle::new(team);
+    let mut idle = Idle::new(team).for_answer();
     loop {
         idle.step(
             &|| {
@@ -379,6 +394,30 @@ mod tests {
     use super::*;
     use crate::runtime::Team;
     use std::time::Duration;
+
+    /// Busy-poll mode: a thread waiting for an answer spins through its
+    /// whole wait (its CPU time is the wait's length); by default it parks
+    /// after the spin (almost no CPU time).
+    #[test]
+    fn busy_poll_waits_spin_instead_of_parking() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpu = || {
+            let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+            Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+        };
+        let wait = Duration::from_millis(300);
+        let mut used = Vec::new();
+        for busy in [false, true] {
+            let b = Team::builder().runtime_dir(dir.path()).processors(0).park_timeout(Duration::from_secs(1));
+            let team = if busy { b.busy_poll() } else { b }.start().unwrap();
+            let port = team.open_raw_port().unwrap();
+            let t0 = cpu();
+            assert!(matches!(port.recv_timeout(wait), Err(crate::Error::DeadlineExceeded)));
+            used.push(cpu() - t0);
+        }
+        assert!(used[0] < wait / 4, "parked waits used {:?} of CPU", used[0]);
+        assert!(used[1] > wait / 2, "a busy-poll wait used only {:?} of CPU: it parked", used[1]);
+    }
 
     /// A thread that once blocked on a team caches a waker for it; once the
     /// team is dropped, its doorbell (an fd and a mapped page) must go.

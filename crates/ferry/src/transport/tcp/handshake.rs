@@ -191,6 +191,7 @@ pub const HELLO_BYTES: usize = HELLO_LEN;
 /// Acceptor side, first step: reads the connector's hello from a freshly
 /// accepted `sock` (at most `patience`), and says whom it means to reach
 /// (the caller hands the connection to that team if it is another one).
+#[cfg(any(test, feature = "testing"))]
 pub fn read_hello(sock: &mut TcpStream, patience: Duration, me: TeamId) -> Result<([u8; HELLO_LEN], TeamId)> {
     let mut magic = [0u8; 8];
     sock.set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
@@ -223,6 +224,7 @@ pub fn read_hello_rest(
 /// Acceptor side: takes a bind on a freshly accepted `sock`; returns this
 /// end and the connector's id. Waits for each message at most
 /// `side.patience` (a team runs it off its progress loop).
+#[cfg(any(test, feature = "testing"))]
 pub fn accept(mut sock: TcpStream, side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
     let (hello, _) = read_hello(&mut sock, side.patience, side.me)?;
     accept_hello(sock, hello, side)
