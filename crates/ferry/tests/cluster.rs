@@ -30,12 +30,18 @@ fn team(dir: &Path, c: Cluster) -> Team {
     Team::builder().runtime_dir(dir).cluster(c).start().unwrap()
 }
 
+/// Node 1 and node 2 of a two-node cluster, a team each (and their runtime dirs).
+fn two_nodes() -> (Team, Team, [tempfile::TempDir; 2], [SocketAddr; 2]) {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let addrs = [free_addr(), free_addr()];
+    let a = team(dirs[0].path(), cluster(&addrs, 1, KEY));
+    let b = team(dirs[1].path(), cluster(&addrs, 2, KEY));
+    (a, b, dirs, addrs)
+}
+
 #[test]
 fn ports_and_rpc_work_between_two_nodes() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let addrs = [free_addr(), free_addr()];
-    let a = team(d1.path(), cluster(&addrs, 1, KEY));
-    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let (a, b, _dirs, _) = two_nodes();
     assert_eq!((a.id().node, b.id().node), (1, 2));
 
     // A port of node 2, reached from node 1 by its id: typed messages and replies.
@@ -121,10 +127,7 @@ fn a_node_out_of_reach_is_no_such_team() {
 /// the next call binds again (to whoever is there now).
 #[test]
 fn a_remote_team_leaving_fails_its_calls_and_the_next_bind_is_fresh() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let addrs = [free_addr(), free_addr()];
-    let a = team(d1.path(), cluster(&addrs, 1, KEY));
-    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let (a, b, dirs, addrs) = two_nodes();
     let port = b.open_port::<u32>().unwrap();
     let to_b = a.sender::<u32>(port.id());
     // Taken but never answered: the call waits until b goes.
@@ -138,7 +141,7 @@ fn a_remote_team_leaving_fails_its_calls_and_the_next_bind_is_fresh() {
     assert!(matches!(r, Err(Error::PeerGone { .. })), "{r:?}");
     assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
     // A new team on node 2: reached by a fresh bind.
-    let b2 = team(d2.path(), cluster(&addrs, 2, KEY));
+    let b2 = team(dirs[1].path(), cluster(&addrs, 2, KEY));
     let port2 = b2.open_raw_port().unwrap();
     a.raw_sender(port2.id()).send(b"again", Checkpoint::OnReceipt).unwrap();
     assert_eq!(port2.recv_timeout(Duration::from_secs(10)).unwrap().payload(), b"again");
@@ -151,10 +154,7 @@ fn a_remote_team_leaving_fails_its_calls_and_the_next_bind_is_fresh() {
 /// own request).
 #[test]
 fn a_batch_goes_out_in_order_when_it_ends_and_a_wait_inside_it_does_not_hang() {
-    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let addrs = [free_addr(), free_addr()];
-    let a = team(d1.path(), cluster(&addrs, 1, KEY));
-    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let (a, b, _dirs, _) = two_nodes();
     let port = b.open_raw_port().unwrap();
     let to_b = a.raw_sender(port.id());
     to_b.send(b"bind first", Checkpoint::OnReceipt).unwrap();

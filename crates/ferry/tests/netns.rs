@@ -120,6 +120,19 @@ fn server(n: &str) -> Server {
     Server { child, echo, hold, calc }
 }
 
+/// The client, node a, ready for commands.
+fn client() -> Child {
+    let mut client = node("a", "client");
+    client.expect("ready", START);
+    client
+}
+
+/// Sets node `n`'s link `up` or `down`.
+fn set_link(n: &str, state: &str) {
+    let status = std::process::Command::new("ip").args(["-n", &namespace(n), "link", "set", "eth0", state]).status();
+    assert!(status.unwrap().success(), "ip link set {state} in node {n}");
+}
+
 /// Tells the client a command; its answer within `limit`.
 fn ask(client: &mut Child, cmd: &str, limit: Duration) -> String {
     client.tell(cmd);
@@ -133,8 +146,7 @@ fn ask(client: &mut Child, cmd: &str, limit: Duration) -> String {
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn ports_and_rpc_across_three_nodes() {
     let (b, c) = (server("b"), server("c"));
-    let mut client = node("a", "client");
-    client.expect("ready", START);
+    let mut client = client();
     for s in [&b, &c] {
         assert_eq!(ask(&mut client, &format!("echo {}", s.echo), START), "ok");
         assert_eq!(ask(&mut client, &format!("calc {}", s.calc), START), "ok");
@@ -149,8 +161,7 @@ fn ports_and_rpc_across_three_nodes() {
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_team_killed_mid_call_fails_the_call() {
     let mut b = server("b");
-    let mut client = node("a", "client");
-    client.expect("ready", START);
+    let mut client = client();
     client.tell(&format!("hold {} 60000", b.hold));
     b.child.expect("holding", START);
     let t0 = Instant::now();
@@ -167,20 +178,14 @@ fn a_team_killed_mid_call_fails_the_call() {
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_link_cut_mid_call_ends_the_call_at_its_deadline() {
     let mut c = server("c");
-    let mut client = node("a", "client");
-    client.expect("ready", START);
+    let mut client = client();
     assert_eq!(ask(&mut client, &format!("echo {}", c.echo), START), "ok");
     client.tell(&format!("hold {} 2000", c.hold));
     c.child.expect("holding", START);
-    let down = std::process::Command::new("ip")
-        .args(["-n", &namespace("c"), "link", "set", "eth0", "down"])
-        .status()
-        .unwrap();
-    assert!(down.success());
+    set_link("c", "down");
     let answer = client.expect("", Duration::from_secs(20));
-    let up = std::process::Command::new("ip").args(["-n", &namespace("c"), "link", "set", "eth0", "up"]).status();
+    set_link("c", "up");
     assert!(answer.starts_with("err DeadlineExceeded"), "{answer}");
-    assert!(up.unwrap().success());
 }
 
 /// The link to a node cut while a call without a deadline waits: the
@@ -190,21 +195,17 @@ fn a_link_cut_mid_call_ends_the_call_at_its_deadline() {
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_link_cut_mid_call_without_a_deadline_fails_after_the_peer_timeout() {
     let mut c = server("c");
-    let mut client = node("a", "client");
-    client.expect("ready", START);
+    let mut client = client();
     client.tell(&format!("hold {} 0", c.hold));
     c.child.expect("holding", START);
     // Idle for twice the peer timeout: the heartbeats keep the channel (and
     // the call) alive meanwhile.
     assert_eq!(client.next_line(PEER_TIMEOUT * 2), None, "the idle channel was given up");
     let t0 = Instant::now();
-    let ip = |state: &str| {
-        std::process::Command::new("ip").args(["-n", &namespace("c"), "link", "set", "eth0", state]).status().unwrap()
-    };
-    assert!(ip("down").success());
+    set_link("c", "down");
     let answer = client.expect("", Duration::from_secs(30));
     let took = t0.elapsed();
-    assert!(ip("up").success());
+    set_link("c", "up");
     assert!(answer.starts_with("err PeerGone"), "{answer}");
     assert!(took < PEER_TIMEOUT * 3, "gave up after {took:?}");
 }
