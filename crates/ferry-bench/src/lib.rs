@@ -39,6 +39,8 @@ mod shm;
 mod stats;
 mod suites;
 pub mod tcp;
+#[cfg(feature = "tarpc")]
+mod tarpc_peer;
 
 pub use child::child_main_if_requested;
 pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};

@@ -177,6 +177,8 @@ pub mod tcp_suite {
             ("ferry.tcp.busypoll.null", "zmq.tcp.null", 0.5),
             ("ferry.tcp.null", "tonic.tcp.null", 1.0),
             ("ferry.tcp.busypoll.null", "tonic.tcp.null", 1.0 / 3.0),
+            ("ferry.tcp.null", "tarpc.tcp.null", 1.0),
+            ("ferry.tcp.busypoll.null", "tarpc.tcp.null", 1.0 / 1.5),
         ];
         let mut report = super::run("tcp", crate::tcp::cases(), args, BASELINE, &targets);
         if let Some(p) = report.get("ferry.tcp.pipelined") {

@@ -15,6 +15,7 @@
 //!   figure is ns per call (calls/s = 10^9 / it).
 //! - `zmq.tcp.null` (feature `zmq`): ZeroMQ REQ/REP over `tcp://`.
 //! - `tonic.tcp.null` (feature `tonic`): a tonic gRPC unary call over TCP.
+//! - `tarpc.tcp.null` (feature `tarpc`): a tarpc call over its TCP transport.
 //!
 //! Addresses: `$FERRY_BENCH_TCP_PARENT` and `$FERRY_BENCH_TCP_CHILD`
 //! (default 127.0.0.1 both).
@@ -217,6 +218,8 @@ pub fn cases() -> Vec<Case> {
     v.push(zmq_tcp::case());
     #[cfg(feature = "tonic")]
     v.push(crate::rpc_peers::tonic_tcp_case());
+    #[cfg(feature = "tarpc")]
+    v.push(crate::tarpc_peer::case());
     v
 }
 

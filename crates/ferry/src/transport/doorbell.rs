@@ -383,6 +383,12 @@ impl<M: DoorbellMemory> Doorbell<M> {
         M::ring_one(&self.local);
     }
 
+    /// Threads asleep now (for tests that watch a team park).
+    #[cfg(test)]
+    pub(crate) fn sleepers(&self) -> u32 {
+        self.mem.sleepers().load(Ordering::SeqCst)
+    }
+
     /// A thread starts polling (spinning over channels).
     #[inline]
     pub fn enter_polling(&self) {
