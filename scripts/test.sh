@@ -4,7 +4,7 @@
 # child processes, SIGKILL, leak checks) and the benchmark harness's smoke
 # test, the loom models, and the multi-node tests on real network
 # namespaces (scripts/netns-test.sh: needs root, as CI is, and installs
-# iproute2 if missing).
+# iproute2 if missing). Installs etcd-server for the etcd name plane's tests.
 # Ends with one line: "ferry: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,9 @@ cd "$(dirname "$0")/.."
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-2}"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+# The etcd name plane's tests start a real etcd (Debian's etcd-server).
+command -v etcd >/dev/null || { apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null; }
 
 cargo build --workspace --all-targets --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings

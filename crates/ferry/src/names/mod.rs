@@ -3,7 +3,9 @@
 //! `node` is the embedded default plane of one machine: plain files under a
 //! private runtime directory, no daemon. `remote`: a lookup a node's plane
 //! cannot answer asks the other nodes of the cluster (no server either).
+//! `etcd`: the cluster plane at scale, on an etcd (names under leases).
 
+pub mod etcd;
 pub mod node;
 pub mod remote;
 

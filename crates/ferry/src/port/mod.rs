@@ -101,6 +101,12 @@ impl Team {
         async move {
             let Some(port) = waiting else { return first };
             let port = port?;
+            // An etcd plane: one watch instead of looking again and again.
+            let left = until.map_or(Duration::from_secs(365 * 24 * 3600), |u| u.saturating_duration_since(Instant::now()));
+            if let Some(watch) = team.wait_name_in_etcd(&name, left) {
+                drop(port);
+                return watch.await.and_then(|r| r);
+            }
             let mut pause = FIRST;
             let elsewhere = |team: &Arc<TeamInner>, name: &str| team.lookup_elsewhere(name);
             let remote = team.cfg.cluster.as_ref().is_some_and(|c| !c.peers.is_empty());

@@ -362,7 +362,8 @@ fn two_teams_flooding_each_other_both_finish() {
     };
     let (got_a, got_b) = (poll(pa), poll(pb));
     let max_backlog = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicBool::new(false));
+    // Flooders that have all their receipts.
+    let done = Arc::new(AtomicUsize::new(0));
     let flood = |from: &Team, to, peer: TeamId| {
         let s = from.raw_sender(to);
         let (team, max_backlog, done) = (from.clone(), max_backlog.clone(), done.clone());
@@ -378,8 +379,11 @@ fn two_teams_flooding_each_other_both_finish() {
                     d.await.unwrap();
                 }
             });
-            // Keep reading (the only thread that does) until both have everything.
-            while !done.load(Ordering::Relaxed) {
+            // Keep reading (the only thread that does) until both flooders
+            // have all their receipts: the other's last receipts may still
+            // wait in this team's control backlog for it to drain its rings.
+            done.fetch_add(1, Ordering::SeqCst);
+            while done.load(Ordering::SeqCst) < 2 {
                 team.block_on(team.sleep(Duration::from_millis(10)));
             }
         })
@@ -394,8 +398,11 @@ fn two_teams_flooding_each_other_both_finish() {
     let largest = max_backlog.load(Ordering::Relaxed);
     eprintln!("largest backlog seen: {largest}");
     assert!(largest <= CONTROL_BACKLOG, "a backlog of {largest} frames");
-    done.store(true, Ordering::Relaxed);
     for f in floods {
+        while !f.is_finished() {
+            assert!(Instant::now() < until, "a flooder never got all its receipts");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         f.join().unwrap();
     }
 }

@@ -62,6 +62,10 @@ pub struct Config {
     pub peer_timeout: Duration,
     /// Threads waiting for an answer never park (they spin).
     pub busy_poll: bool,
+    /// The etcd of the cluster name plane; `None`: `$FERRY_ETCD`'s, if set.
+    pub etcd: Option<std::net::SocketAddr>,
+    /// The TTL of this team's names in etcd.
+    pub names_ttl: Duration,
 }
 
 impl Default for Config {
@@ -85,6 +89,8 @@ impl Default for Config {
             cluster: None,
             peer_timeout: Duration::from_secs(10),
             busy_poll: false,
+            etcd: None,
+            names_ttl: Duration::from_secs(10),
         }
     }
 }
@@ -123,6 +129,17 @@ impl TeamBuilder {
     /// usual ([`TeamBuilder::spin`] bounds their spinning).
     pub fn busy_poll(mut self) -> Self {
         self.cfg.busy_poll = true;
+        self
+    }
+    /// The etcd (its client address, `host:port`) of the cluster name plane
+    /// (default `$FERRY_ETCD`, else none). Names this team registers go
+    /// there too, under a lease of `ttl` kept alive while the team lives:
+    /// a team that dies loses its names after `ttl`, one that leaves at
+    /// once. Lookups this node's plane cannot answer ask it (before the
+    /// cluster's other nodes), and waits for a name watch it.
+    pub fn etcd(mut self, addr: std::net::SocketAddr, ttl: Duration) -> Self {
+        self.cfg.etcd = Some(addr);
+        self.cfg.names_ttl = ttl;
         self
     }
     /// Pure blocking mode for machines with few cores: never spin, sleep at once.

@@ -158,6 +158,8 @@ pub(crate) struct TeamInner {
     pub cfg: Config,
     pub doorbell: Arc<Doorbell>,
     pub names: NodeNames,
+    /// The cluster name plane on etcd, if configured.
+    pub(crate) etcd: Option<crate::names::etcd::EtcdNames>,
     lease: Mutex<Option<TeamLease>>,
     pub exec: Arc<Executor>,
     pub(super) blocking: BlockingPool,
@@ -190,6 +192,12 @@ impl TeamInner {
         };
         let lease = claim_team_number(&dir)?;
         let id = TeamId { node: cfg.node, team: lease.team(), incarnation: crate::id::new_incarnation() };
+        if cfg.etcd.is_none() {
+            if let Ok(addr) = std::env::var("FERRY_ETCD") {
+                cfg.etcd = Some(addr.parse().map_err(|_| Error::InvalidArgument(format!("FERRY_ETCD={addr:?}")))?);
+            }
+        }
+        let etcd = cfg.etcd.map(|addr| crate::names::etcd::EtcdNames::connect(addr, cfg.names_ttl)).transpose()?;
         let doorbell = Arc::new(Doorbell::create()?);
         let reactor = Reactor::new(&dir.team_socket(id.team), cfg.cluster.as_ref().map(|c| c.listen))?;
         let loopback =
@@ -197,6 +205,7 @@ impl TeamInner {
         let inner = Arc::new(TeamInner {
             id,
             names: NodeNames::new(dir),
+            etcd,
             lease: Mutex::new(Some(lease)),
             exec: Executor::new(doorbell.clone()),
             blocking: BlockingPool::new(id.team, cfg.blocking_threads, cfg.blocking_idle),
@@ -238,10 +247,17 @@ impl TeamInner {
         self.shut_down.load(Ordering::Acquire)
     }
 
-    /// Asks the other nodes of the cluster for `name`, in the order of
-    /// their numbers; the first that has it answers (blocking: at most a
-    /// handshake timeout per node that does not answer).
+    /// Asks the cluster for `name`: etcd's plane if there is one, then the
+    /// other nodes, in the order of their numbers; the first that has it
+    /// answers (blocking: at most a handshake timeout per node that does
+    /// not answer).
     pub(crate) fn lookup_remote(&self, name: &str) -> Result<EndpointId> {
+        if let Some(etcd) = &self.etcd {
+            match etcd.lookup(name) {
+                Err(Error::NameNotFound(_)) => {}
+                found => return found,
+            }
+        }
         let Some(cluster) = &self.cfg.cluster else { return Err(Error::NameNotFound(name.to_string())) };
         for (&node, &addr) in &cluster.peers {
             match crate::names::remote::ask(addr, node, &cluster.key, name, shm::HANDSHAKE_TIMEOUT) {
@@ -251,6 +267,14 @@ impl TeamInner {
             }
         }
         Err(Error::NameNotFound(name.to_string()))
+    }
+
+    /// With an etcd name plane: a wait for `name` there (a watch, at most
+    /// `limit`), on a blocking thread, for async callers.
+    pub(crate) fn wait_name_in_etcd(self: &Arc<Self>, name: &str, limit: Duration) -> Option<JoinHandle<Result<EndpointId>>> {
+        self.etcd.as_ref()?;
+        let (t, n) = (self.clone(), name.to_string());
+        Some(self.blocking.spawn(move || t.etcd.as_ref().expect("checked").wait_for(&n, limit)))
     }
 
     /// [`TeamInner::lookup_remote`] on a blocking thread, for async callers.
@@ -362,15 +386,27 @@ impl TeamInner {
         id
     }
 
+    /// Binds `name` in this node's plane, and in etcd's if there is one
+    /// (then a name taken anywhere in the cluster is `NameTaken`).
     pub fn register_name(&self, name: &str, ep: EndpointId) -> Result<()> {
         let lease = self.lease.lock();
         let lease = lease.as_ref().ok_or(Error::Shutdown)?;
-        self.names.register(lease, name, ep)
+        if let Some(etcd) = &self.etcd {
+            etcd.register(name, ep)?;
+        }
+        self.names.register(lease, name, ep).inspect_err(|_| {
+            if let Some(etcd) = &self.etcd {
+                let _ = etcd.unregister(name);
+            }
+        })
     }
 
     pub fn unregister_name(&self, name: &str) {
         if let Some(lease) = self.lease.lock().as_ref() {
             let _ = self.names.unregister(lease, name);
+        }
+        if let Some(etcd) = &self.etcd {
+            let _ = etcd.unregister(name);
         }
     }
 }

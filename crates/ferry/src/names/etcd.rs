@@ -1,0 +1,263 @@
+//! The cluster name plane on etcd: names under a lease, so a dead team's
+//! names expire; keep-alive at a third of the lease's TTL; lookups; and
+//! waits for a name that watch from a revision and list again when etcd
+//! compacted past it.
+//!
+//! It speaks etcd's v3 JSON gateway (`/v3/kv/*`, `/v3/lease/*`,
+//! `/v3/watch`) over plain HTTP/1.1: a request per connection, a few
+//! dozen lines below, no gRPC stack. A name is the key
+//! `/ferry/names/<name>`, its value the endpoint id as text
+//! (`node.team.slot#incarnation`), put with the team's lease; a
+//! registration is a transaction that fails if the key exists
+//! (`NameTaken`).
+
+use crate::error::{Error, Result};
+use crate::id::EndpointId;
+use base64::Engine;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PREFIX: &str = "/ferry/names/";
+/// How long one request to etcd may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn unb64(v: &Value) -> Option<String> {
+    let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str()?).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> Error {
+    move |e| Error::Io { context: what, source: e }
+}
+
+fn bad(what: String) -> Error {
+    Error::Io { context: "etcd", source: std::io::Error::new(std::io::ErrorKind::InvalidData, what) }
+}
+
+/// Sends one POST of `body` to `path` and returns the response body as a
+/// reader (`Connection: close`: the body ends with the connection; a
+/// chunked body is read through [`Chunked`]).
+fn post(addr: SocketAddr, path: &str, body: &Value, timeout: Option<Duration>) -> Result<Box<dyn BufRead>> {
+    let mut sock = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).map_err(io("connect to etcd"))?;
+    sock.set_read_timeout(timeout).map_err(io("etcd"))?;
+    let body = body.to_string();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).and_then(|()| sock.write_all(body.as_bytes())).map_err(io("write to etcd"))?;
+    let mut r = BufReader::new(sock);
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(io("read from etcd"))?;
+    if !line.starts_with("HTTP/1.1 200") {
+        return Err(bad(format!("etcd answered {:?} to {path}", line.trim_end())));
+    }
+    let mut chunked = false;
+    loop {
+        line.clear();
+        r.read_line(&mut line).map_err(io("read from etcd"))?;
+        let h = line.trim_end().to_ascii_lowercase();
+        if h.is_empty() {
+            break;
+        }
+        chunked |= h == "transfer-encoding: chunked";
+    }
+    Ok(if chunked { Box::new(BufReader::new(Chunked { inner: r, left: 0, done: false })) } else { Box::new(r) })
+}
+
+/// A unary request: the whole response as JSON.
+fn call(addr: SocketAddr, path: &str, body: &Value) -> Result<Value> {
+    let r = post(addr, path, body, Some(REQUEST_TIMEOUT))?;
+    serde_json::from_reader(r).map_err(|e| bad(format!("etcd's answer to {path}: {e}")))
+}
+
+/// An HTTP/1.1 chunked body.
+struct Chunked<R> {
+    inner: R,
+    left: usize,
+    done: bool,
+}
+
+impl<R: BufRead> Read for Chunked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.done {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            let mut line = String::new();
+            self.inner.read_line(&mut line)?;
+            if line.trim().is_empty() {
+                // The CRLF after the previous chunk.
+                line.clear();
+                self.inner.read_line(&mut line)?;
+            }
+            let size = line.trim().split(';').next().unwrap_or("");
+            self.left = usize::from_str_radix(size, 16)
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad chunk size"))?;
+            if self.left == 0 {
+                self.done = true;
+                return Ok(0);
+            }
+        }
+        let want = buf.len().min(self.left);
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            self.done = true;
+        }
+        self.left -= n;
+        Ok(n)
+    }
+}
+
+/// A team's view of the etcd name plane: its lease, kept alive while it lives.
+pub struct EtcdNames {
+    addr: SocketAddr,
+    lease: String,
+    stop: Arc<AtomicBool>,
+    keepalive: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EtcdNames {
+    /// Takes a lease of `ttl` from the etcd at `addr` and keeps it alive
+    /// (every `ttl / 3`) until dropped, when it is revoked (and with it
+    /// the names registered under it). A team that dies stops the
+    /// keep-alive: its names expire after `ttl`.
+    pub fn connect(addr: SocketAddr, ttl: Duration) -> Result<EtcdNames> {
+        let grant = call(addr, "/v3/lease/grant", &json!({ "TTL": ttl.as_secs().max(1) }))?;
+        let lease = grant["ID"].as_str().ok_or_else(|| bad(format!("no lease in {grant}")))?.to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, id) = (stop.clone(), lease.clone());
+        let every = (ttl / 3).max(Duration::from_millis(100));
+        let keepalive = std::thread::Builder::new()
+            .name("ferry-etcd-lease".into())
+            .spawn(move || {
+                let mut next = Instant::now() + every;
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20).min(next.saturating_duration_since(Instant::now())));
+                    if Instant::now() >= next {
+                        if let Err(e) = call(addr, "/v3/lease/keepalive", &json!({ "ID": id })) {
+                            tracing::warn!(error = %e, "etcd lease keep-alive failed; retrying");
+                        }
+                        next = Instant::now() + every;
+                    }
+                }
+            })
+            .map_err(io("spawn the etcd keep-alive thread"))?;
+        Ok(EtcdNames { addr, lease, stop, keepalive: Some(keepalive) })
+    }
+
+    /// Binds `name` to `ep` under this team's lease; `NameTaken` if it is bound.
+    pub fn register(&self, name: &str, ep: EndpointId) -> Result<()> {
+        let key = b64(&format!("{PREFIX}{name}"));
+        let txn = json!({
+            "compare": [{ "key": key, "result": "EQUAL", "target": "CREATE", "create_revision": "0" }],
+            "success": [{ "request_put": { "key": key, "value": b64(&ep.to_string()), "lease": self.lease } }],
+            "failure": [{ "request_range": { "key": key } }],
+        });
+        let r = call(self.addr, "/v3/kv/txn", &txn)?;
+        if r["succeeded"].as_bool() == Some(true) {
+            return Ok(());
+        }
+        let owner = r["responses"][0]["response_range"]["kvs"][0]["value"].clone();
+        let owner = unb64(&owner).and_then(|s| s.parse().ok()).unwrap_or(EndpointId::NONE);
+        Err(Error::NameTaken { name: name.to_string(), owner })
+    }
+
+    /// Removes `name` (if it is bound).
+    pub fn unregister(&self, name: &str) -> Result<()> {
+        call(self.addr, "/v3/kv/deleterange", &json!({ "key": b64(&format!("{PREFIX}{name}")) })).map(drop)
+    }
+
+    /// The endpoint bound to `name`, and the revision the answer is from.
+    fn get(&self, name: &str) -> Result<(Option<EndpointId>, i64)> {
+        let r = call(self.addr, "/v3/kv/range", &json!({ "key": b64(&format!("{PREFIX}{name}")) }))?;
+        let rev = r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let ep = unb64(&r["kvs"][0]["value"]).and_then(|s| s.parse().ok());
+        Ok((ep, rev))
+    }
+
+    /// The endpoint bound to `name`, or `NameNotFound`.
+    pub fn lookup(&self, name: &str) -> Result<EndpointId> {
+        self.get(name)?.0.ok_or_else(|| Error::NameNotFound(name.to_string()))
+    }
+
+    /// Waits, at most `limit`, for `name` to be bound: looks, then watches
+    /// the key from the revision after the look.
+    pub fn wait_for(&self, name: &str, limit: Duration) -> Result<EndpointId> {
+        let until = Instant::now() + limit;
+        let (ep, rev) = self.get(name)?;
+        match ep {
+            Some(ep) => Ok(ep),
+            None => self.wait_from(name, rev + 1, until),
+        }
+    }
+
+    /// Watches `name` from `rev` until it is bound or `until`. If etcd
+    /// compacted past `rev` (the watch is cancelled with the compact
+    /// revision), the key is listed again and watched from there on.
+    pub fn wait_from(&self, name: &str, mut rev: i64, until: Instant) -> Result<EndpointId> {
+        let key = b64(&format!("{PREFIX}{name}"));
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::NameNotFound(name.to_string()));
+            }
+            let req = json!({ "create_request": { "key": key, "start_revision": rev.to_string() } });
+            let stream = post(self.addr, "/v3/watch", &req, Some(left))?;
+            for msg in serde_json::Deserializer::from_reader(stream).into_iter::<Value>() {
+                let msg = match msg {
+                    Ok(m) => m,
+                    // The deadline cut the stream (or etcd went away).
+                    Err(_) => break,
+                };
+                let r = &msg["result"];
+                if r["canceled"].as_bool() == Some(true) {
+                    // Compacted past `rev`: list again, watch from what the list saw.
+                    let (ep, now) = self.get(name)?;
+                    if let Some(ep) = ep {
+                        return Ok(ep);
+                    }
+                    tracing::debug!(name, rev, compacted = %r["compact_revision"], "etcd watch compacted; listed again");
+                    rev = now + 1;
+                    break;
+                }
+                for ev in r["events"].as_array().into_iter().flatten() {
+                    if ev["type"].as_str() != Some("DELETE") {
+                        if let Some(ep) = unb64(&ev["kv"]["value"]).and_then(|s| s.parse().ok()) {
+                            return Ok(ep);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Compacts the etcd at `addr` up to its current revision (for tests:
+/// what a cluster's operator or etcd's auto-compaction does).
+#[cfg(any(test, feature = "testing"))]
+pub fn compact(addr: SocketAddr) -> Result<i64> {
+    let r = call(addr, "/v3/kv/range", &json!({ "key": b64("/") }))?;
+    let rev: i64 = r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).ok_or_else(|| bad(format!("{r}")))?;
+    call(addr, "/v3/kv/compaction", &json!({ "revision": rev.to_string() }))?;
+    Ok(rev)
+}
+
+impl Drop for EtcdNames {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.keepalive.take() {
+            let _ = t.join();
+        }
+        // The team leaves: its names go now, not at the end of the TTL.
+        let _ = call(self.addr, "/v3/lease/revoke", &json!({ "ID": self.lease }));
+    }
+}

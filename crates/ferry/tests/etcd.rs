@@ -1,0 +1,146 @@
+//! The cluster name plane on a real etcd, which each test starts on
+//! loopback ports of its own (Debian's `etcd-server`; `scripts/test.sh`
+//! installs it) and stops: names seen by every team and taken once, a
+//! dead team's names expiring with its lease, waits that are watches and
+//! survive a compaction.
+
+mod common;
+
+use common::Child;
+use ferry::testing::{etcd_compact, EtcdNames};
+use ferry::{Error, Team};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_secs(2);
+
+#[test]
+#[ignore = "run as a child process by the other tests"]
+fn child_entry() {
+    let Some(role) = common::child_role() else { return };
+    let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
+    let etcd: SocketAddr = std::env::var("TEST_ETCD").unwrap().parse().unwrap();
+    let team = Team::builder().runtime_dir(&dir).etcd(etcd, TTL).start().unwrap();
+    match role.as_str() {
+        "mortal" => {
+            let port = team.open_named_port::<u8>("mortal").unwrap();
+            common::say(port.id());
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// An etcd of its own, on free loopback ports, stopped (and its data
+/// removed) on drop.
+struct Etcd {
+    proc: std::process::Child,
+    addr: SocketAddr,
+    _data: tempfile::TempDir,
+}
+
+impl Etcd {
+    fn start() -> Etcd {
+        let port = || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (client, peer) = (port(), port());
+        let data = tempfile::tempdir().unwrap();
+        let url = |p: u16| format!("http://127.0.0.1:{p}");
+        let proc = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(data.path().join("etcd"))
+            .args(["--listen-client-urls", &url(client), "--advertise-client-urls", &url(client)])
+            .args(["--listen-peer-urls", &url(peer), "--initial-advertise-peer-urls", &url(peer)])
+            .args(["--initial-cluster", &format!("default={}", url(peer))])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd (Debian: apt-get install etcd-server; scripts/test.sh does)");
+        let addr: SocketAddr = format!("127.0.0.1:{client}").parse().unwrap();
+        let etcd = Etcd { proc, addr, _data: data };
+        let until = Instant::now() + Duration::from_secs(20);
+        // Up once it answers a request (a compaction of its empty store).
+        while etcd_compact(addr).is_err() {
+            assert!(Instant::now() < until, "etcd did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        etcd
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.proc.kill();
+        let _ = self.proc.wait();
+    }
+}
+
+/// A team on a node of its own (its own runtime directory), with the etcd plane.
+fn team(dir: &Path, etcd: &Etcd) -> Team {
+    Team::builder().runtime_dir(dir).etcd(etcd.addr, TTL).start().unwrap()
+}
+
+#[test]
+fn names_in_etcd_are_seen_by_every_team_and_taken_once() {
+    let etcd = Etcd::start();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (team(d1.path(), &etcd), team(d2.path(), &etcd));
+    let svc = a.open_named_port::<u8>("svc").unwrap();
+    assert_eq!(b.lookup("svc").unwrap(), svc.id());
+    match b.open_named_port::<u8>("svc") {
+        Err(Error::NameTaken { owner, .. }) => assert_eq!(owner, svc.id()),
+        other => panic!("a name bound on another node was taken again: {:?}", other.map(|p| p.id())),
+    }
+    drop(svc);
+    assert!(matches!(b.lookup("svc"), Err(Error::NameNotFound(_))));
+    // A team that leaves takes its names with it (its lease is revoked).
+    let _kept = a.open_named_port::<u8>("kept").unwrap();
+    assert!(b.lookup("kept").is_ok());
+    drop((_kept, a));
+    assert!(matches!(b.lookup("kept"), Err(Error::NameNotFound(_))));
+}
+
+/// A team that dies (SIGKILL) cannot revoke its lease: its names expire
+/// with it, once the TTL passes without a keep-alive.
+#[test]
+fn a_dead_teams_names_expire_with_its_lease() {
+    let etcd = Etcd::start();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut child = Child::spawn_with("mortal", d1.path(), |c| {
+        c.env("TEST_ETCD", etcd.addr.to_string());
+    });
+    let id: ferry::EndpointId = child.expect("", Duration::from_secs(20)).parse().unwrap();
+    let b = team(d2.path(), &etcd);
+    // Kept alive while the team lives, past its TTL.
+    std::thread::sleep(TTL * 2);
+    assert_eq!(b.lookup("mortal").unwrap(), id);
+    child.kill();
+    let t0 = Instant::now();
+    while b.lookup("mortal").is_ok() {
+        assert!(t0.elapsed() < TTL * 3, "the dead team's name outlived its lease");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A wait for a name is a watch: it ends when the name is bound. A watch
+/// that must resume from a revision etcd has compacted away lists the key
+/// again instead of waiting for good.
+#[test]
+fn a_wait_for_a_name_is_a_watch_and_survives_compaction() {
+    let etcd = Etcd::start();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (team(d1.path(), &etcd), team(d2.path(), &etcd));
+    let waiter = std::thread::spawn(move || b.lookup_wait("late", Duration::from_secs(20)));
+    std::thread::sleep(Duration::from_millis(300));
+    let late = a.open_named_port::<u8>("late").unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), late.id());
+
+    // Revisions pile up, then etcd compacts past the one a watch resumes from.
+    let others: Vec<_> = (0..5).map(|i| a.open_named_port::<u8>(&format!("other{i}")).unwrap()).collect();
+    etcd_compact(etcd.addr).unwrap();
+    let names = EtcdNames::connect(etcd.addr, TTL).unwrap();
+    let found = names.wait_from("late", 1, Instant::now() + Duration::from_secs(5));
+    assert_eq!(found.unwrap(), late.id(), "a compacted watch must list again");
+    drop(others);
+}
