@@ -1,5 +1,6 @@
 //! `ferry tour`: starts a second process and walks through the primitives
-//! between the two, printing what each costs.
+//! between the two, printing what each costs: first with the two processes
+//! as two nodes of a cluster (TCP on loopback), then over shared memory.
 
 use ferry::rpc::RpcError;
 use ferry::{Checkpoint, Result, Team};
@@ -66,13 +67,35 @@ fn show(what: &str, ns: f64) {
     }
 }
 
+/// The key of the tour's two-node cluster (both processes know it).
+const TOUR_KEY: &[u8] = b"the ferry tour's cluster key";
+
+/// A cluster of two nodes on loopback: node 1 (the tour) and node 2 (its child).
+fn tour_cluster(node: u16, ports: (u16, u16)) -> ferry::Cluster {
+    let addr = |p| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+    let (listen, peer) = if node == 1 { (ports.0, (2, ports.1)) } else { (ports.1, (1, ports.0)) };
+    ferry::Cluster {
+        node,
+        listen: addr(listen),
+        peers: [(peer.0, addr(peer.1))].into_iter().collect(),
+        key: std::sync::Arc::from(TOUR_KEY),
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(ferry::Error::io("pick a port"))?;
+    Ok(l.local_addr().map_err(ferry::Error::io("pick a port"))?.port())
+}
+
 pub fn run() -> Result<()> {
     let dir = tempdir()?;
     let _cleanup = RemoveOnDrop(dir.clone());
+    let ports = (free_port()?, free_port()?);
     println!("ferry tour — two processes on this machine, runtime dir {}", dir.display());
     let child = Command::new(std::env::current_exe().expect("own path"))
         .arg("tour-child")
         .env("FERRY_RUNTIME_DIR", &dir)
+        .env("TOUR_TCP_PORTS", format!("{},{}", ports.0, ports.1))
         .stdin(Stdio::piped())
         .spawn()
         .map_err(ferry::Error::io("start the second process"))?;
@@ -81,10 +104,39 @@ pub fn run() -> Result<()> {
     // Here the calling thread drives the team (no processor); the second
     // process runs everything as tasks on its one processor.
     let team = Team::builder().runtime_dir(&dir).processors(0).spin(Duration::from_micros(200)).start()?;
-    let result = tour(&team);
+    let result = tcp_tour(&dir, ports).and_then(|()| tour(&team));
     team.shutdown();
     drop(_child);
     result
+}
+
+/// The same two processes as two nodes of a cluster, over TCP on loopback
+/// (the child's second team is node 2): the program is the same, only the
+/// endpoint ids name another node.
+fn tcp_tour(dir: &std::path::Path, ports: (u16, u16)) -> Result<()> {
+    let node_dir = dir.join("node1");
+    std::fs::create_dir_all(&node_dir).map_err(ferry::Error::io("create node 1's runtime dir"))?;
+    let team = Team::builder()
+        .runtime_dir(&node_dir)
+        .processors(0)
+        .spin(Duration::from_micros(200))
+        .cluster(tour_cluster(1, ports))
+        .start()?;
+    // Names across nodes: node 1's plane does not have it, node 2 answers.
+    let greeter = GreeterClient::bind_wait(&team, "tour.tcp.greeter", Duration::from_secs(10)).map_err(rpc_err)?;
+    let echo = team.raw_sender(team.lookup("tour.tcp.echo")?);
+    println!("
+across nodes — team {} (node 1) and team {} (node 2), TCP on loopback, median of {ROUNDS}:", team.id(), echo.to().team_id());
+    let msg = [7u8; 16];
+    show("16-byte port round trip (OnReturn)", median_ns(ROUNDS, || drop(echo.call(&msg).unwrap())));
+    show("synchronous call greet(\"ferry\")", median_ns(ROUNDS, || drop(greeter.greet_blocking("ferry".into()).unwrap())));
+    let per_call = median_ns(ROUNDS / 20, || {
+        let calls = team.batch(|| (0..32).map(|_| greeter.greet("ferry".into())).collect::<Vec<_>>());
+        calls.into_iter().for_each(|c| drop(c.wait().unwrap()));
+    }) / 32.0;
+    show("32 calls in flight, written together (Team::batch), per call", per_call);
+    team.shutdown();
+    Ok(())
 }
 
 /// The tour's runtime dir goes away with the tour, even if it fails.
@@ -189,8 +241,12 @@ fn tour(team: &Team) -> Result<()> {
     Ok(())
 }
 
+/// An RPC error as the tour's error.
+fn rpc_err(e: RpcError) -> ferry::Error {
+    ferry::Error::Refused(e.to_string())
+}
+
 fn rpc_tour(team: &Team) -> Result<()> {
-    let rpc_err = |e: RpcError| ferry::Error::Refused(e.to_string());
     println!("\nRPC — #[ferry::service] trait Greeter, served in the other process:");
     let g = GreeterClient::bind(team, "tour.greeter").map_err(rpc_err)?;
     show("synchronous call greet(\"ferry\")", median_ns(ROUNDS, || drop(g.greet_blocking("ferry".into()).unwrap())));
@@ -237,6 +293,20 @@ pub fn child() -> Result<()> {
     let _greeter = GreeterServer::serve(&team, "tour.greeter", GreeterImpl { team: team.clone() })?;
     let port = team.open_named_raw_port("tour.echo")?;
     let _echo = team.spawn(echo(team.clone(), port));
+    // Node 2 of the tour's cluster: the same services, reached over TCP.
+    let ports = std::env::var("TOUR_TCP_PORTS").unwrap_or_default();
+    let ports: Vec<u16> = ports.split(',').filter_map(|p| p.parse().ok()).collect();
+    let dir = std::path::PathBuf::from(std::env::var("FERRY_RUNTIME_DIR").unwrap_or_default()).join("node2");
+    std::fs::create_dir_all(&dir).map_err(ferry::Error::io("create node 2's runtime dir"))?;
+    let node2 = Team::builder()
+        .runtime_dir(&dir)
+        .processors(1)
+        .spin(Duration::from_micros(200))
+        .cluster(tour_cluster(2, (ports[0], ports[1])))
+        .start()?;
+    let _greeter2 = GreeterServer::serve(&node2, "tour.tcp.greeter", GreeterImpl { team: node2.clone() })?;
+    let port2 = node2.open_named_raw_port("tour.tcp.echo")?;
+    let _echo2 = node2.spawn(echo(node2.clone(), port2));
     // This thread only waits (in the kernel) until the tour ends the process.
     loop {
         std::thread::park();
