@@ -27,8 +27,8 @@
 use crate::error::{Error, Result};
 use crate::id::{Addr, EndpointId, TeamId};
 use crate::names::{validate_name, NodeNames};
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use crate::transport::tcp::handshake::mac;
+use hmac::Mac;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -38,15 +38,6 @@ pub const QUERY: &[u8; 8] = b"FERRYNQ1";
 const ANSWER: &[u8; 8] = b"FERRYNA1";
 const MAC_LEN: usize = 32;
 const ANSWER_LEN: usize = 8 + 1 + 12 + MAC_LEN;
-
-fn mac(key: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
-    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
-    m.update(label);
-    for p in parts {
-        m.update(p);
-    }
-    m
-}
 
 /// Asks the node at `addr` for `name`: `Ok(None)` if it has no such name.
 /// Fails if the node cannot be reached in `patience`, or answers without

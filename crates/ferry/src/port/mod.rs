@@ -108,10 +108,9 @@ impl Team {
                 return watch.await.and_then(|r| r);
             }
             let mut pause = FIRST;
-            let elsewhere = |team: &Arc<TeamInner>, name: &str| team.lookup_elsewhere(name);
             let remote = team.cfg.cluster.as_ref().is_some_and(|c| !c.peers.is_empty());
             if remote {
-                match elsewhere(&team, &name).await {
+                match team.lookup_elsewhere(&name).await {
                     Ok(Err(Error::NameNotFound(_))) => {}
                     Ok(found) => return found,
                     Err(e) => return Err(e),
@@ -128,7 +127,7 @@ impl Team {
                     Err(e) => return Err(e),
                 }
                 let found = match team.names.lookup(&name) {
-                    Err(Error::NameNotFound(_)) if remote => elsewhere(&team, &name).await.and_then(|r| r),
+                    Err(Error::NameNotFound(_)) if remote => team.lookup_elsewhere(&name).await.and_then(|r| r),
                     found => found,
                 };
                 match found {

@@ -113,7 +113,9 @@ pub(crate) fn nonce() -> [u8; 16] {
     n
 }
 
-fn mac(key: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
+/// HMAC-SHA256 over `label` then `parts`, keyed with the cluster's key
+/// (the handshake's and the name queries' signatures).
+pub(crate) fn mac(key: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
     m.update(label);
     for p in parts {

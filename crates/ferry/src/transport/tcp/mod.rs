@@ -112,6 +112,19 @@ impl Drop for Received {
     }
 }
 
+/// A `Release` frame giving back `frames` and `detached` bytes of credit
+/// (zero of both: a heartbeat).
+fn credit_frame(frames: usize, detached: usize) -> Vec<u8> {
+    let mut h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
+    h.len = CREDIT_LEN as u32;
+    let mut frame = vec![0u8; HEADER_LEN + CREDIT_LEN];
+    let (head, body) = frame.split_at_mut(HEADER_LEN);
+    h.encode(head.try_into().expect("HEADER_LEN bytes"));
+    body[..8].copy_from_slice(&(frames as u64).to_le_bytes());
+    body[8..].copy_from_slice(&(detached as u64).to_le_bytes());
+    frame
+}
+
 /// One end of a TCP channel.
 pub struct TcpEnd {
     sock: TcpStream,
@@ -310,14 +323,7 @@ impl TcpEnd {
         if tx.owed == 0 && detached == 0 {
             return;
         }
-        let mut h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
-        h.len = CREDIT_LEN as u32;
-        let mut frame = vec![0u8; HEADER_LEN + CREDIT_LEN];
-        let (head, body) = frame.split_at_mut(HEADER_LEN);
-        h.encode(head.try_into().expect("HEADER_LEN bytes"));
-        body[..8].copy_from_slice(&(tx.owed as u64).to_le_bytes());
-        body[8..].copy_from_slice(&(detached as u64).to_le_bytes());
-        tx.out.push_back(frame);
+        tx.out.push_back(credit_frame(tx.owed, detached));
         // The peer may send this much more: our bound grows with it.
         self.regranted.fetch_add(tx.owed, Ordering::Release);
         self.regranted_detached.fetch_add(detached, Ordering::Release);
@@ -678,11 +684,7 @@ impl Transport for TcpEnd {
             } else if now.saturating_sub(self.last_sent.load(Ordering::Relaxed)) >= tick {
                 // An empty credit frame: tells the peer we are here.
                 let mut tx = self.tx.lock();
-                let mut h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
-                h.len = CREDIT_LEN as u32;
-                let mut frame = vec![0u8; HEADER_LEN + CREDIT_LEN];
-                h.encode((&mut frame[..HEADER_LEN]).try_into().expect("HEADER_LEN bytes"));
-                tx.out.push_back(frame);
+                tx.out.push_back(credit_frame(0, 0));
                 self.flush(&mut tx);
             }
         }
