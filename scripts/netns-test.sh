@@ -4,7 +4,9 @@
 # a fourth namespace (-br; scripts/netns-lib.sh), with addresses 10.77.0.1-3/24 that exist only
 # among them: no traffic leaves. Each node gets a cluster file; the test
 # (crates/ferry/tests/netns.rs) runs one team per namespace, in processes
-# started with `ip netns exec`, and cuts links with `ip link set ... down`.
+# started with `ip netns exec`, and cuts links with `ip link set ... down`;
+# the port and RPC suites run their cases with one side on node a and the
+# other on node b (tests/common/pair.rs).
 #
 # Needs root (CI is) and iproute2 (installed if missing). Everything made
 # here is removed on exit, failure or interrupt.
@@ -46,10 +48,21 @@ for n in a b c; do
     mkdir -p "$work/$n.run"
 done
 
-bin=$(cargo test -p ferry --test netns --locked --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+# Test binaries by name (built once, quietly).
+test_bin() {
+    cargo test -p ferry --test "$1" --locked --no-run --message-format=json 2>/dev/null |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+}
 log="$work/log"
 status=0
-FERRY_NETNS="$p" FERRY_NETNS_WORK="$work" "$bin" --ignored --test-threads=1 2>&1 | tee "$log" || status=$?
+# The multi-node scenarios; the transport conformance suite with its TCP
+# ends in namespaces a and b; the port and RPC suites' cases with their two
+# sides on nodes a and b (each case's `two_nodes::` instance).
+for run in "netns" "transport_conformance tcp_netns::" "ports two_nodes::" "rpc two_nodes::"; do
+    read -r name filter <<<"$run"
+    bin=$(test_bin "$name")
+    FERRY_NETNS="$p" FERRY_NETNS_WORK="$work" "$bin" --ignored --test-threads=1 ${filter:+"$filter"} 2>&1 |
+        tee -a "$log" || status=$?
+done
 awk '/^test result: / { p += $4; f += $6 } END { printf "netns: %d passed, %d failed\n", p, f }' "$log"
 exit "$status"

@@ -49,6 +49,19 @@ pub fn tcp_pair(frames: usize, detached: usize, a: Arc<Doorbell>, b: Arc<Doorbel
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("tcp bind"))?;
     let x = std::net::TcpStream::connect(listener.local_addr().map_err(io("tcp addr"))?).map_err(io("tcp connect"))?;
     let (y, _) = listener.accept().map_err(io("tcp accept"))?;
+    tcp_pair_of(x, y, frames, detached, a, b)
+}
+
+/// [`tcp_pair`] over two connected sockets the caller made (anywhere: in
+/// two network namespaces, say).
+pub fn tcp_pair_of(
+    x: std::net::TcpStream,
+    y: std::net::TcpStream,
+    frames: usize,
+    detached: usize,
+    a: Arc<Doorbell>,
+    b: Arc<Doorbell>,
+) -> Result<(TcpEnd, TcpEnd)> {
     let grant = Grant { frames, detached };
     let timeout = std::time::Duration::from_secs(10);
     Ok((TcpEnd::new(x, grant, grant, a, timeout)?, TcpEnd::new(y, grant, grant, b, timeout)?))

@@ -1,6 +1,12 @@
-//! RPC over every placement: same team (inproc) and two teams (shm).
-//! (Between processes: see `rpc_cross_process.rs`.)
+//! RPC over every placement of client and server: one team (inproc), two
+//! teams of one process and two processes (shared memory), two nodes in two
+//! network namespaces (TCP). Each case is a server side (A) and a client
+//! side (B) that share nothing but what they tell each other
+//! (`common::pair`); what the server did is seen through calls (`ticks`).
 
+mod common;
+
+use common::pair::{pair, Placement, Side};
 use ferry::rpc::{RpcError, ServiceEndpoint};
 use ferry::{Checkpoint, Team};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,92 +108,77 @@ impl Notify for NotifyImpl {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Placement {
-    SameTeam,
-    TwoTeams,
+/// Side A's part in most cases: serves `Calc` as "calc" until the client is done.
+fn serve_calc(srv: &Side) {
+    let imp = CalcImpl { team: srv.team.clone(), pushed: Default::default(), ticks: Default::default() };
+    let _serving = CalcServer::serve(&srv.team, "calc", imp).unwrap();
+    srv.put("serving", "");
+    srv.get_within::<String>("done", Duration::from_secs(60));
 }
 
-struct Setup {
-    client_team: Team,
-    server_team: Team,
-    ticks: Arc<AtomicU64>,
-    _serving: ferry::rpc::Serving,
-    _dir: tempfile::TempDir,
+/// Side B's start: a client of the server's "calc", bound by name.
+fn calc_client(cli: &Side) -> CalcClient {
+    cli.get::<String>("serving");
+    CalcClient::bind(&cli.team, "calc").unwrap()
 }
 
-fn team(dir: &std::path::Path) -> Team {
-    Team::builder().runtime_dir(dir).processors(1).spin(Duration::from_micros(5)).start().unwrap()
-}
-
-/// The server's team and the client's: one team for both, or two.
-fn server_and_client(p: Placement, dir: &std::path::Path) -> (Team, Team) {
-    let server = team(dir);
-    let client = match p {
-        Placement::SameTeam => server.clone(),
-        Placement::TwoTeams => team(dir),
-    };
-    (server, client)
-}
-
-fn setup(p: Placement) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let (server_team, client_team) = server_and_client(p, dir.path());
-    let ticks = Arc::new(AtomicU64::new(0));
-    let imp = CalcImpl { team: server_team.clone(), pushed: Default::default(), ticks: ticks.clone() };
-    let serving = CalcServer::serve(&server_team, "calc", imp).unwrap();
-    Setup { client_team, server_team, ticks, _serving: serving, _dir: dir }
+/// Runs a case whose server side only serves `Calc`: `client` is side B.
+fn with_calc_server(p: Placement, client: impl FnOnce(&Side) + Send) {
+    pair(p).config(|b| b.processors(1)).run(serve_calc, |cli| {
+        client(cli);
+        cli.put("done", "");
+    });
 }
 
 fn calls_in_every_mode(p: Placement) {
-    let s = setup(p);
-    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
-    // synchronous
-    assert_eq!(calc.add_blocking(2, 3).unwrap(), 5);
-    // asynchronous: promises, the caller runs on, then claims them
-    let promises: Vec<_> = (0..50).map(|i| calc.add(i, i)).collect();
-    for (i, p) in promises.into_iter().enumerate() {
-        assert_eq!(p.wait().unwrap(), 2 * i as i32);
-    }
-    // one-way with each checkpoint
-    for (v, cp) in
-        [(1, Checkpoint::Immediate), (2, Checkpoint::OnReceipt), (3, Checkpoint::OnDelivery), (4, Checkpoint::OnReturn)]
-    {
-        calc.push_oneway(v, cp).unwrap();
-    }
-    // batched: queued, flushed by the next synchronous call, run in order before it
-    for v in 10..20 {
-        calc.push_batched(v).unwrap();
-    }
-    let got = calc.pushed_blocking().unwrap();
-    let expect: Vec<u64> = (1..=4).chain(10..20).collect();
-    // One-way Immediate/OnReceipt/OnDelivery calls race their handlers; the batch is ordered.
-    let mut head = got[..4].to_vec();
-    head.sort();
-    assert_eq!(head, expect[..4]);
-    assert_eq!(got[4..], expect[4..]);
-    // flush with no call of its own
-    calc.push_batched(99).unwrap();
-    calc.flush().unwrap();
-    assert_eq!(*calc.pushed_blocking().unwrap().last().unwrap(), 99);
-    // from tokio too
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    assert_eq!(rt.block_on(calc.add(40, 2)).unwrap(), 42);
-    drop(s);
+    with_calc_server(p, |cli| {
+        let calc = calc_client(cli);
+        // synchronous
+        assert_eq!(calc.add_blocking(2, 3).unwrap(), 5);
+        // asynchronous: promises, the caller runs on, then claims them
+        let promises: Vec<_> = (0..50).map(|i| calc.add(i, i)).collect();
+        for (i, p) in promises.into_iter().enumerate() {
+            assert_eq!(p.wait().unwrap(), 2 * i as i32);
+        }
+        // one-way with each checkpoint
+        for (v, cp) in
+            [(1, Checkpoint::Immediate), (2, Checkpoint::OnReceipt), (3, Checkpoint::OnDelivery), (4, Checkpoint::OnReturn)]
+        {
+            calc.push_oneway(v, cp).unwrap();
+        }
+        // batched: queued, flushed by the next synchronous call, run in order before it
+        for v in 10..20 {
+            calc.push_batched(v).unwrap();
+        }
+        let got = calc.pushed_blocking().unwrap();
+        let expect: Vec<u64> = (1..=4).chain(10..20).collect();
+        // One-way Immediate/OnReceipt/OnDelivery calls race their handlers; the batch is ordered.
+        let mut head = got[..4].to_vec();
+        head.sort();
+        assert_eq!(head, expect[..4]);
+        assert_eq!(got[4..], expect[4..]);
+        // flush with no call of its own
+        calc.push_batched(99).unwrap();
+        calc.flush().unwrap();
+        assert_eq!(*calc.pushed_blocking().unwrap().last().unwrap(), 99);
+        // from tokio too
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        assert_eq!(rt.block_on(calc.add(40, 2)).unwrap(), 42);
+    });
 }
 
 fn errors_reach_the_caller_typed(p: Placement) {
-    let s = setup(p);
-    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
-    assert_eq!(calc.div_blocking(7, 2).unwrap(), 3);
-    assert!(matches!(calc.div_blocking(1, 0), Err(RpcError::Remote(MathError::DivideByZero))));
-    match calc.boom_blocking() {
-        Err(RpcError::HandlerPanicked(m)) => assert!(m.contains("boom on purpose"), "{m}"),
-        other => panic!("want HandlerPanicked, got {other:?}"),
-    }
-    // The server keeps serving after a panic.
-    assert_eq!(calc.add_blocking(1, 1).unwrap(), 2);
-    drop(s);
+    with_calc_server(p, |cli| {
+        let calc = calc_client(cli);
+        assert_eq!(calc.div_blocking(7, 2).unwrap(), 3);
+        assert!(matches!(calc.div_blocking(1, 0), Err(RpcError::Remote(MathError::DivideByZero))));
+        match calc.boom_blocking() {
+            Err(RpcError::HandlerPanicked(m)) => assert!(m.contains("boom on purpose"), "{m}"),
+            other => panic!("want HandlerPanicked, got {other:?}"),
+        }
+        // The server keeps serving after a panic.
+        assert_eq!(calc.add_blocking(1, 1).unwrap(), 2);
+    });
 }
 
 mod v2 {
@@ -200,113 +191,119 @@ mod v2 {
 }
 
 fn mismatched_client_is_refused_at_bind(p: Placement) {
-    let s = setup(p);
-    match v2::CalcClient::bind(&s.client_team, "calc") {
-        Err(RpcError::Refused(why)) => {
-            assert_eq!(why, "interface mismatch: add: argument a is i32 here, a is i64 in the client")
+    with_calc_server(p, |cli| {
+        cli.get::<String>("serving");
+        match v2::CalcClient::bind(&cli.team, "calc") {
+            Err(RpcError::Refused(why)) => {
+                assert_eq!(why, "interface mismatch: add: argument a is i32 here, a is i64 in the client")
+            }
+            Ok(_) => panic!("a mismatched client was accepted"),
+            Err(e) => panic!("want Refused, got {e:?}"),
         }
-        Ok(_) => panic!("a mismatched client was accepted"),
-        Err(e) => panic!("want Refused, got {e:?}"),
-    }
-    assert!(matches!(NotifyClient::bind(&s.client_team, "calc"), Err(RpcError::Refused(_))));
-    drop(s);
+        assert!(matches!(NotifyClient::bind(&cli.team, "calc"), Err(RpcError::Refused(_))));
+    });
 }
 
 /// Waits until the handler's tick counter stops moving; returns its value.
-fn settled(ticks: &AtomicU64) -> u64 {
+fn settled(calc: &CalcClient) -> u64 {
     loop {
-        let a = ticks.load(Ordering::SeqCst);
+        let a = calc.ticks_blocking().unwrap();
         std::thread::sleep(Duration::from_millis(60));
-        if ticks.load(Ordering::SeqCst) == a {
+        if calc.ticks_blocking().unwrap() == a {
             return a;
         }
     }
 }
 
 fn deadline_cancels_the_handler(p: Placement) {
-    let s = setup(p);
-    let calc = CalcClient::bind(&s.client_team, "calc").unwrap().with_timeout(Duration::from_millis(100));
-    let t0 = Instant::now();
-    assert!(matches!(calc.slow_blocking(5_000), Err(RpcError::DeadlineExceeded)));
-    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
-    // The handler was cancelled at the server: it stopped long before its 5 s.
-    let stopped = settled(&s.ticks);
-    assert!(stopped < 100, "the handler ran on ({stopped} ticks)");
-    assert!(s.ticks.load(Ordering::SeqCst) == stopped);
-    drop(s);
+    with_calc_server(p, |cli| {
+        let calc = calc_client(cli);
+        let short = calc.with_timeout(Duration::from_millis(100));
+        let t0 = Instant::now();
+        assert!(matches!(short.slow_blocking(5_000), Err(RpcError::DeadlineExceeded)));
+        assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
+        // The handler was cancelled at the server: it stopped long before its 5 s.
+        let stopped = settled(&calc);
+        assert!(stopped < 100, "the handler ran on ({stopped} ticks)");
+    });
 }
 
 fn dropped_call_cancels_the_handler(p: Placement) {
-    let s = setup(p);
-    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
-    let call = calc.slow(5_000);
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(s.ticks.load(Ordering::SeqCst) > 0, "the handler should be running");
-    drop(call);
-    let stopped = settled(&s.ticks);
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(s.ticks.load(Ordering::SeqCst), stopped, "the handler goes on after its caller left");
-    assert!(stopped < 200, "the handler ran on ({stopped} ticks)");
-    // The server still works.
-    assert_eq!(calc.add_blocking(2, 2).unwrap(), 4);
-    drop(s);
+    with_calc_server(p, |cli| {
+        let calc = calc_client(cli);
+        let call = calc.slow(5_000);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(calc.ticks_blocking().unwrap() > 0, "the handler should be running");
+        drop(call);
+        let stopped = settled(&calc);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(calc.ticks_blocking().unwrap(), stopped, "the handler goes on after its caller left");
+        assert!(stopped < 200, "the handler ran on ({stopped} ticks)");
+        // The server still works.
+        assert_eq!(calc.add_blocking(2, 2).unwrap(), 4);
+    });
 }
 
 fn server_calls_back_over_the_same_channel(p: Placement) {
-    let s = setup(p);
-    let notify = ServiceEndpoint::open_unnamed(&s.client_team, NotifyClient::descriptor()).unwrap();
-    let notify_id = notify.id();
-    let _serving = notify.serve(Arc::new(NotifyServer::new(NotifyImpl)));
-    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
-    assert_eq!(calc.call_me_back_blocking(notify_id, "hi".into()).unwrap(), "noted hi!");
-    // Blocking calls inside a handler: even with one processor per team
-    // (and one team for both sides) the processor runs the other tasks
-    // (the callback's server) while the handler blocks.
-    let t0 = Instant::now();
-    assert_eq!(calc.call_me_back_sync_blocking(notify_id, "yo".into()).unwrap(), "noted yo?");
-    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
-    drop(s);
+    with_calc_server(p, |cli| {
+        let notify = ServiceEndpoint::open_unnamed(&cli.team, NotifyClient::descriptor()).unwrap();
+        let notify_id = notify.id();
+        let _serving = notify.serve(Arc::new(NotifyServer::new(NotifyImpl)));
+        let calc = calc_client(cli);
+        assert_eq!(calc.call_me_back_blocking(notify_id, "hi".into()).unwrap(), "noted hi!");
+        // Blocking calls inside a handler: even with one processor per team
+        // (and one team for both sides) the processor runs the other tasks
+        // (the callback's server) while the handler blocks.
+        let t0 = Instant::now();
+        assert_eq!(calc.call_me_back_sync_blocking(notify_id, "yo".into()).unwrap(), "noted yo?");
+        assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
+    });
 }
 
 /// One server, both receipt styles: a task accepts calls explicitly,
 /// answers `add` itself (when it chooses), and hands everything else to
 /// the implicit dispatcher.
 fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
-    let dir = tempfile::tempdir().unwrap();
-    let (server_team, client_team) = server_and_client(p, dir.path());
-    let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
-    let implicit = Arc::new(CalcServer::new(CalcImpl {
-        team: server_team.clone(),
-        pushed: Default::default(),
-        ticks: Default::default(),
-    }));
-    let st = server_team.clone();
-    let acceptor = server_team.spawn(async move {
-        let mut explicit = 0;
-        for _ in 0..6 {
-            let call = endpoint.accept().await.unwrap();
-            if call.method_name() == "add" {
-                match CalcRequest::from_call(call).unwrap() {
-                    CalcRequest::Add { a, b, reply } => {
-                        explicit += 1;
-                        // Reply when we choose: after a pause, with a marked answer.
-                        st.sleep(Duration::from_millis(1)).await;
-                        reply.ok(&(1000 + a + b)).unwrap();
+    pair(p).config(|b| b.processors(1)).run(
+        |srv| {
+            let endpoint = ServiceEndpoint::open(&srv.team, "calc", CalcClient::descriptor()).unwrap();
+            let implicit = Arc::new(CalcServer::new(CalcImpl {
+                team: srv.team.clone(),
+                pushed: Default::default(),
+                ticks: Default::default(),
+            }));
+            let st = srv.team.clone();
+            let acceptor = srv.team.spawn(async move {
+                let mut explicit = 0;
+                for _ in 0..6 {
+                    let call = endpoint.accept().await.unwrap();
+                    if call.method_name() == "add" {
+                        match CalcRequest::from_call(call).unwrap() {
+                            CalcRequest::Add { a, b, reply } => {
+                                explicit += 1;
+                                // Reply when we choose: after a pause, with a marked answer.
+                                st.sleep(Duration::from_millis(1)).await;
+                                reply.ok(&(1000 + a + b)).unwrap();
+                            }
+                            _ => unreachable!(),
+                        }
+                    } else {
+                        call.dispatch(&st, &implicit);
                     }
-                    _ => unreachable!(),
                 }
-            } else {
-                call.dispatch(&st, &implicit);
+                explicit
+            });
+            srv.put("serving", "");
+            assert_eq!(srv.team.block_on(acceptor).unwrap(), 3);
+        },
+        |cli| {
+            let calc = calc_client(cli);
+            for i in 0..3 {
+                assert_eq!(calc.add_blocking(i, 1).unwrap(), 1001 + i, "explicit");
+                assert_eq!(calc.div_blocking(9, 3).unwrap(), 3, "implicit");
             }
-        }
-        explicit
-    });
-    let calc = CalcClient::bind(&client_team, "calc").unwrap();
-    for i in 0..3 {
-        assert_eq!(calc.add_blocking(i, 1).unwrap(), 1001 + i, "explicit");
-        assert_eq!(calc.div_blocking(9, 3).unwrap(), 3, "implicit");
-    }
-    assert_eq!(client_team.block_on(acceptor).unwrap(), 3);
+        },
+    );
 }
 
 /// Explicit receipt enforces deadlines too: the accepted call's cancel token
@@ -315,104 +312,92 @@ fn explicit_and_implicit_receipt_on_one_server(p: Placement) {
 /// queue is answered for the caller instead of being accepted.
 fn explicit_receipt_sees_the_deadline(p: Placement) {
     use std::future::Future;
-    use std::sync::atomic::AtomicBool;
     use std::task::Poll;
-    let dir = tempfile::tempdir().unwrap();
-    let (server_team, client_team) = server_and_client(p, dir.path());
-    let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
-    let (st, adds_expired) = (server_team.clone(), Arc::new(AtomicBool::new(false)));
-    let expired_flag = adds_expired.clone();
-    let acceptor = server_team.spawn(async move {
-        // Holds the first call until the next two have expired in the queue.
-        let first = endpoint.accept().await.unwrap();
-        assert_eq!(first.method_name(), "div");
-        while !expired_flag.load(Ordering::SeqCst) {
-            st.sleep(Duration::from_millis(5)).await;
-        }
-        first.reply_ok(&0i32).unwrap();
-        // The expired calls are answered for their callers, not handed out.
-        let call = endpoint.accept().await.unwrap();
-        assert_eq!(call.method_name(), "push", "an expired call was accepted");
-        let token = call.cancel_token().unwrap().clone();
-        let waited = Instant::now();
-        token.cancelled().await;
-        waited.elapsed()
-    });
-    let calc = CalcClient::bind(&client_team, "calc").unwrap();
-    let short = calc.with_timeout(Duration::from_millis(100));
-    let first = calc.div(1, 1);
-    let expired = [short.add(1, 2), short.add(3, 4)];
-    for call in expired {
-        assert!(matches!(client_team.block_on(call), Err(RpcError::DeadlineExceeded)));
-    }
-    adds_expired.store(true, Ordering::SeqCst);
-    assert_eq!(client_team.block_on(first).unwrap(), 0);
-    // One-way: no caller waits to send a cancel, the deadline alone must
-    // stop it. (Long enough not to expire in the queue on a slow machine.)
-    calc.with_timeout(Duration::from_millis(500)).push_oneway(7, Checkpoint::OnReceipt).unwrap();
-    let mut acceptor = std::pin::pin!(acceptor);
-    let mut patience = std::pin::pin!(client_team.sleep(Duration::from_secs(10)));
-    let waited = client_team.block_on(std::future::poll_fn(|cx| {
-        if let Poll::Ready(r) = acceptor.as_mut().poll(cx) {
-            return Poll::Ready(r.unwrap());
-        }
-        patience.as_mut().poll(cx).map(|()| panic!("the deadline never cancelled the accepted call"))
-    }));
-    assert!(waited < Duration::from_secs(3), "cancelled after {waited:?}");
+    pair(p).config(|b| b.processors(1)).run(
+        |srv| {
+            let endpoint = ServiceEndpoint::open(&srv.team, "calc", CalcClient::descriptor()).unwrap();
+            srv.put("serving", "");
+            // Holds the first call until the next two have expired in the queue.
+            let first = endpoint.accept_blocking().unwrap();
+            assert_eq!(first.method_name(), "div");
+            srv.get::<String>("expired");
+            first.reply_ok(&0i32).unwrap();
+            // The expired calls are answered for their callers, not handed out.
+            let call = endpoint.accept_blocking().unwrap();
+            assert_eq!(call.method_name(), "push", "an expired call was accepted");
+            let token = call.cancel_token().unwrap().clone();
+            let waited = Instant::now();
+            let mut cancelled = std::pin::pin!(token.cancelled());
+            let mut patience = std::pin::pin!(srv.team.sleep(Duration::from_secs(10)));
+            srv.team.block_on(std::future::poll_fn(|cx| {
+                if cancelled.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+                patience.as_mut().poll(cx).map(|()| panic!("the deadline never cancelled the accepted call"))
+            }));
+            let waited = waited.elapsed();
+            assert!(waited < Duration::from_secs(3), "cancelled after {waited:?}");
+        },
+        |cli| {
+            let calc = calc_client(cli);
+            let short = calc.with_timeout(Duration::from_millis(100));
+            let first = calc.div(1, 1);
+            let expired = [short.add(1, 2), short.add(3, 4)];
+            for call in expired {
+                assert!(matches!(cli.team.block_on(call), Err(RpcError::DeadlineExceeded)));
+            }
+            cli.put("expired", "");
+            assert_eq!(cli.team.block_on(first).unwrap(), 0);
+            // One-way: no caller waits to send a cancel, the deadline alone must
+            // stop it. (Long enough not to expire in the queue on a slow machine.)
+            calc.with_timeout(Duration::from_millis(500)).push_oneway(7, Checkpoint::OnReceipt).unwrap();
+        },
+    );
 }
 
 /// A call cancelled while it still waits in the server's queue is seen as
 /// cancelled when it is accepted (its cancel arrived before its hook).
 fn cancel_before_accept_is_not_lost(p: Placement) {
-    let dir = tempfile::tempdir().unwrap();
-    let (server_team, client_team) = server_and_client(p, dir.path());
-    let endpoint = ServiceEndpoint::open(&server_team, "calc", CalcClient::descriptor()).unwrap();
-    let (sent, wait_sent) = std::sync::mpsc::channel();
-    let client = std::thread::spawn(move || {
-        let calc = CalcClient::bind(&client_team, "calc").unwrap();
-        assert_eq!(calc.add_blocking(1, 1).unwrap(), 2);
-        drop(calc.slow(1_000)); // sent, then cancelled at once
-        std::thread::sleep(Duration::from_millis(50)); // the cancel is there before anyone accepts
-        sent.send(()).unwrap();
-    });
-    // The bind is answered inside accept; the first call is the add.
-    match CalcRequest::from_call(endpoint.accept_blocking().unwrap()).unwrap() {
-        CalcRequest::Add { a, b, reply } => reply.ok(&(a + b)).unwrap(),
-        _ => panic!("expected add"),
-    }
-    wait_sent.recv_timeout(Duration::from_secs(10)).unwrap();
-    let call = endpoint.accept_blocking().unwrap();
-    assert_eq!(call.method_name(), "slow");
-    assert!(call.cancel_token().unwrap().is_cancelled(), "the early cancel was lost");
-    client.join().unwrap();
+    pair(p).config(|b| b.processors(1)).run(
+        |srv| {
+            let endpoint = ServiceEndpoint::open(&srv.team, "calc", CalcClient::descriptor()).unwrap();
+            srv.put("serving", "");
+            // The bind is answered inside accept; the first call is the add.
+            match CalcRequest::from_call(endpoint.accept_blocking().unwrap()).unwrap() {
+                CalcRequest::Add { a, b, reply } => reply.ok(&(a + b)).unwrap(),
+                _ => panic!("expected add"),
+            }
+            srv.get::<String>("cancelled");
+            let call = endpoint.accept_blocking().unwrap();
+            assert_eq!(call.method_name(), "slow");
+            assert!(call.cancel_token().unwrap().is_cancelled(), "the early cancel was lost");
+        },
+        |cli| {
+            let calc = calc_client(cli);
+            assert_eq!(calc.add_blocking(1, 1).unwrap(), 2);
+            drop(calc.slow(1_000)); // sent, then cancelled at once
+            std::thread::sleep(Duration::from_millis(50)); // the cancel is there before anyone accepts
+            cli.put("cancelled", "");
+        },
+    );
 }
 
 /// Implicit handlers run on the server team's processors (most often the
 /// one that received the call, with no task switch), never on a client
 /// thread that happened to receive the call while it waited.
 fn handlers_run_on_the_servers_processors(p: Placement) {
-    let s = setup(p);
-    let calc = CalcClient::bind(&s.client_team, "calc").unwrap();
-    for _ in 0..200 {
-        let on = calc.thread_blocking().unwrap();
-        assert!(on.starts_with("ferry-proc"), "handler ran on {on:?}");
-    }
-    let calls: Vec<_> = (0..50).map(|_| calc.thread()).collect();
-    for c in calls {
-        let on = s.client_team.block_on(c).unwrap();
-        assert!(on.starts_with("ferry-proc"), "handler ran on {on:?}");
-    }
-}
-
-macro_rules! placements {
-    ($($case:ident),* $(,)?) => {
-        mod same_team {
-            $( #[test] fn $case() { super::$case(super::Placement::SameTeam) } )*
+    with_calc_server(p, |cli| {
+        let calc = calc_client(cli);
+        for _ in 0..200 {
+            let on = calc.thread_blocking().unwrap();
+            assert!(on.starts_with("ferry-proc"), "handler ran on {on:?}");
         }
-        mod two_teams {
-            $( #[test] fn $case() { super::$case(super::Placement::TwoTeams) } )*
+        let calls: Vec<_> = (0..50).map(|_| calc.thread()).collect();
+        for c in calls {
+            let on = cli.team.block_on(c).unwrap();
+            assert!(on.starts_with("ferry-proc"), "handler ran on {on:?}");
         }
-    };
+    });
 }
 
 placements!(
@@ -427,10 +412,3 @@ placements!(
     handlers_run_on_the_servers_processors,
     explicit_receipt_sees_the_deadline,
 );
-
-#[test]
-fn server_team_ref_is_used() {
-    // Keeps `server_team` meaningful in Setup for both placements.
-    let s = setup(Placement::TwoTeams);
-    assert_ne!(s.server_team.id(), s.client_team.id());
-}

@@ -5,7 +5,9 @@
 //! makes a connected pair of ends (and runs the transport's bind handshake,
 //! if it has one), and instantiated per transport by `conformance!` at the
 //! bottom of this file. A new transport (TCP) joins by implementing
-//! `Factory` and adding one `conformance!(tcp, Tcp, handshake: yes);` line.
+//! `Factory` and adding one `conformance!(tcp, Tcp<Loopback>, handshake: yes);`
+//! line; `tcp_netns` runs the same cases with the two ends in two network
+//! namespaces (under `scripts/netns-test.sh`).
 //!
 //! A case that cannot apply to a transport (inproc has no handshake) is
 //! declared so on that transport's `conformance!` line: it is still listed,
@@ -22,6 +24,8 @@ use ferry::testing::{
     ShmBind, Staged, TcpBind, TcpEnd, Transport, tcp_accept, tcp_connect, Grant,
 };
 use ferry::{Checkpoint, Error, TeamId};
+use std::marker::PhantomData;
+use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -166,31 +170,82 @@ impl Handshake for ShmHandshake {
     }
 }
 
-struct Tcp;
+/// TCP, its two sockets made by `H`: over loopback, or across network namespaces.
+struct Tcp<H>(PhantomData<H>);
 
-impl Factory for Tcp {
+impl<H: Hosts> Factory for Tcp<H> {
     fn pipe(cap: usize) -> Pipe {
         Pipe::new(|a, b| {
-            let (x, y) = ferry::testing::tcp_pair(cap, AREA, a, b).expect("tcp pair");
+            let (x, y) = H::connected();
+            let (x, y) = ferry::testing::tcp_pair_of(x, y, cap, AREA, a, b).expect("tcp pair");
             (Box::new(x), Box::new(y))
         })
     }
 
     fn handshake() -> Option<&'static dyn Handshake> {
-        Some(&TcpHandshake)
+        // A zero-sized value: leaking it allocates nothing.
+        Some(Box::leak(Box::new(TcpHandshake::<H>(PhantomData))))
     }
 }
 
-/// The TCP bind over loopback: the connector on a thread of its own, the
-/// acceptor on this one. A connector that is not who it claims to be (it
-/// cannot show credentials for its claim over a network) binds without the
-/// cluster's key.
-struct TcpHandshake;
+/// Where the two ends of a TCP connection are.
+trait Hosts: Sync + 'static {
+    /// A connected pair of sockets: (connector's, acceptor's).
+    fn connected() -> (TcpStream, TcpStream);
+}
 
-impl Handshake for TcpHandshake {
-    fn bind(&self, plan: &Plan) -> Outcome {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+/// Both ends on this machine's loopback.
+struct Loopback;
+
+impl Hosts for Loopback {
+    fn connected() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+        let c = TcpStream::connect(listener.local_addr().unwrap()).expect("connect");
+        (c, listener.accept().expect("accept").0)
+    }
+}
+
+/// The connector in the namespace of node a, the acceptor in node b's,
+/// joined by veth pairs and a bridge (`scripts/netns-test.sh` makes them):
+/// every byte crosses between two network stacks.
+struct Namespaces;
+
+impl Hosts for Namespaces {
+    fn connected() -> (TcpStream, TcpStream) {
+        let (prefix, _) = common::pair::netns();
+        let listener = in_netns(&format!("{prefix}-2"), || TcpListener::bind("10.77.0.2:0").expect("listener"));
         let addr = listener.local_addr().unwrap();
+        let c = in_netns(&format!("{prefix}-1"), || TcpStream::connect(addr).expect("connect"));
+        (c, listener.accept().expect("accept").0)
+    }
+}
+
+/// Runs `make` on a thread that entered network namespace `ns`: a socket it
+/// makes belongs to that namespace for good, whichever thread uses it later.
+fn in_netns<T: Send>(ns: &str, make: impl FnOnce() -> T + Send) -> T {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("network namespace");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns(2) on an open namespace file; it moves only this
+            // thread, which ends when `make` returns.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns {ns}: {}", std::io::Error::last_os_error());
+            make()
+        })
+        .join()
+        .expect("thread in the namespace")
+    })
+}
+
+/// The TCP bind between the ends of a connection made by `H`: the connector
+/// on a thread of its own, the acceptor on this one. A connector that is not
+/// who it claims to be (it cannot show credentials for its claim over a
+/// network) binds without the cluster's key.
+struct TcpHandshake<H>(PhantomData<H>);
+
+impl<H: Hosts> Handshake for TcpHandshake<H> {
+    fn bind(&self, plan: &Plan) -> Outcome {
         let key: Arc<[u8]> = Arc::from(&b"the cluster's key"[..]);
         let side = |me, magic, key: &Arc<[u8]>| TcpBind {
             me,
@@ -209,8 +264,7 @@ impl Handshake for TcpHandshake {
         let welcome = (plan.fault == Fault::WelcomeMagic).then_some(*b"FERRYTW0");
         let connector_key = if plan.claims == plan.really { key.clone() } else { Arc::from(&b"another key"[..]) };
         std::thread::scope(|s| {
-            let c = std::net::TcpStream::connect(addr).expect("connect");
-            let (a, _) = listener.accept().expect("accept");
+            let (c, a) = H::connected();
             let (connector, _silent_c) = if plan.fault == Fault::SilentConnector {
                 (None, Some(c))
             } else {
@@ -933,7 +987,7 @@ fn staging_waits_for_space_the_receiver_holds<F: Factory>() {
     send_detached(&*pipe.a, &data(2), &payload(2, half), until);
     assert_eq!(pipe.a.stage(&payload(3, half)).err(), Some(SendError::Full));
     // The receiver takes the first (once it is there) and keeps it: still full.
-    let (_, kept) = take_detached(&*pipe.b);
+    let (_, kept) = take_detached(&*pipe.a, &*pipe.b);
     pipe.b.tidy();
     pump(&*pipe.a);
     assert_eq!(pipe.a.stage(&payload(3, half)).err(), Some(SendError::Full));
@@ -1000,10 +1054,13 @@ fn notice(t: &dyn Transport, limit: Duration) -> Liveness {
 }
 
 /// Takes the next frame, which must carry a detached payload, and keeps
-/// the payload (unread), waiting for it at most `PATIENCE`.
-fn take_detached(t: &dyn Transport) -> (Header, Detached) {
+/// the payload (unread), waiting for it at most `PATIENCE`. The writer's
+/// end tidies meanwhile, as its team would: over a network a large frame
+/// may still be going out.
+fn take_detached(writer: &dyn Transport, t: &dyn Transport) -> (Header, Detached) {
     let until = Instant::now() + PATIENCE;
     loop {
+        writer.tidy();
         let mut got = None;
         let r = t.try_recv(&mut |h, body| match body {
             Body::Detached(slot) => {
@@ -1118,7 +1175,7 @@ fn peer_death_mid_message<F: Factory>() {
     // Taken but not read when the sender dies.
     let pipe = F::pipe(SMALL);
     send_detached(&*pipe.a, &data(4), &payload(4, big), until);
-    let (h, held) = take_detached(&*pipe.b);
+    let (h, held) = take_detached(&*pipe.a, &*pipe.b);
     assert_eq!(h.call_id, 4);
     let Pipe { a, b, .. } = pipe;
     drop(a);
@@ -1145,7 +1202,7 @@ fn half_received_large_message_leaks_nothing<F: Factory>() {
     let max = pipe.a.max_detached();
     for round in 0..6u64 {
         send_detached(&*pipe.a, &data(round), &payload(round, max), until);
-        let (h, d) = take_detached(&*pipe.b);
+        let (h, d) = take_detached(&*pipe.a, &*pipe.b);
         assert_eq!((h.call_id, d.len()), (round, max));
         // While it is held, its space is not the writer's.
         assert_eq!(pipe.a.stage(&payload(99, max)).err(), Some(SendError::Full), "round {round}");
@@ -1159,7 +1216,7 @@ fn half_received_large_message_leaks_nothing<F: Factory>() {
     }
     // The area came back every round (send_detached waited for it).
     send_detached(&*pipe.a, &data(100), &payload(100, max), until);
-    let (_, d) = take_detached(&*pipe.b);
+    let (_, d) = take_detached(&*pipe.a, &*pipe.b);
     let mut out = Vec::new();
     d.read_into(&mut out);
     // The receiver closes with the payload still in hand, then lets it go.
@@ -1174,7 +1231,7 @@ fn half_received_large_message_leaks_nothing<F: Factory>() {
     // The receiver's end goes before the payload it holds.
     let pipe = F::pipe(SMALL);
     send_detached(&*pipe.a, &data(200), &payload(200, max), until);
-    let (_, d) = take_detached(&*pipe.b);
+    let (_, d) = take_detached(&*pipe.a, &*pipe.b);
     let Pipe { a, b, .. } = pipe;
     drop(b);
     d.read_into(&mut out);
@@ -1384,6 +1441,19 @@ macro_rules! run {
     };
 }
 
+/// A test per case, run on `$factory` only when asked (`--ignored`).
+macro_rules! run_ignored {
+    ($factory:ty, $why:literal: $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            #[ignore = $why]
+            fn $case() {
+                super::$case::<$factory>()
+            }
+        )*
+    };
+}
+
 /// A test per case, listed as `ignored, <why>`: the case does not apply.
 macro_rules! does_not_apply {
     ($factory:ty, $why:literal: $($case:ident),* $(,)?) => {
@@ -1398,13 +1468,21 @@ macro_rules! does_not_apply {
 }
 
 /// The suite for one transport: `conformance!(name, Factory, handshake: yes)`,
-/// or `handshake: no = "does not apply: why"`.
+/// or `handshake: no = "does not apply: why"`; `ignore = "why"` after
+/// `handshake: yes` lists its cases as ignored, run only when asked.
 macro_rules! conformance {
     ($name:ident, $factory:ty, handshake: yes) => {
         mod $name {
             use super::*;
             every_case!(run!($factory));
             handshake_cases!(run!($factory));
+        }
+    };
+    ($name:ident, $factory:ty, handshake: yes, ignore = $why:literal) => {
+        mod $name {
+            use super::*;
+            every_case!(run_ignored!($factory, $why));
+            handshake_cases!(run_ignored!($factory, $why));
         }
     };
     ($name:ident, $factory:ty, handshake: no = $why:literal) => {
@@ -1424,7 +1502,8 @@ macro_rules! conformance {
 
 conformance!(inproc, Inproc, handshake: no = "does not apply: inproc has no handshake (one team makes both ends)");
 conformance!(shm, Shm, handshake: yes);
-conformance!(tcp, Tcp, handshake: yes);
+conformance!(tcp, Tcp<Loopback>, handshake: yes);
+conformance!(tcp_netns, Tcp<Namespaces>, handshake: yes, ignore = "needs network namespaces: scripts/netns-test.sh runs it");
 
 /// Shared-memory only: a peer that scribbles on the shared segment makes
 /// the channel `Corrupt` (and closes the end); it never crashes the reader

@@ -29,7 +29,7 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -63,6 +63,8 @@ pub(crate) struct Reactor {
     tcp_binds: Arc<AtomicUsize>,
     watched: Mutex<HashMap<u64, Arc<Channel>>>,
     next_token: AtomicU64,
+    /// Set once it stopped taking binds ([`Reactor::close`]).
+    closed: AtomicBool,
 }
 
 impl Reactor {
@@ -90,6 +92,7 @@ impl Reactor {
             tcp_binds: Arc::default(),
             watched: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(3),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -117,11 +120,29 @@ impl Reactor {
     pub fn stop(&self) {
         let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
     }
+
+    /// Stops taking binds, once the reactor thread is gone: the socket file
+    /// goes (connectors find no team), the listeners refuse, and connections
+    /// already queued are closed, so their connectors see the team gone at
+    /// once instead of waiting out a handshake. Done before the team number
+    /// is released: a later team with the number makes the file again.
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = std::fs::remove_file(&self.path);
+        let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Both);
+        while self.listener.accept().is_ok() {}
+        if let Some(l) = &self.tcp {
+            let _ = rustix::net::shutdown(l, rustix::net::Shutdown::Both);
+            while l.accept().is_ok() {}
+        }
+    }
 }
 
 impl Drop for Reactor {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        self.close();
     }
 }
 

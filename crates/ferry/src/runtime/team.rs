@@ -334,6 +334,7 @@ impl TeamInner {
         self.doorbell.ring_now();
         let threads: Vec<_> = self.threads.lock().drain(..).collect();
         self.join_bounded(threads);
+        self.reactor.close();
         // Break the cycles that keep tasks (and through them this team) alive.
         self.timers.clear();
         self.calls.clear_cancels();

@@ -8,6 +8,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+pub mod pair;
+
 /// Deterministic, non-constant bytes for message `i`.
 pub fn pattern(i: u64, len: usize) -> Vec<u8> {
     let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -70,14 +72,8 @@ impl Child {
 
     /// Starts `role` after `tweak` adjusted the command (more env vars...).
     pub fn spawn_with(role: &str, dir: &Path, tweak: impl FnOnce(&mut Command)) -> Child {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "child_entry", "--include-ignored", "--nocapture", "--test-threads=1"])
-            .env(ROLE, role)
-            .env("FERRY_RUNTIME_DIR", dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        let mut cmd = Child::command("child_entry", role, dir, None);
         tweak(&mut cmd);
-        // A reader thread, so every wait on the child has a deadline.
         Child::from_command(cmd, role)
     }
 
@@ -85,20 +81,37 @@ impl Child {
     /// execs the test binary: the pid is the child's), with the runtime dir
     /// `dir` and the environment `env`.
     pub fn spawn_in_netns(ns: &str, role: &str, dir: &Path, env: &[(&str, &Path)]) -> Child {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns]).arg(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "child_entry", "--include-ignored", "--nocapture", "--test-threads=1"])
-            .env(ROLE, role)
-            .env("FERRY_RUNTIME_DIR", dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        let mut cmd = Child::command("child_entry", role, dir, Some(ns));
         for (k, v) in env {
             cmd.env(k, v);
         }
         Child::from_command(cmd, role)
     }
 
-    fn from_command(mut cmd: Command, role: &str) -> Child {
+    /// A command that runs test `test` of this binary (ignored or not) with
+    /// `role` in `FERRY_TEST_CHILD` and the runtime dir `dir`, inside network
+    /// namespace `ns` if given, with piped stdin and stdout.
+    pub fn command(test: &str, role: &str, dir: &Path, ns: Option<&str>) -> Command {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        cmd.args(["--exact", test, "--include-ignored", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env("FERRY_RUNTIME_DIR", dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        cmd
+    }
+
+    /// Starts `cmd` (made by [`Child::command`]); a reader thread takes its
+    /// lines, so every wait on the child has a deadline.
+    pub fn from_command(mut cmd: Command, role: &str) -> Child {
         let mut proc = cmd.spawn().expect("spawn child process");
         let out = BufReader::new(proc.stdout.take().unwrap());
         let (tx, lines) = std::sync::mpsc::channel();
@@ -136,6 +149,12 @@ impl Child {
                 }
             }
         }
+    }
+
+    /// Every line the child says from now on (instead of [`Child::expect`]
+    /// and [`Child::next_line`], which then see nothing).
+    pub fn take_lines(&mut self) -> Receiver<String> {
+        std::mem::replace(&mut self.lines, std::sync::mpsc::channel().1)
     }
 
     /// The next line the child says within `limit`, if any (no panic).

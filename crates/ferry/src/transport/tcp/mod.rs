@@ -44,7 +44,7 @@ use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 pub mod handshake;
@@ -383,7 +383,7 @@ impl TcpEnd {
             if let Err(e) = self.pump(&mut rx) {
                 tracing::warn!(%e, "closing a TCP channel: the peer broke the protocol");
                 drop(rx);
-                self.close();
+                self.abort();
             }
         }
     }
@@ -505,6 +505,33 @@ impl TcpEnd {
         Ok(())
     }
 
+    /// Closes at once, dropping what waits to be written: the peer broke
+    /// the protocol, nothing more is owed to it.
+    fn abort(&self) {
+        self.tx.lock().out.clear();
+        self.close();
+    }
+
+    /// Writes out what is queued, waiting for the socket to take it at most
+    /// `limit`. Closing does this first, so frames accepted for sending are
+    /// not lost with the end: they fit in the credit the peer granted, and a
+    /// live peer reads them (one that reads nothing for its timeout is gone).
+    fn write_out(&self, limit: Duration) {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let until = Instant::now() + limit;
+        loop {
+            let mut tx = self.tx.lock();
+            self.flush(&mut tx);
+            let left = until.saturating_duration_since(Instant::now());
+            if tx.out.is_empty() || left.is_zero() {
+                return;
+            }
+            drop(tx);
+            let mut fds = [PollFd::new(&self.sock, PollFlags::OUT)];
+            let _ = poll(&mut fds, Timespec::try_from(left).ok().as_ref());
+        }
+    }
+
     /// The stream ended or broke: the peer is gone, unless we closed first.
     fn hang_up(&self) {
         if !self.closed.load(Ordering::Acquire) {
@@ -618,7 +645,7 @@ impl Transport for TcpEnd {
         if rx.frames.is_empty() {
             if let Err(e) = self.pump(&mut rx) {
                 drop(rx);
-                self.close();
+                self.abort();
                 return Err(e);
             }
         }
@@ -702,7 +729,10 @@ impl Transport for TcpEnd {
     }
 
     fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.write_out(self.peer_timeout);
         // Our end of the stream: the peer reads it after our last frame.
         let _ = self.sock.shutdown(std::net::Shutdown::Write);
     }
