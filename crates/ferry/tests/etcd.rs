@@ -2,7 +2,8 @@
 //! loopback ports of its own (Debian's `etcd-server`; `scripts/test.sh`
 //! installs it) and stops: names seen by every team and taken once, a
 //! dead team's names expiring with its lease, waits that are watches and
-//! survive a compaction.
+//! survive a compaction, several etcd addresses (one dead) and
+//! `$FERRY_ETCD`.
 
 mod common;
 
@@ -21,16 +22,18 @@ const TTL: Duration = Duration::from_secs(2);
 fn child_entry() {
     let Some(role) = common::child_role() else { return };
     let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
-    let etcd: SocketAddr = std::env::var("TEST_ETCD").unwrap().parse().unwrap();
-    let team = Team::builder().runtime_dir(&dir).etcd(etcd, TTL).start().unwrap();
-    match role.as_str() {
+    let team = match role.as_str() {
         "mortal" => {
-            let port = team.open_named_port::<u8>("mortal").unwrap();
-            common::say(port.id());
-            std::thread::sleep(Duration::from_secs(3600));
+            let etcd: SocketAddr = std::env::var("TEST_ETCD").unwrap().parse().unwrap();
+            Team::builder().runtime_dir(&dir).etcd(etcd, TTL).start().unwrap()
         }
+        // The parent set $FERRY_ETCD.
+        "from-env" => Team::builder().runtime_dir(&dir).start().unwrap(),
         other => panic!("unknown role {other}"),
-    }
+    };
+    let port = team.open_named_port::<u8>(&role).unwrap();
+    common::say(port.id());
+    std::thread::sleep(Duration::from_secs(3600));
 }
 
 /// An etcd of its own, on free loopback ports, stopped (and its data
@@ -139,8 +142,71 @@ fn a_wait_for_a_name_is_a_watch_and_survives_compaction() {
     // Revisions pile up, then etcd compacts past the one a watch resumes from.
     let others: Vec<_> = (0..5).map(|i| a.open_named_port::<u8>(&format!("other{i}")).unwrap()).collect();
     etcd_compact(etcd.addr).unwrap();
-    let names = EtcdNames::connect(etcd.addr, TTL).unwrap();
+    let names = EtcdNames::connect(&[etcd.addr], TTL).unwrap();
     let found = names.wait_from("late", 1, Instant::now() + Duration::from_secs(5));
     assert_eq!(found.unwrap(), late.id(), "a compacted watch must list again");
     drop(others);
+}
+
+/// A loopback address nobody listens on (bound and released).
+fn dead_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// Given several etcd addresses, a team goes on to the next while one does
+/// not answer: the first one dead, everything works through the second.
+#[test]
+fn a_dead_etcd_address_is_passed_over() {
+    let etcd = Etcd::start();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Team::builder().runtime_dir(d1.path()).etcd_endpoints([dead_addr(), etcd.addr], TTL).start().unwrap();
+    let b = Team::builder().runtime_dir(d2.path()).etcd_endpoints([etcd.addr, dead_addr()], TTL).start().unwrap();
+    let svc = a.open_named_port::<u8>("svc").unwrap();
+    assert_eq!(b.lookup("svc").unwrap(), svc.id());
+    assert!(matches!(b.open_named_port::<u8>("svc"), Err(Error::NameTaken { .. })));
+    // Past the TTL: the keep-alives got through too.
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || b.lookup_wait("late", Duration::from_secs(20)))
+    };
+    std::thread::sleep(TTL + TTL / 2);
+    assert_eq!(b.lookup("svc").unwrap(), svc.id());
+    let late = a.open_named_port::<u8>("late").unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap(), late.id());
+    // Leaving revokes the lease through the live address.
+    drop((svc, late, a));
+    assert!(matches!(b.lookup("svc"), Err(Error::NameNotFound(_))));
+    assert!(matches!(b.lookup("late"), Err(Error::NameNotFound(_))));
+    // With no address that answers, the team does not start.
+    let d3 = tempfile::tempdir().unwrap();
+    let none = Team::builder().runtime_dir(d3.path()).etcd_endpoints([dead_addr(), dead_addr()], TTL).start();
+    assert!(matches!(none, Err(Error::Io { .. })), "{:?}", none.map(|t| t.id()));
+}
+
+/// `$FERRY_ETCD` holds comma-separated addresses, a dead one passed over.
+#[test]
+fn ferry_etcd_takes_a_list_of_addresses() {
+    let etcd = Etcd::start();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut child = Child::spawn_with("from-env", d1.path(), |c| {
+        c.env("FERRY_ETCD", format!("{}, {}", dead_addr(), etcd.addr));
+    });
+    let id: ferry::EndpointId = child.expect("", Duration::from_secs(20)).parse().unwrap();
+    assert_eq!(team(d2.path(), &etcd).lookup("from-env").unwrap(), id);
+}
+
+/// A team unbinds only a name bound under its own lease (its lease may
+/// have expired, and the name gone to another team).
+#[test]
+fn a_team_unbinds_only_its_own_names() {
+    let etcd = Etcd::start();
+    let (a, b) = (EtcdNames::connect(&[etcd.addr], TTL).unwrap(), EtcdNames::connect(&[etcd.addr], TTL).unwrap());
+    let ep: ferry::EndpointId = "0.7.1#00000001".parse().unwrap();
+    a.register("mine", ep).unwrap();
+    // A registration retried after its answer was lost finds itself.
+    a.register("mine", ep).unwrap();
+    b.unregister("mine").unwrap();
+    assert_eq!(b.lookup("mine").unwrap(), ep);
+    a.unregister("mine").unwrap();
+    assert!(matches!(b.lookup("mine"), Err(Error::NameNotFound(_))));
 }

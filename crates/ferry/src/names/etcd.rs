@@ -9,15 +9,23 @@
 //! `/ferry/names/<name>`, its value the endpoint id as text
 //! (`node.team.slot#incarnation`), put with the team's lease; a
 //! registration is a transaction that fails if the key exists
-//! (`NameTaken`).
+//! (`NameTaken`), an unregistration one that deletes it only if it is
+//! under the team's lease.
+//!
+//! Given several client addresses (the members of one etcd cluster), a
+//! request goes to the one that answered last, and on to the next while
+//! one fails. So a request may be made twice: every one is idempotent
+//! but the registration, whose retry finds its own binding (see
+//! [`EtcdNames::register`]).
 
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use base64::Engine;
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,6 +87,44 @@ fn call(addr: SocketAddr, path: &str, body: &Value) -> Result<Value> {
     serde_json::from_reader(r).map_err(|e| bad(format!("etcd's answer to {path}: {e}")))
 }
 
+/// The client addresses of one etcd cluster: a request goes to the one
+/// that answered last, and on to the next while one fails.
+struct Members {
+    addrs: Vec<SocketAddr>,
+    last: AtomicUsize,
+}
+
+impl Members {
+    /// `f` at the members in turn, from the last that answered, until one
+    /// succeeds; else the last member's error.
+    fn any<T>(&self, f: impl Fn(SocketAddr) -> Result<T>) -> Result<T> {
+        let first = self.last.load(Ordering::Relaxed);
+        let mut failed = None;
+        for i in 0..self.addrs.len() {
+            let at = (first + i) % self.addrs.len();
+            match f(self.addrs[at]) {
+                Ok(v) => {
+                    self.last.store(at, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Err(e) => {
+                    tracing::debug!(addr = %self.addrs[at], error = %e, "etcd member failed a request");
+                    failed = Some(e);
+                }
+            }
+        }
+        Err(failed.expect("at least one member"))
+    }
+
+    fn call(&self, path: &str, body: &Value) -> Result<Value> {
+        self.any(|addr| call(addr, path, body))
+    }
+
+    fn post(&self, path: &str, body: &Value, timeout: Option<Duration>) -> Result<Box<dyn BufRead>> {
+        self.any(|addr| post(addr, path, body, timeout))
+    }
+}
+
 /// An HTTP/1.1 chunked body.
 struct Chunked<R> {
     inner: R,
@@ -119,39 +165,57 @@ impl<R: BufRead> Read for Chunked<R> {
 
 /// A team's view of the etcd name plane: its lease, kept alive while it lives.
 pub struct EtcdNames {
-    addr: SocketAddr,
+    members: Arc<Members>,
     lease: String,
     stop: Arc<AtomicBool>,
-    keepalive: Option<std::thread::JoinHandle<()>>,
+    keepalive: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl EtcdNames {
-    /// Takes a lease of `ttl` from the etcd at `addr` and keeps it alive
-    /// (every `ttl / 3`) until dropped, when it is revoked (and with it
-    /// the names registered under it). A team that dies stops the
+    /// Takes a lease of `ttl` from the etcd cluster whose members' client
+    /// addresses are `addrs` (one will do) and keeps it alive (every
+    /// `ttl / 3`) until [`revoke`](EtcdNames::revoke)d or dropped, when the
+    /// names registered under it go. A team that dies stops the
     /// keep-alive: its names expire after `ttl`.
-    pub fn connect(addr: SocketAddr, ttl: Duration) -> Result<EtcdNames> {
-        let grant = call(addr, "/v3/lease/grant", &json!({ "TTL": ttl.as_secs().max(1) }))?;
+    pub fn connect(addrs: &[SocketAddr], ttl: Duration) -> Result<EtcdNames> {
+        if addrs.is_empty() {
+            return Err(Error::InvalidArgument("no etcd address".into()));
+        }
+        let members = Arc::new(Members { addrs: addrs.to_vec(), last: AtomicUsize::new(0) });
+        let grant = members.call("/v3/lease/grant", &json!({ "TTL": ttl.as_secs().max(1) }))?;
         let lease = grant["ID"].as_str().ok_or_else(|| bad(format!("no lease in {grant}")))?.to_string();
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, id) = (stop.clone(), lease.clone());
+        let (s, m, id) = (stop.clone(), members.clone(), lease.clone());
         let every = (ttl / 3).max(Duration::from_millis(100));
         let keepalive = std::thread::Builder::new()
             .name("ferry-etcd-lease".into())
             .spawn(move || {
                 let mut next = Instant::now() + every;
+                let mut lost = false;
                 while !s.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(20).min(next.saturating_duration_since(Instant::now())));
                     if Instant::now() >= next {
-                        if let Err(e) = call(addr, "/v3/lease/keepalive", &json!({ "ID": id })) {
-                            tracing::warn!(error = %e, "etcd lease keep-alive failed; retrying");
+                        match m.call("/v3/lease/keepalive", &json!({ "ID": id })) {
+                            // etcd answers a lease it no longer has without a TTL.
+                            Ok(r) if r["result"]["TTL"].is_null() && !lost => {
+                                lost = true;
+                                tracing::error!(lease = id, "etcd lease expired (keep-alives did not reach etcd in time): this team's names are gone from etcd");
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(error = %e, "etcd lease keep-alive failed; retrying"),
                         }
                         next = Instant::now() + every;
                     }
                 }
             })
             .map_err(io("spawn the etcd keep-alive thread"))?;
-        Ok(EtcdNames { addr, lease, stop, keepalive: Some(keepalive) })
+        Ok(EtcdNames { members, lease, stop, keepalive: Mutex::new(Some(keepalive)) })
+    }
+
+    /// The members' addresses, for logs.
+    pub fn describe(&self) -> String {
+        let addrs: Vec<String> = self.members.addrs.iter().map(|a| a.to_string()).collect();
+        addrs.join(",")
     }
 
     /// Binds `name` to `ep` under this team's lease; `NameTaken` if it is bound.
@@ -162,23 +226,35 @@ impl EtcdNames {
             "success": [{ "request_put": { "key": key, "value": b64(&ep.to_string()), "lease": self.lease } }],
             "failure": [{ "request_range": { "key": key } }],
         });
-        let r = call(self.addr, "/v3/kv/txn", &txn)?;
+        let r = self.members.call("/v3/kv/txn", &txn)?;
         if r["succeeded"].as_bool() == Some(true) {
             return Ok(());
         }
         let owner = r["responses"][0]["response_range"]["kvs"][0]["value"].clone();
         let owner = unb64(&owner).and_then(|s| s.parse().ok()).unwrap_or(EndpointId::NONE);
+        // Our own binding: a member did it but its answer was lost, and
+        // the request went on to the next one. (An endpoint id is never
+        // reused, so no other registration can have bound it.)
+        if owner == ep {
+            return Ok(());
+        }
         Err(Error::NameTaken { name: name.to_string(), owner })
     }
 
-    /// Removes `name` (if it is bound).
+    /// Removes `name` if it is bound under this team's lease.
     pub fn unregister(&self, name: &str) -> Result<()> {
-        call(self.addr, "/v3/kv/deleterange", &json!({ "key": b64(&format!("{PREFIX}{name}")) })).map(drop)
+        let key = b64(&format!("{PREFIX}{name}"));
+        // Only ours: once our lease expired, someone else may hold the name.
+        let txn = json!({
+            "compare": [{ "key": key, "result": "EQUAL", "target": "LEASE", "lease": self.lease }],
+            "success": [{ "request_delete_range": { "key": key } }],
+        });
+        self.members.call("/v3/kv/txn", &txn).map(drop)
     }
 
     /// The endpoint bound to `name`, and the revision the answer is from.
     fn get(&self, name: &str) -> Result<(Option<EndpointId>, i64)> {
-        let r = call(self.addr, "/v3/kv/range", &json!({ "key": b64(&format!("{PREFIX}{name}")) }))?;
+        let r = self.members.call("/v3/kv/range", &json!({ "key": b64(&format!("{PREFIX}{name}")) }))?;
         let rev = r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
         let ep = unb64(&r["kvs"][0]["value"]).and_then(|s| s.parse().ok());
         Ok((ep, rev))
@@ -202,7 +278,9 @@ impl EtcdNames {
 
     /// Watches `name` from `rev` until it is bound or `until`. If etcd
     /// compacted past `rev` (the watch is cancelled with the compact
-    /// revision), the key is listed again and watched from there on.
+    /// revision), the key is listed again and watched from there on. A
+    /// watch cut short (its member went away) resumes, from the next
+    /// member if need be.
     pub fn wait_from(&self, name: &str, mut rev: i64, until: Instant) -> Result<EndpointId> {
         let key = b64(&format!("{PREFIX}{name}"));
         loop {
@@ -211,7 +289,7 @@ impl EtcdNames {
                 return Err(Error::NameNotFound(name.to_string()));
             }
             let req = json!({ "create_request": { "key": key, "start_revision": rev.to_string() } });
-            let stream = post(self.addr, "/v3/watch", &req, Some(left))?;
+            let stream = self.members.post("/v3/watch", &req, Some(left))?;
             for msg in serde_json::Deserializer::from_reader(stream).into_iter::<Value>() {
                 let msg = match msg {
                     Ok(m) => m,
@@ -239,6 +317,20 @@ impl EtcdNames {
             }
         }
     }
+
+    /// The team leaves: stops the keep-alive and revokes the lease, so its
+    /// names go now rather than at the end of the TTL. Once only.
+    pub fn revoke(&self) {
+        if self.stop.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if let Some(t) = self.keepalive.lock().take() {
+            let _ = t.join();
+        }
+        if let Err(e) = self.members.call("/v3/lease/revoke", &json!({ "ID": self.lease })) {
+            tracing::debug!(error = %e, "etcd lease not revoked; its names expire with it");
+        }
+    }
 }
 
 /// Compacts the etcd at `addr` up to its current revision (for tests:
@@ -253,11 +345,6 @@ pub fn compact(addr: SocketAddr) -> Result<i64> {
 
 impl Drop for EtcdNames {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.keepalive.take() {
-            let _ = t.join();
-        }
-        // The team leaves: its names go now, not at the end of the TTL.
-        let _ = call(self.addr, "/v3/lease/revoke", &json!({ "ID": self.lease }));
+        self.revoke();
     }
 }

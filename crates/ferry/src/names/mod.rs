@@ -1,12 +1,31 @@
 //! Names: strings bound to endpoints in a name plane.
 //!
-//! `node` is the embedded default plane of one machine: plain files under a
-//! private runtime directory, no daemon. `remote`: a lookup a node's plane
-//! cannot answer asks the other nodes of the cluster (no server either).
-//! `etcd`: the cluster plane at scale, on an etcd (names under leases).
+//! A team registers and looks names up through one plane
+//! (`plane::NamePlane`), chosen when it starts: etcd's when one is
+//! configured (`TeamBuilder::etcd`, `$FERRY_ETCD`), else the embedded one.
+//!
+//! | | embedded (default) | etcd |
+//! |---|---|---|
+//! | made of | this node's files (`node`) and, in a cluster, queries to the other nodes (`remote`); no server | etcd (`etcd`), and a copy of this node's names in its files |
+//! | a name is unique | on its node: two nodes may bind the same name, and a lookup from a third finds the lowest-numbered node's | in the cluster (etcd's create-only transaction) |
+//! | a lookup asks | this node's files, then the other nodes in turn (one that does not answer is passed over) | this node's files, then etcd |
+//! | a wait | looks again, every 1 ms doubling to 50 ms | watches the key |
+//! | a binding ends | when its team unbinds it or leaves, or at once when it dies (the kernel drops its flock; the next look sweeps it) | as embedded on its node; in etcd when its team unbinds it or leaves (lease revoked), or `names_ttl` after it dies or its keep-alives stop reaching etcd (the lease expires) |
+//!
+//! Under either plane this node's files hold the names of this node's
+//! teams: lookups from this machine need no network, other nodes' queries
+//! are answered from them, and `ferry names` lists them. So a node on etcd
+//! still answers nodes on the embedded plane, but does not ask them: the
+//! nodes of a cluster should agree on the plane. A team whose lease
+//! expired while it lives (etcd out of reach for `names_ttl`) keeps its
+//! names on its node while etcd may give them to another team.
+//!
+//! A name is `[A-Za-z0-9._-]`, 1..=200 bytes, not starting with `.`
+//! ([`validate_name`]).
 
 pub mod etcd;
 pub mod node;
+pub(crate) mod plane;
 pub mod remote;
 
 pub use node::{NodeNames, RuntimeDir, TeamLease};

@@ -7,6 +7,7 @@ pub use select::Select;
 
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
+use crate::names::plane::Wait;
 use crate::runtime::channel::Channel;
 use crate::runtime::channel::Incoming;
 use crate::runtime::payload::Payload;
@@ -28,7 +29,7 @@ impl Team {
         Ok(Port { raw: self.open_raw_port()?, _t: PhantomData })
     }
 
-    /// Opens a port and binds `name` to it in the node name plane.
+    /// Opens a port and binds `name` to it in the team's name plane.
     pub fn open_named_port<T>(&self, name: &str) -> Result<Port<T>> {
         Ok(Port { raw: self.open_named_raw_port(name)?, _t: PhantomData })
     }
@@ -39,7 +40,7 @@ impl Team {
         Ok(RawPort { team: self.inner.clone(), id, inbox, name: None })
     }
 
-    /// Opens a raw-bytes port and binds `name` to it in the node name plane.
+    /// Opens a raw-bytes port and binds `name` to it in the team's name plane.
     pub fn open_named_raw_port(&self, name: &str) -> Result<RawPort> {
         let mut port = self.open_raw_port()?;
         self.inner.register_name(name, port.id)?;
@@ -77,12 +78,12 @@ impl Team {
         self.block_on(self.lookup_async(name, limit))
     }
 
-    /// [`Team::lookup_wait`] as a future, for any executor. The first look
-    /// at this node's plane is made now, the other nodes of the cluster (if
-    /// any) are asked from the future, on a blocking thread; then they are
-    /// looked at again after 1 ms,
-    /// 2 ms, 4 ms... at most every 50 ms, waiting on the team's timers
-    /// (which its processors fire).
+    /// [`Team::lookup_wait`] as a future, for any executor. The first look,
+    /// at this node's names, is made now; what goes beyond this node (the
+    /// cluster's other nodes, or etcd) is asked from the future, on a
+    /// blocking thread. With etcd, the future then watches the name;
+    /// without, it looks again after 1 ms, 2 ms, 4 ms... at most every
+    /// 50 ms, waiting on the team's timers (which its processors fire).
     pub fn lookup_async(
         &self,
         name: &str,
@@ -91,9 +92,9 @@ impl Team {
         const FIRST: Duration = Duration::from_millis(1);
         const MOST: Duration = Duration::from_millis(50);
         let until = crate::runtime::deadline_after(limit);
-        // This node's plane now (a few file reads); other nodes are asked
-        // from the future, on a blocking thread: a query may wait on the network.
-        let first = self.inner.names.lookup(name);
+        // This node's names now (a few file reads); the rest from the
+        // future, on a blocking thread: it may wait on the network.
+        let first = self.inner.plane.lookup_here(name);
         // A port of our own, known to nobody: its inbox closes at shutdown,
         // which ends the wait (the team's timers stop firing then).
         let waiting = matches!(first, Err(Error::NameNotFound(_))).then(|| self.open_raw_port());
@@ -101,14 +102,16 @@ impl Team {
         async move {
             let Some(port) = waiting else { return first };
             let port = port?;
-            // An etcd plane: one watch instead of looking again and again.
-            let left = until.map_or(Duration::from_secs(365 * 24 * 3600), |u| u.saturating_duration_since(Instant::now()));
-            if let Some(watch) = team.wait_name_in_etcd(&name, left) {
+            let wait = team.plane.wait();
+            // A plane that watches: one watch instead of looking again and again.
+            if wait == Wait::Watch {
                 drop(port);
-                return watch.await.and_then(|r| r);
+                let forever = Duration::from_secs(365 * 24 * 3600);
+                let left = until.map_or(forever, |u| u.saturating_duration_since(Instant::now()));
+                return team.watch_name(&name, left).await.and_then(|r| r);
             }
             let mut pause = FIRST;
-            let remote = team.cfg.cluster.as_ref().is_some_and(|c| !c.peers.is_empty());
+            let remote = wait == Wait::Poll;
             if remote {
                 match team.lookup_elsewhere(&name).await {
                     Ok(Err(Error::NameNotFound(_))) => {}
@@ -126,7 +129,7 @@ impl Team {
                     Err(Error::DeadlineExceeded) | Ok(_) => {}
                     Err(e) => return Err(e),
                 }
-                let found = match team.names.lookup(&name) {
+                let found = match team.plane.lookup_here(&name) {
                     Err(Error::NameNotFound(_)) if remote => team.lookup_elsewhere(&name).await.and_then(|r| r),
                     found => found,
                 };

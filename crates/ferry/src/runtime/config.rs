@@ -2,8 +2,9 @@
 
 use super::cluster::Cluster;
 use super::team::{Team, TeamInner};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::transport::shm;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -62,8 +63,10 @@ pub struct Config {
     pub peer_timeout: Duration,
     /// Threads waiting for an answer never park (they spin).
     pub busy_poll: bool,
-    /// The etcd of the cluster name plane; `None`: `$FERRY_ETCD`'s, if set.
-    pub etcd: Option<std::net::SocketAddr>,
+    /// Client addresses of the etcd of the cluster name plane (the members
+    /// of one etcd cluster); empty: `$FERRY_ETCD`'s, if set, else the
+    /// embedded plane.
+    pub etcd: Vec<SocketAddr>,
     /// The TTL of this team's names in etcd.
     pub names_ttl: Duration,
 }
@@ -89,7 +92,7 @@ impl Default for Config {
             cluster: None,
             peer_timeout: Duration::from_secs(10),
             busy_poll: false,
-            etcd: None,
+            etcd: Vec::new(),
             names_ttl: Duration::from_secs(10),
         }
     }
@@ -131,14 +134,22 @@ impl TeamBuilder {
         self.cfg.busy_poll = true;
         self
     }
-    /// The etcd (its client address, `host:port`) of the cluster name plane
-    /// (default `$FERRY_ETCD`, else none). Names this team registers go
-    /// there too, under a lease of `ttl` kept alive while the team lives:
-    /// a team that dies loses its names after `ttl`, one that leaves at
-    /// once. Lookups this node's plane cannot answer ask it (before the
-    /// cluster's other nodes), and waits for a name watch it.
-    pub fn etcd(mut self, addr: std::net::SocketAddr, ttl: Duration) -> Self {
-        self.cfg.etcd = Some(addr);
+    /// Puts the team's names in etcd (`addr`: its client address,
+    /// `host:port`) instead of the embedded plane (default
+    /// `$FERRY_ETCD`, else none); see [`crate::names`] for what each
+    /// plane guarantees. A name is then unique in the cluster; it is put
+    /// under a lease of `ttl` kept alive while the team lives: a team that
+    /// dies loses its names after `ttl`, one that leaves at once. Lookups
+    /// this node cannot answer ask etcd, and waits for a name watch it.
+    pub fn etcd(self, addr: SocketAddr, ttl: Duration) -> Self {
+        self.etcd_endpoints([addr], ttl)
+    }
+    /// [`TeamBuilder::etcd`] with the client addresses of several members
+    /// of one etcd cluster (`$FERRY_ETCD`: comma-separated): a request
+    /// goes to the member that answered last, and on to the next while
+    /// one fails.
+    pub fn etcd_endpoints(mut self, addrs: impl IntoIterator<Item = SocketAddr>, ttl: Duration) -> Self {
+        self.cfg.etcd = addrs.into_iter().collect();
         self.cfg.names_ttl = ttl;
         self
     }
@@ -255,5 +266,35 @@ impl TeamBuilder {
     /// starts its threads.
     pub fn start(self) -> Result<Team> {
         TeamInner::start(self.cfg)
+    }
+}
+
+/// The etcd client addresses in `$FERRY_ETCD`'s form: `ip:port`,
+/// comma-separated. Empty (or blank): none.
+pub(crate) fn parse_etcd_addrs(list: &str) -> Result<Vec<SocketAddr>> {
+    if list.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    list.split(',')
+        .map(|a| {
+            a.trim().parse().map_err(|_| Error::InvalidArgument(format!("FERRY_ETCD={list:?}: {a:?} is not ip:port")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_addrs_parse() {
+        let a: SocketAddr = "127.0.0.1:2379".parse().unwrap();
+        let b: SocketAddr = "[::1]:2380".parse().unwrap();
+        assert_eq!(parse_etcd_addrs("127.0.0.1:2379").unwrap(), vec![a]);
+        assert_eq!(parse_etcd_addrs("127.0.0.1:2379, [::1]:2380").unwrap(), vec![a, b]);
+        assert_eq!(parse_etcd_addrs(" ").unwrap(), vec![]);
+        for bad in ["127.0.0.1", "127.0.0.1:2379,", "etcd:2379", "127.0.0.1:2379,,[::1]:2380"] {
+            assert!(matches!(parse_etcd_addrs(bad), Err(Error::InvalidArgument(_))), "{bad:?}");
+        }
     }
 }

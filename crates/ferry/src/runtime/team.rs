@@ -15,6 +15,8 @@ use super::timer::Timers;
 use super::{idle, Sleep};
 use crate::error::{Error, Result};
 use crate::id::{EndpointId, TeamId};
+use crate::names::etcd::EtcdNames;
+use crate::names::plane::{EmbeddedPlane, EtcdPlane, NamePlane};
 use crate::names::{NodeNames, RuntimeDir, TeamLease};
 use crate::transport::doorbell::Doorbell;
 use crate::transport::{inproc, shm, tcp};
@@ -130,18 +132,18 @@ impl Team {
         Sleep::new(&self.inner, d)
     }
 
-    /// The node name plane this team registers in.
+    /// This node's name files (and runtime directory): the names of this
+    /// node's teams, whichever plane they are registered in.
     pub fn names(&self) -> &NodeNames {
         &self.inner.names
     }
 
-    /// Looks a name up in the node name plane; `NameNotFound` at once if it
-    /// is not there (to wait for it, see [`Team::lookup_wait`]).
+    /// Looks a name up in the team's name plane (see [`crate::names`]):
+    /// this node's names, then the cluster's other nodes or etcd (blocking
+    /// meanwhile); `NameNotFound` if none has it (to wait for it, see
+    /// [`Team::lookup_wait`]).
     pub fn lookup(&self, name: &str) -> Result<EndpointId> {
-        match self.inner.names.lookup(name) {
-            Err(Error::NameNotFound(_)) => self.inner.lookup_remote(name),
-            found => found,
-        }
+        self.inner.plane.lookup(name)
     }
 
     /// Leaves now: fails what waits on this team with `Shutdown`, closes
@@ -157,9 +159,11 @@ pub(crate) struct TeamInner {
     pub id: TeamId,
     pub cfg: Config,
     pub doorbell: Arc<Doorbell>,
+    /// This node's runtime directory and name files.
     pub names: NodeNames,
-    /// The cluster name plane on etcd, if configured.
-    pub(crate) etcd: Option<crate::names::etcd::EtcdNames>,
+    /// Where the team's names are registered and looked up (chosen at start).
+    pub(crate) plane: Box<dyn NamePlane>,
+    /// The team's claim on its number on this node; `None` once it left.
     lease: Mutex<Option<TeamLease>>,
     pub exec: Arc<Executor>,
     pub(super) blocking: BlockingPool,
@@ -192,12 +196,12 @@ impl TeamInner {
         };
         let lease = claim_team_number(&dir)?;
         let id = TeamId { node: cfg.node, team: lease.team(), incarnation: crate::id::new_incarnation() };
-        if cfg.etcd.is_none() {
-            if let Ok(addr) = std::env::var("FERRY_ETCD") {
-                cfg.etcd = Some(addr.parse().map_err(|_| Error::InvalidArgument(format!("FERRY_ETCD={addr:?}")))?);
+        if cfg.etcd.is_empty() {
+            if let Ok(list) = std::env::var("FERRY_ETCD") {
+                cfg.etcd = super::config::parse_etcd_addrs(&list)?;
             }
         }
-        let etcd = cfg.etcd.map(|addr| crate::names::etcd::EtcdNames::connect(addr, cfg.names_ttl)).transpose()?;
+        let plane = name_plane(&cfg, &dir)?;
         let doorbell = Arc::new(Doorbell::create()?);
         let reactor = Reactor::new(&dir.team_socket(id.team), cfg.cluster.as_ref().map(|c| c.listen))?;
         let loopback =
@@ -205,7 +209,7 @@ impl TeamInner {
         let inner = Arc::new(TeamInner {
             id,
             names: NodeNames::new(dir),
-            etcd,
+            plane,
             lease: Mutex::new(Some(lease)),
             exec: Executor::new(doorbell.clone()),
             blocking: BlockingPool::new(id.team, cfg.blocking_threads, cfg.blocking_idle),
@@ -239,7 +243,7 @@ impl TeamInner {
             );
         }
         *inner.threads.lock() = threads;
-        tracing::debug!(team = %id, "team started");
+        tracing::debug!(team = %id, names = inner.plane.describe(), "team started");
         Ok(Team { _owner: Arc::new(ShutdownOnDrop(inner.clone())), inner })
     }
 
@@ -247,40 +251,18 @@ impl TeamInner {
         self.shut_down.load(Ordering::Acquire)
     }
 
-    /// Asks the cluster for `name`: etcd's plane if there is one, then the
-    /// other nodes, in the order of their numbers; the first that has it
-    /// answers (blocking: at most a handshake timeout per node that does
-    /// not answer).
-    pub(crate) fn lookup_remote(&self, name: &str) -> Result<EndpointId> {
-        if let Some(etcd) = &self.etcd {
-            match etcd.lookup(name) {
-                Err(Error::NameNotFound(_)) => {}
-                found => return found,
-            }
-        }
-        let Some(cluster) = &self.cfg.cluster else { return Err(Error::NameNotFound(name.to_string())) };
-        for (&node, &addr) in &cluster.peers {
-            match crate::names::remote::ask(addr, node, &cluster.key, name, shm::HANDSHAKE_TIMEOUT) {
-                Ok(Some(ep)) => return Ok(ep),
-                Ok(None) => {}
-                Err(e) => tracing::debug!(node, %addr, error = %e, "a node did not answer a name query"),
-            }
-        }
-        Err(Error::NameNotFound(name.to_string()))
-    }
-
-    /// With an etcd name plane: a wait for `name` there (a watch, at most
-    /// `limit`), on a blocking thread, for async callers.
-    pub(crate) fn wait_name_in_etcd(self: &Arc<Self>, name: &str, limit: Duration) -> Option<JoinHandle<Result<EndpointId>>> {
-        self.etcd.as_ref()?;
-        let (t, n) = (self.clone(), name.to_string());
-        Some(self.blocking.spawn(move || t.etcd.as_ref().expect("checked").wait_for(&n, limit)))
-    }
-
-    /// [`TeamInner::lookup_remote`] on a blocking thread, for async callers.
+    /// A look for `name` beyond this node ([`NamePlane::lookup_elsewhere`])
+    /// on a blocking thread, for async callers.
     pub(crate) fn lookup_elsewhere(self: &Arc<Self>, name: &str) -> JoinHandle<Result<EndpointId>> {
         let (t, n) = (self.clone(), name.to_string());
-        self.blocking.spawn(move || t.lookup_remote(&n))
+        self.blocking.spawn(move || t.plane.lookup_elsewhere(&n))
+    }
+
+    /// A wait for `name` ([`NamePlane::watch`], at most `limit`) on a
+    /// blocking thread, for async callers.
+    pub(crate) fn watch_name(self: &Arc<Self>, name: &str, limit: Duration) -> JoinHandle<Result<EndpointId>> {
+        let (t, n) = (self.clone(), name.to_string());
+        self.blocking.spawn(move || t.plane.watch(&n, limit))
     }
 
     /// What this team brings to a TCP bind (it is in a cluster).
@@ -339,7 +321,9 @@ impl TeamInner {
         self.timers.clear();
         self.calls.clear_cancels();
         self.exec.clear();
+        // The team's names go: its node files with its lease, then the plane's.
         self.lease.lock().take();
+        self.plane.leave();
         tracing::debug!(team = %self.id, "team shut down");
     }
 
@@ -387,29 +371,32 @@ impl TeamInner {
         id
     }
 
-    /// Binds `name` in this node's plane, and in etcd's if there is one
-    /// (then a name taken anywhere in the cluster is `NameTaken`).
+    /// Binds `name` to `ep` in the team's name plane.
     pub fn register_name(&self, name: &str, ep: EndpointId) -> Result<()> {
         let lease = self.lease.lock();
-        let lease = lease.as_ref().ok_or(Error::Shutdown)?;
-        if let Some(etcd) = &self.etcd {
-            etcd.register(name, ep)?;
-        }
-        self.names.register(lease, name, ep).inspect_err(|_| {
-            if let Some(etcd) = &self.etcd {
-                let _ = etcd.unregister(name);
-            }
-        })
+        self.plane.register(lease.as_ref().ok_or(Error::Shutdown)?, name, ep)
     }
 
+    /// Unbinds `name` (if the team is still there: leaving took its names).
     pub fn unregister_name(&self, name: &str) {
         if let Some(lease) = self.lease.lock().as_ref() {
-            let _ = self.names.unregister(lease, name);
-        }
-        if let Some(etcd) = &self.etcd {
-            let _ = etcd.unregister(name);
+            self.plane.unregister(lease, name);
         }
     }
+}
+
+/// The team's name plane: etcd's if configured, else the embedded one
+/// (this node, and the cluster's other nodes if it is in one).
+fn name_plane(cfg: &Config, dir: &RuntimeDir) -> Result<Box<dyn NamePlane>> {
+    let node = NodeNames::new(dir.clone());
+    if !cfg.etcd.is_empty() {
+        return Ok(Box::new(EtcdPlane::new(node, EtcdNames::connect(&cfg.etcd, cfg.names_ttl)?)));
+    }
+    let (peers, key) = match &cfg.cluster {
+        Some(c) => (c.peers.clone(), c.key.clone()),
+        None => (Default::default(), Arc::from(&[][..])),
+    };
+    Ok(Box::new(EmbeddedPlane::new(node, peers, key, shm::HANDSHAKE_TIMEOUT)))
 }
 
 /// Claims a team number: the pid for the first team of a process, then

@@ -1,0 +1,227 @@
+//! The one name plane a team goes through, chosen when it starts (see the
+//! guarantees in the module above): [`EmbeddedPlane`] by default,
+//! [`EtcdPlane`] when an etcd is configured.
+//!
+//! Both keep the names of this node's teams in the node's files
+//! ([`NodeNames`]): a lookup from this machine needs no network, the
+//! reactor answers other nodes' queries from them, and `ferry names`
+//! lists them.
+
+use super::etcd::EtcdNames;
+use super::{remote, NodeNames, TeamLease};
+use crate::error::{Error, Result};
+use crate::id::EndpointId;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where names are registered and looked up, for one team.
+pub(crate) trait NamePlane: Send + Sync {
+    /// What the plane is, for logs.
+    fn describe(&self) -> String;
+
+    /// Binds `name` to `ep`, an endpoint of `lease`'s team; `NameTaken`
+    /// while it is bound within the plane's scope (node or cluster).
+    fn register(&self, lease: &TeamLease, name: &str, ep: EndpointId) -> Result<()>;
+
+    /// Unbinds `name` if `lease`'s team bound it.
+    fn unregister(&self, lease: &TeamLease, name: &str);
+
+    /// Looks `name` up on this machine only (a few file reads, never the
+    /// network): what a caller that must not block looks at first.
+    fn lookup_here(&self, name: &str) -> Result<EndpointId>;
+
+    /// Looks `name` up beyond this machine: blocks on the network.
+    /// `NameNotFound` if it is not bound there (at once with nowhere to ask).
+    fn lookup_elsewhere(&self, name: &str) -> Result<EndpointId>;
+
+    /// How a wait for a name that is not bound yet goes on.
+    fn wait(&self) -> Wait;
+
+    /// For [`Wait::Watch`]: blocks until `name` is bound, at most `limit`.
+    /// A plane that cannot watch looks once.
+    fn watch(&self, name: &str, limit: Duration) -> Result<EndpointId> {
+        let _ = limit;
+        self.lookup(name)
+    }
+
+    /// The team leaves: its names go now, wherever they would otherwise
+    /// wait to expire. (Its node files go with its [`TeamLease`].)
+    fn leave(&self) {}
+
+    /// Here, then elsewhere.
+    fn lookup(&self, name: &str) -> Result<EndpointId> {
+        match self.lookup_here(name) {
+            Err(Error::NameNotFound(_)) => self.lookup_elsewhere(name),
+            found => found,
+        }
+    }
+}
+
+/// How a wait for a name goes on after a first look here found nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Look here again from time to time: there is nowhere else.
+    Here,
+    /// Look here and elsewhere again from time to time.
+    Poll,
+    /// [`NamePlane::watch`]: the plane says when the name is bound.
+    Watch,
+}
+
+/// The embedded plane: this node's files, then the cluster's other nodes,
+/// asked in the order of their numbers (no server anywhere). A name is
+/// unique on its node only.
+pub(crate) struct EmbeddedPlane {
+    node: NodeNames,
+    /// The other nodes; empty for a node alone.
+    peers: BTreeMap<u16, SocketAddr>,
+    /// Signs the queries (the cluster's key).
+    key: Arc<[u8]>,
+    /// How long a node may take to answer.
+    patience: Duration,
+}
+
+impl EmbeddedPlane {
+    pub(crate) fn new(node: NodeNames, peers: BTreeMap<u16, SocketAddr>, key: Arc<[u8]>, patience: Duration) -> Self {
+        EmbeddedPlane { node, peers, key, patience }
+    }
+}
+
+impl NamePlane for EmbeddedPlane {
+    fn describe(&self) -> String {
+        format!("embedded ({} and {} other nodes)", self.node.dir().path().display(), self.peers.len())
+    }
+
+    fn register(&self, lease: &TeamLease, name: &str, ep: EndpointId) -> Result<()> {
+        self.node.register(lease, name, ep)
+    }
+
+    fn unregister(&self, lease: &TeamLease, name: &str) {
+        let _ = self.node.unregister(lease, name);
+    }
+
+    fn lookup_here(&self, name: &str) -> Result<EndpointId> {
+        self.node.lookup(name)
+    }
+
+    fn lookup_elsewhere(&self, name: &str) -> Result<EndpointId> {
+        for (&node, &addr) in &self.peers {
+            match remote::ask(addr, node, &self.key, name, self.patience) {
+                Ok(Some(ep)) => return Ok(ep),
+                Ok(None) => {}
+                // A node that is down must not hide the others' names.
+                Err(e) => tracing::debug!(node, %addr, error = %e, "a node did not answer a name query"),
+            }
+        }
+        Err(Error::NameNotFound(name.to_string()))
+    }
+
+    fn wait(&self) -> Wait {
+        if self.peers.is_empty() {
+            Wait::Here
+        } else {
+            Wait::Poll
+        }
+    }
+}
+
+/// The etcd plane: names in etcd under the team's lease, unique in the
+/// cluster; copied into this node's files, so that lookups from this
+/// machine stay local.
+pub(crate) struct EtcdPlane {
+    node: NodeNames,
+    etcd: EtcdNames,
+}
+
+impl EtcdPlane {
+    pub(crate) fn new(node: NodeNames, etcd: EtcdNames) -> Self {
+        EtcdPlane { node, etcd }
+    }
+}
+
+impl NamePlane for EtcdPlane {
+    fn describe(&self) -> String {
+        format!("etcd ({})", self.etcd.describe())
+    }
+
+    fn register(&self, lease: &TeamLease, name: &str, ep: EndpointId) -> Result<()> {
+        // etcd first: it decides who holds the name in the cluster; the
+        // node copy then cannot name an endpoint etcd refused.
+        self.etcd.register(name, ep)?;
+        // Fails if a team of this node that is not on etcd holds the name.
+        self.node.register(lease, name, ep).inspect_err(|_| {
+            let _ = self.etcd.unregister(name);
+        })
+    }
+
+    fn unregister(&self, lease: &TeamLease, name: &str) {
+        let _ = self.node.unregister(lease, name);
+        let _ = self.etcd.unregister(name);
+    }
+
+    fn lookup_here(&self, name: &str) -> Result<EndpointId> {
+        self.node.lookup(name)
+    }
+
+    fn lookup_elsewhere(&self, name: &str) -> Result<EndpointId> {
+        self.etcd.lookup(name)
+    }
+
+    fn wait(&self) -> Wait {
+        Wait::Watch
+    }
+
+    fn watch(&self, name: &str, limit: Duration) -> Result<EndpointId> {
+        self.etcd.wait_for(name, limit)
+    }
+
+    fn leave(&self) {
+        self.etcd.revoke();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::RuntimeDir;
+
+    fn ep(team: u32, slot: u32) -> EndpointId {
+        crate::id::TeamId { node: 0, team, incarnation: 1 }.endpoint(slot).unwrap()
+    }
+
+    /// Alone, the embedded plane is the node's files: nowhere else to ask,
+    /// a wait looks here only.
+    #[test]
+    fn the_embedded_plane_alone_is_the_nodes_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RuntimeDir::at(tmp.path().join("rt")).unwrap();
+        let node = NodeNames::new(dir.clone());
+        let plane = EmbeddedPlane::new(node.clone(), BTreeMap::new(), Arc::from(&b""[..]), Duration::from_secs(1));
+        let lease = TeamLease::acquire(&dir, 3).unwrap();
+        plane.register(&lease, "svc", ep(3, 1)).unwrap();
+        assert_eq!(node.lookup("svc").unwrap(), ep(3, 1));
+        assert_eq!(plane.lookup("svc").unwrap(), ep(3, 1));
+        assert!(matches!(plane.register(&lease, "svc", ep(3, 2)), Err(Error::NameTaken { .. })));
+        assert!(matches!(plane.lookup_elsewhere("svc"), Err(Error::NameNotFound(_))));
+        assert_eq!(plane.wait(), Wait::Here);
+        plane.unregister(&lease, "svc");
+        assert!(matches!(plane.lookup("svc"), Err(Error::NameNotFound(_))));
+    }
+
+    /// In a cluster, a node that does not answer is passed over (and the
+    /// lookup ends `NameNotFound`, not with its error); a wait polls.
+    #[test]
+    fn the_embedded_plane_passes_over_a_node_that_does_not_answer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RuntimeDir::at(tmp.path().join("rt")).unwrap();
+        // Bound and released: nobody listens there.
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let peers = BTreeMap::from([(2, dead)]);
+        let key = Arc::from(&b"0123456789abcdef"[..]);
+        let plane = EmbeddedPlane::new(NodeNames::new(dir), peers, key, Duration::from_secs(1));
+        assert!(matches!(plane.lookup("svc"), Err(Error::NameNotFound(_))));
+        assert_eq!(plane.wait(), Wait::Poll);
+    }
+}
