@@ -260,7 +260,7 @@ impl TeamInner {
         }
         let Some(cluster) = &self.cfg.cluster else { return Err(Error::NameNotFound(name.to_string())) };
         for (&node, &addr) in &cluster.peers {
-            match crate::names::remote::ask(addr, node, &cluster.key, name, shm::HANDSHAKE_TIMEOUT) {
+            match crate::names::remote::ask(addr, node, cluster, name, shm::HANDSHAKE_TIMEOUT) {
                 Ok(Some(ep)) => return Ok(ep),
                 Ok(None) => {}
                 Err(e) => tracing::debug!(node, %addr, error = %e, "a node did not answer a name query"),
@@ -295,6 +295,7 @@ impl TeamInner {
             patience: shm::HANDSHAKE_TIMEOUT,
             peer_timeout: self.cfg.peer_timeout,
             magic: None,
+            tls: cluster.tls.clone(),
         }
     }
 
