@@ -79,6 +79,7 @@ fn tour_cluster(node: u16, ports: (u16, u16)) -> ferry::Cluster {
         listen: addr(listen),
         peers: [(peer.0, addr(peer.1))].into_iter().collect(),
         key: std::sync::Arc::from(TOUR_KEY),
+        tls: None,
     }
 }
 

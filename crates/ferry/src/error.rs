@@ -76,7 +76,18 @@ pub enum Error {
         /// What failed.
         what: String,
     },
-        /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
+    /// TLS between two nodes failed: one of them uses TLS and the other
+    /// does not (their cluster files disagree), or the TLS session broke.
+    /// A certificate one side refuses is [`Error::Unauthenticated`].
+    #[error("TLS with {peer}: {what}")]
+    Tls {
+        /// The team (or, before its hello, node) at the other end; `0.0`
+        /// when not known yet.
+        peer: TeamId,
+        /// What failed.
+        what: String,
+    },
+    /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
     #[error("refused: {0}")]
     Refused(String),
     /// A task or handler panicked; the text is its panic message.
@@ -125,6 +136,7 @@ impl Error {
             Error::Codec(s) => Error::Codec(s.clone()),
             Error::Protocol { peer, what } => Error::Protocol { peer: *peer, what: what.clone() },
             Error::Unauthenticated { peer, what } => Error::Unauthenticated { peer: *peer, what: what.clone() },
+            Error::Tls { peer, what } => Error::Tls { peer: *peer, what: what.clone() },
             Error::Refused(s) => Error::Refused(s.clone()),
             Error::Panicked(s) => Error::Panicked(s.clone()),
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),

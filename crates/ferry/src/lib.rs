@@ -38,6 +38,7 @@ pub use error::{Error, Result};
 pub use id::{EndpointId, TeamId};
 pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select, Sender};
 pub use runtime::{AbortHandle, Cluster, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
+pub use transport::tcp::TlsConfig;
 pub use wire::codec;
 pub use wire::Checkpoint;
 

@@ -21,7 +21,8 @@ pub use crate::transport::shm::{area_for, segment_len, Lent, ShmEnd, StagedRange
 pub use crate::transport::tcp::handshake::{
     accept as tcp_accept, connect as tcp_connect, TcpBind, HELLO as TCP_HELLO, MIN_GRANT, WELCOME as TCP_WELCOME,
 };
-pub use crate::transport::tcp::{Grant, TcpEnd};
+pub use crate::transport::tcp::{Grant, TcpEnd, TlsConfig};
+use crate::transport::tcp::tls::TlsStream;
 pub use crate::transport::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 pub use crate::wire::{flags, Header, HeaderError, Kind, HEADER_LEN};
 
@@ -65,6 +66,57 @@ pub fn tcp_pair_of(
     let grant = Grant { frames, detached };
     let timeout = std::time::Duration::from_secs(10);
     Ok((TcpEnd::new(x, grant, grant, a, timeout)?, TcpEnd::new(y, grant, grant, b, timeout)?))
+}
+
+/// Two TLS streams on a loopback connection, handshake done (both
+/// present `tls`'s certificate, valid for 127.0.0.1, and verify the other's).
+fn tls_streams(tls: &TlsConfig) -> Result<(TlsStream, TlsStream)> {
+    use crate::transport::tcp::tls as t;
+    let io = |what| move |e| Error::io(what)(e);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("tcp bind"))?;
+    let x = std::net::TcpStream::connect(listener.local_addr().map_err(io("tcp addr"))?).map_err(io("tcp connect"))?;
+    let (y, _) = listener.accept().map_err(io("tcp accept"))?;
+    for s in [&x, &y] {
+        s.set_read_timeout(Some(Duration::from_secs(10))).map_err(io("tcp timeout"))?;
+    }
+    let (x, y) = std::thread::scope(|s| {
+        let client = s.spawn(|| t::client(x, tls, t::UNKNOWN));
+        let server = t::server(y, tls);
+        (client.join().expect("TLS client thread"), server)
+    });
+    Ok((x?, y?))
+}
+
+/// [`tcp_pair`] in TLS: both ends present `tls`'s certificate (which must
+/// be valid for 127.0.0.1) and verify the other's; no ferry handshake.
+pub fn tls_pair(frames: usize, detached: usize, a: Arc<Doorbell>, b: Arc<Doorbell>, tls: &TlsConfig) -> Result<(TcpEnd, TcpEnd)> {
+    let (x, y) = tls_streams(tls)?;
+    let (grant, timeout) = (Grant { frames, detached }, Duration::from_secs(10));
+    Ok((TcpEnd::over_tls(x, grant, grant, a, timeout)?, TcpEnd::over_tls(y, grant, grant, b, timeout)?))
+}
+
+/// An end in TLS (as [`tls_pair`] makes them, owned by the team of
+/// doorbell `a`) and the other side as a bare TLS peer that the test
+/// drives by hand (a misbehaving peer).
+pub fn tls_end_and_raw(frames: usize, detached: usize, a: Arc<Doorbell>, tls: &TlsConfig) -> Result<(TcpEnd, RawTls)> {
+    let (x, y) = tls_streams(tls)?;
+    let grant = Grant { frames, detached };
+    Ok((TcpEnd::over_tls(x, grant, grant, a, Duration::from_secs(10))?, RawTls(y)))
+}
+
+/// The bare TLS peer of [`tls_end_and_raw`] (blocking).
+pub struct RawTls(TlsStream);
+
+impl RawTls {
+    /// Sends `bytes` in TLS, as an end's frames travel.
+    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        std::io::Write::write_all(&mut self.0, bytes)
+    }
+
+    /// Writes `bytes` to the socket as they are, outside TLS.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        std::io::Write::write_all(&mut crate::transport::tcp::tls::socket(&self.0), bytes)
+    }
 }
 
 /// One side of a real shared-memory bind run by a test (see [`shm_connect`],

@@ -9,6 +9,9 @@
 //! line; `tcp_netns` runs the same cases with the two ends in two network
 //! namespaces (under `scripts/netns-test.sh`).
 //!
+//! TCP in TLS (`Tls`) is the TCP transport again, each pair and each bind
+//! in TLS with certificates made for the run (`common::certs`).
+//!
 //! A case that cannot apply to a transport (inproc has no handshake) is
 //! declared so on that transport's `conformance!` line: it is still listed,
 //! as `ignored, does not apply: <why>`, and a test of that transport checks
@@ -21,7 +24,7 @@ mod common;
 
 use ferry::testing::{
     flags, shm_accept, shm_connect, Addr, Body, Detached, Doorbell, Header, Kind, Liveness, Recv, RecvError, SendError,
-    ShmBind, Staged, TcpBind, TcpEnd, Transport, tcp_accept, tcp_connect, Grant,
+    ShmBind, Staged, TcpBind, TcpEnd, TlsConfig, Transport, tcp_accept, tcp_connect, Grant,
 };
 use ferry::{Checkpoint, Error, TeamId};
 use std::marker::PhantomData;
@@ -183,8 +186,43 @@ impl<H: Hosts> Factory for Tcp<H> {
     }
 
     fn handshake() -> Option<&'static dyn Handshake> {
-        // A zero-sized value: leaking it allocates nothing.
-        Some(Box::leak(Box::new(TcpHandshake::<H>(PhantomData))))
+        // Leaked once per case: a few bytes.
+        Some(Box::leak(Box::new(TcpHandshake::<H> { tls: false, hosts: PhantomData })))
+    }
+}
+
+/// TCP in TLS (over loopback): both ends present a certificate for 127.0.0.1 that the
+/// run's CA signed, and trust that CA.
+#[cfg(feature = "tls")]
+struct Tls;
+
+#[cfg(feature = "tls")]
+impl Tls {
+    /// The run's TLS settings (made once: the files live as long as the process).
+    fn config() -> TlsConfig {
+        static MADE: std::sync::OnceLock<(tempfile::TempDir, TlsConfig)> = std::sync::OnceLock::new();
+        MADE.get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            common::certs::Ca::new(dir.path(), "test").issue(dir.path(), "node", &["127.0.0.1"]);
+            let cfg = common::certs::config(dir.path(), "node", "test");
+            (dir, cfg)
+        })
+        .1
+        .clone()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl Factory for Tls {
+    fn pipe(cap: usize) -> Pipe {
+        Pipe::new(|a, b| {
+            let (x, y) = ferry::testing::tls_pair(cap, AREA, a, b, &Tls::config()).expect("TLS pair");
+            (Box::new(x), Box::new(y))
+        })
+    }
+
+    fn handshake() -> Option<&'static dyn Handshake> {
+        Some(Box::leak(Box::new(TcpHandshake::<Loopback> { tls: true, hosts: PhantomData })))
     }
 }
 
@@ -241,11 +279,19 @@ fn in_netns<T: Send>(ns: &str, make: impl FnOnce() -> T + Send) -> T {
 /// The TCP bind between the ends of a connection made by `H`: the connector
 /// on a thread of its own, the acceptor on this one. A connector that is not
 /// who it claims to be (it cannot show credentials for its claim over a
-/// network) binds without the cluster's key.
-struct TcpHandshake<H>(PhantomData<H>);
+/// network) binds without the cluster's key. With `tls`, both sides run it
+/// in TLS.
+struct TcpHandshake<H> {
+    tls: bool,
+    hosts: PhantomData<H>,
+}
 
 impl<H: Hosts> Handshake for TcpHandshake<H> {
     fn bind(&self, plan: &Plan) -> Outcome {
+        #[cfg(feature = "tls")]
+        let tls = self.tls.then(Tls::config);
+        #[cfg(not(feature = "tls"))]
+        let tls: Option<TlsConfig> = None;
         let key: Arc<[u8]> = Arc::from(&b"the cluster's key"[..]);
         let side = |me, magic, key: &Arc<[u8]>| TcpBind {
             me,
@@ -255,6 +301,7 @@ impl<H: Hosts> Handshake for TcpHandshake<H> {
             patience: plan.patience,
             peer_timeout: PATIENCE,
             magic,
+            tls: tls.clone(),
         };
         let hello = match plan.fault {
             Fault::HelloMagic => Some(*b"NOTFERRY"),
@@ -1504,6 +1551,8 @@ conformance!(inproc, Inproc, handshake: no = "does not apply: inproc has no hand
 conformance!(shm, Shm, handshake: yes);
 conformance!(tcp, Tcp<Loopback>, handshake: yes);
 conformance!(tcp_netns, Tcp<Namespaces>, handshake: yes, ignore = "needs network namespaces: scripts/netns-test.sh runs it");
+#[cfg(feature = "tls")]
+conformance!(tls, Tls, handshake: yes);
 
 /// Shared-memory only: a peer that scribbles on the shared segment makes
 /// the channel `Corrupt` (and closes the end); it never crashes the reader
@@ -1766,7 +1815,7 @@ mod tcp_corrupt_peer {
         (TcpEnd::new(sock, grant, grant, bell(), PATIENCE).unwrap(), raw)
     }
 
-    fn frame(h: &Header, payload: &[u8]) -> Vec<u8> {
+    pub(super) fn frame(h: &Header, payload: &[u8]) -> Vec<u8> {
         let mut head = [0u8; ferry::testing::HEADER_LEN];
         let mut h = *h;
         h.len = payload.len() as u32;
@@ -1775,7 +1824,7 @@ mod tcp_corrupt_peer {
     }
 
     /// Receives until the end says something other than `Empty`.
-    fn outcome(end: &TcpEnd) -> Result<Recv, RecvError> {
+    pub(super) fn outcome(end: &TcpEnd) -> Result<Recv, RecvError> {
         let until = Instant::now() + PATIENCE;
         loop {
             match end.try_recv(&mut |_, _| true) {
@@ -1834,6 +1883,67 @@ mod tcp_corrupt_peer {
                 junk[0] = 2;
             }
             let _ = raw.write_all(&junk);
+            drop(raw);
+            let until = Instant::now() + PATIENCE;
+            loop {
+                match end.try_recv(&mut |_, _| true) {
+                    Ok(Recv::PeerGone) | Err(_) => break,
+                    Ok(_) => assert!(Instant::now() < until, "the end never saw the garbage or the end of the stream"),
+                }
+            }
+        }
+    }
+}
+
+/// TCP in TLS: a peer that sends what is not TLS (or fails its checks), or
+/// frames in TLS that break ferry's protocol, breaks its own channel
+/// (`Corrupt`: closed) and no other; the reader never crashes.
+#[cfg(feature = "tls")]
+mod tls_corrupt_peer {
+    use super::tcp_corrupt_peer::{frame, outcome};
+    use super::*;
+    use ferry::testing::{tls_end_and_raw, RawTls};
+
+    /// An end in TLS and the bare TLS peer at its other end.
+    fn end_and_raw() -> (TcpEnd, RawTls) {
+        tls_end_and_raw(SMALL, AREA, bell(), &Tls::config()).expect("TLS end")
+    }
+
+    #[test]
+    fn bytes_that_are_not_tls_close_that_channel_only() {
+        let (end, mut raw) = end_and_raw();
+        let (other, mut other_raw) = end_and_raw();
+        raw.send(&frame(&data(1), b"fine")).unwrap();
+        assert_eq!(outcome(&end), Ok(Recv::Consumed));
+        raw.send_raw(&[0xEE; 64]).unwrap();
+        assert!(matches!(outcome(&end), Err(RecvError::Corrupt(_))));
+        assert!(end.is_closed());
+        assert!(matches!(end.try_send(&data(2), b"no"), Err(SendError::Closed)));
+        // The other channel goes on.
+        other_raw.send(&frame(&data(3), b"still fine")).unwrap();
+        assert_eq!(outcome(&other), Ok(Recv::Consumed));
+        assert!(!other.is_closed());
+        other.try_send(&data(4), b"yes").unwrap();
+    }
+
+    #[test]
+    fn garbage_frames_in_tls_close_the_channel() {
+        let (end, mut raw) = end_and_raw();
+        raw.send(&[0xEE; 64]).unwrap();
+        assert!(matches!(outcome(&end), Err(RecvError::Corrupt(_))));
+        assert!(end.is_closed());
+    }
+
+    #[test]
+    fn random_garbage_never_crashes_the_reader() {
+        for i in 0..60u64 {
+            let (end, mut raw) = end_and_raw();
+            let mut junk = payload(i, 1 + (i as usize * 37) % 300);
+            if i % 3 == 0 {
+                junk[0] = 2;
+            }
+            // Half in TLS (ferry's checks), half around it (TLS's).
+            let _ = if i % 2 == 0 { raw.send(&junk) } else { raw.send_raw(&junk) };
             drop(raw);
             let until = Instant::now() + PATIENCE;
             loop {

@@ -11,9 +11,8 @@ use super::etcd::EtcdNames;
 use super::{remote, NodeNames, TeamLease};
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
-use std::collections::BTreeMap;
+use crate::runtime::cluster::Cluster;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Where names are registered and looked up, for one team.
@@ -75,23 +74,27 @@ pub(crate) enum Wait {
 /// unique on its node only.
 pub(crate) struct EmbeddedPlane {
     node: NodeNames,
-    /// The other nodes; empty for a node alone.
-    peers: BTreeMap<u16, SocketAddr>,
-    /// Signs the queries (the cluster's key).
-    key: Arc<[u8]>,
+    /// The cluster whose other nodes are asked (their addresses, the key
+    /// that signs the queries, TLS); `None` for a node alone.
+    cluster: Option<Cluster>,
     /// How long a node may take to answer.
     patience: Duration,
 }
 
 impl EmbeddedPlane {
-    pub(crate) fn new(node: NodeNames, peers: BTreeMap<u16, SocketAddr>, key: Arc<[u8]>, patience: Duration) -> Self {
-        EmbeddedPlane { node, peers, key, patience }
+    pub(crate) fn new(node: NodeNames, cluster: Option<Cluster>, patience: Duration) -> Self {
+        EmbeddedPlane { node, cluster, patience }
+    }
+
+    /// The other nodes, in the order of their numbers.
+    fn peers(&self) -> impl Iterator<Item = (u16, SocketAddr)> + '_ {
+        self.cluster.iter().flat_map(|c| c.peers.iter().map(|(&n, &a)| (n, a)))
     }
 }
 
 impl NamePlane for EmbeddedPlane {
     fn describe(&self) -> String {
-        format!("embedded ({} and {} other nodes)", self.node.dir().path().display(), self.peers.len())
+        format!("embedded ({} and {} other nodes)", self.node.dir().path().display(), self.peers().count())
     }
 
     fn register(&self, lease: &TeamLease, name: &str, ep: EndpointId) -> Result<()> {
@@ -107,8 +110,9 @@ impl NamePlane for EmbeddedPlane {
     }
 
     fn lookup_elsewhere(&self, name: &str) -> Result<EndpointId> {
-        for (&node, &addr) in &self.peers {
-            match remote::ask(addr, node, &self.key, name, self.patience) {
+        let Some(cluster) = &self.cluster else { return Err(Error::NameNotFound(name.to_string())) };
+        for (node, addr) in self.peers() {
+            match remote::ask(addr, node, cluster, name, self.patience) {
                 Ok(Some(ep)) => return Ok(ep),
                 Ok(None) => {}
                 // A node that is down must not hide the others' names.
@@ -119,7 +123,7 @@ impl NamePlane for EmbeddedPlane {
     }
 
     fn wait(&self) -> Wait {
-        if self.peers.is_empty() {
+        if self.peers().next().is_none() {
             Wait::Here
         } else {
             Wait::Poll
@@ -186,6 +190,8 @@ impl NamePlane for EtcdPlane {
 mod tests {
     use super::*;
     use crate::names::RuntimeDir;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     fn ep(team: u32, slot: u32) -> EndpointId {
         crate::id::TeamId { node: 0, team, incarnation: 1 }.endpoint(slot).unwrap()
@@ -198,7 +204,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = RuntimeDir::at(tmp.path().join("rt")).unwrap();
         let node = NodeNames::new(dir.clone());
-        let plane = EmbeddedPlane::new(node.clone(), BTreeMap::new(), Arc::from(&b""[..]), Duration::from_secs(1));
+        let plane = EmbeddedPlane::new(node.clone(), None, Duration::from_secs(1));
         let lease = TeamLease::acquire(&dir, 3).unwrap();
         plane.register(&lease, "svc", ep(3, 1)).unwrap();
         assert_eq!(node.lookup("svc").unwrap(), ep(3, 1));
@@ -218,9 +224,14 @@ mod tests {
         let dir = RuntimeDir::at(tmp.path().join("rt")).unwrap();
         // Bound and released: nobody listens there.
         let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let peers = BTreeMap::from([(2, dead)]);
-        let key = Arc::from(&b"0123456789abcdef"[..]);
-        let plane = EmbeddedPlane::new(NodeNames::new(dir), peers, key, Duration::from_secs(1));
+        let cluster = Cluster {
+            node: 1,
+            listen: "127.0.0.1:1".parse().unwrap(),
+            peers: BTreeMap::from([(2, dead)]),
+            key: Arc::from(&b"0123456789abcdef"[..]),
+            tls: None,
+        };
+        let plane = EmbeddedPlane::new(NodeNames::new(dir), Some(cluster), Duration::from_secs(1));
         assert!(matches!(plane.lookup("svc"), Err(Error::NameNotFound(_))));
         assert_eq!(plane.wait(), Wait::Poll);
     }

@@ -7,7 +7,9 @@
 //!
 //! Both ways are signed with the cluster's key (HMAC-SHA256): the query
 //! carries a fresh nonce, the answer's MAC covers it, so an answer cannot
-//! be forged or replayed to another query.
+//! be forged or replayed to another query. In a cluster with TLS the query
+//! runs in TLS, as a bind does (its preamble names team 0: any team of the
+//! node answers).
 //!
 //! | query (asker → node) | |
 //! |---|---|
@@ -27,7 +29,8 @@
 use crate::error::{Error, Result};
 use crate::id::{Addr, EndpointId, TeamId};
 use crate::names::{validate_name, NodeNames};
-use crate::transport::tcp::handshake::mac;
+use crate::runtime::Cluster;
+use crate::transport::tcp::handshake::{self, mac, Link};
 use hmac::Mac;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -39,15 +42,19 @@ const ANSWER: &[u8; 8] = b"FERRYNA1";
 const MAC_LEN: usize = 32;
 const ANSWER_LEN: usize = 8 + 1 + 12 + MAC_LEN;
 
-/// Asks the node at `addr` for `name`: `Ok(None)` if it has no such name.
-/// Fails if the node cannot be reached in `patience`, or answers without
-/// our key (`Unauthenticated`).
-pub fn ask(addr: SocketAddr, node: u16, key: &[u8], name: &str, patience: Duration) -> Result<Option<EndpointId>> {
+/// Asks node `node`, at `addr`, for `name`: `Ok(None)` if it has no such
+/// name. Fails if the node cannot be reached in `patience`, answers without
+/// our key (`Unauthenticated`), or one of us uses TLS and the other does
+/// not (`Tls`).
+pub fn ask(addr: SocketAddr, node: u16, cluster: &Cluster, name: &str, patience: Duration) -> Result<Option<EndpointId>> {
     validate_name(name)?;
+    let key = &cluster.key;
+    let peer = TeamId { node, team: 0, incarnation: 0 };
     let unreachable = |e: std::io::Error| Error::Io { context: "name query", source: e };
-    let mut sock = TcpStream::connect_timeout(&addr, patience).map_err(unreachable)?;
+    let sock = TcpStream::connect_timeout(&addr, patience).map_err(unreachable)?;
     sock.set_read_timeout(Some(patience)).map_err(unreachable)?;
     sock.set_nodelay(true).map_err(unreachable)?;
+    let mut sock = handshake::open(sock, cluster.tls.as_ref(), peer)?;
     let mut query = Vec::with_capacity(8 + 16 + 2 + name.len() + MAC_LEN);
     query.extend_from_slice(QUERY);
     query.extend_from_slice(&crate::transport::tcp::handshake::nonce());
@@ -59,8 +66,12 @@ pub fn ask(addr: SocketAddr, node: u16, key: &[u8], name: &str, patience: Durati
     sock.write_all(&query).map_err(unreachable)?;
     let query = &query[..signed];
     let mut answer = [0u8; ANSWER_LEN];
-    sock.read_exact(&mut answer).map_err(unreachable)?;
-    let peer = TeamId { node, team: 0, incarnation: 0 };
+    let failed = |e: std::io::Error| crate::transport::tcp::tls::failure(&e, peer).unwrap_or_else(|| unreachable(e));
+    sock.read_exact(&mut answer[..8]).map_err(failed)?;
+    if &answer[..8] == handshake::TLS_REQUIRED {
+        return Err(handshake::tls_required(peer));
+    }
+    sock.read_exact(&mut answer[8..]).map_err(failed)?;
     let body = &answer[..ANSWER_LEN - MAC_LEN];
     if mac(key, b"ferry-names-1 answer", &[query, body]).verify_slice(&answer[ANSWER_LEN - MAC_LEN..]).is_err() {
         return Err(Error::Unauthenticated { peer, what: "its name answer is not signed with our cluster key".into() });
@@ -76,11 +87,12 @@ pub fn ask(addr: SocketAddr, node: u16, key: &[u8], name: &str, patience: Durati
     Ok(Some(EndpointId::at(Addr::from_bits(bits), incarnation)))
 }
 
-/// Answers one query on `sock`, whose first 8 bytes (`QUERY`) were read,
-/// from this node's plane. A query not signed with our key gets no answer.
-pub fn answer(mut sock: TcpStream, key: &[u8], names: &NodeNames, patience: Duration) -> Result<()> {
+/// Answers one query on `sock` (in TLS or not), whose first 8 bytes
+/// (`QUERY`) were read, from this node's plane. A query not signed with our
+/// key gets no answer.
+pub fn answer(mut sock: Link, key: &[u8], names: &NodeNames, patience: Duration) -> Result<()> {
     let io = |e: std::io::Error| Error::Io { context: "name query", source: e };
-    sock.set_read_timeout(Some(patience)).map_err(io)?;
+    sock.socket().set_read_timeout(Some(patience)).map_err(io)?;
     let mut query = QUERY.to_vec();
     let mut head = [0u8; 18];
     sock.read_exact(&mut head).map_err(io)?;

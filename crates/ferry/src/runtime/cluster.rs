@@ -26,9 +26,26 @@
 //! The key file's bytes (at least 16) are the key; every connection
 //! between nodes proves it holds it (see `transport::tcp::handshake`).
 //!
+//! **TLS** (optional; cargo feature `tls`, on by default): with these three
+//! lines every TCP connection of the node — binds and name queries, made
+//! or taken — runs in mutual TLS 1.3, the key's proof inside it:
+//!
+//! ```text
+//! tls-cert /etc/ferry/node1.pem     # this node's certificate chain, its own first
+//! tls-key /etc/ferry/node1.key      # its private key
+//! tls-ca /etc/ferry/ca.pem          # the authority the other nodes' certificates come from
+//! ```
+//!
+//! All PEM. Each node's certificate must be valid for the IP address the
+//! others reach it at (its `peer` line there), as TLS server and client.
+//! The nodes of a cluster all use TLS or none does: a node with TLS and a
+//! node without refuse each other with `Error::Tls` (see
+//! `transport::tcp::tls`).
+//!
 //! [`TeamBuilder::cluster`]: crate::TeamBuilder::cluster
 
 use crate::error::{Error, Result};
+use crate::transport::tcp::TlsConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -48,12 +65,19 @@ pub struct Cluster {
     pub peers: BTreeMap<u16, SocketAddr>,
     /// The key the nodes share.
     pub key: Arc<[u8]>,
+    /// TLS on every connection between nodes, if set (`None`: in the clear).
+    pub tls: Option<TlsConfig>,
 }
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key.
-        f.debug_struct("Cluster").field("node", &self.node).field("listen", &self.listen).field("peers", &self.peers).finish()
+        f.debug_struct("Cluster")
+            .field("node", &self.node)
+            .field("listen", &self.listen)
+            .field("peers", &self.peers)
+            .field("tls", &self.tls.is_some())
+            .finish()
     }
 }
 
@@ -64,10 +88,13 @@ impl Cluster {
         Cluster::parse(&text, path.parent().unwrap_or(Path::new(".")))
     }
 
-    /// Parses a cluster file's text; relative key files are taken from `dir`.
+    /// Parses a cluster file's text; relative key, certificate and CA
+    /// files are taken from `dir`.
     pub fn parse(text: &str, dir: &Path) -> Result<Cluster> {
         let bad = |line: usize, what: &str| Error::InvalidArgument(format!("cluster file, line {line}: {what}"));
         let (mut node, mut listen, mut key, mut peers) = (None, None, None, BTreeMap::new());
+        // TLS: the certificate, key and CA files, and the line of each.
+        let mut tls: [Option<(usize, std::path::PathBuf)>; 3] = Default::default();
         for (i, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
             if line.is_empty() || line.starts_with('#') {
                 continue;
@@ -82,12 +109,18 @@ impl Cluster {
                     let bytes = std::fs::read(dir.join(f)).map_err(Error::io("read cluster key file"))?;
                     key = Some(bytes);
                 }
+                [word @ ("tls-cert" | "tls-key" | "tls-ca"), f] => {
+                    let at = ["tls-cert", "tls-key", "tls-ca"].iter().position(|w| w == word).expect("one of them");
+                    if tls[at].replace((i, dir.join(f))).is_some() {
+                        return Err(bad(i, &format!("a second `{word}` line")));
+                    }
+                }
                 ["peer", n, a] => {
                     if peers.insert(number(n)?, addr(a)?).is_some() {
                         return Err(bad(i, &format!("node {n} listed twice")));
                     }
                 }
-                _ => return Err(bad(i, &format!("{line:?}: want node N, listen ADDR, key-file PATH or peer N ADDR"))),
+                _ => return Err(bad(i, &format!("{line:?}: want node N, listen ADDR, key-file PATH, peer N ADDR, or tls-cert, tls-key, tls-ca PATH"))),
             }
         }
         let node = node.ok_or_else(|| bad(0, "no `node` line"))?;
@@ -99,7 +132,18 @@ impl Cluster {
         if peers.contains_key(&node) {
             return Err(bad(0, &format!("node {node} is this node, not a peer")));
         }
-        Ok(Cluster { node, listen, peers, key: key.into() })
+        let tls = match tls {
+            [None, None, None] => None,
+            [Some((i, cert)), Some((_, key)), Some((_, ca))] => {
+                let loaded = TlsConfig::from_files(&cert, &key, &ca);
+                Some(loaded.map_err(|e| match e {
+                    Error::InvalidArgument(what) => bad(i, &what),
+                    e => bad(i, &e.to_string()),
+                })?)
+            }
+            _ => return Err(bad(0, "TLS wants all three of tls-cert, tls-key and tls-ca")),
+        };
+        Ok(Cluster { node, listen, peers, key: key.into(), tls })
     }
 
     /// The address of node `node`'s teams, if it is in the cluster.
@@ -133,6 +177,9 @@ mod tests {
             ("node 1\nlisten 1.2.3.4:5\nkey-file k\npeer 1 1.2.3.4:6\n", "this node"),
             ("node 1\nlisten 1.2.3.4:5\nkey-file k\npeer 2 1.2.3.4:6\npeer 2 1.2.3.4:7\n", "twice"),
             ("nodes 1\n", "want node N"),
+            ("node 1\nlisten 1.2.3.4:5\nkey-file k\ntls-cert c\ntls-key k\n", "all three"),
+            ("node 1\nlisten 1.2.3.4:5\nkey-file k\ntls-ca c\ntls-ca d\n", "second `tls-ca`"),
+            ("node 1\nlisten 1.2.3.4:5\nkey-file k\ntls-cert nope\ntls-key k\ntls-ca nope\n", "line 4: TLS"),
         ] {
             match Cluster::parse(text, dir.path()) {
                 Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{text:?}: {m}"),

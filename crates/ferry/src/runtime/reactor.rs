@@ -7,7 +7,9 @@
 //!
 //! A TCP bind is taken on a blocking thread (its handshake has three
 //! steps), at most `MAX_PENDING` at once; one that names another team of
-//! this node is handed to that team over its Unix socket (see `cluster`).
+//! this node is handed to that team over its Unix socket (see `cluster`):
+//! after its hello, or in TLS after its preamble, before TLS starts (a TLS
+//! session cannot move to another process).
 //!
 //! It takes binds itself, with no thread per connection: a connection
 //! waits in epoll for the connector's hello (one message), at most
@@ -18,6 +20,7 @@
 use super::channel::Channel;
 use super::TeamInner;
 use crate::error::{Error, Result};
+use crate::transport::tcp::handshake::{Link, HELLO_BYTES};
 use crate::transport::{shm, tcp, Liveness};
 use parking_lot::Mutex;
 use rustix::buffer::spare_capacity;
@@ -40,6 +43,18 @@ const TCP_LISTENER: u64 = 2;
 /// Magic of a TCP connection handed over by another team of this node:
 /// the message carries the connector's hello and the connection's fd.
 const HANDED_OVER: &[u8; 8] = b"FERRYTHO";
+/// Magic of a TCP connection in TLS handed over by another team of this
+/// node, whose preamble was read: the message carries the team id the
+/// preamble named (then zeros, to a hello's length) and the fd.
+const HANDED_OVER_TLS: &[u8; 8] = b"FERRYTHT";
+
+/// What a team that handed a TCP connection over had read of it.
+enum Handed {
+    /// The connector's hello.
+    Hello([u8; HELLO_BYTES]),
+    /// A TLS preamble naming this team (not answered yet).
+    Tls(crate::id::TeamId),
+}
 
 /// Most connections kept waiting for their hello; past that the oldest is
 /// closed (a connector that is really binding sends its hello at once).
@@ -237,7 +252,7 @@ fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
     let mut magic = [0u8; 8];
     if rustix::net::recv(&p.stream, &mut magic, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT)
         .is_ok_and(|(n, _)| n == 8)
-        && &magic == HANDED_OVER
+        && (&magic == HANDED_OVER || &magic == HANDED_OVER_TLS)
     {
         take_handed_over(team, p.stream);
         return None;
@@ -328,38 +343,94 @@ fn accept_tcp(team: &Arc<TeamInner>) {
     }
 }
 
-/// Takes a TCP bind (on a blocking thread): reads the hello unless the team
-/// that handed the connection over did, then binds if it names this team,
-/// or hands it to the team of this node it names.
-fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, hello: Option<[u8; tcp::handshake::HELLO_BYTES]>) {
+/// Takes a TCP bind (on a blocking thread): reads what the connection
+/// opens with unless the team that handed it over did (a hello, a name
+/// query, or a TLS preamble: then TLS, and the hello or query in it), then
+/// binds if it names this team, or hands it to the team of this node it
+/// names. A node with TLS refuses a connection without, and the other way
+/// round (both sides learn why: `Tls`).
+fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>) {
     let Some(cluster) = team.cfg.cluster.clone() else { return };
     let side = team.tcp_bind(&cluster);
     let _ = stream.set_nonblocking(false);
-    let hello = match hello {
-        Some(h) => h,
+    let refused = |e: Error| tracing::warn!(error = %e, "refused a TCP bind");
+    // The link, its first 8 bytes (read), and whom its TLS preamble named.
+    let (mut link, magic, tls_for) = match handed {
+        Some(Handed::Hello(hello)) => {
+            return accept(team, Link::Plain(stream), hello, &side);
+        }
+        Some(Handed::Tls(to)) => match start_tls(stream, &side) {
+            Ok((link, magic)) => (link, magic, Some(to)),
+            Err(e) => return refused(e),
+        },
         None => {
-            // A bind, or a name query from another node (its first 8 bytes say).
+            // A bind, a name query from another node, or TLS (its first 8 bytes say).
             let mut magic = [0u8; 8];
             let read = stream.set_read_timeout(Some(side.patience)).and_then(|()| stream.read_exact(&mut magic));
             if let Err(e) = read {
                 return tracing::debug!(error = %e, "a TCP connection closed before saying what it wants");
             }
-            if &magic == crate::names::remote::QUERY {
-                if let Err(e) = crate::names::remote::answer(stream, &cluster.key, &team.names, side.patience) {
-                    tracing::warn!(error = %e, "refused a name query");
+            if &magic == tcp::handshake::TLS_START {
+                let to = match tcp::handshake::read_tls_start_rest(&mut stream, team.id) {
+                    Ok(to) => to,
+                    Err(e) => return refused(e),
+                };
+                if to.node == team.id.node && to.team != 0 && to.team != team.id.team {
+                    return hand_over(team, stream, Handed::Tls(to), to);
                 }
-                return;
-            }
-            match tcp::handshake::read_hello_rest(&mut stream, magic, side.patience, team.id) {
-                Ok((hello, to)) if to.team != team.id.team || to.node != team.id.node => {
-                    return hand_over(team, stream, hello, to);
+                match start_tls(stream, &side) {
+                    Ok((link, magic)) => (link, magic, Some(to)),
+                    Err(e) => return refused(e),
                 }
-                Ok((hello, _)) => hello,
-                Err(e) => return tracing::warn!(error = %e, "refused a TCP bind"),
+            } else if side.tls.is_some() {
+                return refused(tcp::handshake::refuse_plain(stream, side.patience));
+            } else {
+                (Link::Plain(stream), magic, None)
             }
         }
     };
-    match tcp::handshake::accept_hello(stream, hello, &side) {
+    if &magic == crate::names::remote::QUERY {
+        if tls_for.is_some_and(|to| to.team != 0) {
+            return tracing::warn!("refused a name query in TLS opened for a team");
+        }
+        if let Err(e) = crate::names::remote::answer(link, &cluster.key, &team.names, side.patience) {
+            tracing::warn!(error = %e, "refused a name query");
+        }
+        return;
+    }
+    let (hello, to) = match tcp::handshake::read_hello_rest(&mut link, magic, side.patience, team.id) {
+        Ok(got) => got,
+        Err(e) => return refused(e),
+    };
+    match tls_for {
+        // In TLS the preamble said whom, and the connection stays here.
+        Some(said) if said != to => refused(Error::Protocol { peer: to, what: format!("its TLS preamble named {said}") }),
+        Some(_) if to.node != team.id.node || to.team != team.id.team => {
+            tracing::debug!(%to, "refused a TCP bind in TLS for a team that is not here")
+        }
+        Some(_) => accept(team, link, hello, &side),
+        None if to.team != team.id.team || to.node != team.id.node => {
+            let Link::Plain(stream) = link else { unreachable!("no TLS here") };
+            hand_over(team, stream, Handed::Hello(hello), to)
+        }
+        None => accept(team, link, hello, &side),
+    }
+}
+
+/// Answers a TLS preamble and reads the first 8 bytes in TLS.
+fn start_tls(stream: TcpStream, side: &tcp::handshake::TcpBind) -> Result<(Link, [u8; 8])> {
+    let mut link = tcp::handshake::start_tls(stream, side)?;
+    let mut magic = [0u8; 8];
+    link.read_exact(&mut magic).map_err(|e| {
+        let closed = Error::Protocol { peer: tcp::tls::UNKNOWN, what: "closed before saying what it wants".into() };
+        tcp::handshake::read_failed(e, tcp::tls::UNKNOWN, closed)
+    })?;
+    Ok((link, magic))
+}
+
+/// The bind handshake's last steps, and the channel.
+fn accept(team: &Arc<TeamInner>, link: Link, hello: [u8; HELLO_BYTES], side: &tcp::handshake::TcpBind) {
+    match tcp::handshake::accept_hello(link, hello, side) {
         Ok((end, peer)) => {
             team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));
             tracing::debug!(me = %team.id, %peer, "accepted TCP channel");
@@ -368,9 +439,10 @@ fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, hello: Option<[u8; tcp
     }
 }
 
-/// Hands a TCP connection whose hello names another team of this node to
-/// that team (over its Unix socket); closes it if there is no such team.
-fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, hello: [u8; tcp::handshake::HELLO_BYTES], to: crate::id::TeamId) {
+/// Hands a TCP connection whose hello (or TLS preamble) names another team
+/// of this node to that team (over its Unix socket); closes it if there is
+/// no such team.
+fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, read: Handed, to: crate::id::TeamId) {
     if to.node != team.id.node {
         return tracing::warn!(%to, "refused a TCP bind for a team of another node");
     }
@@ -378,18 +450,26 @@ fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, hello: [u8; tcp::handshak
     let Ok(unix) = UnixStream::connect(&path) else {
         return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
     };
-    let mut msg = [0u8; 8 + tcp::handshake::HELLO_BYTES];
-    msg[..8].copy_from_slice(HANDED_OVER);
-    msg[8..].copy_from_slice(&hello);
+    let mut msg = [0u8; 8 + HELLO_BYTES];
+    match read {
+        Handed::Hello(hello) => {
+            msg[..8].copy_from_slice(HANDED_OVER);
+            msg[8..].copy_from_slice(&hello);
+        }
+        Handed::Tls(to) => {
+            msg[..8].copy_from_slice(HANDED_OVER_TLS);
+            tcp::handshake::put_id(&mut msg[8..20], to);
+        }
+    }
     if let Err(e) = crate::sys::fdpass::send(unix.as_fd(), &msg, &[stream.as_fd()]) {
         tracing::warn!(error = %e, %to, "could not hand a TCP bind over");
     }
 }
 
 /// A TCP connection another team of this node handed over: the bind goes
-/// on (on a blocking thread) from the hello that team read.
+/// on (on a blocking thread) from the hello (or TLS preamble) that team read.
 fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
-    let mut msg = [0u8; 8 + tcp::handshake::HELLO_BYTES];
+    let mut msg = [0u8; 8 + HELLO_BYTES];
     let (n, mut fds) = match crate::sys::fdpass::try_recv(&unix, &mut msg) {
         Ok(Some(got)) => got,
         Ok(None) => return,
@@ -399,7 +479,10 @@ fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
         return tracing::warn!("a TCP bind handed over came with {n} bytes and {} descriptors", fds.len());
     }
     let stream = TcpStream::from(fds.pop().expect("one descriptor"));
-    let hello: [u8; tcp::handshake::HELLO_BYTES] = msg[8..].try_into().expect("hello bytes");
+    let read = match &msg[..8] {
+        m if m == HANDED_OVER_TLS => Handed::Tls(tcp::handshake::get_id(&msg[8..20])),
+        _ => Handed::Hello(msg[8..].try_into().expect("hello bytes")),
+    };
     let t = team.clone();
-    drop(team.blocking.spawn(move || tcp_bind(&t, stream, Some(hello))));
+    drop(team.blocking.spawn(move || tcp_bind(&t, stream, Some(read))));
 }

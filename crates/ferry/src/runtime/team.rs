@@ -277,6 +277,7 @@ impl TeamInner {
             patience: shm::HANDSHAKE_TIMEOUT,
             peer_timeout: self.cfg.peer_timeout,
             magic: None,
+            tls: cluster.tls.clone(),
         }
     }
 
@@ -392,11 +393,7 @@ fn name_plane(cfg: &Config, dir: &RuntimeDir) -> Result<Box<dyn NamePlane>> {
     if !cfg.etcd.is_empty() {
         return Ok(Box::new(EtcdPlane::new(node, EtcdNames::connect(&cfg.etcd, cfg.names_ttl)?)));
     }
-    let (peers, key) = match &cfg.cluster {
-        Some(c) => (c.peers.clone(), c.key.clone()),
-        None => (Default::default(), Arc::from(&[][..])),
-    };
-    Ok(Box::new(EmbeddedPlane::new(node, peers, key, shm::HANDSHAKE_TIMEOUT)))
+    Ok(Box::new(EmbeddedPlane::new(node, cfg.cluster.clone(), shm::HANDSHAKE_TIMEOUT)))
 }
 
 /// Claims a team number: the pid for the first team of a process, then

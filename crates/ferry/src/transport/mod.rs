@@ -32,7 +32,9 @@
 //!    - [`Error::Unauthenticated`](crate::Error::Unauthenticated) (both
 //!      sides, over a network): the other side could not prove it holds
 //!      the cluster's key, so its claim to be a team of the cluster does
-//!      not stand.
+//!      not stand (or, over TLS, one side refused the other's certificate);
+//!    - [`Error::Tls`](crate::Error::Tls) (both sides, over a network):
+//!      one side uses TLS and the other does not, or the TLS session broke.
 //!
 //!    The shared-memory flavor is [`shm::connect`] / [`shm::accept`] (the
 //!    hello carries the segment, the doorbell's state page and the

@@ -282,3 +282,63 @@ pub mod calc {
         }
     }
 }
+
+// ---------------------------------------------------------------- TLS certificates
+
+/// Test certificates for TLS between nodes, made with rcgen when a test
+/// runs: a CA, certificates it signs, and a rogue CA's.
+pub mod certs {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    use std::path::{Path, PathBuf};
+
+    /// A certificate authority (its certificate is `NAME-ca.pem` in the directory).
+    pub struct Ca {
+        cert: rcgen::Certificate,
+        key: KeyPair,
+    }
+
+    impl Ca {
+        /// A self-signed CA called `name`; writes its certificate to `dir/NAME-ca.pem`.
+        pub fn new(dir: &Path, name: &str) -> Ca {
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, format!("ferry test CA {name}"));
+            let key = KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            std::fs::write(dir.join(format!("{name}-ca.pem")), cert.pem()).unwrap();
+            Ca { cert, key }
+        }
+
+        /// A certificate for `names` (IP addresses or DNS names) signed by
+        /// this CA: writes `dir/FILE.pem` and `dir/FILE.key`.
+        pub fn issue(&self, dir: &Path, file: &str, names: &[&str]) {
+            let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+            params.distinguished_name.push(DnType::CommonName, format!("ferry test node {file}"));
+            let key = KeyPair::generate().unwrap();
+            let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+            std::fs::write(dir.join(format!("{file}.pem")), cert.pem()).unwrap();
+            std::fs::write(dir.join(format!("{file}.key")), key.serialize_pem()).unwrap();
+        }
+    }
+
+    /// The cluster-file lines of node certificate `file` trusting CA `ca`.
+    pub fn lines(dir: &Path, file: &str, ca: &str) -> String {
+        let p = |name: String| -> PathBuf { dir.join(name) };
+        format!(
+            "tls-cert {}\ntls-key {}\ntls-ca {}\n",
+            p(format!("{file}.pem")).display(),
+            p(format!("{file}.key")).display(),
+            p(format!("{ca}-ca.pem")).display()
+        )
+    }
+
+    /// The TLS settings of node certificate `file` trusting CA `ca`.
+    pub fn config(dir: &Path, file: &str, ca: &str) -> ferry::TlsConfig {
+        ferry::TlsConfig::from_files(
+            &dir.join(format!("{file}.pem")),
+            &dir.join(format!("{file}.key")),
+            &dir.join(format!("{ca}-ca.pem")),
+        )
+        .unwrap()
+    }
+}

@@ -19,7 +19,12 @@
 //! Each side's nonce makes the other's MAC fresh, so a recorded handshake
 //! cannot be replayed. Both sides wait for each message at most their
 //! patience (`DeadlineExceeded`). Documented in `docs/WIRE.md`.
+//!
+//! With TLS (a [`TlsConfig`] in [`TcpBind::tls`]) the same handshake runs
+//! inside TLS, after a preamble in the clear (see `tls`): a [`Link`] is
+//! either. A side with TLS and a side without both fail with `Tls`.
 
+use super::tls::{self, TlsConfig, UNKNOWN};
 use super::{Grant, TcpEnd};
 use crate::error::{Error, Result};
 use crate::id::TeamId;
@@ -37,6 +42,15 @@ pub const HELLO: &[u8; 8] = b"FERRYTC1";
 pub const WELCOME: &[u8; 8] = b"FERRYTW1";
 const ACCEPTED: &[u8; 8] = b"FERRYTOK";
 const NOT_AUTHENTICATED: &[u8; 8] = b"FERRYTNA";
+/// Magic of a connector's TLS preamble: TLS follows, for the team whose id
+/// comes next (12 bytes; team 0: any team of the node, for a name query).
+pub const TLS_START: &[u8; 8] = b"FERRYTS1";
+/// An acceptor's answer to the preamble: TLS starts.
+const TLS_YES: &[u8; 8] = b"FERRYTSY";
+/// An acceptor's answer to the preamble: this node does not use TLS.
+const TLS_NO: &[u8; 8] = b"FERRYTSN";
+/// A TLS node's answer to a connection that opens without TLS.
+pub const TLS_REQUIRED: &[u8; 8] = b"FERRYTSR";
 const HELLO_LEN: usize = 60;
 const WELCOME_LEN: usize = 80;
 const MAC_LEN: usize = 32;
@@ -65,15 +79,70 @@ pub struct TcpBind {
     /// The magic of its hello or welcome: `None` for the real one (a test
     /// poses as a peer of another protocol or version).
     pub magic: Option<[u8; 8]>,
+    /// TLS: every connection runs in it (a connector's, and those it accepts).
+    pub tls: Option<TlsConfig>,
 }
 
-fn put_id(b: &mut [u8], id: TeamId) {
+/// A connection a bind (or a name query) runs over: the socket as it is,
+/// or TLS on it.
+pub enum Link {
+    /// In the clear.
+    Plain(TcpStream),
+    /// In TLS (the preamble answered, TLS's handshake done).
+    Tls(Box<tls::TlsStream>),
+}
+
+impl Link {
+    /// The socket.
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            Link::Plain(s) => s,
+            Link::Tls(t) => tls::socket(t),
+        }
+    }
+
+    /// The channel's end on this link, once the bind handshake is done.
+    fn into_end(self, ours: Grant, theirs: Grant, side: &TcpBind) -> Result<TcpEnd> {
+        self.socket().set_read_timeout(None).map_err(Error::io("tcp timeout"))?;
+        match self {
+            Link::Plain(s) => TcpEnd::new(s, ours, theirs, side.doorbell.clone(), side.peer_timeout),
+            Link::Tls(t) => TcpEnd::over_tls(*t, ours, theirs, side.doorbell.clone(), side.peer_timeout),
+        }
+    }
+}
+
+impl Read for Link {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Link::Plain(s) => s.read(buf),
+            Link::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Link {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Link::Plain(s) => s.write(buf),
+            Link::Tls(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Link::Plain(s) => s.flush(),
+            Link::Tls(t) => t.flush(),
+        }
+    }
+}
+
+pub(crate) fn put_id(b: &mut [u8], id: TeamId) {
     b[..2].copy_from_slice(&id.node.to_le_bytes());
     b[4..8].copy_from_slice(&id.team.to_le_bytes());
     b[8..12].copy_from_slice(&id.incarnation.to_le_bytes());
 }
 
-fn get_id(b: &[u8]) -> TeamId {
+pub(crate) fn get_id(b: &[u8]) -> TeamId {
     let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
     TeamId { node: u16::from_le_bytes([b[0], b[1]]), team: word(4), incarnation: word(8) }
 }
@@ -125,27 +194,99 @@ pub(crate) fn mac(key: &[u8], label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
 }
 
 /// Reads exactly `buf.len()` bytes within the socket's read timeout.
-fn read_exact(sock: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+fn read_exact(sock: &mut impl Read, buf: &mut [u8]) -> std::io::Result<()> {
     sock.read_exact(buf)
 }
 
-/// What a failed read means: silence (`DeadlineExceeded`) or the other side
-/// closing (`or`).
-fn read_failed(e: std::io::Error, or: Error) -> Error {
+/// What a failed read from `peer` means: TLS's verdict (`Unauthenticated`,
+/// `Tls`), silence (`DeadlineExceeded`) or the other side closing (`or`).
+pub(crate) fn read_failed(e: std::io::Error, peer: TeamId, or: Error) -> Error {
+    if let Some(e) = tls::failure(&e, peer) {
+        return e;
+    }
     match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::DeadlineExceeded,
         _ => or,
     }
 }
 
-fn write_all(sock: &mut TcpStream, bytes: &[u8]) -> Result<()> {
+fn write_all(sock: &mut impl Write, bytes: &[u8]) -> Result<()> {
     sock.write_all(bytes).map_err(Error::io("tcp handshake write"))
 }
 
+/// The connector's error when the acceptor's node uses TLS and its own does not.
+pub(crate) fn tls_required(peer: TeamId) -> Error {
+    let what = format!("node {} uses TLS, and this node does not (the cluster files disagree)", peer.node);
+    Error::Tls { peer, what }
+}
+
+/// Connector side: the link to `to` over a connected `sock`, whose read
+/// timeout bounds each wait: the socket as it is, or with `tls` the
+/// preamble, its answer and TLS's handshake.
+pub(crate) fn open(sock: TcpStream, tls: Option<&TlsConfig>, to: TeamId) -> Result<Link> {
+    let Some(cfg) = tls else { return Ok(Link::Plain(sock)) };
+    let mut start = [0u8; 20];
+    start[..8].copy_from_slice(TLS_START);
+    put_id(&mut start[8..], to);
+    (&sock).write_all(&start).map_err(|_| Error::NoSuchTeam(to))?;
+    let mut answer = [0u8; 8];
+    // Closed on without a word, as before a hello: the team is not there.
+    (&sock).read_exact(&mut answer).map_err(|e| read_failed(e, to, Error::NoSuchTeam(to)))?;
+    match &answer {
+        a if a == TLS_YES => Ok(Link::Tls(Box::new(tls::client(sock, cfg, to)?))),
+        a if a == TLS_NO => {
+            let what = format!("node {} does not use TLS, and this node does (the cluster files disagree)", to.node);
+            Err(Error::Tls { peer: to, what })
+        }
+        a => Err(Error::Tls { peer: to, what: format!("it answered our TLS preamble with {a:?}") }),
+    }
+}
+
+/// Acceptor side: reads the rest of a TLS preamble whose magic was read
+/// (at most the socket's read timeout): whom the connector means to reach.
+pub fn read_tls_start_rest(sock: &mut TcpStream, me: TeamId) -> Result<TeamId> {
+    let mut id = [0u8; 12];
+    read_exact(sock, &mut id).map_err(|e| read_failed(e, UNKNOWN, closed_early(me)))?;
+    Ok(get_id(&id))
+}
+
+/// Acceptor side: answers a TLS preamble (read whole): TLS starts, if this
+/// side has it (its handshake at most `side.patience` per step); else the
+/// connector is told that this node does not use TLS (`Tls` on both sides).
+pub fn start_tls(mut sock: TcpStream, side: &TcpBind) -> Result<Link> {
+    sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
+    let Some(cfg) = &side.tls else {
+        let _ = sock.write_all(TLS_NO);
+        let what = "it opened in TLS, and this node does not use TLS (the cluster files disagree)".into();
+        return Err(Error::Tls { peer: UNKNOWN, what });
+    };
+    write_all(&mut sock, TLS_YES)?;
+    Ok(Link::Tls(Box::new(tls::server(sock, cfg)?)))
+}
+
+/// Acceptor side, with TLS: refuses a connection that opened in the clear
+/// (its first 8 bytes read), telling the connector why; then waits (at
+/// most `patience`) for it to hang up, so that what it sent and we did not
+/// read does not reset the connection before it reads the refusal.
+pub fn refuse_plain(mut sock: TcpStream, patience: Duration) -> Error {
+    if sock.write_all(TLS_REQUIRED).is_ok() && sock.shutdown(std::net::Shutdown::Write).is_ok() {
+        let until = std::time::Instant::now() + patience;
+        let mut sink = [0u8; 1024];
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()).filter(|d| !d.is_zero()) {
+            if sock.set_read_timeout(Some(left)).is_err() || !matches!(sock.read(&mut sink), Ok(n) if n > 0) {
+                break;
+            }
+        }
+    }
+    let what = "it opened without TLS, and this node uses TLS (the cluster files disagree)".into();
+    Error::Tls { peer: UNKNOWN, what }
+}
+
 /// Connector side: binds over a connected `sock` to the team `expect`.
-pub fn connect(mut sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd> {
+pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd> {
     sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
     sock.set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
+    let mut sock = open(sock, side.tls.as_ref(), expect)?;
     let mut hello = [0u8; HELLO_LEN];
     hello[..8].copy_from_slice(side.magic.as_ref().unwrap_or(HELLO));
     put_id(&mut hello[8..20], side.me);
@@ -156,7 +297,11 @@ pub fn connect(mut sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<Tc
     // (or no longer) there, or refused us and says why in its log.
     write_all(&mut sock, &hello).map_err(|_| Error::NoSuchTeam(expect))?;
     let mut welcome = [0u8; WELCOME_LEN];
-    read_exact(&mut sock, &mut welcome).map_err(|e| read_failed(e, Error::NoSuchTeam(expect)))?;
+    read_exact(&mut sock, &mut welcome[..8]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
+    if &welcome[..8] == TLS_REQUIRED {
+        return Err(tls_required(expect));
+    }
+    read_exact(&mut sock, &mut welcome[8..]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
     if &welcome[..8] != WELCOME {
         return Err(Error::Protocol { peer: expect, what: format!("bad welcome magic {:?}", &welcome[..8]) });
     }
@@ -175,7 +320,7 @@ pub fn connect(mut sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<Tc
     let proof = mac(&side.key, b"ferry-tcp-1 proof", &[&hello, &welcome]).finalize().into_bytes();
     write_all(&mut sock, &proof)?;
     let mut verdict = [0u8; 8];
-    read_exact(&mut sock, &mut verdict).map_err(|e| read_failed(e, Error::NoSuchTeam(expect)))?;
+    read_exact(&mut sock, &mut verdict).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
     match &verdict {
         v if v == ACCEPTED => {}
         v if v == NOT_AUTHENTICATED => {
@@ -183,60 +328,65 @@ pub fn connect(mut sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<Tc
         }
         v => return Err(Error::Protocol { peer: expect, what: format!("bad verdict {v:?}") }),
     }
-    sock.set_read_timeout(None).map_err(Error::io("tcp timeout"))?;
-    TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone(), side.peer_timeout)
+    sock.into_end(side.grant, theirs, side)
 }
 
 /// Bytes of a hello.
 pub const HELLO_BYTES: usize = HELLO_LEN;
 
-/// Acceptor side, first step: reads the connector's hello from a freshly
-/// accepted `sock` (at most `patience`), and says whom it means to reach
-/// (the caller hands the connection to that team if it is another one).
-#[cfg(any(test, feature = "testing"))]
-pub fn read_hello(sock: &mut TcpStream, patience: Duration, me: TeamId) -> Result<([u8; HELLO_LEN], TeamId)> {
-    let mut magic = [0u8; 8];
-    sock.set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
-    read_exact(sock, &mut magic).map_err(|e| read_failed(e, closed_early(me)))?;
-    read_hello_rest(sock, magic, patience, me)
-}
-
 fn closed_early(me: TeamId) -> Error {
     Error::Protocol { peer: TeamId { node: me.node, team: 0, incarnation: 0 }, what: "closed before its hello was whole".into() }
 }
 
-/// [`read_hello`] once its first 8 bytes (`magic`) were read (a node's
-/// listener reads them to tell a bind from a name query).
+/// Acceptor side: reads the rest of the connector's hello once its first 8
+/// bytes (`magic`) were read (a node's listener reads them to tell a bind
+/// from a name query or TLS), at most `patience`; says whom it means to
+/// reach (the caller hands the connection over to that team if it is
+/// another one).
 pub fn read_hello_rest(
-    sock: &mut TcpStream,
+    sock: &mut Link,
     magic: [u8; 8],
     patience: Duration,
     me: TeamId,
 ) -> Result<([u8; HELLO_LEN], TeamId)> {
-    sock.set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
+    sock.socket().set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
     let mut hello = [0u8; HELLO_LEN];
     hello[..8].copy_from_slice(&magic);
-    read_exact(sock, &mut hello[8..]).map_err(|e| read_failed(e, closed_early(me)))?;
+    read_exact(sock, &mut hello[8..]).map_err(|e| read_failed(e, UNKNOWN, closed_early(me)))?;
     if &hello[..8] != HELLO {
         return Err(Error::Protocol { peer: get_id(&hello[8..20]), what: format!("bad hello magic {:?}", &hello[..8]) });
     }
     Ok((hello, get_id(&hello[20..32])))
 }
 
-/// Acceptor side: takes a bind on a freshly accepted `sock`; returns this
-/// end and the connector's id. Waits for each message at most
-/// `side.patience` (a team runs it off its progress loop).
+/// Acceptor side: takes a bind on a freshly accepted `sock` (in TLS or
+/// not, as its first bytes and `side.tls` say); returns this end and the
+/// connector's id. Waits for each message at most `side.patience` (a team
+/// runs it off its progress loop).
 #[cfg(any(test, feature = "testing"))]
 pub fn accept(mut sock: TcpStream, side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
-    let (hello, _) = read_hello(&mut sock, side.patience, side.me)?;
-    accept_hello(sock, hello, side)
+    let mut magic = [0u8; 8];
+    sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
+    read_exact(&mut sock, &mut magic).map_err(|e| read_failed(e, UNKNOWN, closed_early(side.me)))?;
+    let mut link = if &magic == TLS_START {
+        read_tls_start_rest(&mut sock, side.me)?;
+        let mut link = start_tls(sock, side)?;
+        read_exact(&mut link, &mut magic).map_err(|e| read_failed(e, UNKNOWN, closed_early(side.me)))?;
+        link
+    } else if side.tls.is_some() {
+        return Err(refuse_plain(sock, side.patience));
+    } else {
+        Link::Plain(sock)
+    };
+    let (hello, _) = read_hello_rest(&mut link, magic, side.patience, side.me)?;
+    accept_hello(link, hello, side)
 }
 
-/// Acceptor side, after [`read_hello`] (here or in the team that handed
-/// the connection over): answers the welcome and checks the proof.
-pub fn accept_hello(mut sock: TcpStream, hello: [u8; HELLO_LEN], side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
-    sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
-    sock.set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
+/// Acceptor side, after [`read_hello_rest`] (here or in the team that
+/// handed the connection over): answers the welcome and checks the proof.
+pub fn accept_hello(mut sock: Link, hello: [u8; HELLO_LEN], side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
+    sock.socket().set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
+    sock.socket().set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
     let peer = get_id(&hello[8..20]);
     if &hello[..8] != HELLO {
         return Err(Error::Protocol { peer, what: format!("bad hello magic {:?}", &hello[..8]) });
@@ -256,12 +406,11 @@ pub fn accept_hello(mut sock: TcpStream, hello: [u8; HELLO_LEN], side: &TcpBind)
     let not_proven = |what: &str| Error::Unauthenticated { peer, what: what.into() };
     let mut proof = [0u8; MAC_LEN];
     read_exact(&mut sock, &mut proof)
-        .map_err(|e| read_failed(e, not_proven("it went away before proving it holds the cluster key")))?;
+        .map_err(|e| read_failed(e, peer, not_proven("it went away before proving it holds the cluster key")))?;
     if mac(&side.key, b"ferry-tcp-1 proof", &[&hello, &welcome]).verify_slice(&proof).is_err() {
         let _ = sock.write_all(NOT_AUTHENTICATED);
         return Err(not_proven("its proof is not signed with our cluster key"));
     }
     write_all(&mut sock, ACCEPTED)?;
-    sock.set_read_timeout(None).map_err(Error::io("tcp timeout"))?;
-    Ok((TcpEnd::new(sock, side.grant, theirs, side.doorbell.clone(), side.peer_timeout)?, peer))
+    Ok((sock.into_end(side.grant, theirs, side)?, peer))
 }

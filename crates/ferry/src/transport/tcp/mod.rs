@@ -32,6 +32,12 @@
 //! empty credit frame if it sent nothing since the last tick, and declares
 //! the peer gone if it heard nothing (frames or heartbeats) for
 //! `peer_timeout`.
+//!
+//! **TLS** (see `tls`): an end may carry a TLS session. Then its frames are
+//! encrypted on the way out (the batch still goes out in one `writev` of
+//! records) and decrypted on the way in (a read still takes all the kernel
+//! holds), on the same socket, watched the same way; the plaintext path
+//! pays one check for it, in `flush` and in `pump`.
 
 use super::doorbell::{Doorbell, Watch};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
@@ -48,6 +54,9 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 pub mod handshake;
+pub mod tls;
+
+pub use tls::TlsConfig;
 
 thread_local! {
     /// Sends on this thread only queue, until the thread uncorks (see [`cork`]).
@@ -128,6 +137,10 @@ fn credit_frame(frames: usize, detached: usize) -> Vec<u8> {
 /// One end of a TCP channel.
 pub struct TcpEnd {
     sock: TcpStream,
+    /// The TLS session the frames travel in, if any (innermost lock: taken
+    /// under `tx` or `rx`, never the other way round).
+    /// Boxed: an end without TLS stays as small as before.
+    tls: Option<Box<Mutex<tls::Session>>>,
     tx: Mutex<Tx>,
     /// Bytes wait in `tx` for the socket.
     tx_pending: AtomicBool,
@@ -207,6 +220,18 @@ impl TcpEnd {
     /// non-blocking, `TCP_NODELAY`, and watched by `team`'s sleeping
     /// threads; a peer silent for `peer_timeout` is gone.
     pub fn new(sock: TcpStream, ours: Grant, theirs: Grant, team: Arc<Doorbell>, peer_timeout: Duration) -> Result<TcpEnd> {
+        TcpEnd::make(sock, None, ours, theirs, team, peer_timeout)
+    }
+
+    /// [`TcpEnd::new`], with the frames in `tls` (see `tls::TcpEnd::over_tls`).
+    fn make(
+        sock: TcpStream,
+        tls: Option<tls::Session>,
+        ours: Grant,
+        theirs: Grant,
+        team: Arc<Doorbell>,
+        peer_timeout: Duration,
+    ) -> Result<TcpEnd> {
         use rustix::time::{timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags};
         sock.set_nonblocking(true).map_err(crate::Error::io("tcp nonblocking"))?;
         sock.set_nodelay(true).map_err(crate::Error::io("tcp nodelay"))?;
@@ -247,6 +272,7 @@ impl TcpEnd {
             regranted_detached: AtomicUsize::new(0),
             team,
             sock,
+            tls: tls.map(|s| Box::new(Mutex::new(s))),
             out_watch: Mutex::new(None),
             heartbeat,
             peer_timeout,
@@ -330,30 +356,66 @@ impl TcpEnd {
         tx.owed = 0;
     }
 
-    /// Writes what the socket takes of the queue (several frames per call).
-    fn flush(&self, tx: &mut Tx) {
+    /// Writes what the socket takes of the queue (several frames per call);
+    /// whether bytes still wait.
+    fn flush(&self, tx: &mut Tx) -> bool {
+        let waiting = match &self.tls {
+            None => {
+                self.write_plain(tx);
+                let waiting = !tx.out.is_empty();
+                self.tx_pending.store(waiting, Ordering::Release);
+                waiting
+            }
+            // Sets `tx_pending` itself, under the session's lock.
+            Some(session) => self.write_tls(tx, session),
+        };
+        // While the kernel cannot take more, room in it must wake someone.
+        let mut out_watch = self.out_watch.lock();
+        if waiting && out_watch.is_none() {
+            *out_watch = self.team.watch_socket(&self.sock, true).ok();
+        } else if !waiting && out_watch.is_some() {
+            *out_watch = None;
+        }
+        waiting
+    }
+
+    /// The first 64 buffers of the queue, the first from where it was left.
+    #[inline]
+    fn out_slices(tx: &Tx) -> Vec<IoSlice<'_>> {
+        tx.out
+            .iter()
+            .enumerate()
+            .take(64)
+            .map(|(i, b)| IoSlice::new(if i == 0 { &b[tx.out_at..] } else { b }))
+            .collect()
+    }
+
+    /// Drops the first `n` bytes of the queue (written).
+    #[inline]
+    fn written(tx: &mut Tx, mut n: usize) {
+        while n > 0 {
+            let left = tx.out[0].len() - tx.out_at;
+            if n >= left {
+                n -= left;
+                tx.out.pop_front();
+                tx.out_at = 0;
+            } else {
+                tx.out_at += n;
+                n = 0;
+            }
+        }
+    }
+
+    /// Writes the queue to the socket as it is, until it is empty or the
+    /// kernel takes no more.
+    #[inline]
+    fn write_plain(&self, tx: &mut Tx) {
         while !tx.out.is_empty() {
-            let slices: Vec<IoSlice<'_>> = tx
-                .out
-                .iter()
-                .enumerate()
-                .take(64)
-                .map(|(i, b)| IoSlice::new(if i == 0 { &b[tx.out_at..] } else { b }))
-                .collect();
+            let slices = Self::out_slices(tx);
             match (&self.sock).write_vectored(&slices) {
-                Ok(mut n) => {
+                Ok(n) => {
                     self.last_sent.store(clock(), Ordering::Relaxed);
-                    while n > 0 {
-                        let left = tx.out[0].len() - tx.out_at;
-                        if n >= left {
-                            n -= left;
-                            tx.out.pop_front();
-                            tx.out_at = 0;
-                        } else {
-                            tx.out_at += n;
-                            n = 0;
-                        }
-                    }
+                    Self::written(tx, n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -364,15 +426,6 @@ impl TcpEnd {
                     break;
                 }
             }
-        }
-        let waiting = !tx.out.is_empty();
-        self.tx_pending.store(waiting, Ordering::Release);
-        // While the kernel cannot take more, room in it must wake someone.
-        let mut out_watch = self.out_watch.lock();
-        if waiting && out_watch.is_none() {
-            *out_watch = self.team.watch_socket(&self.sock, true).ok();
-        } else if !waiting && out_watch.is_some() {
-            *out_watch = None;
         }
     }
 
@@ -404,6 +457,18 @@ impl TcpEnd {
             rx.parsed -= at;
             rx.at = 0;
         }
+        match &self.tls {
+            None => self.read_plain(rx),
+            Some(session) => self.read_tls(rx, session)?,
+        }
+        self.parse(rx)?;
+        self.rx_ready.store(!rx.frames.is_empty(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Reads everything the kernel holds into `rx` as it is.
+    #[inline]
+    fn read_plain(&self, rx: &mut Rx) {
         loop {
             if rx.buf.len() - rx.end < READ {
                 // Zeroed once, when the buffer grows; reads reuse it.
@@ -435,9 +500,6 @@ impl TcpEnd {
                 }
             }
         }
-        self.parse(rx)?;
-        self.rx_ready.store(!rx.frames.is_empty(), Ordering::Release);
-        Ok(())
     }
 
     /// Parses the whole frames after `rx.parsed`.
@@ -521,9 +583,9 @@ impl TcpEnd {
         let until = Instant::now() + limit;
         loop {
             let mut tx = self.tx.lock();
-            self.flush(&mut tx);
+            let waiting = self.flush(&mut tx);
             let left = until.saturating_duration_since(Instant::now());
-            if tx.out.is_empty() || left.is_zero() {
+            if !waiting || left.is_zero() {
                 return;
             }
             drop(tx);
@@ -733,6 +795,10 @@ impl Transport for TcpEnd {
             return;
         }
         self.write_out(self.peer_timeout);
+        if let Some(session) = &self.tls {
+            // TLS's own end of stream first (if the socket takes it).
+            self.close_tls(session);
+        }
         // Our end of the stream: the peer reads it after our last frame.
         let _ = self.sock.shutdown(std::net::Shutdown::Write);
     }
