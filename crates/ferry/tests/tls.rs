@@ -74,31 +74,7 @@ fn ports_names_and_rpc_work_between_two_nodes_in_tls() {
     let a = team(dir.path(), cluster(dir.path(), &addrs, 1, Some(("node1", "good"))));
     let b = team(dir.path(), cluster(dir.path(), &addrs, 2, Some(("node2", "good"))));
 
-    let port = b.open_port::<String>().unwrap();
-    let to_b = a.sender::<String>(port.id());
-    let echo = std::thread::spawn(move || {
-        for _ in 0..3 {
-            let m = port.recv_blocking().unwrap();
-            let v = m.value.clone();
-            m.reply(&format!("{v}!")).unwrap();
-        }
-        port
-    });
-    for i in 0..3 {
-        let back: String = to_b.call(&format!("hello {i}")).unwrap();
-        assert_eq!(back, format!("hello {i}!"));
-    }
-    let port = echo.join().unwrap();
-    for i in 0..500 {
-        to_b.send(&format!("m{i}"), Checkpoint::OnReceipt).unwrap();
-    }
-    for i in 0..500 {
-        assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().value, format!("m{i}"));
-    }
-    // A large message: in TLS records of at most 16 KiB, through bounded buffers.
-    let big = "x".repeat(5 << 20);
-    to_b.send(&big, Checkpoint::OnReceipt).unwrap();
-    assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().value.len(), big.len());
+    common::exchange_messages(&a, &b);
 
     // The other way, and by name: the name query runs in TLS too.
     let back = a.open_named_port::<u64>("back").unwrap();

@@ -265,6 +265,38 @@ pub fn shared_mappings() -> Vec<String> {
         .collect()
 }
 
+/// Ports between two teams that can reach each other (on two nodes, say):
+/// typed calls with replies, 500 one-way messages in order with their
+/// receipts, and a 5 MB message.
+pub fn exchange_messages(a: &ferry::Team, b: &ferry::Team) {
+    use ferry::Checkpoint;
+    let port = b.open_port::<String>().unwrap();
+    let to_b = a.sender::<String>(port.id());
+    let echo = std::thread::spawn(move || {
+        for _ in 0..3 {
+            let m = port.recv_blocking().unwrap();
+            let v = m.value.clone();
+            m.reply(&format!("{v}!")).unwrap();
+        }
+        port
+    });
+    for i in 0..3 {
+        let back: String = to_b.call(&format!("hello {i}")).unwrap();
+        assert_eq!(back, format!("hello {i}!"));
+    }
+    let port = echo.join().unwrap();
+    for i in 0..500 {
+        to_b.send(&format!("m{i}"), Checkpoint::OnReceipt).unwrap();
+    }
+    for i in 0..500 {
+        assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().value, format!("m{i}"));
+    }
+    // A large message (out of band; in TLS, in records of at most 16 KiB).
+    let big = "x".repeat(5 << 20);
+    to_b.send(&big, Checkpoint::OnReceipt).unwrap();
+    assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().value.len(), big.len());
+}
+
 /// The smallest service: what the cross-process suites serve and call.
 pub mod calc {
     /// Adds.
