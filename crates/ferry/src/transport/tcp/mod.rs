@@ -31,7 +31,11 @@
 //! timer firing every quarter of `peer_timeout`; at each tick it sends an
 //! empty credit frame if it sent nothing since the last tick, and declares
 //! the peer gone if it heard nothing (frames or heartbeats) for
-//! `peer_timeout`.
+//! `peer_timeout`. **Closing** writes out what is still queued first (it
+//! fits in the peer's credit, so a live peer takes it; at most
+//! `peer_timeout`), then ends the stream: a team that sends and leaves
+//! loses nothing it had accepted. A peer that broke the protocol gets no
+//! more bytes.
 //!
 //! **TLS** (see `tls`): an end may carry a TLS session. Then its frames are
 //! encrypted on the way out (the batch still goes out in one `writev` of
