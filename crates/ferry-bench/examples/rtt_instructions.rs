@@ -9,7 +9,11 @@
 //! different N to cancel the startup. `rtt_instructions N rpc` does the same
 //! for a null RPC (client and server teams, server run inline on the
 //! calling thread's progress loop); build with `--no-default-features` to
-//! compile cost accounting out and compare.
+//! compile cost accounting out and compare. `rtt_instructions N tcp` makes
+//! N null calls pipelined as `ferry bench tcp`'s `ferry.tcp.pipelined` does
+//! (32 in flight, refilled 16 per batch) between two nodes of a cluster on
+//! loopback, both teams in blocking mode (no spinning: what is counted is
+//! the calls' work, system calls included, which `strace -c -f` counts).
 
 use ferry::{Checkpoint, Team};
 
@@ -26,8 +30,10 @@ impl Null for NullImpl {
 
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    if std::env::args().nth(2).as_deref() == Some("rpc") {
-        return rpc(n);
+    match std::env::args().nth(2).as_deref() {
+        Some("rpc") => return rpc(n),
+        Some("tcp") => return tcp(n),
+        _ => {}
     }
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -60,6 +66,42 @@ fn rpc(n: usize) {
     let c = NullClient::bind(&client, "null").unwrap();
     for _ in 0..n {
         c.null_blocking().unwrap();
+    }
+    drop((c, serving));
+    client.shutdown();
+    server.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tcp(n: usize) {
+    use std::collections::{BTreeMap, VecDeque};
+    use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addrs = [free(), free()];
+    let team = |node: u16, processors: usize| {
+        let peers: BTreeMap<u16, _> = [(3 - node, addrs[2 - node as usize])].into();
+        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
+        let cluster = ferry::Cluster { node, listen: addrs[node as usize - 1], peers, key, tls: None };
+        let run = dir.join(node.to_string());
+        std::fs::create_dir_all(&run).unwrap();
+        Team::builder().runtime_dir(run).processors(processors).blocking().cluster(cluster).start().unwrap()
+    };
+    let server = team(2, 1);
+    let client = team(1, 0);
+    let serving = NullServer::serve(&server, "null", NullImpl).unwrap();
+    let c = NullClient::bind(&client, "null").unwrap();
+    let mut flying = VecDeque::new();
+    let mut issued = 0;
+    while issued < n || !flying.is_empty() {
+        if flying.len() > 16 || issued == n {
+            let f: ferry::rpc::CallFuture<()> = flying.pop_front().unwrap();
+            f.wait().unwrap();
+            continue;
+        }
+        let k = (32 - flying.len()).min(n - issued);
+        client.batch(|| (0..k).for_each(|_| flying.push_back(c.null())));
+        issued += k;
     }
     drop((c, serving));
     client.shutdown();
