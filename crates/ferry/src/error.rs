@@ -17,7 +17,11 @@ pub enum Error {
         peer: TeamId,
     },
     /// An `Immediate` send found the queue full (the message was not sent).
-    #[error("queue to {to} is full")]
+    #[error(
+        "queue to {to} is full (its inbox, the channel's hold queue and the channel are: \
+         the receiver must take messages; TeamBuilder::inbox_capacity, inbox_bytes, \
+         hold_capacity and ring_bytes set their sizes)"
+    )]
     WouldBlock {
         /// The destination of the send.
         to: EndpointId,
@@ -48,8 +52,12 @@ pub enum Error {
     /// Names are 1..=200 bytes of `[A-Za-z0-9._-]`, not starting with a dot.
     #[error("invalid name {0:?}: use 1-200 characters of A-Z a-z 0-9 . _ - not starting with '.'")]
     InvalidName(String),
-    /// A message is larger than the configured maximum.
-    #[error("message of {len} bytes exceeds the maximum of {max} bytes")]
+    /// A message is larger than the configured maximum: the sending
+    /// team's `max_message`, or the receiving team's.
+    #[error(
+        "message of {len} bytes exceeds the maximum of {max} bytes \
+         (max_message of the sending or the receiving team: TeamBuilder::max_message)"
+    )]
     TooLarge {
         /// The message's size in bytes.
         len: usize,
@@ -87,6 +95,15 @@ pub enum Error {
         /// What failed.
         what: String,
     },
+    /// A bounded resource ran out: the message names the limit, its value
+    /// and how to raise it.
+    #[error("{limit} reached (at most {max}): {}", limit.how_to_raise())]
+    LimitReached {
+        /// Which limit.
+        limit: Limit,
+        /// Its value.
+        max: u64,
+    },
     /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
     #[error("refused: {0}")]
     Refused(String),
@@ -111,11 +128,94 @@ pub enum Error {
     },
 }
 
+/// A resource limit (see `docs/RELIABILITY.md`, "Limits", for every limit
+/// and its default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// Channels a team keeps at once, one per peer team
+    /// ([`crate::TeamBuilder::max_channels`]): this team's, or the peer's
+    /// that refused the bind.
+    Channels,
+    /// Names a team binds at once ([`crate::TeamBuilder::max_names`]).
+    Names,
+    /// Endpoints a team opens in its life (2^23 − 1): slots are not reused,
+    /// so that an old id never reaches a new endpoint.
+    Endpoints,
+    /// Open file descriptors of the process (`RLIMIT_NOFILE`): each channel
+    /// holds a few (its socket, memory, wake-up lines).
+    OpenFiles,
+}
+
+impl Limit {
+    /// Its number in a bind's refusal (`docs/WIRE.md`).
+    pub(crate) fn code(self) -> u32 {
+        match self {
+            Limit::Channels => 1,
+            Limit::Names => 2,
+            Limit::OpenFiles => 3,
+            Limit::Endpoints => 4,
+        }
+    }
+
+    /// The limit numbered `code` in a bind's refusal.
+    pub(crate) fn from_code(code: u32) -> Option<Limit> {
+        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints].into_iter().find(|l| l.code() == code)
+    }
+
+    /// The 20 bytes of a bind's refusal for this limit: `magic`, the limit's
+    /// number, its value (little-endian).
+    pub(crate) fn refusal(self, magic: &[u8; 8], max: u64) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        b[..8].copy_from_slice(magic);
+        b[8..12].copy_from_slice(&self.code().to_le_bytes());
+        b[12..].copy_from_slice(&max.to_le_bytes());
+        b
+    }
+
+    /// The error a bind's refusal (`refusal`'s 12 bytes after the magic) means.
+    pub(crate) fn refused(body: &[u8]) -> Option<Error> {
+        let code = u32::from_le_bytes(body.get(..4)?.try_into().ok()?);
+        let max = u64::from_le_bytes(body.get(4..12)?.try_into().ok()?);
+        Some(Error::LimitReached { limit: Limit::from_code(code)?, max })
+    }
+
+    /// How to raise it.
+    pub fn how_to_raise(self) -> &'static str {
+        match self {
+            Limit::Channels => "raise TeamBuilder::max_channels (of the team that refused)",
+            Limit::Names => "unbind names, or raise TeamBuilder::max_names",
+            Limit::OpenFiles => "raise the process's open-file limit (ulimit -n, RLIMIT_NOFILE)",
+            Limit::Endpoints => "start a new team (a new incarnation has all its slots)",
+        }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Limit::Channels => "channels per team",
+            Limit::Names => "names per team",
+            Limit::OpenFiles => "open files",
+            Limit::Endpoints => "endpoints opened by a team",
+        })
+    }
+}
+
 impl Error {
     /// Wraps an I/O error with what was being done: `.map_err(Error::io("bind socket"))`.
+    /// Out of descriptors is [`Error::LimitReached`] with [`Limit::OpenFiles`].
     pub fn io(context: &'static str) -> impl FnOnce(io::Error) -> Error {
-        move |source| Error::Io { context, source }
+        move |source| match source.raw_os_error() {
+            Some(libc::EMFILE) => Error::LimitReached { limit: Limit::OpenFiles, max: open_files_limit() },
+            _ => Error::Io { context, source },
+        }
     }
+}
+
+/// The process's open-file limit (its soft `RLIMIT_NOFILE`).
+fn open_files_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 impl Error {
@@ -137,6 +237,7 @@ impl Error {
             Error::Protocol { peer, what } => Error::Protocol { peer: *peer, what: what.clone() },
             Error::Unauthenticated { peer, what } => Error::Unauthenticated { peer: *peer, what: what.clone() },
             Error::Tls { peer, what } => Error::Tls { peer: *peer, what: what.clone() },
+            Error::LimitReached { limit, max } => Error::LimitReached { limit: *limit, max: *max },
             Error::Refused(s) => Error::Refused(s.clone()),
             Error::Panicked(s) => Error::Panicked(s.clone()),
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
@@ -150,6 +251,6 @@ impl Error {
 
 impl From<rustix::io::Errno> for Error {
     fn from(e: rustix::io::Errno) -> Self {
-        Error::Io { context: "system call", source: e.into() }
+        Error::io("system call")(e.into())
     }
 }

@@ -68,6 +68,11 @@ impl ChannelList {
         self.epoch.fetch_add(1, Ordering::Release);
     }
 
+    /// Channels in the list.
+    pub fn len(&self) -> usize {
+        self.list.lock().len()
+    }
+
     /// Empties the list and returns what it held.
     pub fn take(&self) -> List {
         let mut list = self.list.lock();

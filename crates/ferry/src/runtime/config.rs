@@ -69,6 +69,10 @@ pub struct Config {
     pub etcd: Vec<SocketAddr>,
     /// The TTL of this team's names in etcd.
     pub names_ttl: Duration,
+    /// Most names this team binds at once.
+    pub max_names: usize,
+    /// Most channels (peer teams) this team keeps at once.
+    pub max_channels: usize,
 }
 
 impl Default for Config {
@@ -94,6 +98,8 @@ impl Default for Config {
             busy_poll: false,
             etcd: Vec::new(),
             names_ttl: Duration::from_secs(10),
+            max_names: 4096,
+            max_channels: 1024,
         }
     }
 }
@@ -151,6 +157,22 @@ impl TeamBuilder {
     pub fn etcd_endpoints(mut self, addrs: impl IntoIterator<Item = SocketAddr>, ttl: Duration) -> Self {
         self.cfg.etcd = addrs.into_iter().collect();
         self.cfg.names_ttl = ttl;
+        self
+    }
+    /// Most names the team binds at once (default 4096): past it, binding
+    /// one more is `Error::LimitReached` (`Limit::Names`). Each name is a
+    /// file of the node's plane (and a key in etcd's).
+    pub fn max_names(mut self, n: usize) -> Self {
+        self.cfg.max_names = n;
+        self
+    }
+    /// Most channels the team keeps at once, one per peer team it talks
+    /// with (default 1024): past it, a bind this team starts fails with
+    /// `Error::LimitReached` (`Limit::Channels`), and one a peer starts is
+    /// refused (the peer gets that error). A channel holds a few descriptors
+    /// and, over shared memory, two rings and two payload areas.
+    pub fn max_channels(mut self, n: usize) -> Self {
+        self.cfg.max_channels = n;
         self
     }
     /// Pure blocking mode for machines with few cores: never spin, sleep at once.

@@ -4,7 +4,7 @@ use super::channel::Incoming;
 use super::inbox::Inbox;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
-use crate::id::{Addr, EndpointId, TeamId};
+use crate::id::{Addr, EndpointId, TeamId, LINK_SLOTS};
 use crate::transport::doorbell::Doorbell;
 use crate::wire::NackReason;
 use parking_lot::RwLock;
@@ -32,8 +32,15 @@ impl Endpoints {
     }
 
     fn open(&self) -> Result<(EndpointId, Arc<EndpointInbox>)> {
-        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed);
-        let id = self.team.endpoint(slot).ok_or(Error::Refused("endpoint slots exhausted".into()))?;
+        // Slots are never reused (an id has no generation of its own: a
+        // stale sender would reach the new port), so a team opens at most
+        // `LINK_SLOTS - 1` endpoints in its life.
+        let exhausted = || Error::LimitReached { limit: crate::Limit::Endpoints, max: u64::from(LINK_SLOTS - 1) };
+        let slot = self
+            .next_slot
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| (s < LINK_SLOTS).then_some(s + 1))
+            .map_err(|_| exhausted())?;
+        let id = self.team.endpoint(slot).ok_or_else(exhausted)?;
         let inbox = Arc::new(Inbox::new(self.capacity, self.byte_capacity, self.doorbell.clone()));
         self.inboxes.write().insert(slot, inbox.clone());
         Ok((id, inbox))
@@ -76,6 +83,26 @@ impl TeamInner {
                     self.nack(ch, &m.header, NackReason::NoSuchEndpoint, "endpoint closed");
                 }
             }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Slots run out for good (they are never reused): `LimitReached`.
+    #[test]
+    fn endpoint_slots_are_never_reused() {
+        let team = TeamId { node: 0, team: 1, incarnation: 1 };
+        let eps = Endpoints::new(team, 8, 1 << 20, Arc::new(Doorbell::create().unwrap()));
+        eps.next_slot.store(LINK_SLOTS - 2, Ordering::Relaxed);
+        let (a, _) = eps.open().unwrap();
+        let (b, _) = eps.open().unwrap();
+        assert_eq!((a.slot(), b.slot()), (LINK_SLOTS - 2, LINK_SLOTS - 1));
+        for _ in 0..2 {
+            let e = eps.open().map(|(id, _)| id).unwrap_err();
+            assert!(matches!(e, Error::LimitReached { limit: crate::Limit::Endpoints, .. }), "{e:?}");
         }
     }
 }

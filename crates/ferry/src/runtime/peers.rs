@@ -221,11 +221,12 @@ impl TeamInner {
         if self.is_shut_down() {
             return Err(Error::Shutdown);
         }
+        self.room_for_a_channel()?;
         if team.node != self.id.node {
             return self.connect_tcp(team);
         }
         let path = self.names.dir().team_socket(team.team);
-        let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|_| Error::NoSuchTeam(team))?;
+        let stream = std::os::unix::net::UnixStream::connect(&path).map_err(unreachable(team))?;
         // A team that exits while we bind resets or closes the socket: it is gone.
         let end = shm::connect(stream, &self.bind_config(), team)?;
         tracing::debug!(me = %self.id, peer = %team, "bound shared-memory channel");
@@ -237,8 +238,7 @@ impl TeamInner {
         let cluster = self.cfg.cluster.as_ref().ok_or(Error::NoSuchTeam(team))?;
         let addr = cluster.address_of(team.node).ok_or(Error::NoSuchTeam(team))?;
         // Nobody listening there (the node is down, or the link): out of reach.
-        let sock = std::net::TcpStream::connect_timeout(&addr, shm::HANDSHAKE_TIMEOUT)
-            .map_err(|_| Error::NoSuchTeam(team))?;
+        let sock = std::net::TcpStream::connect_timeout(&addr, shm::HANDSHAKE_TIMEOUT).map_err(unreachable(team))?;
         let end = tcp::handshake::connect(sock, &self.tcp_bind(cluster), team)?;
         tracing::debug!(me = %self.id, peer = %team, %addr, "bound TCP channel");
         Ok(Arc::new(Channel::new(team, Box::new(end))))
@@ -303,6 +303,16 @@ impl TeamInner {
     /// liveness, because only a watched end can find the peer gone, and
     /// `finish_channel` must then find it everywhere it removes it from
     /// (else a peer that leaves at once leaks its channel until we exit).
+    /// `LimitReached` if the team has `max_channels` channels already.
+    pub(crate) fn room_for_a_channel(&self) -> Result<()> {
+        // The loop-back channel is in the list too.
+        let max = self.cfg.max_channels;
+        if self.channels.len() > max {
+            return Err(Error::LimitReached { limit: crate::Limit::Channels, max: max as u64 });
+        }
+        Ok(())
+    }
+
     pub(crate) fn add_channel(&self, ch: Arc<Channel>) {
         self.peers.insert(&ch);
         self.channels.update(|v| v.iter().chain([&ch]).cloned().collect());
@@ -372,4 +382,13 @@ pub(super) fn sweep_dead_team(names: &NodeNames, team: u32) {
             }
         }
     });
+}
+
+/// What a failed connect to `team` means: it is out of reach (nobody
+/// listens there), unless this process is out of descriptors.
+fn unreachable(team: TeamId) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| match Error::io("connect")(e) {
+        limit @ Error::LimitReached { .. } => limit,
+        _ => Error::NoSuchTeam(team),
+    }
 }

@@ -136,6 +136,16 @@ impl Reactor {
         let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
     }
 
+    /// Arms the listeners (`true`) or has them rest (`false`: epoll does not
+    /// report them).
+    fn arm_listeners(&self, on: bool) {
+        let flags = if on { epoll::EventFlags::IN } else { epoll::EventFlags::empty() };
+        let _ = epoll::modify(&self.epoll, &self.listener, epoll::EventData::new_u64(LISTENER), flags);
+        if let Some(l) = &self.tcp {
+            let _ = epoll::modify(&self.epoll, l, epoll::EventData::new_u64(TCP_LISTENER), flags);
+        }
+    }
+
     /// Stops taking binds, once the reactor thread is gone: the socket file
     /// goes (connectors find no team), the listeners refuse, and connections
     /// already queued are closed, so their connectors see the team gone at
@@ -165,10 +175,12 @@ pub(crate) fn run(team: Arc<TeamInner>) {
     let r = &team.reactor;
     let mut events = Vec::with_capacity(32);
     let mut pending: HashMap<u64, Pending> = HashMap::new();
+    // While accepting fails (out of descriptors), the listeners rest until then.
+    let mut resting: Option<Instant> = None;
     while !team.is_shut_down() {
         events.clear();
-        // Sleep until the first silent connection is due, if any.
-        let timeout = pending.values().map(|p| p.until).min().map(|until| {
+        // Sleep until the first silent connection is due, or the listeners' rest ends.
+        let timeout = pending.values().map(|p| p.until).chain(resting).min().map(|until| {
             let d = until.saturating_duration_since(Instant::now());
             // Rounded up to a millisecond: waking just before it is due would spin.
             rustix::event::Timespec::try_from(d.max(std::time::Duration::from_millis(1))).unwrap_or_default()
@@ -181,7 +193,7 @@ pub(crate) fn run(team: Arc<TeamInner>) {
             return;
         }
         for ev in &events {
-            match ev.data.u64() {
+            let accepted = match ev.data.u64() {
                 WAKE => return,
                 LISTENER => accept_all(&team, &mut pending),
                 TCP_LISTENER => accept_tcp(&team),
@@ -196,10 +208,25 @@ pub(crate) fn run(team: Arc<TeamInner>) {
                     if let Some(ch) = ch {
                         check_hangup(&team, &ch);
                     }
+                    continue;
+                }
+            };
+            if let Err(e) = accepted {
+                if resting.is_none() {
+                    // A connection the listener cannot take stays ready: without
+                    // a rest, this loop would spin on it.
+                    tracing::warn!(error = %e, "cannot take binds: the listeners rest {LISTENERS_REST:?}");
+                    r.arm_listeners(false);
+                    resting = Some(Instant::now() + LISTENERS_REST);
                 }
             }
         }
-        let (now, before) = (Instant::now(), pending.len());
+        let now = Instant::now();
+        if resting.is_some_and(|until| until <= now) {
+            r.arm_listeners(true);
+            resting = None;
+        }
+        let before = pending.len();
         pending.retain(|_, p| p.until > now);
         if pending.len() < before {
             let n = before - pending.len();
@@ -208,9 +235,20 @@ pub(crate) fn run(team: Arc<TeamInner>) {
     }
 }
 
+/// How long the listeners rest after accepting failed (out of descriptors,
+/// say) before they try again.
+const LISTENERS_REST: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether an accept's failure is the listener's (it cannot take any
+/// connection now: out of descriptors or memory) rather than one
+/// connection's (aborted before it was taken).
+fn listener_failed(e: &std::io::Error) -> bool {
+    !matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO | libc::EPERM))
+}
+
 /// Takes every connection waiting on the team's socket: each binds at
 /// once if its hello is there, else waits in `pending`.
-fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) {
+fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) -> Result<()> {
     let r = &team.reactor;
     loop {
         match r.listener.accept() {
@@ -237,11 +275,9 @@ fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) {
                     Err(e) => tracing::warn!(error = %e, "refused a bind: cannot watch its socket"),
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                return;
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if listener_failed(&e) => return Err(Error::io("accept a bind")(e)),
+            Err(e) => tracing::debug!(error = %e, "a bind went away before it was taken"),
         }
     }
 }
@@ -250,11 +286,20 @@ fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) {
 /// connection back if it has not (it stays in epoll, or joins it).
 fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
     let mut magic = [0u8; 8];
-    if rustix::net::recv(&p.stream, &mut magic, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT)
-        .is_ok_and(|(n, _)| n == 8)
-        && (&magic == HANDED_OVER || &magic == HANDED_OVER_TLS)
-    {
+    let peeked = rustix::net::recv(&p.stream, &mut magic, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT);
+    // (Nothing yet, a hello in pieces or a hang-up: `shm::accept` sorts it out.)
+    let here = peeked.is_ok_and(|(n, _)| n == 8);
+    if here && (&magic == HANDED_OVER || &magic == HANDED_OVER_TLS) {
         take_handed_over(team, p.stream);
+        return None;
+    }
+    if let (true, Err(Error::LimitReached { limit, max })) = (here, team.room_for_a_channel()) {
+        // Refused once its hello is here, and read (its descriptors closed
+        // with it): the connector then waits for our answer, and a socket
+        // closed with unread data would reset its read.
+        tracing::warn!("refused a bind: {}", Error::LimitReached { limit, max });
+        let _ = rustix::net::recv(&p.stream, &mut [0u8; 64], rustix::net::RecvFlags::DONTWAIT);
+        shm::refuse(&p.stream, limit, max);
         return None;
     }
     let names = &team.names;
@@ -317,9 +362,9 @@ fn listen_shared(addr: SocketAddr) -> Result<TcpListener> {
 
 /// Takes every TCP connection waiting on the node's address: each is bound
 /// (or handed over) on a blocking thread, at most `MAX_PENDING` at once.
-fn accept_tcp(team: &Arc<TeamInner>) {
+fn accept_tcp(team: &Arc<TeamInner>) -> Result<()> {
     let r = &team.reactor;
-    let Some(listener) = &r.tcp else { return };
+    let Some(listener) = &r.tcp else { return Ok(()) };
     loop {
         match listener.accept() {
             Ok((stream, from)) => {
@@ -334,11 +379,9 @@ fn accept_tcp(team: &Arc<TeamInner>) {
                     binds.fetch_sub(1, Ordering::Relaxed);
                 }));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "TCP accept failed");
-                return;
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if listener_failed(&e) => return Err(Error::io("accept a TCP bind")(e)),
+            Err(e) => tracing::debug!(error = %e, "a TCP bind went away before it was taken"),
         }
     }
 }
@@ -430,6 +473,10 @@ fn start_tls(stream: TcpStream, side: &tcp::handshake::TcpBind) -> Result<(Link,
 
 /// The bind handshake's last steps, and the channel.
 fn accept(team: &Arc<TeamInner>, link: Link, hello: [u8; HELLO_BYTES], side: &tcp::handshake::TcpBind) {
+    if let Err(Error::LimitReached { limit, max }) = team.room_for_a_channel() {
+        tracing::warn!("refused a TCP bind: {}", Error::LimitReached { limit, max });
+        return tcp::handshake::refuse(link, limit, max);
+    }
     match tcp::handshake::accept_hello(link, hello, side) {
         Ok((end, peer)) => {
             team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));

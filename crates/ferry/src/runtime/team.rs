@@ -13,7 +13,7 @@ use super::peers::Peers;
 use super::reactor::{self, Reactor};
 use super::timer::Timers;
 use super::{idle, Sleep};
-use crate::error::{Error, Result};
+use crate::error::{Error, Limit, Result};
 use crate::id::{EndpointId, TeamId};
 use crate::names::etcd::EtcdNames;
 use crate::names::plane::{EmbeddedPlane, EtcdPlane, NamePlane};
@@ -22,7 +22,7 @@ use crate::transport::doorbell::Doorbell;
 use crate::transport::{inproc, shm, tcp};
 use parking_lot::Mutex;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -176,6 +176,8 @@ pub(crate) struct TeamInner {
     pub(super) loopback: Arc<Channel>,
     pub(super) calls: Calls,
     shut_down: AtomicBool,
+    /// Names bound now (at most `cfg.max_names`).
+    names_held: AtomicUsize,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub(super) reactor: Reactor,
 }
@@ -221,6 +223,7 @@ impl TeamInner {
             loopback,
             calls: Calls::default(),
             shut_down: AtomicBool::new(false),
+            names_held: AtomicUsize::new(0),
             threads: Mutex::new(Vec::new()),
             reactor,
             cfg,
@@ -375,13 +378,23 @@ impl TeamInner {
     /// Binds `name` to `ep` in the team's name plane.
     pub fn register_name(&self, name: &str, ep: EndpointId) -> Result<()> {
         let lease = self.lease.lock();
-        self.plane.register(lease.as_ref().ok_or(Error::Shutdown)?, name, ep)
+        let lease = lease.as_ref().ok_or(Error::Shutdown)?;
+        // Counted under the lease's lock, as the unbinding is.
+        let held = self.names_held.load(Ordering::Relaxed);
+        if held >= self.cfg.max_names {
+            return Err(Error::LimitReached { limit: Limit::Names, max: self.cfg.max_names as u64 });
+        }
+        self.plane.register(lease, name, ep)?;
+        self.names_held.store(held + 1, Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Unbinds `name` (if the team is still there: leaving took its names).
+    /// Unbinds `name`, which this team bound (if the team is still there:
+    /// leaving took its names).
     pub fn unregister_name(&self, name: &str) {
         if let Some(lease) = self.lease.lock().as_ref() {
             self.plane.unregister(lease, name);
+            self.names_held.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -738,6 +738,9 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
         // Closed without a word: the team exited (or refused us and is logging why).
         return Err(Error::NoSuchTeam(expect));
     }
+    if n == 20 && &buf[..8] == REFUSED {
+        return Err(crate::Limit::refused(&buf[8..20]).unwrap_or_else(|| refused(expect, "bad refusal".into())));
+    }
     let Some((peer, _, _)) = parse_hello(&buf[..n], WELCOME) else {
         return Err(refused(expect, format!("bad welcome ({n} bytes)")));
     };
@@ -763,6 +766,17 @@ fn create_segment(cap: usize, area: u64) -> Result<Mapping> {
         (p.add(16) as *mut u64).write(area);
     }
     Ok(segment)
+}
+
+/// Magic of an acceptor's refusal: a limit of its was reached (its number
+/// and value follow; see [`crate::Limit::refusal`]).
+pub const REFUSED: &[u8; 8] = b"FERRYSRF";
+
+/// Acceptor side: refuses a bind on `stream` because `limit` (of value
+/// `max`) was reached; the connector gets `LimitReached`.
+pub fn refuse(stream: &UnixStream, limit: crate::Limit, max: u64) {
+    // A fresh socket's buffer has room for these 20 bytes: this does not wait.
+    let _ = rustix::net::send(stream, &limit.refusal(REFUSED, max), rustix::net::SendFlags::DONTWAIT);
 }
 
 /// How far an [`accept`] got.

@@ -42,6 +42,9 @@ pub const HELLO: &[u8; 8] = b"FERRYTC1";
 pub const WELCOME: &[u8; 8] = b"FERRYTW1";
 const ACCEPTED: &[u8; 8] = b"FERRYTOK";
 const NOT_AUTHENTICATED: &[u8; 8] = b"FERRYTNA";
+/// Magic of an acceptor's refusal in place of a welcome: a limit of its was
+/// reached (its number and value follow; see [`crate::Limit::refusal`]).
+const REFUSED: &[u8; 8] = b"FERRYTRF";
 /// Magic of a connector's TLS preamble: TLS follows, for the team whose id
 /// comes next (12 bytes; team 0: any team of the node, for a name query).
 pub const TLS_START: &[u8; 8] = b"FERRYTS1";
@@ -301,6 +304,11 @@ pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd
     if &welcome[..8] == TLS_REQUIRED {
         return Err(tls_required(expect));
     }
+    if &welcome[..8] == REFUSED {
+        read_exact(&mut sock, &mut welcome[8..20]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
+        let bad = || Error::Protocol { peer: expect, what: "bad refusal".into() };
+        return Err(crate::Limit::refused(&welcome[8..20]).unwrap_or_else(bad));
+    }
     read_exact(&mut sock, &mut welcome[8..]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
     if &welcome[..8] != WELCOME {
         return Err(Error::Protocol { peer: expect, what: format!("bad welcome magic {:?}", &welcome[..8]) });
@@ -380,6 +388,12 @@ pub fn accept(mut sock: TcpStream, side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
     };
     let (hello, _) = read_hello_rest(&mut link, magic, side.patience, side.me)?;
     accept_hello(link, hello, side)
+}
+
+/// Acceptor side, after [`read_hello_rest`]: refuses the bind because
+/// `limit` (of value `max`) was reached; the connector gets `LimitReached`.
+pub fn refuse(mut sock: Link, limit: crate::Limit, max: u64) {
+    let _ = sock.write_all(&limit.refusal(REFUSED, max));
 }
 
 /// Acceptor side, after [`read_hello_rest`] (here or in the team that
