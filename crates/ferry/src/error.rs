@@ -139,6 +139,9 @@ pub enum Limit {
     Channels,
     /// Names a team binds at once ([`crate::TeamBuilder::max_names`]).
     Names,
+    /// The ring a team asks of a peer over shared memory: larger than the
+    /// peer maps ([`crate::TeamBuilder::max_ring_bytes`]).
+    RingBytes,
     /// Endpoints a team opens in its life (2^23 − 1): slots are not reused,
     /// so that an old id never reaches a new endpoint.
     Endpoints,
@@ -155,12 +158,13 @@ impl Limit {
             Limit::Names => 2,
             Limit::OpenFiles => 3,
             Limit::Endpoints => 4,
+            Limit::RingBytes => 5,
         }
     }
 
     /// The limit numbered `code` in a bind's refusal.
     pub(crate) fn from_code(code: u32) -> Option<Limit> {
-        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints].into_iter().find(|l| l.code() == code)
+        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes].into_iter().find(|l| l.code() == code)
     }
 
     /// The 20 bytes of a bind's refusal for this limit: `magic`, the limit's
@@ -187,6 +191,7 @@ impl Limit {
             Limit::Names => "unbind names, or raise TeamBuilder::max_names",
             Limit::OpenFiles => "raise the process's open-file limit (ulimit -n, RLIMIT_NOFILE)",
             Limit::Endpoints => "start a new team (a new incarnation has all its slots)",
+            Limit::RingBytes => "lower this team's TeamBuilder::ring_bytes, or raise the peer's max_ring_bytes",
         }
     }
 }
@@ -198,6 +203,7 @@ impl std::fmt::Display for Limit {
             Limit::Names => "names per team",
             Limit::OpenFiles => "open files",
             Limit::Endpoints => "endpoints opened by a team",
+            Limit::RingBytes => "ring size a peer maps",
         })
     }
 }

@@ -30,6 +30,18 @@ fn names_per_team_are_bounded() {
     t.open_named_raw_port("m3").unwrap();
 }
 
+/// A ring larger than the peer maps: the bind is refused, naming the limit.
+#[test]
+fn a_ring_larger_than_the_peer_maps_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rx = team(dir.path()).max_ring_bytes(64 << 10).start().unwrap();
+    let tx = team(dir.path()).ring_bytes(1 << 20).start().unwrap();
+    let port = rx.open_raw_port().unwrap();
+    let e = tx.raw_sender(port.id()).send(b"x", Checkpoint::OnReceipt).unwrap_err();
+    assert!(matches!(e, Error::LimitReached { limit: Limit::RingBytes, max: 65536 }), "{e:?}");
+    assert!(e.to_string().contains("ring_bytes"), "{e}");
+}
+
 #[test]
 fn too_large_and_full_name_their_settings() {
     let dir = tempfile::tempdir().unwrap();

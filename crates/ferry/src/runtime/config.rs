@@ -192,6 +192,13 @@ impl TeamBuilder {
         self.cfg.ring_bytes = n.max(shm::MIN_RING).next_power_of_two();
         self
     }
+    /// Largest ring a peer may ask this team to map for a channel it
+    /// opens (default 64 MiB): a peer asking more is refused with
+    /// `Error::LimitReached` (`Limit::RingBytes`).
+    pub fn max_ring_bytes(mut self, n: usize) -> Self {
+        self.cfg.max_ring_bytes = n;
+        self
+    }
     /// Messages an endpoint queues before the sender is pushed back (default 1024).
     ///
     /// Flow control is per endpoint and per channel: each endpoint's inbox

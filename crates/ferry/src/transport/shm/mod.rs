@@ -814,7 +814,12 @@ pub(crate) fn accept_with(
         return Err(refused(TeamId { node: cfg.me.node, team: 0, incarnation: 0 }, format!("bad hello ({n} bytes)")));
     };
     let cap = cap as usize;
-    if !cap.is_power_of_two() || cap < MIN_RING || cap > cfg.max_ring_bytes {
+    if cap.is_power_of_two() && cap > cfg.max_ring_bytes {
+        // Well formed, only more than we map: the connector is told so.
+        refuse(&stream, crate::Limit::RingBytes, cfg.max_ring_bytes as u64);
+        return Err(refused(peer, format!("asked for a {cap}-byte ring, more than max_ring_bytes")));
+    }
+    if !cap.is_power_of_two() || cap < MIN_RING {
         return Err(refused(peer, format!("asked for a {cap}-byte ring")));
     }
     if !area.is_multiple_of(PAGE) || area > MAX_AREA {
