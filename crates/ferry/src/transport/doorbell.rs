@@ -134,6 +134,9 @@ impl DoorbellPage {
 pub struct Lines {
     one: Arc<OwnedFd>,
     all: Arc<OwnedFd>,
+    /// A peer's lines (a [`Bell`]'s): the peer shares their file
+    /// description, flags included.
+    peers: bool,
 }
 
 impl Lines {
@@ -142,13 +145,23 @@ impl Lines {
             eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| Error::io("eventfd")(e.into()))
         };
         let (one, all) = (fd()?, fd()?);
-        Ok(Lines { one: Arc::new(one), all: Arc::new(all) })
+        Ok(Lines { one: Arc::new(one), all: Arc::new(all), peers: false })
     }
 
-    fn write(fd: &OwnedFd) {
+    fn write(&self, fd: &OwnedFd) {
         // Never read, the count only grows: 2^64 - 2 writes fill it. A peer
         // can fill its own lines at once: our write then fails without
         // waiting (non-blocking), and only that peer's wake-ups are lost.
+        // It could also clear `O_NONBLOCK` (the flag is the shared file
+        // description's): then a write to a full line would wait for good,
+        // so a peer's line that blocks is not rung (its wake-ups are lost).
+        // Left: a peer that clears the flag between this look and the
+        // write, with its line full, holds the ringing thread.
+        if self.peers && !rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(rustix::fs::OFlags::NONBLOCK)) {
+            static TOLD: std::sync::Once = std::sync::Once::new();
+            TOLD.call_once(|| tracing::warn!("a peer made its wake-up line blocking: it is not rung any more"));
+            return;
+        }
         let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
     }
 }
@@ -169,11 +182,11 @@ impl DoorbellMemory for DoorbellPage {
     }
 
     fn ring_one(line: &Lines) {
-        Lines::write(&line.one);
+        line.write(&line.one);
     }
 
     fn ring_all(line: &Lines, _sleepers: u32) {
-        Lines::write(&line.all);
+        line.write(&line.all);
     }
 
     fn wait(sleep: &SleepSet, timeout: Duration) {
@@ -457,7 +470,7 @@ impl Bell {
             // full, hold a ringing thread for good.
             rustix::fs::fcntl_setfl(line, rustix::fs::OFlags::NONBLOCK).map_err(|e| Error::io("fcntl")(e.into()))?;
         }
-        Ok(Bell { mem: DoorbellPage { map }, line: Lines { one: Arc::new(one), all: Arc::new(all) } })
+        Ok(Bell { mem: DoorbellPage { map }, line: Lines { one: Arc::new(one), all: Arc::new(all), peers: true } })
     }
 
     /// The state page's and the lines' fds.
@@ -504,5 +517,32 @@ fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
         // the messages are for. Waking all would make every idle thread
         // of the team spin again for nothing, stealing the cores.
         M::ring_one(line);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A peer that makes its line blocking and fills it must not hold the
+    /// thread that rings it: the line is passed over (its wake-ups lost).
+    #[test]
+    fn a_peers_line_made_blocking_is_not_rung() {
+        let peer = Doorbell::create().unwrap();
+        let line = peer.new_line().unwrap();
+        let dup = |fd: &OwnedFd| rustix::io::dup(fd).unwrap();
+        let (one, all) = line.fds();
+        let bell = Bell::open(dup(peer.page_fd()), dup(one), dup(all)).unwrap();
+        // The peer, on its side of the shared file descriptions.
+        for fd in [one, all] {
+            rustix::fs::fcntl_setfl(fd, rustix::fs::OFlags::empty()).unwrap();
+            rustix::io::write(fd, &(u64::MAX - 1).to_ne_bytes()).unwrap();
+        }
+        let (done, rung) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            bell.ring_now();
+            let _ = done.send(());
+        });
+        assert!(rung.recv_timeout(Duration::from_secs(2)).is_ok(), "ringing a peer's blocking, full line hung");
     }
 }
