@@ -38,6 +38,7 @@ mod run_dir;
 mod shm;
 mod stats;
 mod suites;
+pub mod soak;
 pub mod tcp;
 #[cfg(feature = "tarpc")]
 mod tarpc_peer;
@@ -54,6 +55,7 @@ pub use suites::{all_cases, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs}
 pub fn child_main() {
     memory::idle_child_if_requested();
     large::receiver_if_requested();
+    soak::team_if_requested();
     ferry_rpc::breakdown_child_if_requested();
     child_main_if_requested(&all_cases());
 }

@@ -47,6 +47,10 @@ enum BenchSuite {
     /// One-way transfer of 64 MiB and 1 GiB messages (cold, then warm into
     /// a reused buffer) beside a warm memcpy of the same size.
     Large(ferry_bench::large::LargeArgs),
+    /// Many teams on two nodes (shared memory and TCP), mixed messages and
+    /// calls for minutes: lost, duplicated, reordered, corrupted (all 0),
+    /// latency, memory and descriptors over time.
+    Soak(ferry_bench::soak::SoakArgs),
 }
 
 fn main() {
@@ -60,6 +64,7 @@ fn main() {
         Command::Bench { suite: BenchSuite::Pingpong(args) } => ferry_bench::pingpong::run(&args),
         Command::Bench { suite: BenchSuite::Rpc { args, breakdown } } => ferry_bench::rpc::run(&args, breakdown),
         Command::Bench { suite: BenchSuite::Large(args) } => ferry_bench::large::run(&args),
+        Command::Bench { suite: BenchSuite::Soak(args) } => ferry_bench::soak::run(&args),
         Command::Bench { suite: BenchSuite::Tcp(args) } => ferry_bench::tcp_suite::run(&args),
         Command::Names => list_names(),
     };
