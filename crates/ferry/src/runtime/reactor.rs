@@ -378,12 +378,29 @@ fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, hello: [u8; tcp::handshak
     let Ok(unix) = UnixStream::connect(&path) else {
         return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
     };
-    let mut msg = [0u8; 8 + tcp::handshake::HELLO_BYTES];
-    msg[..8].copy_from_slice(HANDED_OVER);
-    msg[8..].copy_from_slice(&hello);
+    let msg = handed_over_bytes(&hello);
     if let Err(e) = crate::sys::fdpass::send(unix.as_fd(), &msg, &[stream.as_fd()]) {
         tracing::warn!(error = %e, %to, "could not hand a TCP bind over");
     }
+}
+
+/// The hello in a handed-over message (a local peer's bytes) that came
+/// with `fds` descriptors; `None` unless it is one such message whole, with
+/// the connection's descriptor.
+pub(crate) fn handed_over(msg: &[u8], fds: usize) -> Option<[u8; tcp::handshake::HELLO_BYTES]> {
+    if msg.len() != 8 + tcp::handshake::HELLO_BYTES || fds != 1 || &msg[..8] != HANDED_OVER {
+        return None;
+    }
+    msg[8..].try_into().ok()
+}
+
+/// The message that hands a TCP connection whose `hello` was read to
+/// another team of this node (the connection's descriptor goes with it).
+pub(crate) fn handed_over_bytes(hello: &[u8; tcp::handshake::HELLO_BYTES]) -> [u8; 8 + tcp::handshake::HELLO_BYTES] {
+    let mut msg = [0u8; 8 + tcp::handshake::HELLO_BYTES];
+    msg[..8].copy_from_slice(HANDED_OVER);
+    msg[8..].copy_from_slice(hello);
+    msg
 }
 
 /// A TCP connection another team of this node handed over: the bind goes
@@ -395,11 +412,10 @@ fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
         Ok(None) => return,
         Err(e) => return tracing::warn!(error = %e, "a TCP bind handed over could not be read"),
     };
-    if n != msg.len() || fds.len() != 1 {
+    let Some(hello) = handed_over(&msg[..n], fds.len()) else {
         return tracing::warn!("a TCP bind handed over came with {n} bytes and {} descriptors", fds.len());
-    }
+    };
     let stream = TcpStream::from(fds.pop().expect("one descriptor"));
-    let hello: [u8; tcp::handshake::HELLO_BYTES] = msg[8..].try_into().expect("hello bytes");
     let t = team.clone();
     drop(team.blocking.spawn(move || tcp_bind(&t, stream, Some(hello))));
 }
