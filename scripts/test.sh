@@ -2,9 +2,11 @@
 # Sets up and runs every test of ferry: unit tests, the transport
 # conformance suite, the port and RPC suites, cross-process tests (real
 # child processes, SIGKILL, leak checks) and the benchmark harness's smoke
-# test, the loom models, and the multi-node tests on real network
-# namespaces (scripts/netns-test.sh: needs root, as CI is, and installs
-# iproute2 if missing). Installs etcd-server for the etcd name plane's tests.
+# test, the loom models, a short run of every fuzz target (scripts/fuzz.sh:
+# nightly; installs cargo-fuzz if missing), and the multi-node tests on real
+# network namespaces (scripts/netns-test.sh: needs root, as CI is, and
+# installs iproute2 if missing). Installs etcd-server for the etcd name
+# plane's tests.
 # Ends with one line: "ferry: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,15 +31,22 @@ cargo test --workspace --locked --no-fail-fast -- --test-threads="$RUST_TEST_THR
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" cargo test -p ferry --lib --release --locked --target-dir target/loom loom \
     -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee -a "$log" || status=$?
 
+# Fuzzing (docs/RELIABILITY.md): every decoder of peer input, 3 s each from
+# its committed seed corpus, with AddressSanitizer (about 2 min with the
+# build of its own, in fuzz/target-quick).
+scripts/fuzz.sh --quick --seconds 3 2>&1 | tee -a "$log" || status=$?
+
 # Nodes in network namespaces: ports and RPC over TCP, a team killed and
 # a link cut mid-call (crates/ferry/tests/netns.rs).
 scripts/netns-test.sh 2>&1 | tee -a "$log" || status=$?
 
-# Totals over every test binary (libtest's "test result" lines and the
-# harness-less smoke test's "smoke: N passed, N failed").
+# Totals over every test binary (libtest's "test result" lines, the
+# harness-less smoke test's "smoke: N passed, N failed" and the fuzz
+# targets' "fuzz: N passed, N failed").
 awk '
     /^test result: / { p += $4; f += $6 }
     /^smoke: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
+    /^fuzz: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
     END { printf "ferry: %d passed, %d failed\n", p, f }
 ' "$log"
 exit "$status"

@@ -399,7 +399,7 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
             let at_end = |k: &str| {
                 samples
                     .iter()
-                    .filter_map(|s| s.iter().filter(|v| (v["t"].as_f64().unwrap_or(0.0) / 60.0) as usize <= m).last())
+                    .filter_map(|s| s.iter().rfind(|v| (v["t"].as_f64().unwrap_or(0.0) / 60.0) as usize <= m))
                     .filter_map(|v| v[k].as_u64())
                     .max()
                     .unwrap_or(0)

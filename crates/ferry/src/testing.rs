@@ -1,7 +1,7 @@
 //! Internals that ferry's own integration tests, transport conformance
-//! suite and benchmarks reach, behind the `testing` cargo feature (and in
-//! the crate's unit tests). Not an API: it follows the internals as they
-//! change.
+//! suite, benchmarks and fuzz targets ([`fuzz`]) reach, behind the
+//! `testing` cargo feature (and in the crate's unit tests). Not an API: it
+//! follows the internals as they change.
 //!
 //! Everything here is safe: the transport pairs own the memory they build
 //! their rings on, and check the sizes they are given.
@@ -12,6 +12,8 @@ use crate::transport::shm::{self, Accepted, BindConfig};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub mod fuzz;
 
 pub use crate::id::Addr;
 pub use crate::names::etcd::{compact as etcd_compact, EtcdNames};

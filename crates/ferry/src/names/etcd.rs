@@ -62,7 +62,14 @@ fn post(addr: SocketAddr, path: &str, body: &Value, timeout: Option<Duration>) -
         body.len()
     );
     sock.write_all(head.as_bytes()).and_then(|()| sock.write_all(body.as_bytes())).map_err(io("write to etcd"))?;
-    let mut r = BufReader::new(sock);
+    response(BufReader::new(sock), path)
+}
+
+/// Reads the status line and the headers of an HTTP/1.1 response (etcd's
+/// bytes) to a request to `path` from `r`: an error unless the status is
+/// 200; then the body as a reader (`Connection: close`: the body ends with
+/// the stream; a chunked body is read through [`Chunked`]).
+pub(crate) fn response<'a>(mut r: impl BufRead + 'a, path: &str) -> Result<Box<dyn BufRead + 'a>> {
     let mut line = String::new();
     r.read_line(&mut line).map_err(io("read from etcd"))?;
     if !line.starts_with("HTTP/1.1 200") {
@@ -183,7 +190,7 @@ impl EtcdNames {
         }
         let members = Arc::new(Members { addrs: addrs.to_vec(), last: AtomicUsize::new(0) });
         let grant = members.call("/v3/lease/grant", &json!({ "TTL": ttl.as_secs().max(1) }))?;
-        let lease = grant["ID"].as_str().ok_or_else(|| bad(format!("no lease in {grant}")))?.to_string();
+        let lease = lease_id(&grant)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (s, m, id) = (stop.clone(), members.clone(), lease.clone());
         let every = (ttl / 3).max(Duration::from_millis(100));
@@ -197,7 +204,7 @@ impl EtcdNames {
                     if Instant::now() >= next {
                         match m.call("/v3/lease/keepalive", &json!({ "ID": id })) {
                             // etcd answers a lease it no longer has without a TTL.
-                            Ok(r) if r["result"]["TTL"].is_null() && !lost => {
+                            Ok(r) if lease_lost(&r) && !lost => {
                                 lost = true;
                                 tracing::error!(lease = id, "etcd lease expired (keep-alives did not reach etcd in time): this team's names are gone from etcd");
                             }
@@ -227,11 +234,7 @@ impl EtcdNames {
             "failure": [{ "request_range": { "key": key } }],
         });
         let r = self.members.call("/v3/kv/txn", &txn)?;
-        if r["succeeded"].as_bool() == Some(true) {
-            return Ok(());
-        }
-        let owner = r["responses"][0]["response_range"]["kvs"][0]["value"].clone();
-        let owner = unb64(&owner).and_then(|s| s.parse().ok()).unwrap_or(EndpointId::NONE);
+        let Some(owner) = txn_owner(&r) else { return Ok(()) };
         // Our own binding: a member did it but its answer was lost, and
         // the request went on to the next one. (An endpoint id is never
         // reused, so no other registration can have bound it.)
@@ -252,12 +255,10 @@ impl EtcdNames {
         self.members.call("/v3/kv/txn", &txn).map(drop)
     }
 
-    /// The endpoint bound to `name`, and the revision the answer is from.
+    /// The endpoint bound to `name`, and the revision a watch for it starts from.
     fn get(&self, name: &str) -> Result<(Option<EndpointId>, i64)> {
         let r = self.members.call("/v3/kv/range", &json!({ "key": b64(&format!("{PREFIX}{name}")) }))?;
-        let rev = r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let ep = unb64(&r["kvs"][0]["value"]).and_then(|s| s.parse().ok());
-        Ok((ep, rev))
+        Ok(range_answer(&r))
     }
 
     /// The endpoint bound to `name`, or `NameNotFound`.
@@ -269,10 +270,10 @@ impl EtcdNames {
     /// the key from the revision after the look.
     pub fn wait_for(&self, name: &str, limit: Duration) -> Result<EndpointId> {
         let until = Instant::now() + limit;
-        let (ep, rev) = self.get(name)?;
+        let (ep, next) = self.get(name)?;
         match ep {
             Some(ep) => Ok(ep),
-            None => self.wait_from(name, rev + 1, until),
+            None => self.wait_from(name, next, until),
         }
     }
 
@@ -290,29 +291,21 @@ impl EtcdNames {
             }
             let req = json!({ "create_request": { "key": key, "start_revision": rev.to_string() } });
             let stream = self.members.post("/v3/watch", &req, Some(left))?;
-            for msg in serde_json::Deserializer::from_reader(stream).into_iter::<Value>() {
-                let msg = match msg {
-                    Ok(m) => m,
-                    // The deadline cut the stream (or etcd went away).
-                    Err(_) => break,
-                };
-                let r = &msg["result"];
-                if r["canceled"].as_bool() == Some(true) {
-                    // Compacted past `rev`: list again, watch from what the list saw.
-                    let (ep, now) = self.get(name)?;
-                    if let Some(ep) = ep {
-                        return Ok(ep);
-                    }
-                    tracing::debug!(name, rev, compacted = %r["compact_revision"], "etcd watch compacted; listed again");
-                    rev = now + 1;
-                    break;
-                }
-                for ev in r["events"].as_array().into_iter().flatten() {
-                    if ev["type"].as_str() != Some("DELETE") {
-                        if let Some(ep) = unb64(&ev["kv"]["value"]).and_then(|s| s.parse().ok()) {
+            // Until the deadline cuts the stream (or etcd goes away).
+            for msg in watch_messages(stream) {
+                match msg {
+                    Watched::Canceled(compacted) => {
+                        // Compacted past `rev`: list again, watch from what the list saw.
+                        let (ep, next) = self.get(name)?;
+                        if let Some(ep) = ep {
                             return Ok(ep);
                         }
+                        tracing::debug!(name, rev, %compacted, "etcd watch compacted; listed again");
+                        rev = next;
+                        break;
                     }
+                    Watched::Bound(ep) => return Ok(ep),
+                    Watched::Nothing => {}
                 }
             }
         }
@@ -333,6 +326,69 @@ impl EtcdNames {
     }
 }
 
+/// The lease id in an answer to a lease grant (etcd's bytes).
+pub(crate) fn lease_id(grant: &Value) -> Result<String> {
+    Ok(grant["ID"].as_str().ok_or_else(|| bad(format!("no lease in {grant}")))?.to_string())
+}
+
+/// Whether an answer to a keep-alive says the lease is gone (etcd answers
+/// a lease it no longer has without a TTL).
+pub(crate) fn lease_lost(r: &Value) -> bool {
+    r["result"]["TTL"].is_null()
+}
+
+/// What a registration's transaction answered (etcd's bytes): `None` if it
+/// bound the name, else the endpoint it found bound (`NONE` if unreadable).
+pub(crate) fn txn_owner(r: &Value) -> Option<EndpointId> {
+    if r["succeeded"].as_bool() == Some(true) {
+        return None;
+    }
+    let owner = &r["responses"][0]["response_range"]["kvs"][0]["value"];
+    Some(unb64(owner).and_then(|s| s.parse().ok()).unwrap_or(EndpointId::NONE))
+}
+
+/// A range answer (etcd's bytes): the endpoint bound to the key, if any,
+/// and the revision a watch for it starts from (the one after the answer's;
+/// an answer at the last revision an i64 holds, which only a broken or
+/// hostile member gives, watches from there rather than overflow).
+pub(crate) fn range_answer(r: &Value) -> (Option<EndpointId>, i64) {
+    let rev: i64 = r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let ep = unb64(&r["kvs"][0]["value"]).and_then(|s| s.parse().ok());
+    (ep, rev.saturating_add(1))
+}
+
+/// One message of a watch stream, as a wait reads it.
+pub(crate) enum Watched {
+    /// Cancelled because etcd compacted past the revision (the compact revision, for the log).
+    Canceled(Value),
+    /// The key was put, bound to this endpoint.
+    Bound(EndpointId),
+    /// Nothing for a wait (progress, a deletion, a value that is no endpoint).
+    Nothing,
+}
+
+/// What a watch message (etcd's bytes) says.
+pub(crate) fn watch_message(msg: &Value) -> Watched {
+    let r = &msg["result"];
+    if r["canceled"].as_bool() == Some(true) {
+        return Watched::Canceled(r["compact_revision"].clone());
+    }
+    for ev in r["events"].as_array().into_iter().flatten() {
+        if ev["type"].as_str() != Some("DELETE") {
+            if let Some(ep) = unb64(&ev["kv"]["value"]).and_then(|s| s.parse().ok()) {
+                return Watched::Bound(ep);
+            }
+        }
+    }
+    Watched::Nothing
+}
+
+/// The messages of a watch stream (a body of concatenated JSON values),
+/// until it ends or breaks.
+pub(crate) fn watch_messages<'a>(stream: impl Read + 'a) -> impl Iterator<Item = Watched> + 'a {
+    serde_json::Deserializer::from_reader(stream).into_iter::<Value>().map_while(|m| m.ok()).map(|m| watch_message(&m))
+}
+
 /// Compacts the etcd at `addr` up to its current revision (for tests:
 /// what a cluster's operator or etcd's auto-compaction does).
 #[cfg(any(test, feature = "testing"))]
@@ -346,5 +402,22 @@ pub fn compact(addr: SocketAddr) -> Result<i64> {
 impl Drop for EtcdNames {
     fn drop(&mut self) {
         self.revoke();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A range answer at the last revision an i64 holds: the watch starts
+    /// there (the revision after it cannot be), with no overflow. (Found by
+    /// review of the `etcd` fuzz harness's code; its input is
+    /// `fuzz/regressions/etcd/range-at-the-last-revision`.)
+    #[test]
+    fn a_range_answer_at_the_last_revision_does_not_overflow() {
+        let r = json!({ "header": { "revision": i64::MAX.to_string() } });
+        assert_eq!(range_answer(&r), (None, i64::MAX));
+        let r = json!({ "header": { "revision": "41" }, "kvs": [{ "value": b64("1.2.3#0000000a") }] });
+        assert_eq!(range_answer(&r), (Some("1.2.3#0000000a".parse().unwrap()), 42));
     }
 }

@@ -39,8 +39,8 @@ use std::time::Duration;
 /// Magic of a name query: what a node's listener reads first.
 pub const QUERY: &[u8; 8] = b"FERRYNQ1";
 const ANSWER: &[u8; 8] = b"FERRYNA1";
-const MAC_LEN: usize = 32;
-const ANSWER_LEN: usize = 8 + 1 + 12 + MAC_LEN;
+pub(crate) const MAC_LEN: usize = 32;
+pub(crate) const ANSWER_LEN: usize = 8 + 1 + 12 + MAC_LEN;
 
 /// Asks node `node`, at `addr`, for `name`: `Ok(None)` if it has no such
 /// name. Fails if the node cannot be reached in `patience`, answers without
@@ -55,16 +55,8 @@ pub fn ask(addr: SocketAddr, node: u16, cluster: &Cluster, name: &str, patience:
     sock.set_read_timeout(Some(patience)).map_err(unreachable)?;
     sock.set_nodelay(true).map_err(unreachable)?;
     let mut sock = handshake::open(sock, cluster.tls.as_ref(), peer)?;
-    let mut query = Vec::with_capacity(8 + 16 + 2 + name.len() + MAC_LEN);
-    query.extend_from_slice(QUERY);
-    query.extend_from_slice(&crate::transport::tcp::handshake::nonce());
-    query.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    query.extend_from_slice(name.as_bytes());
-    let tag = mac(key, b"ferry-names-1 query", &[&query]).finalize().into_bytes();
-    let signed = query.len();
-    query.extend_from_slice(&tag);
+    let query = query_bytes(key, &handshake::nonce(), name);
     sock.write_all(&query).map_err(unreachable)?;
-    let query = &query[..signed];
     let mut answer = [0u8; ANSWER_LEN];
     let failed = |e: std::io::Error| crate::transport::tcp::tls::failure(&e, peer).unwrap_or_else(|| unreachable(e));
     sock.read_exact(&mut answer[..8]).map_err(failed)?;
@@ -72,6 +64,31 @@ pub fn ask(addr: SocketAddr, node: u16, cluster: &Cluster, name: &str, patience:
         return Err(handshake::tls_required(peer));
     }
     sock.read_exact(&mut answer[8..]).map_err(failed)?;
+    check_answer(key, &query[..query.len() - MAC_LEN], &answer, node)
+}
+
+/// A signed query for `name` (at most `MAX_NAME_LEN` bytes) with `nonce`.
+pub(crate) fn query_bytes(key: &[u8], nonce: &[u8; 16], name: &str) -> Vec<u8> {
+    let mut query = Vec::with_capacity(8 + 16 + 2 + name.len() + MAC_LEN);
+    query.extend_from_slice(QUERY);
+    query.extend_from_slice(nonce);
+    query.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    query.extend_from_slice(name.as_bytes());
+    let tag = mac(key, b"ferry-names-1 query", &[&query]).finalize().into_bytes();
+    query.extend_from_slice(&tag);
+    query
+}
+
+/// The asker's check of the `answer` (a peer's bytes) from node `node` to
+/// its `query` (signed part): the MAC (`Unauthenticated`), the magic
+/// (`Protocol`); then the endpoint, or `None` if the node has no such name.
+pub(crate) fn check_answer(
+    key: &[u8],
+    query: &[u8],
+    answer: &[u8; ANSWER_LEN],
+    node: u16,
+) -> Result<Option<EndpointId>> {
+    let peer = TeamId { node, team: 0, incarnation: 0 };
     let body = &answer[..ANSWER_LEN - MAC_LEN];
     if mac(key, b"ferry-names-1 answer", &[query, body]).verify_slice(&answer[ANSWER_LEN - MAC_LEN..]).is_err() {
         return Err(Error::Unauthenticated { peer, what: "its name answer is not signed with our cluster key".into() });
@@ -93,27 +110,42 @@ pub fn ask(addr: SocketAddr, node: u16, cluster: &Cluster, name: &str, patience:
 pub fn answer(mut sock: Link, key: &[u8], names: &NodeNames, patience: Duration) -> Result<()> {
     let io = |e: std::io::Error| Error::Io { context: "name query", source: e };
     sock.socket().set_read_timeout(Some(patience)).map_err(io)?;
+    let (query, name) = read_query(&mut sock, key)?;
+    let found = match names.lookup(&name) {
+        Ok(ep) => Some(ep),
+        Err(Error::NameNotFound(_)) | Err(Error::InvalidName(_)) => None,
+        Err(e) => return Err(e),
+    };
+    sock.write_all(&answer_bytes(key, &query, found)).map_err(io)
+}
+
+/// Reads the rest of a query (a peer's bytes) whose magic was read from
+/// `r`, and checks it: the name's length (`InvalidName`), the MAC
+/// (`Unauthenticated`), UTF-8 (`InvalidName`). Returns the signed part of
+/// the query (which the answer's MAC covers) and the name.
+pub(crate) fn read_query(r: &mut impl Read, key: &[u8]) -> Result<(Vec<u8>, String)> {
+    let io = |e: std::io::Error| Error::Io { context: "name query", source: e };
     let mut query = QUERY.to_vec();
     let mut head = [0u8; 18];
-    sock.read_exact(&mut head).map_err(io)?;
+    r.read_exact(&mut head).map_err(io)?;
     query.extend_from_slice(&head);
     let len = u16::from_le_bytes([head[16], head[17]]) as usize;
     if len == 0 || len > crate::names::MAX_NAME_LEN {
         return Err(Error::InvalidName(format!("a {len}-byte name in a query")));
     }
     let mut rest = vec![0u8; len + MAC_LEN];
-    sock.read_exact(&mut rest).map_err(io)?;
+    r.read_exact(&mut rest).map_err(io)?;
     query.extend_from_slice(&rest[..len]);
     let who = TeamId { node: 0, team: 0, incarnation: 0 };
     if mac(key, b"ferry-names-1 query", &[&query]).verify_slice(&rest[len..]).is_err() {
         return Err(Error::Unauthenticated { peer: who, what: "a name query not signed with our cluster key".into() });
     }
     let name = std::str::from_utf8(&rest[..len]).map_err(|_| Error::InvalidName("not UTF-8".into()))?;
-    let found = match names.lookup(name) {
-        Ok(ep) => Some(ep),
-        Err(Error::NameNotFound(_)) | Err(Error::InvalidName(_)) => None,
-        Err(e) => return Err(e),
-    };
+    Ok((query, name.to_string()))
+}
+
+/// The signed answer to `query` (its signed part): `found`, or not found.
+pub(crate) fn answer_bytes(key: &[u8], query: &[u8], found: Option<EndpointId>) -> [u8; ANSWER_LEN] {
     let mut answer = [0u8; ANSWER_LEN];
     answer[..8].copy_from_slice(ANSWER);
     answer[8] = u8::from(found.is_none());
@@ -121,7 +153,7 @@ pub fn answer(mut sock: Link, key: &[u8], names: &NodeNames, patience: Duration)
         answer[9..17].copy_from_slice(&ep.addr().bits().to_le_bytes());
         answer[17..21].copy_from_slice(&ep.incarnation().to_le_bytes());
     }
-    let tag = mac(key, b"ferry-names-1 answer", &[&query, &answer[..ANSWER_LEN - MAC_LEN]]).finalize().into_bytes();
+    let tag = mac(key, b"ferry-names-1 answer", &[query, &answer[..ANSWER_LEN - MAC_LEN]]).finalize().into_bytes();
     answer[ANSWER_LEN - MAC_LEN..].copy_from_slice(&tag);
-    sock.write_all(&answer).map_err(io)
+    answer
 }

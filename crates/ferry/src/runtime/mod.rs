@@ -50,7 +50,7 @@ pub(crate) mod inbox;
 mod outbox;
 pub(crate) mod payload;
 mod peers;
-mod reactor;
+pub(crate) mod reactor;
 mod send;
 mod sleep;
 mod team;

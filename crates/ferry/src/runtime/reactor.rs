@@ -49,7 +49,7 @@ const HANDED_OVER: &[u8; 8] = b"FERRYTHO";
 const HANDED_OVER_TLS: &[u8; 8] = b"FERRYTHT";
 
 /// What a team that handed a TCP connection over had read of it.
-enum Handed {
+pub(crate) enum Handed {
     /// The connector's hello.
     Hello([u8; HELLO_BYTES]),
     /// A TLS preamble naming this team (not answered yet).
@@ -497,20 +497,41 @@ fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, read: Handed, to: crate::
     let Ok(unix) = UnixStream::connect(&path) else {
         return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
     };
+    let msg = handed_over_bytes(&read);
+    if let Err(e) = crate::sys::fdpass::send(unix.as_fd(), &msg, &[stream.as_fd()]) {
+        tracing::warn!(error = %e, %to, "could not hand a TCP bind over");
+    }
+}
+
+/// What a handed-over message (a local peer's bytes) that came with `fds`
+/// descriptors carries; `None` unless it is one such message whole, with
+/// the connection's descriptor.
+pub(crate) fn handed_over(msg: &[u8], fds: usize) -> Option<Handed> {
+    if msg.len() != 8 + HELLO_BYTES || fds != 1 {
+        return None;
+    }
+    match &msg[..8] {
+        m if m == HANDED_OVER => Some(Handed::Hello(msg[8..].try_into().ok()?)),
+        m if m == HANDED_OVER_TLS => Some(Handed::Tls(tcp::handshake::get_id(&msg[8..20]))),
+        _ => None,
+    }
+}
+
+/// The message that hands a TCP connection (what was `read` of it) to
+/// another team of this node (the connection's descriptor goes with it).
+pub(crate) fn handed_over_bytes(read: &Handed) -> [u8; 8 + HELLO_BYTES] {
     let mut msg = [0u8; 8 + HELLO_BYTES];
     match read {
         Handed::Hello(hello) => {
             msg[..8].copy_from_slice(HANDED_OVER);
-            msg[8..].copy_from_slice(&hello);
+            msg[8..].copy_from_slice(hello);
         }
         Handed::Tls(to) => {
             msg[..8].copy_from_slice(HANDED_OVER_TLS);
-            tcp::handshake::put_id(&mut msg[8..20], to);
+            tcp::handshake::put_id(&mut msg[8..20], *to);
         }
     }
-    if let Err(e) = crate::sys::fdpass::send(unix.as_fd(), &msg, &[stream.as_fd()]) {
-        tracing::warn!(error = %e, %to, "could not hand a TCP bind over");
-    }
+    msg
 }
 
 /// A TCP connection another team of this node handed over: the bind goes
@@ -522,14 +543,10 @@ fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
         Ok(None) => return,
         Err(e) => return tracing::warn!(error = %e, "a TCP bind handed over could not be read"),
     };
-    if n != msg.len() || fds.len() != 1 {
+    let Some(read) = handed_over(&msg[..n], fds.len()) else {
         return tracing::warn!("a TCP bind handed over came with {n} bytes and {} descriptors", fds.len());
-    }
-    let stream = TcpStream::from(fds.pop().expect("one descriptor"));
-    let read = match &msg[..8] {
-        m if m == HANDED_OVER_TLS => Handed::Tls(tcp::handshake::get_id(&msg[8..20])),
-        _ => Handed::Hello(msg[8..].try_into().expect("hello bytes")),
     };
+    let stream = TcpStream::from(fds.pop().expect("one descriptor"));
     let t = team.clone();
     drop(team.blocking.spawn(move || tcp_bind(&t, stream, Some(read))));
 }

@@ -486,8 +486,8 @@ fn is_eventfd(fd: &OwnedFd) -> bool {
 }
 
 impl<M: DoorbellMemory> Bell<M> {
-    /// A bell on other memory (the loom models' heap words).
-    #[cfg(all(test, loom))]
+    /// A bell on other memory (the loom models' and the fuzz harnesses' heap words).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn on(mem: M, line: M::Line) -> Bell<M> {
         Bell { mem, line }
     }

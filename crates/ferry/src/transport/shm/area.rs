@@ -156,6 +156,27 @@ impl Allocator {
     pub fn size(&self) -> u64 {
         self.size
     }
+
+    /// Checks the book's invariants (for tests and fuzz harnesses): free
+    /// ranges page-aligned, inside the area, apart and never adjacent; lent
+    /// ranges page-aligned, inside the area, overlapping nothing; together
+    /// they cover the area.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn check(&self) {
+        let mut spans: Vec<(u64, u64, bool)> = self.free.iter().map(|(&at, &len)| (at, len, true)).collect();
+        spans.extend(self.lent.iter().map(|(&at, &len)| (at, Range { offset: at, len }.pages(), false)));
+        spans.sort_unstable();
+        let mut end = 0;
+        let mut last_free = false;
+        for (at, len, free) in spans {
+            assert!(at.is_multiple_of(PAGE) && len.is_multiple_of(PAGE) && len > 0, "{at} {len}");
+            assert_eq!(at, end, "a gap or an overlap at {at}: {self:?}");
+            assert!(!(free && last_free), "adjacent free ranges at {at}: {self:?}");
+            end = at + len;
+            last_free = free;
+        }
+        assert_eq!(end, self.size, "the ranges do not cover the area: {self:?}");
+    }
 }
 
 #[cfg(test)]

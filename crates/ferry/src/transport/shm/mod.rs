@@ -127,20 +127,33 @@ pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     _segment: Option<Arc<Mapping>>,
 }
 
+/// The memory a channel's payload areas are in: the mapped segment (or, in
+/// a fuzz harness, heap memory). Holding it keeps the areas' pointers valid.
+pub(crate) trait AreaMemory: Send + Sync {
+    /// The file the areas are in, to punch freed pages out of (none for heap memory).
+    fn file(&self) -> Option<BorrowedFd<'_>>;
+}
+
+impl AreaMemory for Mapping {
+    fn file(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd().as_fd())
+    }
+}
+
 /// This end's payload area: it alone writes it, and keeps its book privately.
 struct TxArea {
     base: *mut u8,
     /// Where the area starts in the memfd (to punch freed pages out).
     file_offset: u64,
     alloc: Arc<parking_lot::Mutex<Allocator>>,
-    segment: Arc<Mapping>,
+    segment: Arc<dyn AreaMemory>,
 }
 
 /// The peer's payload area: read only by copy, at ranges it names.
 struct RxArea {
     base: *const u8,
     size: u64,
-    segment: Arc<Mapping>,
+    segment: Arc<dyn AreaMemory>,
 }
 
 // SAFETY: the areas' pointers point into `segment`, which their owner keeps
@@ -183,7 +196,7 @@ pub struct Lent {
     releases: Arc<Releases>,
     armed: bool,
     /// Keeps the bytes mapped.
-    _segment: Arc<Mapping>,
+    _segment: Arc<dyn AreaMemory>,
 }
 
 // SAFETY: `ptr` points into `_segment`, kept mapped by this value, and is
@@ -274,13 +287,9 @@ impl ShmEnd {
         // SAFETY: both areas lie inside the segment (segment_len(cap, area)
         // bytes, checked at map time).
         let (tx_base, rx_base) = unsafe { (base.add(tx_at as usize), base.add(rx_at as usize)) };
-        end.tx_area = Some(TxArea {
-            base: tx_base,
-            file_offset: tx_at,
-            alloc: Arc::new(parking_lot::Mutex::new(Allocator::new(area))),
-            segment: segment.clone(),
-        });
-        end.rx_area = Some(RxArea { base: rx_base, size: area, segment });
+        // SAFETY: as above; the segment stays mapped while the end (or a
+        // `Lent` of it) holds it.
+        unsafe { end.set_areas(segment, (tx_base, tx_at), rx_base, area) };
         end
     }
 }
@@ -307,6 +316,38 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             releases: Arc::default(),
             _segment: segment,
         }
+    }
+
+    /// Gives this end its payload area (`area` bytes at `tx.0`, at offset
+    /// `tx.1` of `memory`'s file) and the peer's (`area` bytes at `rx`).
+    ///
+    /// # Safety
+    /// Both areas lie inside `memory`, whose bytes stay where they are while
+    /// it is held; only this end writes its own area.
+    pub(crate) unsafe fn set_areas(
+        &mut self,
+        memory: Arc<dyn AreaMemory>,
+        tx: (*mut u8, u64),
+        rx: *const u8,
+        area: u64,
+    ) {
+        self.tx_area = Some(TxArea {
+            base: tx.0,
+            file_offset: tx.1,
+            alloc: Arc::new(parking_lot::Mutex::new(Allocator::new(area))),
+            segment: memory.clone(),
+        });
+        self.rx_area = Some(RxArea { base: rx, size: area, segment: memory });
+    }
+
+    /// The same end, reading its ring from `pos` (absolute bytes, cell
+    /// aligned) on, as if that much had passed (the ring's `head` must say
+    /// so too).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn reading_from(self, pos: u64) -> Self {
+        *self.consumer.lock() = Consumer::starting_at(self.rx_mem.clone(), pos);
+        self.rx_next.store(pos, Ordering::Relaxed);
+        self
     }
 
     /// Writes one frame (its payload at most `max_payload`), as is.
@@ -445,9 +486,9 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
             // kernel (best effort), but not those this payload is about to use.
             let from = c.offset.max((range.offset + range.len).div_ceil(PAGE) * PAGE);
             let to = c.offset + c.len;
-            if to > from {
+            if let Some(file) = area.segment.file().filter(|_| to > from) {
                 let _ = rustix::fs::fallocate(
-                    area.segment.fd(),
+                    file,
                     rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
                     area.file_offset + from,
                     to - from,
@@ -662,7 +703,7 @@ pub struct BindConfig {
     pub handshake_timeout: Duration,
 }
 
-fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32, area: u64) -> [u8; HELLO_LEN] {
+pub(crate) fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32, area: u64) -> [u8; HELLO_LEN] {
     let mut b = [0u8; HELLO_LEN];
     b[..8].copy_from_slice(magic);
     b[8..10].copy_from_slice(&me.node.to_le_bytes());
@@ -685,6 +726,69 @@ fn parse_hello(b: &[u8], magic: &[u8; 8]) -> Option<(TeamId, u32, u64)> {
         return None;
     }
     Some((TeamId { node, team, incarnation }, cap, area))
+}
+
+/// The acceptor's check of a hello (a peer's bytes) before it looks at the
+/// descriptors: its magic and layout, a ring of a power of two of at least
+/// [`MIN_RING`] bytes, an area of whole pages up to [`MAX_AREA`] (else
+/// `Protocol`), a ring of at most `max_ring` bytes (else `LimitReached`). `node` is this team's (the claimed
+/// identity is checked against the process after this). Returns the
+/// connector, the ring's and the area's bytes.
+pub(crate) fn check_hello(b: &[u8], node: u16, max_ring: usize) -> Result<(TeamId, usize, u64)> {
+    let Some((peer, cap, area)) = parse_hello(b, HELLO) else {
+        return Err(refused(TeamId { node, team: 0, incarnation: 0 }, format!("bad hello ({} bytes)", b.len())));
+    };
+    let cap = cap as usize;
+    if cap.is_power_of_two() && cap > max_ring {
+        return Err(Error::LimitReached { limit: crate::Limit::RingBytes, max: max_ring as u64 });
+    }
+    if !cap.is_power_of_two() || cap < MIN_RING {
+        return Err(refused(peer, format!("asked for a {cap}-byte ring")));
+    }
+    if !area.is_multiple_of(PAGE) || area > MAX_AREA {
+        return Err(refused(peer, format!("asked for a {area}-byte payload area")));
+    }
+    Ok((peer, cap, area))
+}
+
+/// The connector's check of a welcome (a peer's bytes): a refusal
+/// (`LimitReached`), its magic and layout (else `Protocol`), and that it
+/// names the team and incarnation `expect` (else `NoSuchTeam`).
+pub(crate) fn check_welcome(b: &[u8], expect: TeamId) -> Result<()> {
+    if b.len() == 20 && &b[..8] == REFUSED {
+        // The acceptor's refusal: one of its limits.
+        return Err(crate::Limit::refused(&b[8..20]).unwrap_or_else(|| refused(expect, "bad refusal".into())));
+    }
+    let Some((peer, _, _)) = parse_hello(b, WELCOME) else {
+        return Err(refused(expect, format!("bad welcome ({} bytes)", b.len())));
+    };
+    if peer != expect {
+        // The socket at `expect`'s path belongs to someone else: `expect` is not there.
+        return Err(Error::NoSuchTeam(expect));
+    }
+    Ok(())
+}
+
+/// Bytes of a segment's header: magic, version u32, cap u32, area u64.
+pub(crate) const SEGMENT_HEADER: usize = 24;
+
+/// The header of a segment with rings of `cap` and areas of `area` bytes
+/// (integers in the machine's order: both sides are on this machine).
+pub(crate) fn segment_header(cap: usize, area: u64) -> [u8; SEGMENT_HEADER] {
+    let mut h = [0u8; SEGMENT_HEADER];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_ne_bytes());
+    h[12..16].copy_from_slice(&(cap as u32).to_ne_bytes());
+    h[16..24].copy_from_slice(&area.to_ne_bytes());
+    h
+}
+
+/// Whether a segment's header (the connector's bytes) is this version's,
+/// for rings of `cap` and areas of `area` bytes.
+pub(crate) fn segment_header_ok(h: &[u8; SEGMENT_HEADER], cap: usize, area: u64) -> bool {
+    let word = |i: usize| u32::from_ne_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let seg_area = u64::from_ne_bytes(h[16..24].try_into().expect("8 bytes"));
+    &h[..8] == MAGIC && word(8) == VERSION && word(12) as usize == cap && seg_area == area
 }
 
 /// The process on the other end broke the bind protocol.
@@ -738,16 +842,7 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
         // Closed without a word: the team exited (or refused us and is logging why).
         return Err(Error::NoSuchTeam(expect));
     }
-    if n == 20 && &buf[..8] == REFUSED {
-        return Err(crate::Limit::refused(&buf[8..20]).unwrap_or_else(|| refused(expect, "bad refusal".into())));
-    }
-    let Some((peer, _, _)) = parse_hello(&buf[..n], WELCOME) else {
-        return Err(refused(expect, format!("bad welcome ({n} bytes)")));
-    };
-    if peer != expect {
-        // The socket at `expect`'s path belongs to someone else: `expect` is not there.
-        return Err(Error::NoSuchTeam(expect));
-    }
+    check_welcome(&buf[..n], expect)?;
     let [page, one, all] = <[_; 3]>::try_from(fds)
         .map_err(|fds| refused(expect, format!("welcome carried {} descriptors, want 3", fds.len())))?;
     let bell = Bell::open(page, one, all).map_err(|e| refused(expect, e.to_string()))?;
@@ -758,13 +853,7 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
 fn create_segment(cap: usize, area: u64) -> Result<Mapping> {
     let segment = Mapping::create("ferry-channel", segment_len(cap, area))?;
     // SAFETY: fresh private segment of segment_len(cap, area) >= 4096 bytes; nobody else maps it yet.
-    unsafe {
-        let p = segment.as_ptr();
-        std::ptr::copy_nonoverlapping(MAGIC.as_ptr(), p, 8);
-        (p.add(8) as *mut u32).write(VERSION);
-        (p.add(12) as *mut u32).write(cap as u32);
-        (p.add(16) as *mut u64).write(area);
-    }
+    unsafe { std::ptr::copy_nonoverlapping(segment_header(cap, area).as_ptr(), segment.as_ptr(), SEGMENT_HEADER) };
     Ok(segment)
 }
 
@@ -810,38 +899,23 @@ pub(crate) fn accept_with(
 ) -> Result<Accepted> {
     let mut buf = [0u8; 64];
     let Some((n, fds)) = fdpass::try_recv(&stream, &mut buf)? else { return Ok(Accepted::Waiting(stream)) };
-    let Some((peer, cap, area)) = parse_hello(&buf[..n], HELLO) else {
-        return Err(refused(TeamId { node: cfg.me.node, team: 0, incarnation: 0 }, format!("bad hello ({n} bytes)")));
+    let (peer, cap, area) = match check_hello(&buf[..n], cfg.me.node, cfg.max_ring_bytes) {
+        Err(Error::LimitReached { limit, max }) => {
+            // Well formed, only more than we map: the connector is told so.
+            refuse(&stream, limit, max);
+            return Err(Error::LimitReached { limit, max });
+        }
+        checked => checked?,
     };
-    let cap = cap as usize;
-    if cap.is_power_of_two() && cap > cfg.max_ring_bytes {
-        // Well formed, only more than we map: the connector is told so.
-        refuse(&stream, crate::Limit::RingBytes, cfg.max_ring_bytes as u64);
-        return Err(refused(peer, format!("asked for a {cap}-byte ring, more than max_ring_bytes")));
-    }
-    if !cap.is_power_of_two() || cap < MIN_RING {
-        return Err(refused(peer, format!("asked for a {cap}-byte ring")));
-    }
-    if !area.is_multiple_of(PAGE) || area > MAX_AREA {
-        return Err(refused(peer, format!("asked for a {area}-byte payload area")));
-    }
     if peer.node != cfg.me.node || !peer_pid(&stream).is_some_and(|pid| is_peer(peer, pid)) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
     let [segment, page, one, all] = <[_; 4]>::try_from(fds)
         .map_err(|fds| refused(peer, format!("sent {} descriptors, want 4", fds.len())))?;
     let segment = Mapping::open(segment, segment_len(cap, area))?;
-    // SAFETY: the segment is at least 4096 bytes; we read 24 header bytes by copy.
-    let (magic, version, seg_cap, seg_area) = unsafe {
-        let p = segment.as_ptr();
-        (
-            std::ptr::read_volatile(p as *const [u8; 8]),
-            std::ptr::read_volatile(p.add(8) as *const u32),
-            std::ptr::read_volatile(p.add(12) as *const u32),
-            std::ptr::read_volatile(p.add(16) as *const u64),
-        )
-    };
-    if &magic != MAGIC || version != VERSION || seg_cap as usize != cap || seg_area != area {
+    // SAFETY: the segment is at least 4096 bytes; we read its 24 header bytes by copy.
+    let header = unsafe { std::ptr::read_volatile(segment.as_ptr() as *const [u8; SEGMENT_HEADER]) };
+    if !segment_header_ok(&header, cap, area) {
         return Err(refused(peer, "sent a segment of another version".into()));
     }
     let bell = Bell::open(page, one, all).map_err(|e| refused(peer, e.to_string()))?;

@@ -181,7 +181,7 @@ impl<M: RingMemory> Producer<M> {
     /// A producer whose next record goes at `pos` (absolute bytes, cell
     /// aligned), which the consumer's `head` must also hold: lets a test
     /// start next to the end of the ring.
-    #[cfg(all(test, loom))]
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn starting_at(mem: M, pos: u64) -> Producer<M> {
         Producer { mem, tail: pos, cached_head: pos }
     }
@@ -251,7 +251,7 @@ impl<M: RingMemory> Consumer<M> {
     }
 
     /// A consumer whose next record is at `pos` (see `Producer::starting_at`).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn starting_at(mem: M, pos: u64) -> Consumer<M> {
         Consumer { mem, head: pos, unreleased: 0, buf: Vec::new() }
     }

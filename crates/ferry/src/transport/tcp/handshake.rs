@@ -40,8 +40,8 @@ use std::time::Duration;
 pub const HELLO: &[u8; 8] = b"FERRYTC1";
 /// Magic of an acceptor's welcome.
 pub const WELCOME: &[u8; 8] = b"FERRYTW1";
-const ACCEPTED: &[u8; 8] = b"FERRYTOK";
-const NOT_AUTHENTICATED: &[u8; 8] = b"FERRYTNA";
+pub(crate) const ACCEPTED: &[u8; 8] = b"FERRYTOK";
+pub(crate) const NOT_AUTHENTICATED: &[u8; 8] = b"FERRYTNA";
 /// Magic of an acceptor's refusal in place of a welcome: a limit of its was
 /// reached (its number and value follow; see [`crate::Limit::refusal`]).
 const REFUSED: &[u8; 8] = b"FERRYTRF";
@@ -54,9 +54,9 @@ const TLS_YES: &[u8; 8] = b"FERRYTSY";
 const TLS_NO: &[u8; 8] = b"FERRYTSN";
 /// A TLS node's answer to a connection that opens without TLS.
 pub const TLS_REQUIRED: &[u8; 8] = b"FERRYTSR";
-const HELLO_LEN: usize = 60;
-const WELCOME_LEN: usize = 80;
-const MAC_LEN: usize = 32;
+pub(crate) const HELLO_LEN: usize = 60;
+pub(crate) const WELCOME_LEN: usize = 80;
+pub(crate) const MAC_LEN: usize = 32;
 
 /// The smallest and largest frame grant a side accepts from the other.
 pub const MIN_GRANT: usize = 4096;
@@ -285,17 +285,125 @@ pub fn refuse_plain(mut sock: TcpStream, patience: Duration) -> Error {
     Error::Tls { peer: UNKNOWN, what }
 }
 
+/// A connector's hello: `magic`, its id, the team it means to reach, its grant, its nonce.
+pub(crate) fn hello_bytes(
+    magic: &[u8; 8],
+    me: TeamId,
+    expect: TeamId,
+    grant: Grant,
+    nonce: &[u8; 16],
+) -> [u8; HELLO_LEN] {
+    let mut hello = [0u8; HELLO_LEN];
+    hello[..8].copy_from_slice(magic);
+    put_id(&mut hello[8..20], me);
+    put_id(&mut hello[20..32], expect);
+    put_grant(&mut hello[32..44], grant);
+    hello[44..60].copy_from_slice(nonce);
+    hello
+}
+
+/// An acceptor's welcome answering `hello`, signed with `key`.
+pub(crate) fn welcome_bytes(
+    key: &[u8],
+    hello: &[u8; HELLO_LEN],
+    magic: &[u8; 8],
+    me: TeamId,
+    grant: Grant,
+    nonce: &[u8; 16],
+) -> [u8; WELCOME_LEN] {
+    let mut welcome = [0u8; WELCOME_LEN];
+    welcome[..8].copy_from_slice(magic);
+    put_id(&mut welcome[8..20], me);
+    put_grant(&mut welcome[20..32], grant);
+    welcome[32..48].copy_from_slice(nonce);
+    let tag = mac(key, b"ferry-tcp-1 welcome", &[hello, &welcome[..48]]).finalize().into_bytes();
+    welcome[48..].copy_from_slice(&tag);
+    welcome
+}
+
+/// The connector's check of the `welcome` answering its `hello` (a peer's
+/// bytes): magic (`Protocol`), the team and incarnation it meant to reach
+/// (`NoSuchTeam`), the MAC (`Unauthenticated`), the grant (`Protocol`).
+/// Returns what the acceptor granted.
+pub(crate) fn check_welcome(
+    key: &[u8],
+    hello: &[u8; HELLO_LEN],
+    welcome: &[u8; WELCOME_LEN],
+    expect: TeamId,
+) -> Result<Grant> {
+    if &welcome[..8] != WELCOME {
+        return Err(Error::Protocol { peer: expect, what: format!("bad welcome magic {:?}", &welcome[..8]) });
+    }
+    if get_id(&welcome[8..20]) != expect {
+        // Someone else answers at `expect`'s address: `expect` is not there.
+        return Err(Error::NoSuchTeam(expect));
+    }
+    let theirs = get_grant(&welcome[20..32]);
+    let tag = &welcome[WELCOME_LEN - MAC_LEN..];
+    if mac(key, b"ferry-tcp-1 welcome", &[hello, &welcome[..48]]).verify_slice(tag).is_err() {
+        return Err(Error::Unauthenticated { peer: expect, what: "its welcome is not signed with our cluster key".into() });
+    }
+    if !grant_ok(theirs) {
+        return Err(Error::Protocol { peer: expect, what: format!("granted {theirs:?}") });
+    }
+    Ok(theirs)
+}
+
+/// The connector's reading of the acceptor's last word.
+pub(crate) fn check_verdict(verdict: &[u8; 8], expect: TeamId) -> Result<()> {
+    match verdict {
+        v if v == ACCEPTED => Ok(()),
+        v if v == NOT_AUTHENTICATED => {
+            Err(Error::Unauthenticated { peer: expect, what: "it does not take our proof of the cluster key".into() })
+        }
+        v => Err(Error::Protocol { peer: expect, what: format!("bad verdict {v:?}") }),
+    }
+}
+
+/// The acceptor's check of a connector's `hello` (a peer's bytes): magic,
+/// a grant within bounds, a real incarnation (else `Protocol`). Returns
+/// the connector and what it granted.
+pub(crate) fn check_hello(hello: &[u8; HELLO_LEN]) -> Result<(TeamId, Grant)> {
+    let peer = get_id(&hello[8..20]);
+    if &hello[..8] != HELLO {
+        return Err(Error::Protocol { peer, what: format!("bad hello magic {:?}", &hello[..8]) });
+    }
+    let theirs = get_grant(&hello[32..44]);
+    if !grant_ok(theirs) || peer.incarnation == 0 {
+        return Err(Error::Protocol { peer, what: format!("granted {theirs:?} as {peer}") });
+    }
+    Ok((peer, theirs))
+}
+
+/// The connector's proof that it holds `key`: its HMAC of the exchange.
+pub(crate) fn proof_bytes(key: &[u8], hello: &[u8; HELLO_LEN], welcome: &[u8; WELCOME_LEN]) -> [u8; MAC_LEN] {
+    mac(key, b"ferry-tcp-1 proof", &[hello, welcome]).finalize().into_bytes().into()
+}
+
+/// Whether `proof` (a peer's bytes) is the connector's HMAC of the exchange under `key`.
+pub(crate) fn proof_ok(
+    key: &[u8],
+    hello: &[u8; HELLO_LEN],
+    welcome: &[u8; WELCOME_LEN],
+    proof: &[u8; MAC_LEN],
+) -> bool {
+    mac(key, b"ferry-tcp-1 proof", &[hello, welcome]).verify_slice(proof).is_ok()
+}
+
+/// The team a hello (a peer's bytes) means to reach (`Protocol` if it is no hello).
+pub(crate) fn hello_target(hello: &[u8; HELLO_LEN]) -> Result<TeamId> {
+    if &hello[..8] != HELLO {
+        return Err(Error::Protocol { peer: get_id(&hello[8..20]), what: format!("bad hello magic {:?}", &hello[..8]) });
+    }
+    Ok(get_id(&hello[20..32]))
+}
+
 /// Connector side: binds over a connected `sock` to the team `expect`.
 pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd> {
     sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
     sock.set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
     let mut sock = open(sock, side.tls.as_ref(), expect)?;
-    let mut hello = [0u8; HELLO_LEN];
-    hello[..8].copy_from_slice(side.magic.as_ref().unwrap_or(HELLO));
-    put_id(&mut hello[8..20], side.me);
-    put_id(&mut hello[20..32], expect);
-    put_grant(&mut hello[32..44], side.grant);
-    hello[44..60].copy_from_slice(&nonce());
+    let hello = hello_bytes(side.magic.as_ref().unwrap_or(HELLO), side.me, expect, side.grant, &nonce());
     // The acceptor closing on us at any point before the welcome: it is not
     // (or no longer) there, or refused us and says why in its log.
     write_all(&mut sock, &hello).map_err(|_| Error::NoSuchTeam(expect))?;
@@ -310,32 +418,11 @@ pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd
         return Err(crate::Limit::refused(&welcome[8..20]).unwrap_or_else(bad));
     }
     read_exact(&mut sock, &mut welcome[8..]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
-    if &welcome[..8] != WELCOME {
-        return Err(Error::Protocol { peer: expect, what: format!("bad welcome magic {:?}", &welcome[..8]) });
-    }
-    if get_id(&welcome[8..20]) != expect {
-        // Someone else answers at `expect`'s address: `expect` is not there.
-        return Err(Error::NoSuchTeam(expect));
-    }
-    let theirs = get_grant(&welcome[20..32]);
-    let tag = &welcome[WELCOME_LEN - MAC_LEN..];
-    if mac(&side.key, b"ferry-tcp-1 welcome", &[&hello, &welcome[..48]]).verify_slice(tag).is_err() {
-        return Err(Error::Unauthenticated { peer: expect, what: "its welcome is not signed with our cluster key".into() });
-    }
-    if !grant_ok(theirs) {
-        return Err(Error::Protocol { peer: expect, what: format!("granted {theirs:?}") });
-    }
-    let proof = mac(&side.key, b"ferry-tcp-1 proof", &[&hello, &welcome]).finalize().into_bytes();
-    write_all(&mut sock, &proof)?;
+    let theirs = check_welcome(&side.key, &hello, &welcome, expect)?;
+    write_all(&mut sock, &proof_bytes(&side.key, &hello, &welcome))?;
     let mut verdict = [0u8; 8];
     read_exact(&mut sock, &mut verdict).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
-    match &verdict {
-        v if v == ACCEPTED => {}
-        v if v == NOT_AUTHENTICATED => {
-            return Err(Error::Unauthenticated { peer: expect, what: "it does not take our proof of the cluster key".into() })
-        }
-        v => return Err(Error::Protocol { peer: expect, what: format!("bad verdict {v:?}") }),
-    }
+    check_verdict(&verdict, expect)?;
     sock.into_end(side.grant, theirs, side)
 }
 
@@ -361,10 +448,7 @@ pub fn read_hello_rest(
     let mut hello = [0u8; HELLO_LEN];
     hello[..8].copy_from_slice(&magic);
     read_exact(sock, &mut hello[8..]).map_err(|e| read_failed(e, UNKNOWN, closed_early(me)))?;
-    if &hello[..8] != HELLO {
-        return Err(Error::Protocol { peer: get_id(&hello[8..20]), what: format!("bad hello magic {:?}", &hello[..8]) });
-    }
-    Ok((hello, get_id(&hello[20..32])))
+    Ok((hello, hello_target(&hello)?))
 }
 
 /// Acceptor side: takes a bind on a freshly accepted `sock` (in TLS or
@@ -401,27 +485,15 @@ pub fn refuse(mut sock: Link, limit: crate::Limit, max: u64) {
 pub fn accept_hello(mut sock: Link, hello: [u8; HELLO_LEN], side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
     sock.socket().set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
     sock.socket().set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
-    let peer = get_id(&hello[8..20]);
-    if &hello[..8] != HELLO {
-        return Err(Error::Protocol { peer, what: format!("bad hello magic {:?}", &hello[..8]) });
-    }
-    let theirs = get_grant(&hello[32..44]);
-    if !grant_ok(theirs) || peer.incarnation == 0 {
-        return Err(Error::Protocol { peer, what: format!("granted {theirs:?} as {peer}") });
-    }
-    let mut welcome = [0u8; WELCOME_LEN];
-    welcome[..8].copy_from_slice(side.magic.as_ref().unwrap_or(WELCOME));
-    put_id(&mut welcome[8..20], side.me);
-    put_grant(&mut welcome[20..32], side.grant);
-    welcome[32..48].copy_from_slice(&nonce());
-    let tag = mac(&side.key, b"ferry-tcp-1 welcome", &[&hello, &welcome[..48]]).finalize().into_bytes();
-    welcome[48..].copy_from_slice(&tag);
+    let (peer, theirs) = check_hello(&hello)?;
+    let welcome =
+        welcome_bytes(&side.key, &hello, side.magic.as_ref().unwrap_or(WELCOME), side.me, side.grant, &nonce());
     write_all(&mut sock, &welcome)?;
     let not_proven = |what: &str| Error::Unauthenticated { peer, what: what.into() };
     let mut proof = [0u8; MAC_LEN];
     read_exact(&mut sock, &mut proof)
         .map_err(|e| read_failed(e, peer, not_proven("it went away before proving it holds the cluster key")))?;
-    if mac(&side.key, b"ferry-tcp-1 proof", &[&hello, &welcome]).verify_slice(&proof).is_err() {
+    if !proof_ok(&side.key, &hello, &welcome, &proof) {
         let _ = sock.write_all(NOT_AUTHENTICATED);
         return Err(not_proven("its proof is not signed with our cluster key"));
     }

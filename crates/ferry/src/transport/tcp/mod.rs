@@ -80,9 +80,9 @@ pub(crate) fn cork(on: bool) -> bool {
 }
 
 /// Bytes of a credit-returning `Release` frame's payload.
-const CREDIT_LEN: usize = 16;
+pub(crate) const CREDIT_LEN: usize = 16;
 /// Bytes asked of the kernel per read.
-const READ: usize = 64 * 1024;
+pub(crate) const READ: usize = 64 * 1024;
 /// Small frames share a send buffer up to this size.
 const BATCH: usize = 64 * 1024;
 
@@ -127,7 +127,7 @@ impl Drop for Received {
 
 /// A `Release` frame giving back `frames` and `detached` bytes of credit
 /// (zero of both: a heartbeat).
-fn credit_frame(frames: usize, detached: usize) -> Vec<u8> {
+pub(crate) fn credit_frame(frames: usize, detached: usize) -> Vec<u8> {
     let mut h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
     h.len = CREDIT_LEN as u32;
     let mut frame = vec![0u8; HEADER_LEN + CREDIT_LEN];
@@ -203,7 +203,7 @@ struct Tx {
     owed: usize,
 }
 
-struct Rx {
+pub(crate) struct Rx {
     /// Bytes read are `buf[..end]`; the rest is room for the next read.
     buf: Vec<u8>,
     end: usize,
@@ -216,6 +216,167 @@ struct Rx {
     /// What the peer may still send us: a frame past it is a protocol violation.
     grant: usize,
     grant_detached: usize,
+}
+
+/// The reading side's bookkeeping: pure (the socket reads go to
+/// [`Rx::room`]), so a fuzz harness runs it on bytes of its own.
+impl Rx {
+    pub(crate) fn new(ours: Grant) -> Rx {
+        Rx {
+            buf: Vec::new(),
+            end: 0,
+            at: 0,
+            parsed: 0,
+            frames: VecDeque::new(),
+            grant: ours.frames,
+            grant_detached: ours.detached,
+        }
+    }
+
+    /// Drops the consumed head of the buffer once it is half of what is
+    /// buffered (all of it, usually: then nothing moves).
+    pub(crate) fn compact(&mut self) {
+        if self.at > 0 && self.at * 2 >= self.end {
+            let at = self.at;
+            self.buf.copy_within(at..self.end, 0);
+            self.end -= at;
+            self.frames.iter_mut().for_each(|f| *f -= at);
+            self.parsed -= at;
+            self.at = 0;
+        }
+    }
+
+    /// Where the next read goes: at least `READ` bytes after those buffered
+    /// (the caller adds what it read to `end`).
+    pub(crate) fn room(&mut self) -> &mut [u8] {
+        if self.buf.len() - self.end < READ {
+            // Zeroed once, when the buffer grows; reads reuse it.
+            let grown = self.end + READ;
+            self.buf.resize(grown, 0);
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Splits the whole frames after `parsed`: data frames are queued (each
+    /// taking its credit), credit frames summed into what is returned
+    /// (frame bytes, large-payload bytes). A frame past the credit granted,
+    /// or malformed, is an error.
+    pub(crate) fn split(&mut self) -> std::result::Result<(usize, usize), RecvError> {
+        let mut credit = (0usize, 0usize);
+        loop {
+            let rest = &self.buf[self.parsed..self.end];
+            if rest.len() < HEADER_LEN {
+                break;
+            }
+            let len = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")) as usize;
+            // Refused before it is buffered whole: no frame may exceed what we
+            // granted (its kind and flags say which credit it draws on).
+            let bits = u16::from_le_bytes([rest[2], rest[3]]);
+            let limit = if rest[1] == Kind::Release as u8 {
+                CREDIT_LEN
+            } else if bits & flags::DETACHED != 0 {
+                self.grant_detached
+            } else {
+                self.grant.saturating_sub(HEADER_LEN)
+            };
+            if len > limit {
+                return Err(RecvError::Corrupt(format!("a {len}-byte frame, past the credit granted")));
+            }
+            if rest.len() < HEADER_LEN + len {
+                break;
+            }
+            let h = Header::decode(&rest[..HEADER_LEN + len])?;
+            if h.kind == Kind::Release {
+                if len != CREDIT_LEN {
+                    return Err(RecvError::Corrupt(format!("a {len}-byte credit frame")));
+                }
+                let p = &rest[HEADER_LEN..HEADER_LEN + len];
+                credit.0 = credit.0.saturating_add(u64::from_le_bytes(p[..8].try_into().expect("8")) as usize);
+                credit.1 = credit.1.saturating_add(u64::from_le_bytes(p[8..].try_into().expect("8")) as usize);
+            } else {
+                let (f, d) = TcpEnd::cost(&h);
+                if f > self.grant || d > self.grant_detached {
+                    return Err(RecvError::Corrupt("a frame past the credit granted".into()));
+                }
+                self.grant -= f;
+                self.grant_detached -= d;
+                self.frames.push_back(self.parsed);
+            }
+            self.parsed += HEADER_LEN + len;
+        }
+        // Credit frames are not data: with nothing before them, the
+        // consumed head moves past them.
+        if self.frames.is_empty() {
+            self.at = self.parsed;
+        }
+        Ok(credit)
+    }
+
+    /// The first whole data frame: its header, and where its payload is in `buf`.
+    #[inline]
+    pub(crate) fn front(&self) -> Option<(Header, std::ops::Range<usize>)> {
+        let &at = self.frames.front()?;
+        let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+        let h = Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before");
+        Some((h, at + HEADER_LEN..at + HEADER_LEN + len))
+    }
+
+    /// The first data frame was taken.
+    #[inline]
+    pub(crate) fn pop_front(&mut self) {
+        self.frames.pop_front();
+        self.at = self.frames.front().copied().unwrap_or(self.parsed);
+    }
+}
+
+/// What a fuzz harness needs beyond the reading side's own steps.
+#[cfg(any(test, feature = "testing"))]
+impl Rx {
+    /// A read off the socket that returned `bytes` (as many as fit in
+    /// [`Rx::room`]); returns how many were taken.
+    pub(crate) fn read(&mut self, bytes: &[u8]) -> usize {
+        let room = self.room();
+        let n = room.len().min(bytes.len());
+        room[..n].copy_from_slice(&bytes[..n]);
+        self.end += n;
+        n
+    }
+
+    /// What the frames waiting in the queue cost, of each credit.
+    pub(crate) fn queued(&self) -> (usize, usize) {
+        let mut sum = (0, 0);
+        for &at in &self.frames {
+            let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+            let h = Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before");
+            let (f, d) = TcpEnd::cost(&h);
+            sum = (sum.0 + f, sum.1 + d);
+        }
+        sum
+    }
+
+    /// Credit returned to the peer (as `TcpEnd::parse` adds it).
+    pub(crate) fn regrant(&mut self, frames: usize, detached: usize) {
+        self.grant += frames;
+        self.grant_detached += detached;
+    }
+
+    /// Whether a read would fill the room it was given (`pump` reads again then).
+    pub(crate) fn full(&self) -> bool {
+        self.end == self.buf.len()
+    }
+
+    /// Checks the bookkeeping's invariants: consumed ≤ parsed ≤ read ≤
+    /// buffer; queued frames in order, between the consumed head and the
+    /// parsed part. Returns the bytes buffered.
+    pub(crate) fn check(&self) -> usize {
+        assert!(self.at <= self.parsed && self.parsed <= self.end && self.end <= self.buf.len());
+        let mut last = self.at;
+        for &f in &self.frames {
+            assert!(f >= last && f + HEADER_LEN <= self.parsed, "a queued frame outside the parsed bytes");
+            last = f + HEADER_LEN;
+        }
+        self.end
+    }
 }
 
 impl TcpEnd {
@@ -254,15 +415,7 @@ impl TcpEnd {
             }),
             tx_pending: AtomicBool::new(false),
             writer_waiting: AtomicBool::new(false),
-            rx: Mutex::new(Rx {
-                buf: Vec::new(),
-                end: 0,
-                at: 0,
-                parsed: 0,
-                frames: VecDeque::new(),
-                grant: ours.frames,
-                grant_detached: ours.detached,
-            }),
+            rx: Mutex::new(Rx::new(ours)),
             rx_ready: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             hung_up: AtomicBool::new(false),
@@ -287,7 +440,7 @@ impl TcpEnd {
     }
 
     /// What a frame costs of each credit.
-    fn cost(h: &Header) -> (usize, usize) {
+    pub(crate) fn cost(h: &Header) -> (usize, usize) {
         if h.detached() {
             (HEADER_LEN, h.len as usize)
         } else {
@@ -452,15 +605,7 @@ impl TcpEnd {
         if self.stream_done.load(Ordering::Relaxed) {
             return Ok(());
         }
-        if rx.at > 0 && rx.at * 2 >= rx.end {
-            // Drop the consumed head (all of it, usually: then nothing moves).
-            let at = rx.at;
-            rx.buf.copy_within(at..rx.end, 0);
-            rx.end -= at;
-            rx.frames.iter_mut().for_each(|f| *f -= at);
-            rx.parsed -= at;
-            rx.at = 0;
-        }
+        rx.compact();
         match &self.tls {
             None => self.read_plain(rx),
             Some(session) => self.read_tls(rx, session)?,
@@ -474,13 +619,7 @@ impl TcpEnd {
     #[inline]
     fn read_plain(&self, rx: &mut Rx) {
         loop {
-            if rx.buf.len() - rx.end < READ {
-                // Zeroed once, when the buffer grows; reads reuse it.
-                let grown = rx.end + READ;
-                rx.buf.resize(grown, 0);
-            }
-            let end = rx.end;
-            match (&self.sock).read(&mut rx.buf[end..]) {
+            match (&self.sock).read(rx.room()) {
                 Ok(n) => {
                     rx.end += n;
                     self.last_heard.store(clock(), Ordering::Relaxed);
@@ -510,53 +649,7 @@ impl TcpEnd {
     fn parse(&self, rx: &mut Rx) -> std::result::Result<(), RecvError> {
         rx.grant += self.regranted.swap(0, Ordering::Acquire);
         rx.grant_detached += self.regranted_detached.swap(0, Ordering::Acquire);
-        let mut credit = (0usize, 0usize);
-        loop {
-            let rest = &rx.buf[rx.parsed..rx.end];
-            if rest.len() < HEADER_LEN {
-                break;
-            }
-            let len = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes")) as usize;
-            // Refused before it is buffered whole: no frame may exceed what we
-            // granted (its kind and flags say which credit it draws on).
-            let bits = u16::from_le_bytes([rest[2], rest[3]]);
-            let limit = if rest[1] == Kind::Release as u8 {
-                CREDIT_LEN
-            } else if bits & flags::DETACHED != 0 {
-                rx.grant_detached
-            } else {
-                rx.grant.saturating_sub(HEADER_LEN)
-            };
-            if len > limit {
-                return Err(RecvError::Corrupt(format!("a {len}-byte frame, past the credit granted")));
-            }
-            if rest.len() < HEADER_LEN + len {
-                break;
-            }
-            let h = Header::decode(&rest[..HEADER_LEN + len])?;
-            if h.kind == Kind::Release {
-                if len != CREDIT_LEN {
-                    return Err(RecvError::Corrupt(format!("a {len}-byte credit frame")));
-                }
-                let p = &rest[HEADER_LEN..HEADER_LEN + len];
-                credit.0 = credit.0.saturating_add(u64::from_le_bytes(p[..8].try_into().expect("8")) as usize);
-                credit.1 = credit.1.saturating_add(u64::from_le_bytes(p[8..].try_into().expect("8")) as usize);
-            } else {
-                let (f, d) = Self::cost(&h);
-                if f > rx.grant || d > rx.grant_detached {
-                    return Err(RecvError::Corrupt("a frame past the credit granted".into()));
-                }
-                rx.grant -= f;
-                rx.grant_detached -= d;
-                rx.frames.push_back(rx.parsed);
-            }
-            rx.parsed += HEADER_LEN + len;
-        }
-        // Credit frames are not data: with nothing before them, the
-        // consumed head moves past them.
-        if rx.frames.is_empty() {
-            rx.at = rx.parsed;
-        }
+        let credit = rx.split()?;
         if credit != (0, 0) {
             let mut tx = self.tx.lock();
             tx.credit = tx.credit.saturating_add(credit.0);
@@ -715,7 +808,7 @@ impl Transport for TcpEnd {
                 return Err(e);
             }
         }
-        let Some(&at) = rx.frames.front() else {
+        let Some((h, payload)) = rx.front() else {
             return if closed || self.stream_done.load(Ordering::Acquire) {
                 self.ended.store(true, Ordering::Relaxed);
                 Ok(Recv::PeerGone)
@@ -723,9 +816,8 @@ impl Transport for TcpEnd {
                 Ok(Recv::Empty)
             };
         };
-        let len = u32::from_le_bytes(rx.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-        let h = Header::decode(&rx.buf[at..at + HEADER_LEN + len]).expect("parsed before");
-        let payload = &rx.buf[at + HEADER_LEN..at + HEADER_LEN + len];
+        let len = payload.len();
+        let payload = &rx.buf[payload];
         let taken = if h.detached() {
             let back = self.returned.clone();
             let mut slot = Some(Detached::Received(Received { bytes: payload.to_vec(), credit: len, back }));
@@ -741,8 +833,7 @@ impl Transport for TcpEnd {
         if !taken {
             return Ok(Recv::Kept);
         }
-        rx.frames.pop_front();
-        rx.at = rx.frames.front().copied().unwrap_or(rx.parsed);
+        rx.pop_front();
         self.rx_ready.store(!rx.frames.is_empty(), Ordering::Release);
         // The writer may be nearly out of credit: then it gets it back now.
         let writer_low = rx.grant < self.return_at;

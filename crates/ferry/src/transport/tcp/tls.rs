@@ -351,12 +351,7 @@ mod real {
                 }
                 // Every decrypted byte, into the frame buffer.
                 let ended = loop {
-                    if rx.buf.len() - rx.end < READ {
-                        let grown = rx.end + READ;
-                        rx.buf.resize(grown, 0);
-                    }
-                    let end = rx.end;
-                    match conn.reader().read(&mut rx.buf[end..]) {
+                    match conn.reader().read(rx.room()) {
                         Ok(0) => break true, // the peer ended TLS (close_notify)
                         Ok(n) => rx.end += n,
                         Err(e) if e.kind() == K::WouldBlock => break false,

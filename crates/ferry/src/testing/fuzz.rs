@@ -1,0 +1,1361 @@
+//! The fuzz harnesses: one function per decoder of a peer's bytes, each
+//! taking any input. The targets in `fuzz/fuzz_targets/` (run with `cargo
+//! +nightly fuzz`, see `scripts/fuzz.sh` and `docs/RELIABILITY.md`) are
+//! one-line calls of these; the unit tests below replay the committed
+//! corpora and the inputs of fixed bugs through them, and write the seed
+//! corpora from ferry's own encoders.
+//!
+//! Every harness is pure and makes no system call: where the real code
+//! reads a socket or maps memory, the harness runs the same parsing code
+//! on its input (the sockets' reads and the mappings are factored out of
+//! it). A harness returns normally whatever the input; it panics only on a
+//! bug: a panic in the code it runs (a peer's bytes must give a typed
+//! error, never a panic), or a broken invariant it checks.
+//!
+//! | harness | the code it runs |
+//! |---|---|
+//! | [`frame`] | `Header::decode` (every frame of every transport), then what a receiver reads of a Nack's or a Release's payload |
+//! | [`codec`] | `codec::decode` (MessagePack through rmp-serde) into ferry's and typical user types |
+//! | [`rpc`] | the RPC envelopes: `envelope::parse` (requests, batches), `decode_response`, a bind's `ServiceDescriptor` |
+//! | [`shm_handshake`] | the shared-memory bind: the acceptor's check of a hello and of the segment header, the connector's of a welcome |
+//! | [`shm_ring`] | a shared-memory end's receive (`ShmEnd::try_recv`: ring consumer, frame headers, payload descriptors, releases) on rings and areas in heap memory that a hostile peer writes at will |
+//! | [`shm_area`] | payload-area descriptors (`Range::decode`) and the writer's book (`Allocator`), against a model |
+//! | [`tcp_handshake`] | the TCP bind: hello, welcome, proof, verdict (also as a peer that holds the key) |
+//! | [`tcp_frames`] | a TCP end's reading side (`Rx`): frames and credit frames split off a stream read in arbitrary pieces, credit checks, frames taken and kept |
+//! | [`names_query`] | a name query as a node reads it, an answer as the asker checks it (also signed) |
+//! | [`etcd`] | an etcd answer: HTTP/1.1 status and headers, chunked bodies, the JSON of every request ferry makes, watch streams, endpoint ids as text |
+//! | [`handover`] | a TCP bind handed over by another team of the node (`FERRYTHO`), and the hello it carries |
+
+use crate::id::{Addr, EndpointId, TeamId};
+use crate::names::{etcd as etcd_names, remote};
+use crate::rpc::envelope::{self, Request};
+use crate::rpc::{MethodDescriptor, ServiceDescriptor};
+use crate::transport::doorbell::{Bell, DoorbellMemory};
+use crate::transport::shm::area::{Allocator, Range, PAGE};
+use crate::transport::shm::ring::{Consumer, Producer, RingMem, CELL};
+use crate::transport::shm::{self, AreaMemory, ShmEnd};
+use crate::transport::tcp::{self, handshake, Grant};
+use crate::transport::{Body, Detached, Recv, Staged, Transport};
+use crate::wire::{codec as wire_codec, flags, Header, Kind, NackReason, HEADER_LEN};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A harness: runs the code it covers on one input.
+pub type Harness = fn(&[u8]);
+
+/// The fuzz targets, by name, with their harnesses.
+pub const TARGETS: &[(&str, Harness)] = &[
+    ("frame", frame),
+    ("codec", codec),
+    ("rpc", rpc),
+    ("shm_handshake", shm_handshake),
+    ("shm_ring", shm_ring),
+    ("shm_area", shm_area),
+    ("tcp_handshake", tcp_handshake),
+    ("tcp_frames", tcp_frames),
+    ("names_query", names_query),
+    ("etcd", etcd),
+    ("handover", handover),
+];
+
+/// A harness's input read as a program: bytes, integers, and the rest;
+/// zeros once it is used up.
+struct Input<'a>(&'a [u8]);
+
+impl<'a> Input<'a> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Up to `n` bytes (fewer if the input ends).
+    fn bytes(&mut self, n: usize) -> &'a [u8] {
+        let (head, rest) = self.0.split_at(n.min(self.0.len()));
+        self.0 = rest;
+        head
+    }
+
+    /// Exactly `N` bytes, zero-padded.
+    fn array<const N: usize>(&mut self) -> [u8; N] {
+        let mut a = [0u8; N];
+        let b = self.bytes(N);
+        a[..b.len()].copy_from_slice(b);
+        a
+    }
+
+    fn byte(&mut self) -> u8 {
+        self.array::<1>()[0]
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.array())
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.array())
+    }
+
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.array())
+    }
+
+    fn rest(&mut self) -> &'a [u8] {
+        self.bytes(usize::MAX)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Frames, codec, RPC envelopes
+
+/// `Header::decode` on any bytes (a whole frame); what decodes re-encodes to
+/// the same header, and the payload views a receiver takes of it hold.
+pub fn frame(data: &[u8]) {
+    let h = match Header::decode(data) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = e.to_string();
+            return;
+        }
+    };
+    let mut again = [0u8; HEADER_LEN];
+    h.encode(&mut again);
+    assert_eq!(&again[..], &data[..HEADER_LEN], "decode then encode changed the header");
+    assert_eq!(h.len as usize, data.len() - HEADER_LEN);
+    assert_eq!(h.flags & !flags::KNOWN, 0);
+    let _ = (h.checkpoint(), h.detached());
+    let payload = &data[HEADER_LEN..];
+    match h.kind {
+        // What `dispatch::nack_error` reads.
+        Kind::Nack => {
+            let _ = payload.first().map(|b| NackReason::from_u8(*b));
+            let _ = String::from_utf8_lossy(payload.get(1..).unwrap_or_default());
+        }
+        // A shared-memory release or descriptor: a checked range, or none.
+        Kind::Release | Kind::Data | Kind::Reply => {
+            if let Some(r) = Range::decode(payload, shm::MAX_AREA) {
+                assert!(r.len != 0 && r.offset.is_multiple_of(PAGE) && r.offset + r.len <= shm::MAX_AREA);
+            }
+        }
+        Kind::Ack | Kind::Cancel => {}
+    }
+}
+
+/// A typical user enum (externally tagged, with every variant shape).
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+enum Shape {
+    Unit,
+    New(u32),
+    Tuple(i8, String),
+    Struct { a: Vec<u8>, b: Option<Box<Shape>> },
+}
+
+/// A typical user struct.
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Record {
+    id: EndpointId,
+    name: String,
+    tags: Vec<String>,
+    counts: BTreeMap<String, u64>,
+    shape: Shape,
+    flag: Option<bool>,
+}
+
+/// Decodes `data` as `T`; what decodes re-encodes and decodes to the same value.
+fn round_trip<T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(data: &[u8]) {
+    if let Ok(v) = wire_codec::decode::<T>(data) {
+        let bytes = wire_codec::encode(&v).expect("a decoded value encodes");
+        assert_eq!(wire_codec::decode::<T>(&bytes).expect("an encoded value decodes"), v);
+    }
+}
+
+/// `codec::decode` (a typed port's payload, an RPC's arguments and result)
+/// into ferry's own types and typical user types.
+pub fn codec(data: &[u8]) {
+    round_trip::<ServiceDescriptor>(data);
+    round_trip::<Record>(data);
+    round_trip::<Shape>(data);
+    round_trip::<EndpointId>(data);
+    round_trip::<(u32, String, Vec<u8>)>(data);
+    round_trip::<Vec<Option<i64>>>(data);
+    round_trip::<HashMap<String, Vec<u32>>>(data);
+    round_trip::<(char, bool, u128, i16)>(data);
+    let _ = wire_codec::decode::<(f64, f32)>(data);
+    let _ = wire_codec::decode::<()>(data);
+    let _ = wire_codec::decode::<String>(data);
+}
+
+/// The interface a fuzzed bind is compared with.
+fn sample_descriptor() -> ServiceDescriptor {
+    ServiceDescriptor {
+        name: "Calc".into(),
+        codec: crate::rpc::CODEC.into(),
+        methods: vec![
+            MethodDescriptor {
+                name: "add".into(),
+                args: vec![("a".into(), "i32".into()), ("b".into(), "i32".into())],
+                ret: "i32".into(),
+            },
+            MethodDescriptor { name: "ping".into(), args: vec![], ret: "()".into() },
+        ],
+    }
+}
+
+/// The RPC envelopes as a server (requests) and a client (responses) read them.
+pub fn rpc(data: &[u8]) {
+    match envelope::parse(data) {
+        Ok(Request::Bind(d)) => {
+            assert_eq!(d, &data[1..]);
+            // What the server does with a bind.
+            if let Ok(client) = wire_codec::decode::<ServiceDescriptor>(d) {
+                let _ = sample_descriptor().first_difference(&client);
+                let _ = client.first_difference(&sample_descriptor());
+                let _ = client.fingerprint();
+            }
+        }
+        Ok(Request::Call { method, args }) => {
+            assert_eq!(args, &data[5..]);
+            let _ = (method, wire_codec::decode::<(i32, i32)>(args));
+        }
+        Ok(Request::CallOnce { id, method, args }) => {
+            assert_eq!(args, &data[13..]);
+            let _ = (id, method, wire_codec::decode::<(i32, i32)>(args));
+        }
+        Ok(Request::Batch(entries)) => {
+            // The server answers the last one: there is one.
+            assert!(!entries.is_empty());
+            let total: usize = entries.iter().map(|(_, a)| 8 + a.len()).sum();
+            assert_eq!(total + 5, data.len(), "a batch's entries do not cover the message");
+        }
+        Err(what) => assert!(!what.is_empty()),
+    }
+    let _ = envelope::decode_response::<(u32, String), String>(data);
+    let _ = envelope::decode_response::<ServiceDescriptor, Shape>(data);
+    let _ = envelope::decode_response::<(), crate::rpc::Never>(data);
+}
+
+// ---------------------------------------------------------------------------
+// Shared memory
+
+/// This team, as the shared-memory handshake harness sees it.
+const ME: TeamId = TeamId { node: 1, team: 100, incarnation: 0xABCD_0001 };
+/// The team a connector means to reach.
+const PEER: TeamId = TeamId { node: 1, team: 200, incarnation: 0x1234_5678 };
+/// The largest ring the harness's acceptor maps.
+const MAX_RING: usize = 1 << 20;
+
+/// The shared-memory bind's checks. Input: a mode byte (even: the
+/// acceptor's, odd: the connector's), the message as received (up to the 64
+/// bytes a receive takes), then, for the acceptor, the segment's header.
+pub fn shm_handshake(data: &[u8]) {
+    let mut input = Input(data);
+    let mode = input.byte();
+    let n = input.byte() as usize % 65;
+    let msg = input.bytes(n);
+    if mode % 2 == 0 {
+        match shm::check_hello(msg, ME.node, MAX_RING) {
+            Ok((peer, cap, area)) => {
+                assert_ne!(peer.incarnation, 0);
+                assert!(cap.is_power_of_two() && (shm::MIN_RING..=MAX_RING).contains(&cap));
+                assert!(area.is_multiple_of(PAGE) && area <= shm::MAX_AREA);
+                let header: [u8; shm::SEGMENT_HEADER] = input.array();
+                if shm::segment_header_ok(&header, cap, area) {
+                    assert_eq!(header, shm::segment_header(cap, area));
+                }
+            }
+            Err(e) => assert!(matches!(e, crate::Error::Protocol { .. }), "{e:?}"),
+        }
+    } else {
+        match shm::check_welcome(msg, PEER) {
+            Ok(()) => assert_eq!(&msg[..8], shm::WELCOME),
+            Err(e) => assert!(matches!(e, crate::Error::Protocol { .. } | crate::Error::NoSuchTeam(_)), "{e:?}"),
+        }
+    }
+}
+
+/// Heap memory, 64-byte aligned and zeroed, written by the harness as a
+/// peer would write shared memory (with raw pointers).
+struct HeapBytes {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the bytes are only reached through raw copies and atomics, as
+// shared memory is; the harness runs on one thread.
+unsafe impl Send for HeapBytes {}
+unsafe impl Sync for HeapBytes {}
+
+impl HeapBytes {
+    fn new(len: usize) -> HeapBytes {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 64).expect("a small layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        HeapBytes { ptr, len }
+    }
+
+    /// A peer writes `bytes` at `at` (clipped to the memory).
+    fn write(&self, at: usize, bytes: &[u8]) {
+        let at = at.min(self.len);
+        let n = bytes.len().min(self.len - at);
+        // SAFETY: in bounds (clipped above); nothing else accesses the bytes now.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(at), n) };
+    }
+
+    /// A peer stores the aligned word at `at` (rounded down to 8 bytes).
+    fn store(&self, at: usize, v: u64) {
+        let at = (at % self.len) & !7;
+        // SAFETY: 8-aligned (the memory is 64-aligned) and inside it.
+        unsafe { (*(self.ptr.add(at) as *const AtomicU64)).store(v, Ordering::Release) };
+    }
+}
+
+impl Drop for HeapBytes {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len.max(1), 64).expect("a small layout");
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+/// The two payload areas of a channel in heap memory: two allocations of
+/// exactly their size, so ASan sees an access past either.
+struct HeapAreas {
+    ours: HeapBytes,
+    theirs: HeapBytes,
+}
+
+impl AreaMemory for HeapAreas {
+    fn file(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        None
+    }
+}
+
+/// A ring in heap memory: its cells, its `head` and writer-waiting words.
+struct HeapRing {
+    cells: HeapBytes,
+    words: Box<RingWords>,
+}
+
+#[repr(C, align(128))]
+struct RingWords {
+    head: AtomicU64,
+    _pad: [u8; 120],
+    waiting: AtomicU32,
+}
+
+impl HeapRing {
+    fn new(cap: usize, head: u64) -> HeapRing {
+        HeapRing {
+            cells: HeapBytes::new(cap),
+            words: Box::new(RingWords { head: AtomicU64::new(head), _pad: [0; 120], waiting: AtomicU32::new(0) }),
+        }
+    }
+
+    fn mem(&self) -> RingMem {
+        // SAFETY: `cells` is `len` bytes, a power of two of at least a cell,
+        // 64-aligned; the words are aligned and apart from them. The ring
+        // outlives every user of this RingMem (the harness drops the end,
+        // the producer and the reader first).
+        unsafe { RingMem::new(self.cells.ptr, self.cells.len, &self.words.head, &self.words.waiting) }
+    }
+}
+
+/// A doorbell of heap words that rings nobody: the harness has no threads to wake.
+#[derive(Default)]
+struct QuietBell {
+    pollers: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+impl DoorbellMemory for QuietBell {
+    type Word = AtomicU32;
+    type Line = ();
+    type Sleep = ();
+
+    fn pollers(&self) -> &AtomicU32 {
+        &self.pollers
+    }
+
+    fn sleepers(&self) -> &AtomicU32 {
+        &self.sleepers
+    }
+
+    fn ring_one(_: &()) {}
+
+    fn ring_all(_: &(), _: u32) {}
+
+    fn wait(_: &(), _: Duration) {}
+}
+
+/// The operations of a [`shm_ring`] program (an op byte modulo their count).
+mod ring_op {
+    pub const SCRIBBLE_WORD: u8 = 0;
+    pub const SCRIBBLE_BYTES: u8 = 1;
+    pub const PUSH: u8 = 2;
+    pub const RECV: u8 = 3;
+    pub const DROP_HELD: u8 = 4;
+    pub const TIDY: u8 = 5;
+    pub const PROBE: u8 = 6;
+    pub const SEND_LARGE: u8 = 7;
+    pub const PEER_READS: u8 = 8;
+    pub const PEER_RELEASES: u8 = 9;
+    pub const SCRIBBLE_AREA: u8 = 10;
+    pub const SCRIBBLE_WORDS: u8 = 11;
+    pub const SEND_SMALL: u8 = 12;
+    pub const CLOSE: u8 = 13;
+    pub const STAMP: u8 = 14;
+    pub const COUNT: u8 = 15;
+}
+
+/// A shared-memory end's receive path on memory a hostile peer writes at
+/// will. The rings and payload areas are heap memory built from the input;
+/// the harness plays the peer: it writes any word or byte of the ring it
+/// sends on (also stamps on the lap where the end reads next, with any
+/// length), of its payload area and of the `head` of the ring it reads,
+/// publishes records through the real producer (headers and payloads as
+/// the input says), reads what the end sends back and gives ranges back.
+/// The end runs its real code: `try_recv` (the ring consumer, header
+/// decoding, payload descriptors, releases), `tidy`, its sends.
+///
+/// Input: ring size (256 << (b % 5) bytes), area size (1 + b % 4 pages),
+/// the reader's start position (u64: any lap), then operations
+/// ([`ring_op`], each an op byte and its operands) until the input ends.
+/// The end must never panic, read outside the rings and areas (the heap
+/// memory is exactly their size: ASan reports any access past it), loop
+/// (libFuzzer's timeout) or allocate without bound (its memory limits).
+pub fn shm_ring(data: &[u8]) {
+    let mut input = Input(data);
+    let cap = 256usize << (input.byte() % 5);
+    let area = PAGE * (1 + input.byte() as u64 % 4);
+    // Any position a long-lived channel reaches (laps wrap at 2^32).
+    let start = input.u64() & ((1 << 48) - 1) & !(CELL as u64 - 1);
+    let rx_ring = HeapRing::new(cap, start);
+    let tx_ring = HeapRing::new(cap, 0);
+    let areas = Arc::new(HeapAreas { ours: HeapBytes::new(area as usize), theirs: HeapBytes::new(area as usize) });
+    let (ours, theirs) = (areas.ours.ptr, areas.theirs.ptr as *const u8);
+    let mut end =
+        ShmEnd::from_parts(tx_ring.mem(), rx_ring.mem(), Bell::on(QuietBell::default(), ()), None).reading_from(start);
+    // SAFETY: both areas are `area` bytes of `areas`, which the end holds;
+    // only the end writes its own.
+    unsafe { end.set_areas(areas.clone(), (ours, 0), theirs, area) };
+    // The peer: its producer on the ring it sends on, its reader of ours.
+    let mut peer = Producer::starting_at(rx_ring.mem(), start);
+    let mut peer_reader = Consumer::new(tx_ring.mem());
+    // Ranges of the peer's area the end holds (taken, not dropped yet).
+    let mut held: Vec<Detached> = Vec::new();
+    // Ranges of our area the end lent the peer (as the peer read them).
+    let mut lent_to_peer: Vec<[u8; 16]> = Vec::new();
+    let max_body = RingMem::max_body(cap);
+    // A header from the input: any kind and flags for the peer's frames;
+    // for the end's own sends, one the runtime would give it.
+    let header = |input: &mut Input<'_>, len: usize, ours: bool| {
+        let mut h = Header::new(
+            Kind::from_u8(input.byte() % 8).unwrap_or(Kind::Data),
+            Addr::from_bits(input.u64()),
+            Addr::from_bits(input.u64()),
+            input.u64(),
+        );
+        h.flags = input.u16();
+        h.len = len as u32;
+        if ours {
+            h.flags &= flags::KNOWN;
+            if h.kind == Kind::Release {
+                h.kind = Kind::Data;
+            }
+        }
+        h
+    };
+    while !input.is_empty() {
+        match input.byte() % ring_op::COUNT {
+            ring_op::SCRIBBLE_WORD => rx_ring.cells.store(input.u16() as usize * 8, input.u64()),
+            ring_op::SCRIBBLE_BYTES => {
+                let at = input.u16() as usize % cap;
+                let n = input.byte() as usize;
+                rx_ring.cells.write(at, input.bytes(n));
+            }
+            ring_op::PUSH => {
+                let n = input.u16() as usize % (max_body - HEADER_LEN + 1);
+                let mut h = header(&mut input, n, false);
+                if input.byte() % 4 == 0 {
+                    // A length that lies about the payload.
+                    h.len = input.u32();
+                }
+                let mut head = [0u8; HEADER_LEN];
+                h.encode(&mut head);
+                // Bypasses `Header` for the first bytes: versions and kinds it would not write.
+                if input.byte() % 8 == 0 {
+                    head[..2].copy_from_slice(&input.array::<2>());
+                }
+                let payload = input.bytes(n);
+                let _ = peer.push(&[&head, payload]);
+            }
+            ring_op::RECV => {
+                let policy = input.byte();
+                let mut scratch = Vec::new();
+                let got = end.try_recv(&mut |h, body| {
+                    assert_ne!(h.kind, Kind::Release, "a release reached the receiver");
+                    match body {
+                        Body::Inline(p) => {
+                            assert!(p.len() <= end.max_payload() && p.len() == h.len as usize);
+                            assert!(!h.detached());
+                        }
+                        Body::Detached(slot) => {
+                            assert!(h.detached());
+                            if policy & 1 != 0 {
+                                return false;
+                            }
+                            let d = slot.take().expect("a detached payload is offered whole");
+                            // Read first: a range past the area is ASan's to report.
+                            d.read_into(&mut scratch);
+                            assert_eq!(scratch.len(), d.len());
+                            assert!(d.len() as u64 <= area && !d.is_empty());
+                            if policy & 2 != 0 && held.len() < 8 {
+                                held.push(d);
+                            }
+                            return true;
+                        }
+                    }
+                    policy & 1 == 0
+                });
+                match got {
+                    Ok(Recv::Consumed | Recv::Empty | Recv::Kept | Recv::PeerGone) => {}
+                    Err(e) => assert!(!e.to_string().is_empty()),
+                }
+            }
+            ring_op::DROP_HELD => {
+                if !held.is_empty() {
+                    held.remove(input.byte() as usize % held.len());
+                }
+            }
+            ring_op::TIDY => end.tidy(),
+            ring_op::PROBE => {
+                let _ = (end.has_frame(), end.needs_tidy(), end.wants_space(), end.is_closed());
+            }
+            ring_op::SEND_LARGE => {
+                let n = 1 + input.u16() as usize % area as usize;
+                let h = header(&mut input, 0, true);
+                if let Ok(staged) = end.stage(&vec![0x5A; n]) {
+                    assert!(matches!(staged, Staged::Shm(_)));
+                    let _ = end.try_send_staged(&h, &mut Some(staged));
+                }
+            }
+            ring_op::PEER_READS => {
+                let _ = peer_reader.pop(&mut |body| {
+                    // The end writes only frames it could decode itself.
+                    let h = Header::decode(body).expect("the end wrote a bad frame");
+                    let payload = &body[HEADER_LEN..];
+                    if h.kind == Kind::Release {
+                        // It gives back ranges of the peer's area it was lent, checked.
+                        assert!(Range::decode(payload, area).is_some(), "the end released {payload:?}");
+                    } else if h.detached() {
+                        let r = Range::decode(payload, area).expect("the end lent a range outside its area");
+                        if lent_to_peer.len() < 64 {
+                            lent_to_peer.push(r.encode());
+                        }
+                    } else {
+                        assert!(payload.len() <= end.max_payload());
+                    }
+                    true
+                });
+                peer_reader.release();
+            }
+            ring_op::PEER_RELEASES => {
+                let descriptor = if input.byte() % 2 == 0 && !lent_to_peer.is_empty() {
+                    lent_to_peer.swap_remove(input.byte() as usize % lent_to_peer.len())
+                } else {
+                    input.array()
+                };
+                let mut h = Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0);
+                h.len = descriptor.len() as u32;
+                let mut head = [0u8; HEADER_LEN];
+                h.encode(&mut head);
+                let _ = peer.push(&[&head, &descriptor]);
+            }
+            ring_op::SCRIBBLE_AREA => {
+                let at = input.u16() as usize * 16 % area as usize;
+                let n = input.byte() as usize;
+                areas.theirs.write(at, input.bytes(n));
+            }
+            ring_op::SCRIBBLE_WORDS => {
+                // The `head` of the ring the end writes (its producer checks it)
+                // and the writer-waiting word of the one it reads.
+                tx_ring.words.head.store(input.u64(), Ordering::Release);
+                rx_ring.words.waiting.store(input.u32(), Ordering::Release);
+            }
+            ring_op::SEND_SMALL => {
+                let n = input.byte() as usize;
+                let h = header(&mut input, n, true);
+                let _ = end.try_send(&h, input.bytes(n));
+            }
+            ring_op::CLOSE => end.close(),
+            ring_op::STAMP => {
+                // A stamp where the end reads next (or a few cells on), on the
+                // right lap (or a lap off by the input's delta), with any
+                // length and padding flag: what a peer that knows the ring
+                // writes to mislead it.
+                let pos = rx_ring.words.head.load(Ordering::Acquire) + (input.byte() as u64 % 4) * CELL as u64;
+                let low = input.u32() as u64;
+                let lap = (pos / cap as u64 + input.byte() as u64 % 3) & 0xFFFF_FFFF;
+                rx_ring.cells.store(pos as usize % cap, lap << 32 | low);
+            }
+            _ => unreachable!(),
+        }
+    }
+    // The end goes first, then what it points into.
+    drop(held);
+    drop(end);
+}
+
+/// The operations of a [`shm_area`] program.
+mod area_op {
+    pub const LEND: u8 = 0;
+    pub const RELEASE_LENT: u8 = 1;
+    pub const RELEASE_RAW: u8 = 2;
+    pub const COOL: u8 = 3;
+    pub const COUNT: u8 = 4;
+}
+
+/// Payload-area descriptors (a peer's `{offset, len}`: what a receiver
+/// reads and a writer takes back) and the writer's book of its area,
+/// checked against a model: a release is taken iff it names a range lent
+/// and not yet given back, exactly; the book's ranges always tile the area.
+///
+/// Input: the area's size (a mode byte: odd for areas past the warm part,
+/// then its pages), then operations ([`area_op`]) until the input ends.
+pub fn shm_area(data: &[u8]) {
+    let mut input = Input(data);
+    let big = input.byte() % 2 == 1;
+    let pages = if big { 1 + input.u32() as u64 % (shm::MAX_AREA / PAGE) } else { 1 + input.byte() as u64 % 32 };
+    let size = pages * PAGE;
+    let mut book = Allocator::new(size);
+    // The model: what is lent, by offset.
+    let mut lent: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut ops = 0u64;
+    let now = std::time::Instant::now();
+    let release = |book: &mut Allocator, lent: &mut BTreeMap<u64, u64>, r: Range| {
+        let expected = lent.get(&r.offset) == Some(&r.len);
+        assert_eq!(book.release(r).is_ok(), expected, "release of {r:?} with {lent:?} lent");
+        if expected {
+            lent.remove(&r.offset);
+        }
+    };
+    while !input.is_empty() {
+        match input.byte() % area_op::COUNT {
+            area_op::LEND => {
+                let len = if big { input.u64() % (size + PAGE) } else { input.u32() as u64 % (size + PAGE) };
+                if let Some(r) = book.lend(len) {
+                    assert_eq!(r.len, len);
+                    assert_eq!(Range::decode(&r.encode(), size), Some(r), "a lent range is not a valid descriptor");
+                    assert!(lent.insert(r.offset, r.len).is_none(), "lent twice at {}", r.offset);
+                } else {
+                    assert!(len == 0 || len > size || !lent.is_empty(), "an empty area refused {len} bytes");
+                }
+            }
+            area_op::RELEASE_LENT => {
+                if let Some((&offset, &len)) = lent.iter().nth(input.byte() as usize % lent.len().max(1)) {
+                    release(&mut book, &mut lent, Range { offset, len });
+                }
+            }
+            area_op::RELEASE_RAW => {
+                let b: [u8; 16] = input.array();
+                if let Some(r) = Range::decode(&b, size) {
+                    assert!(r.len != 0 && r.offset.is_multiple_of(PAGE) && r.offset + r.len <= size);
+                    release(&mut book, &mut lent, r);
+                }
+                let cut = input.byte() as usize % 16;
+                assert_eq!(Range::decode(&b[..cut], size), None, "a descriptor of {cut} bytes");
+            }
+            area_op::COOL => {
+                let later = now + Duration::from_millis(input.u16() as u64 * 64);
+                if let Some(r) = book.cool(later) {
+                    assert!(lent.is_empty() && r.offset == crate::transport::shm::area::WARM_BYTES);
+                    assert!(r.offset + r.len <= size);
+                }
+            }
+            _ => unreachable!(),
+        }
+        // After every operation while the book is small (at most 17
+        // ranges: free ones lie between lent ones); then every 32nd (a
+        // broken book stays broken) and at the end.
+        ops += 1;
+        if lent.len() <= 8 || ops.is_multiple_of(32) {
+            book.check();
+        }
+    }
+    book.check();
+}
+
+// ---------------------------------------------------------------------------
+// TCP
+
+/// The cluster key of the harnesses (a peer "holding the key" signs with it).
+const KEY: &[u8] = b"ferry fuzzing cluster key";
+const OUR_GRANT: Grant = Grant { frames: 1 << 20, detached: 1 << 30 };
+
+/// The TCP bind's checks. Input: a mode byte (bit 0: the connector's side,
+/// else the acceptor's; bit 1: the peer holds the cluster key and signs
+/// what it sends), then what the peer sends: the acceptor reads a hello
+/// (60 bytes) and a proof (32), the connector a welcome (80) and a verdict (8).
+pub fn tcp_handshake(data: &[u8]) {
+    let mut input = Input(data);
+    let mode = input.byte();
+    let signed = mode & 2 != 0;
+    let nonce = [7u8; 16];
+    if mode & 1 == 0 {
+        let hello: [u8; handshake::HELLO_LEN] = input.array();
+        if let Ok(to) = handshake::hello_target(&hello) {
+            assert_eq!(to, handshake::get_id(&hello[20..32]));
+        }
+        let (peer, grant) = match handshake::check_hello(&hello) {
+            Ok(ok) => ok,
+            Err(e) => return assert!(matches!(e, crate::Error::Protocol { .. }), "{e:?}"),
+        };
+        assert!(peer.incarnation != 0 && grant.frames >= handshake::MIN_GRANT);
+        let welcome = handshake::welcome_bytes(KEY, &hello, handshake::WELCOME, ME, OUR_GRANT, &nonce);
+        assert!(handshake::check_welcome(KEY, &hello, &welcome, ME).is_ok(), "our own welcome is refused");
+        let proof = if signed { handshake::proof_bytes(KEY, &hello, &welcome) } else { input.array() };
+        assert_eq!(
+            handshake::proof_ok(KEY, &hello, &welcome, &proof),
+            signed || proof == handshake::proof_bytes(KEY, &hello, &welcome)
+        );
+    } else {
+        let grant = Grant { frames: handshake::MIN_GRANT, detached: 0 };
+        let hello = handshake::hello_bytes(handshake::HELLO, ME, PEER, grant, &nonce);
+        let mut welcome: [u8; handshake::WELCOME_LEN] = input.array();
+        if signed {
+            let tag = handshake::mac(KEY, b"ferry-tcp-1 welcome", &[&hello, &welcome[..48]]);
+            use hmac::Mac;
+            welcome[48..].copy_from_slice(&tag.finalize().into_bytes());
+        }
+        match handshake::check_welcome(KEY, &hello, &welcome, PEER) {
+            Ok(theirs) => {
+                assert_eq!(&welcome[..8], handshake::WELCOME);
+                assert_eq!(handshake::get_id(&welcome[8..20]), PEER);
+                assert!((handshake::MIN_GRANT..=1 << 30).contains(&theirs.frames) && theirs.detached <= 1 << 36);
+                let verdict: [u8; 8] = input.array();
+                match handshake::check_verdict(&verdict, PEER) {
+                    Ok(()) => assert_eq!(&verdict, handshake::ACCEPTED),
+                    Err(e) => {
+                        assert!(matches!(e, crate::Error::Protocol { .. } | crate::Error::Unauthenticated { .. }))
+                    }
+                }
+            }
+            Err(crate::Error::Unauthenticated { .. }) => assert!(!signed, "a signed welcome is refused as unsigned"),
+            Err(e) => assert!(matches!(e, crate::Error::Protocol { .. } | crate::Error::NoSuchTeam(_)), "{e:?}"),
+        }
+    }
+}
+
+/// The operations of a [`tcp_frames`] program.
+mod tcp_op {
+    pub const READ: u8 = 0;
+    pub const TAKE: u8 = 1;
+    pub const KEEP: u8 = 2;
+    pub const RETURN_CREDIT: u8 = 3;
+    pub const COUNT: u8 = 4;
+}
+
+/// A TCP end's reading side on a stream the peer writes: what the end
+/// reads arrives in pieces of any size (`Rx::room`, as the socket reads
+/// them), is split into frames (`Rx::split`: credit checks before a frame
+/// is buffered whole, credit frames summed), and taken (`Rx::front`, which
+/// `try_recv` reads, `Rx::pop_front`) or kept. Checked: the bookkeeping's
+/// invariants, and that the frames queued and taken never exceed the
+/// credit granted (and returned).
+///
+/// Input: the grant (frames: 4096 << (b % 6) bytes; large payloads: 0 or
+/// 1 << (b % 24)), then operations ([`tcp_op`]) until the input ends or
+/// the end finds a violation (it closes then).
+pub fn tcp_frames(data: &[u8]) {
+    let mut input = Input(data);
+    let frames = handshake::MIN_GRANT << (input.byte() % 6);
+    let b = input.byte();
+    let detached = if b < 128 { 0 } else { 1usize << (b % 24) };
+    let mut rx = tcp::Rx::new(Grant { frames, detached });
+    // Credit granted in all (the grant and what was returned since), taken
+    // by frames consumed, and owed back for them.
+    let (mut granted, mut consumed, mut owed) = ((frames, detached), (0usize, 0usize), (0usize, 0usize));
+    while !input.is_empty() {
+        match input.byte() % tcp_op::COUNT {
+            tcp_op::READ => {
+                // `TcpEnd::pump`: compact, read while reads fill the room, split.
+                let n = input.u16() as usize;
+                let mut chunk = input.bytes(n);
+                rx.compact();
+                loop {
+                    let n = rx.read(chunk);
+                    chunk = &chunk[n..];
+                    if !rx.full() || chunk.is_empty() {
+                        break;
+                    }
+                }
+                if let Err(e) = rx.split() {
+                    // The end aborts the channel: nothing more is read.
+                    assert!(!e.to_string().is_empty());
+                    return;
+                }
+            }
+            op @ (tcp_op::TAKE | tcp_op::KEEP) => {
+                let take = op == tcp_op::TAKE;
+                if let Some((h, payload)) = rx.front() {
+                    assert_ne!(h.kind, Kind::Release, "a credit frame was queued");
+                    assert_eq!(payload.len(), h.len as usize);
+                    assert!(payload.end <= rx.check());
+                    if take {
+                        let (f, d) = tcp::TcpEnd::cost(&h);
+                        consumed = (consumed.0 + f, consumed.1 + d);
+                        owed = (owed.0 + f, owed.1 + d);
+                        rx.pop_front();
+                    }
+                }
+            }
+            tcp_op::RETURN_CREDIT => {
+                rx.regrant(owed.0, owed.1);
+                granted = (granted.0 + owed.0, granted.1 + owed.1);
+                owed = (0, 0);
+            }
+            _ => unreachable!(),
+        }
+        rx.check();
+        let q = rx.queued();
+        assert!(
+            q.0 + consumed.0 <= granted.0,
+            "frames past the credit: {q:?} queued, {consumed:?} taken, {granted:?} granted"
+        );
+        assert!(q.1 + consumed.1 <= granted.1, "large payloads past the credit: {q:?} queued, {consumed:?} taken");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Names
+
+/// A name query as a node reads it (after its magic) and an answer as the
+/// asker checks it. Input: a mode byte (bit 0: the answer, else the query;
+/// bit 1: the peer holds the key and signs), then the peer's bytes.
+pub fn names_query(data: &[u8]) {
+    use hmac::Mac;
+    let mut input = Input(data);
+    let mode = input.byte();
+    let signed = mode & 2 != 0;
+    if mode & 1 == 0 {
+        let got = if signed {
+            // A key holder's query: head (nonce, length), name, its MAC.
+            let head: [u8; 18] = input.array();
+            let len = u16::from_le_bytes([head[16], head[17]]) as usize;
+            let name = input.bytes(len.min(crate::names::MAX_NAME_LEN));
+            let mut query = remote::QUERY.to_vec();
+            query.extend_from_slice(&head);
+            query.extend_from_slice(name);
+            let tag = handshake::mac(KEY, b"ferry-names-1 query", &[&query]).finalize().into_bytes();
+            let mut stream = query[8..].to_vec();
+            stream.extend_from_slice(&tag);
+            let got = remote::read_query(&mut &stream[..], KEY);
+            if let Err(crate::Error::Unauthenticated { .. }) = got {
+                // Only a name shorter than its length says (the input ended) fails the MAC.
+                assert!(name.len() < len, "a signed query is refused as unsigned");
+            }
+            got
+        } else {
+            remote::read_query(&mut input.rest(), KEY)
+        };
+        match got {
+            Ok((query, name)) => {
+                assert!(!name.is_empty() && name.len() <= crate::names::MAX_NAME_LEN);
+                assert!(query.ends_with(name.as_bytes()));
+                // What a node then does with the name (its plane refuses a bad one).
+                let _ = crate::names::validate_name(&name);
+                let answer = remote::answer_bytes(KEY, &query, None);
+                assert_eq!(remote::check_answer(KEY, &query, &answer, 0).ok(), Some(None));
+            }
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    crate::Error::InvalidName(_) | crate::Error::Unauthenticated { .. } | crate::Error::Io { .. }
+                ),
+                "{e:?}"
+            ),
+        }
+    } else {
+        let query = remote::query_bytes(KEY, &[3; 16], "echo");
+        let query = &query[..query.len() - remote::MAC_LEN];
+        let mut answer: [u8; remote::ANSWER_LEN] = input.array();
+        if signed {
+            let body = remote::ANSWER_LEN - remote::MAC_LEN;
+            let tag = handshake::mac(KEY, b"ferry-names-1 answer", &[query, &answer[..body]]).finalize().into_bytes();
+            answer[body..].copy_from_slice(&tag);
+        }
+        match remote::check_answer(KEY, query, &answer, 2) {
+            Ok(Some(ep)) => {
+                // An endpoint from the wire prints and parses back (names files and etcd keep it as text).
+                assert_eq!(ep.to_string().parse::<EndpointId>(), Ok(ep));
+            }
+            Ok(None) => {}
+            Err(crate::Error::Unauthenticated { .. }) => assert!(!signed),
+            Err(e) => assert!(matches!(e, crate::Error::Protocol { .. }), "{e:?}"),
+        }
+    }
+}
+
+/// An etcd member's answer as the etcd name plane reads it. Input: a mode
+/// byte (0: a unary answer, read with every interpretation ferry makes of
+/// one; 1: a watch stream; 2: an endpoint id as text), then the bytes.
+pub fn etcd(data: &[u8]) {
+    let mut input = Input(data);
+    let mode = input.byte() % 3;
+    let bytes = input.rest();
+    if mode == 2 {
+        if let Ok(ep) = std::str::from_utf8(bytes).unwrap_or_default().parse::<EndpointId>() {
+            assert_eq!(ep.to_string().parse::<EndpointId>(), Ok(ep));
+        }
+        return;
+    }
+    let body = match etcd_names::response(bytes, "/v3/kv/range") {
+        Ok(body) => body,
+        Err(e) => return assert!(matches!(e, crate::Error::Io { .. })),
+    };
+    if mode == 0 {
+        let Ok(v) = serde_json::from_reader::<_, serde_json::Value>(body) else { return };
+        let _ = etcd_names::lease_id(&v);
+        let _ = etcd_names::lease_lost(&v);
+        let _ = etcd_names::txn_owner(&v);
+        let _ = etcd_names::range_answer(&v);
+        let _ = etcd_names::watch_message(&v);
+    } else {
+        // A wait reads messages until one settles it; at most as many as the bytes.
+        for (i, msg) in etcd_names::watch_messages(body).enumerate() {
+            assert!(i <= bytes.len());
+            if !matches!(msg, etcd_names::Watched::Nothing) {
+                break;
+            }
+        }
+    }
+}
+
+/// A TCP bind handed over by another team of this node (`FERRYTHO`): the
+/// message as received (its first byte: how many descriptors came with it),
+/// then the checks of the hello it carries.
+pub fn handover(data: &[u8]) {
+    let mut input = Input(data);
+    let fds = input.byte() as usize % 3;
+    let msg = input.rest();
+    if let Some(crate::runtime::reactor::Handed::Hello(hello)) = crate::runtime::reactor::handed_over(msg, fds) {
+        assert_eq!(&msg[8..], &hello[..]);
+        let _ = handshake::hello_target(&hello);
+        if let Ok((peer, grant)) = handshake::check_hello(&hello) {
+            assert!(peer.incarnation != 0 && grant.frames >= handshake::MIN_GRANT);
+        }
+    }
+}
+
+/// The seed corpora, made by ferry's own encoders (and, for the harnesses
+/// that read a program, programs of honest exchanges): what
+/// `write_seed_corpora` writes into `fuzz/corpus/<target>/`.
+#[cfg(test)]
+pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    use crate::rpc::envelope as env;
+    use crate::wire::Checkpoint;
+    let mut out: Vec<(&'static str, String, Vec<u8>)> = Vec::new();
+    let mut add = |target: &'static str, name: &str, bytes: Vec<u8>| out.push((target, name.to_string(), bytes));
+    let ep = |team, slot| Addr::new(1, team, slot).unwrap();
+    let frame_bytes = |h: Header, payload: &[u8]| {
+        let mut h = h;
+        h.len = payload.len() as u32;
+        let mut head = [0u8; HEADER_LEN];
+        h.encode(&mut head);
+        let mut v = head.to_vec();
+        v.extend_from_slice(payload);
+        v
+    };
+    let descriptor = Range { offset: PAGE, len: 100 }.encode();
+
+    // frame
+    let data = Header::new(Kind::Data, ep(7, 1), ep(9, 2), 42).with_checkpoint(Checkpoint::OnReturn);
+    add("frame", "data", frame_bytes(data, b"hello"));
+    add("frame", "data-immediate", frame_bytes(Header::new(Kind::Data, ep(7, 1), ep(9, 2), 0), b""));
+    let mut budget = data.with_checkpoint(Checkpoint::OnDelivery);
+    budget.budget_ns = 250_000_000;
+    add("frame", "data-deadline", frame_bytes(budget, &[0x92, 1, 2]));
+    let mut detached = data;
+    detached.flags |= flags::DETACHED;
+    add("frame", "data-detached", frame_bytes(detached, &descriptor));
+    add(
+        "frame",
+        "ack",
+        frame_bytes(Header::new(Kind::Ack, ep(9, 2), ep(7, 1), 42).with_checkpoint(Checkpoint::OnReceipt), b""),
+    );
+    add("frame", "reply", frame_bytes(Header::new(Kind::Reply, ep(9, 2), ep(7, 1), 42), &env::ok(&3u32)));
+    let mut nack = vec![NackReason::NoSuchEndpoint as u8];
+    nack.extend_from_slice(b"no endpoint 1.9.2");
+    add("frame", "nack", frame_bytes(Header::new(Kind::Nack, ep(9, 2), ep(7, 1), 42), &nack));
+    add("frame", "cancel", frame_bytes(Header::new(Kind::Cancel, ep(7, 1), ep(9, 2), 42), b""));
+    add("frame", "release", frame_bytes(Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0), &descriptor));
+    add("frame", "tcp-credit", tcp::credit_frame(4096, 1 << 20));
+
+    // codec
+    let record = Record {
+        id: EndpointId::at(ep(7, 3), 0xabcd),
+        name: "x".into(),
+        tags: vec!["a".into(), "bc".into()],
+        counts: [("k".to_string(), 7u64)].into_iter().collect(),
+        shape: Shape::Struct { a: vec![1, 2], b: Some(Box::new(Shape::Tuple(-1, "t".into()))) },
+        flag: Some(true),
+    };
+    let enc = |v: &dyn erased::Encode| v.encode();
+    add("codec", "descriptor", enc(&sample_descriptor()));
+    add("codec", "record", enc(&record));
+    add("codec", "shape-unit", enc(&Shape::Unit));
+    add("codec", "shape-new", enc(&Shape::New(7)));
+    add("codec", "endpoint", enc(&EndpointId::at(ep(7, 3), 1)));
+    add("codec", "tuple", enc(&(1u32, "two".to_string(), vec![3u8, 4])));
+    add("codec", "options", enc(&vec![Some(-1i64), None, Some(1 << 40)]));
+    add("codec", "map", enc(&[("a".to_string(), vec![1u32, 2])].into_iter().collect::<HashMap<_, _>>()));
+    add("codec", "scalars", enc(&('é', true, u128::MAX, -2i16)));
+    add("codec", "floats", enc(&(1.5f64, -0.25f32)));
+
+    // rpc
+    add("rpc", "call", env::call(0, &(1i32, 2i32)).unwrap());
+    let mut once = Vec::new();
+    env::call_once_into(9, 0, &(3i32, 4i32), &mut once).unwrap();
+    add("rpc", "call-once", once);
+    let (mut batch, mut n) = (Vec::new(), 0);
+    env::push_batch_entry(&mut batch, &mut n, 0, &wire_codec::encode(&(1i32, 2i32)).unwrap());
+    env::push_batch_entry(&mut batch, &mut n, 1, &wire_codec::encode(&()).unwrap());
+    env::push_batch_entry(&mut batch, &mut n, env::FLUSH, &[]);
+    add("rpc", "batch", batch);
+    let mut bind = vec![env::BIND];
+    wire_codec::encode_into(&sample_descriptor(), &mut bind).unwrap();
+    add("rpc", "bind", bind);
+    add("rpc", "ok", env::ok(&(7u32, "seven")));
+    add("rpc", "remote", env::remote(&Shape::New(3)));
+    for (name, code) in [
+        ("panicked", env::PANICKED),
+        ("cancelled", env::CANCELLED),
+        ("deadline", env::DEADLINE),
+        ("refused", env::REFUSED),
+        ("codec-error", env::CODEC),
+    ] {
+        add("rpc", name, env::status(code, "why"));
+    }
+
+    // shm_handshake
+    let hello = shm::hello_bytes(shm::HELLO, PEER, 4096, 16 * PAGE);
+    let mut acceptor = vec![0, hello.len() as u8];
+    acceptor.extend_from_slice(&hello);
+    acceptor.extend_from_slice(&shm::segment_header(4096, 16 * PAGE));
+    add("shm_handshake", "hello", acceptor);
+    let big = shm::hello_bytes(shm::HELLO, PEER, MAX_RING as u32, shm::MAX_AREA);
+    let mut acceptor = vec![0, big.len() as u8];
+    acceptor.extend_from_slice(&big);
+    acceptor.extend_from_slice(&shm::segment_header(MAX_RING, shm::MAX_AREA));
+    add("shm_handshake", "hello-largest", acceptor);
+    let welcome = shm::hello_bytes(shm::WELCOME, PEER, 4096, 16 * PAGE);
+    let mut connector = vec![1, welcome.len() as u8];
+    connector.extend_from_slice(&welcome);
+    add("shm_handshake", "welcome", connector);
+
+    // shm_ring: programs of honest exchanges.
+    let push = |p: &mut Vec<u8>, kind: Kind, fl: u16, payload: &[u8]| {
+        p.push(ring_op::PUSH);
+        p.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+        p.push(kind as u8);
+        p.extend_from_slice(&ep(7, 1).bits().to_le_bytes());
+        p.extend_from_slice(&ep(9, 2).bits().to_le_bytes());
+        p.extend_from_slice(&42u64.to_le_bytes());
+        p.extend_from_slice(&fl.to_le_bytes());
+        p.extend_from_slice(&[1, 1]);
+        p.extend_from_slice(payload);
+    };
+    let program = |cap_sel: u8, pages: u8, start: u64| {
+        let mut p = vec![cap_sel, pages];
+        p.extend_from_slice(&start.to_le_bytes());
+        p
+    };
+    let mut p = program(4, 1, 0);
+    push(&mut p, Kind::Data, 0, b"hello");
+    p.extend_from_slice(&[ring_op::RECV, 0, ring_op::TIDY, ring_op::RECV, 0]);
+    add("shm_ring", "one-frame", p);
+    // Records across the end of the ring (padding), on a lap far from 0.
+    let mut p = program(0, 1, (0xFFFF_FFFFu64 << 8) + 3 * 64);
+    for i in 0..6u8 {
+        push(&mut p, Kind::Data, (Checkpoint::OnReceipt as u16) << flags::CHECKPOINT_SHIFT, &[i; 12]);
+        p.extend_from_slice(&[ring_op::RECV, 0]);
+    }
+    add("shm_ring", "wrap", p);
+    // A large payload from the peer: taken, held, given back, the release read.
+    let mut p = program(2, 2, 0);
+    p.extend_from_slice(&[ring_op::SCRIBBLE_AREA, 0, 0, 8]);
+    p.extend_from_slice(b"payload!");
+    push(&mut p, Kind::Data, flags::DETACHED, &Range { offset: 0, len: 8 }.encode());
+    push(&mut p, Kind::Data, flags::DETACHED, &Range { offset: PAGE, len: 5000 }.encode());
+    p.extend_from_slice(&[ring_op::RECV, 2, ring_op::RECV, 0, ring_op::DROP_HELD, 0, ring_op::TIDY]);
+    p.extend_from_slice(&[ring_op::PEER_READS, ring_op::PEER_READS, ring_op::RECV, 0]);
+    add("shm_ring", "detached", p);
+    // A large payload from the end: lent, read by the peer, given back.
+    let mut p = program(3, 3, 0);
+    p.extend_from_slice(&[ring_op::SEND_LARGE, 0x10, 0x20, Kind::Data as u8]);
+    p.extend_from_slice(&[0; 26]);
+    p.extend_from_slice(&[ring_op::SEND_SMALL, 3, Kind::Reply as u8]);
+    p.extend_from_slice(&[0; 26]);
+    p.extend_from_slice(b"abc");
+    p.extend_from_slice(&[ring_op::PEER_READS, ring_op::PEER_READS, ring_op::PEER_RELEASES, 0, 0]);
+    p.extend_from_slice(&[ring_op::RECV, 0, ring_op::PROBE, ring_op::SEND_LARGE, 0, 0x30, 1]);
+    p.extend_from_slice(&[0; 26]);
+    add("shm_ring", "lend-and-release", p);
+    let mut p = program(1, 1, 64);
+    push(&mut p, Kind::Ack, 0, b"");
+    p.extend_from_slice(&[ring_op::SCRIBBLE_WORD, 2, 0]);
+    p.extend_from_slice(&(1u64 << 32 | 64).to_le_bytes());
+    p.extend_from_slice(&[ring_op::RECV, 0, ring_op::RECV, 0, ring_op::CLOSE, ring_op::RECV, 0]);
+    add("shm_ring", "scribbled-stamp", p);
+    // A stamp on the right lap whose record would run past the end of the ring.
+    let mut p = program(1, 1, 448);
+    p.extend_from_slice(&[ring_op::STAMP, 0]);
+    p.extend_from_slice(&128u32.to_le_bytes());
+    p.extend_from_slice(&[0, ring_op::RECV, 0]);
+    add("shm_ring", "stamp-past-the-end", p);
+
+    // shm_area
+    let mut p = vec![0, 7, area_op::LEND];
+    p.extend_from_slice(&100u32.to_le_bytes());
+    p.push(area_op::LEND);
+    p.extend_from_slice(&(2 * PAGE as u32 + 1).to_le_bytes());
+    p.extend_from_slice(&[area_op::RELEASE_LENT, 0, area_op::RELEASE_RAW]);
+    p.extend_from_slice(&Range { offset: PAGE, len: 2 * PAGE + 1 }.encode());
+    p.extend_from_slice(&[8, area_op::COOL, 20, 0]);
+    add("shm_area", "lend-release", p);
+    let mut p = vec![1];
+    p.extend_from_slice(&(20_000u32).to_le_bytes());
+    p.push(area_op::LEND);
+    p.extend_from_slice(&(70u64 << 20).to_le_bytes());
+    p.extend_from_slice(&[area_op::RELEASE_LENT, 0, area_op::COOL, 20, 0]);
+    add("shm_area", "cool", p);
+
+    // tcp_handshake
+    let nonce = [7u8; 16];
+    let grant = Grant { frames: 1 << 16, detached: 1 << 30 };
+    let hello = handshake::hello_bytes(handshake::HELLO, PEER, ME, grant, &[9; 16]);
+    let welcome = handshake::welcome_bytes(KEY, &hello, handshake::WELCOME, ME, OUR_GRANT, &nonce);
+    let mut acceptor = vec![0];
+    acceptor.extend_from_slice(&hello);
+    acceptor.extend_from_slice(&handshake::proof_bytes(KEY, &hello, &welcome));
+    add("tcp_handshake", "acceptor", acceptor);
+    let mut signed = vec![2];
+    signed.extend_from_slice(&hello);
+    add("tcp_handshake", "acceptor-signed", signed);
+    let ours =
+        handshake::hello_bytes(handshake::HELLO, ME, PEER, Grant { frames: handshake::MIN_GRANT, detached: 0 }, &nonce);
+    let theirs = handshake::welcome_bytes(KEY, &ours, handshake::WELCOME, PEER, grant, &[5; 16]);
+    for (name, mode, verdict) in [
+        ("connector", 1u8, handshake::ACCEPTED),
+        ("connector-refused", 1, handshake::NOT_AUTHENTICATED),
+        ("connector-signed", 3, handshake::ACCEPTED),
+    ] {
+        let mut c = vec![mode];
+        c.extend_from_slice(&theirs);
+        c.extend_from_slice(verdict);
+        add("tcp_handshake", name, c);
+    }
+
+    // tcp_frames: a stream as a TCP end writes it, read in two pieces.
+    let mut stream = frame_bytes(data, b"hello");
+    stream.extend_from_slice(&tcp::credit_frame(1000, 0));
+    stream.extend_from_slice(&frame_bytes(detached, &[0xAB; 300]));
+    stream.extend_from_slice(&tcp::credit_frame(0, 0));
+    stream.extend_from_slice(&frame_bytes(Header::new(Kind::Ack, ep(9, 2), ep(7, 1), 42), b""));
+    let read = |p: &mut Vec<u8>, bytes: &[u8]| {
+        p.push(tcp_op::READ);
+        p.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+        p.extend_from_slice(bytes);
+    };
+    let mut p = vec![0, 128 + 12];
+    read(&mut p, &stream[..70]);
+    p.extend_from_slice(&[tcp_op::KEEP, tcp_op::TAKE]);
+    read(&mut p, &stream[70..]);
+    p.extend_from_slice(&[tcp_op::TAKE, tcp_op::RETURN_CREDIT, tcp_op::TAKE, tcp_op::TAKE]);
+    add("tcp_frames", "stream", p);
+    let mut p = vec![0, 0];
+    let small = frame_bytes(data, &[1; 1000]);
+    for _ in 0..5 {
+        read(&mut p, &small);
+        p.push(tcp_op::TAKE);
+    }
+    p.push(tcp_op::RETURN_CREDIT);
+    read(&mut p, &small);
+    add("tcp_frames", "credit", p);
+
+    // names_query
+    let query = remote::query_bytes(KEY, &[1; 16], "echo");
+    let mut q = vec![0];
+    q.extend_from_slice(&query[8..]);
+    add("names_query", "query", q);
+    let mut q = vec![2];
+    q.extend_from_slice(&query[8..query.len() - remote::MAC_LEN]);
+    add("names_query", "query-signed", q);
+    let asked = remote::query_bytes(KEY, &[3; 16], "echo");
+    let asked = &asked[..asked.len() - remote::MAC_LEN];
+    for (name, mode, found) in [
+        ("answer", 1u8, Some(EndpointId::at(ep(7, 3), 0xabcd))),
+        ("answer-not-found", 1, None),
+        ("answer-signed", 3, Some(EndpointId::at(ep(7, 3), 0xabcd))),
+    ] {
+        let mut a = vec![mode];
+        a.extend_from_slice(&remote::answer_bytes(KEY, asked, found));
+        add("names_query", name, a);
+    }
+
+    // etcd: answers in the JSON gateway's format (captured ones from a real
+    // etcd sit beside them in the corpus, named `etcd-3.4-*`).
+    let b64 = |s: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    let value = b64("1.4242.7#0000abcd");
+    let http = |mode: u8, body: &str| {
+        let mut v = vec![mode];
+        v.extend_from_slice(
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+                .as_bytes(),
+        );
+        v
+    };
+    let header = r#"{"cluster_id":"1","member_id":"2","revision":"5","raft_term":"2"}"#;
+    add("etcd", "lease-grant", http(0, &format!(r#"{{"header":{header},"ID":"7587862","TTL":"10"}}"#)));
+    add("etcd", "keepalive", http(0, &format!(r#"{{"result":{{"header":{header},"ID":"7587862","TTL":"10"}}}}"#)));
+    add(
+        "etcd",
+        "txn-taken",
+        http(
+            0,
+            &format!(
+                r#"{{"header":{header},"responses":[{{"response_range":{{"header":{header},"kvs":[{{"key":"{}","create_revision":"4","mod_revision":"4","version":"1","value":"{value}","lease":"7587862"}}],"count":"1"}}}}]}}"#,
+                b64("/ferry/names/echo")
+            ),
+        ),
+    );
+    add(
+        "etcd",
+        "txn-ok",
+        http(
+            0,
+            &format!(
+                r#"{{"header":{header},"succeeded":true,"responses":[{{"response_put":{{"header":{header}}}}}]}}"#
+            ),
+        ),
+    );
+    add(
+        "etcd",
+        "range",
+        http(0, &format!(r#"{{"header":{header},"kvs":[{{"key":"a2V5","value":"{value}"}}],"count":"1"}}"#)),
+    );
+    add("etcd", "refused", b"\0HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec());
+    let chunk = |s: &str| format!("{:x}\r\n{s}\r\n", s.len());
+    let watch = format!(
+        "\x01HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{}{}{}0\r\n\r\n",
+        chunk(&format!(r#"{{"result":{{"header":{header},"created":true}}}}"#)),
+        chunk(&format!(r#"{{"result":{{"header":{header},"events":[{{"type":"DELETE","kv":{{"key":"a2V5"}}}}]}}}}"#)),
+        chunk(&format!(r#"{{"result":{{"header":{header},"events":[{{"kv":{{"key":"a2V5","value":"{value}"}}}}]}}}}"#)),
+    );
+    add("etcd", "watch", watch.into_bytes());
+    let compacted = format!(
+        "\x01HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+        chunk(&format!(r#"{{"result":{{"header":{header},"canceled":true,"compact_revision":"9"}}}}"#)),
+    );
+    add("etcd", "watch-compacted", compacted.into_bytes());
+    add("etcd", "endpoint-id", b"\x021.4242.7#0000abcd".to_vec());
+
+    // handover
+    let hello = handshake::hello_bytes(handshake::HELLO, PEER, ME, grant, &[9; 16]);
+    let mut h = vec![1];
+    h.extend_from_slice(&crate::runtime::reactor::handed_over_bytes(&crate::runtime::reactor::Handed::Hello(hello)));
+    add("handover", "hello", h);
+    let mut h = vec![1];
+    h.extend_from_slice(&crate::runtime::reactor::handed_over_bytes(&crate::runtime::reactor::Handed::Tls(ME)));
+    add("handover", "tls", h);
+    out
+}
+
+/// Encoding a value of any type into the codec's bytes (for the seeds).
+#[cfg(test)]
+mod erased {
+    pub trait Encode {
+        fn encode(&self) -> Vec<u8>;
+    }
+
+    impl<T: serde::Serialize> Encode for T {
+        fn encode(&self) -> Vec<u8> {
+            crate::wire::codec::encode(self).expect("a seed encodes")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// `fuzz/` at the repository's root.
+    fn fuzz_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+    }
+
+    fn harness(target: &str) -> Harness {
+        TARGETS.iter().find(|(t, _)| *t == target).unwrap_or_else(|| panic!("no harness {target}")).1
+    }
+
+    /// Writes the seed corpora into `fuzz/corpus/<target>/` (run it after a
+    /// change to an encoder or a harness's input format, and commit them):
+    /// `cargo test -p ferry --lib write_seed_corpora -- --ignored`.
+    #[test]
+    #[ignore]
+    fn write_seed_corpora() {
+        for (target, name, bytes) in seeds() {
+            let dir = fuzz_dir().join("corpus").join(target);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("seed-{name}")), bytes).unwrap();
+        }
+    }
+
+    /// Every seed, every committed corpus file and every input of a fixed
+    /// bug (`fuzz/regressions/<target>/`) passes its harness.
+    #[test]
+    fn seeds_corpora_and_regressions_pass_the_harnesses() {
+        let seeds = seeds();
+        for (target, _) in TARGETS {
+            assert!(seeds.iter().any(|(t, ..)| t == target), "no seed for {target}");
+        }
+        for (target, name, bytes) in &seeds {
+            let run = harness(target);
+            run(bytes);
+            let committed = fuzz_dir().join("corpus").join(target).join(format!("seed-{name}"));
+            assert_eq!(
+                std::fs::read(&committed).ok().as_ref(),
+                Some(bytes),
+                "{} is not the seed ferry's encoders make now: run write_seed_corpora",
+                committed.display()
+            );
+        }
+        let mut files = 0;
+        for kind in ["corpus", "regressions"] {
+            for (target, run) in TARGETS {
+                let Ok(dir) = std::fs::read_dir(fuzz_dir().join(kind).join(target)) else { continue };
+                for f in dir {
+                    let path = f.unwrap().path();
+                    run(&std::fs::read(&path).unwrap());
+                    files += 1;
+                }
+            }
+        }
+        assert!(files >= seeds.len());
+    }
+
+    /// The shared-memory harness really reaches the end's receive path: an
+    /// honest frame comes out whole.
+    #[test]
+    fn the_ring_harness_delivers_an_honest_frame() {
+        let seeds = seeds();
+        let (.., one) = seeds.iter().find(|(t, n, _)| *t == "shm_ring" && n == "one-frame").unwrap();
+        shm_ring(one);
+    }
+}
