@@ -44,7 +44,7 @@ const KEY: &[u8] = b"the hostile test's cluster key, long enough";
 const START: Duration = Duration::from_secs(30);
 /// The victim's and the honest peer's TCP peer timeout: a silent TCP peer
 /// (one that announced a frame and never finished it) is given up after it.
-const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+const PEER_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long the victim may take to close a channel that broke the protocol.
 const CLOSE_BOUND: Duration = Duration::from_secs(5);
 /// The honest peer's deadline per call, and the worst latency it may see.
@@ -970,14 +970,13 @@ fn tcp_attack(victim_addr: SocketAddr, victim: TeamId, echo: EndpointId, calc: E
         calc: calc.addr(),
         nowhere: victim.endpoint(9999).unwrap().addr(),
     });
-    let slow = {
-        let (t, mut r) = (targets.clone(), Rng::new(rng.next()));
-        std::thread::spawn(move || {
-            for _ in 0..2 {
-                tcp_round(victim_addr, victim, &t, Garbage::NeverFinished, &mut r);
-            }
+    // Two at once (one detached, one not, whichever the seed picks).
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let (t, mut r) = (targets.clone(), Rng::new(rng.next()));
+            std::thread::spawn(move || tcp_round(victim_addr, victim, &t, Garbage::NeverFinished, &mut r))
         })
-    };
+        .collect();
     let t0 = Instant::now();
     let mut rounds = 0;
     while t0.elapsed() < ATTACK || rounds < GARBAGE.len() {
@@ -988,8 +987,10 @@ fn tcp_attack(victim_addr: SocketAddr, victim: TeamId, echo: EndpointId, calc: E
         }
         tcp_round(victim_addr, victim, &targets, what, rng);
     }
-    common::within(PEER_TIMEOUT * 2 + CLOSE_BOUND * 3, "the never-finished rounds", move || slow.join())
-        .expect("a never-finished round failed");
+    common::within(PEER_TIMEOUT + CLOSE_BOUND * 3, "the never-finished rounds", move || {
+        slow.into_iter().try_for_each(|t| t.join())
+    })
+    .expect("a never-finished round failed");
     rounds + 2
 }
 
@@ -1025,6 +1026,12 @@ fn a_hostile_peer_hurts_only_itself() {
         cmd.env("HOSTILE_DIR1", dir1.path()).env("HOSTILE_ECHO", echo.to_string()).env("HOSTILE_CALC", calc.to_string());
     });
     honest.expect("ready", START);
+    // A second of honest calls with no hostile: how slow this machine is now.
+    honest.tell("reset");
+    std::thread::sleep(Duration::from_secs(1));
+    let quiet = honest_report(&mut honest);
+    eprintln!("no hostile: honest peer: {}", quiet.line);
+    assert_eq!(quiet.failures, 0, "the honest peer's calls failed with no hostile about: {}", quiet.line);
     honest.tell("reset");
     let before = victim_stats(&mut victim);
     eprintln!("victim before: {before:?}");
@@ -1045,9 +1052,12 @@ fn a_hostile_peer_hurts_only_itself() {
     let report = honest_report(&mut honest);
     eprintln!("tcp: {tcp_rounds} rounds in {tcp_took:?}; honest peer: {}", report.line);
 
-    // Every other peer's traffic went on: all the honest calls succeeded, in time.
+    // Every other peer's traffic went on: all the honest calls succeeded, in
+    // time (on a machine so loaded that calls are slow with no hostile, a
+    // few times as slow as then).
     assert_eq!(report.failures, 0, "the honest peer's calls failed: {}", report.line);
-    assert!(report.worst < WORST_LATENCY, "an honest call took {:?}: {}", report.worst, report.line);
+    let bound = WORST_LATENCY.max(quiet.worst * 4);
+    assert!(report.worst < bound, "an honest call took {:?} (bound {bound:?}): {}", report.worst, report.line);
     assert!(after_shm.shm > 50 && after_shm.tcp > 50, "the honest peer made few calls during the shm attack: {}", after_shm.line);
     assert!(report.shm > after_shm.shm + 50 && report.tcp > after_shm.tcp + 50, "few calls during the TCP attack: {}", report.line);
 
@@ -1242,4 +1252,66 @@ fn a_tcp_peer_returning_credit_it_was_never_given_is_cut_off() {
         assert!(closed, "credit of {frames} frame bytes and {detached} payload bytes past the grant was believed");
         assert_eq!(end.try_send(&to(2), b"no"), Err(SendError::Closed));
     }
+}
+
+/// Regression: the team that binds a shared-memory channel sizes both its
+/// payload areas (up to 64 GiB: they are sparse), and the other team staged
+/// its large messages in the one it writes as long as there was room. So a
+/// peer that made huge areas and never gave a range back (it reads its
+/// replies and keeps them) had an echo service fill up to 64 GiB of memory
+/// for it. A team now stages at most its own `max_message` (as a payload
+/// area it makes holds) in the area it writes: past that, its replies wait
+/// for the peer to give ranges back.
+#[test]
+fn a_peer_that_makes_huge_payload_areas_gets_no_more_than_the_victims_max_message() {
+    const LARGE: usize = 256 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = Team::builder().runtime_dir(dir.path()).max_message(1 << 20).start().unwrap();
+    let echo = victim.open_raw_port().unwrap();
+    let to = echo.id();
+    let server = std::thread::spawn(move || {
+        while let Ok(m) = echo.recv_timeout(Duration::from_secs(3)) {
+            let back = m.payload().to_vec();
+            let _ = m.reply(&back);
+        }
+    });
+    let hostile = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
+    let side = ShmBind {
+        me: hostile.id(),
+        doorbell: Arc::new(Doorbell::create().unwrap()),
+        ring_bytes: 64 << 10,
+        area_bytes: 64 << 20,
+        magic: None,
+        patience: Duration::from_secs(5),
+    };
+    let sock = dir.path().join("teams").join(format!("{}.sock", victim.id().team));
+    let end = shm_connect(UnixStream::connect(&sock).unwrap(), &side, victim.id()).expect("bind");
+    // 40 large calls, each with a deadline (a reply waits for room no longer).
+    let me = hostile.id().endpoint(1).unwrap().addr();
+    for call in 1..=40 {
+        let mut h = Header::new(Kind::Data, me, to.addr(), call).with_checkpoint(Checkpoint::OnReturn);
+        h.budget_ns = 300_000_000;
+        let staged = end.stage(&vec![call as u8; LARGE]).expect("room in our own area");
+        end.try_send_staged(&h, &mut Some(staged)).expect("room in the ring");
+    }
+    // Take the replies, and keep them: their ranges never go back.
+    let mut kept = Vec::new();
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        let _ = end.try_recv(&mut |h, body| {
+            if let ferry::testing::Body::Detached(slot) = body {
+                if h.kind == Kind::Reply {
+                    kept.push(slot.take().expect("offered"));
+                }
+            }
+            true
+        });
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let held: usize = kept.iter().map(|d| d.len()).sum();
+    eprintln!("the victim lent {} replies, {held} bytes", kept.len());
+    assert!(!kept.is_empty(), "no reply came");
+    assert!(held <= 1 << 20, "the victim staged {held} bytes for us, more than its max_message");
+    drop((kept, end));
+    server.join().unwrap();
 }

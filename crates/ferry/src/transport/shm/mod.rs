@@ -235,7 +235,15 @@ impl Drop for Lent {
 }
 
 impl ShmEnd {
-    fn new(segment: Mapping, cap: usize, area: u64, side: Side, wake: (Bell, Line), socket: UnixStream) -> ShmEnd {
+    /// An end on `segment`; it stages at most `tx_limit` bytes at once in
+    /// the area it writes (however large the connector made it).
+    fn new(
+        segment: Mapping,
+        (cap, area, tx_limit): (usize, u64, u64),
+        side: Side,
+        wake: (Bell, Line),
+        socket: UnixStream,
+    ) -> ShmEnd {
         let segment = Arc::new(segment);
         let base = segment.as_ptr();
         // SAFETY: the segment is segment_len(cap, area) bytes (checked at map time),
@@ -277,7 +285,7 @@ impl ShmEnd {
         end.tx_area = Some(TxArea {
             base: tx_base,
             file_offset: tx_at,
-            alloc: Arc::new(parking_lot::Mutex::new(Allocator::new(area))),
+            alloc: Arc::new(parking_lot::Mutex::new(Allocator::new(area.min(tx_limit)))),
             segment: segment.clone(),
         });
         end.rx_area = Some(RxArea { base: rx_base, size: area, segment });
@@ -656,7 +664,9 @@ pub struct BindConfig {
     pub ring_bytes: usize,
     /// Largest ring an acceptor agrees to map.
     pub max_ring_bytes: usize,
-    /// Bytes of each payload area the connector makes (see [`area_for`]).
+    /// Bytes of each payload area the connector makes (see [`area_for`]);
+    /// an acceptor stages at most this much at once in the area it writes,
+    /// however large the connector made it.
     pub area_bytes: u64,
     /// How long the connector waits for the welcome ([`HANDSHAKE_TIMEOUT`]).
     pub handshake_timeout: Duration,
@@ -751,7 +761,7 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
     let [page, one, all] = <[_; 3]>::try_from(fds)
         .map_err(|fds| refused(expect, format!("welcome carried {} descriptors, want 3", fds.len())))?;
     let bell = Bell::open(page, one, all).map_err(|e| refused(expect, e.to_string()))?;
-    Ok(ShmEnd::new(segment, cap, area, Side::Connector, (bell, line), stream))
+    Ok(ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell, line), stream))
 }
 
 /// A fresh channel segment with its header written.
@@ -850,7 +860,10 @@ pub(crate) fn accept_with(
     let (one, all) = line.fds();
     // A fresh socket's buffer has room for these 32 bytes: this does not wait.
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()])?;
-    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, cap, area, Side::Acceptor, (bell, line), stream)), peer))
+    // The connector sized the areas; this side stages at most what its own
+    // settings say in the one it writes (the peer's word does not size our memory).
+    let sizes = (cap, area, cfg.area_bytes);
+    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream)), peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite
@@ -872,7 +885,7 @@ pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doo
     let (bell_of_b, bell_of_a) = (bell(&b, &lb)?, bell(&a, &la)?);
     let (sa, sb) = UnixStream::pair().map_err(Error::io("socketpair"))?;
     Ok((
-        ShmEnd::new(segment, cap, area, Side::Connector, (bell_of_b, la), sa),
-        ShmEnd::new(other, cap, area, Side::Acceptor, (bell_of_a, lb), sb),
+        ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell_of_b, la), sa),
+        ShmEnd::new(other, (cap, area, area), Side::Acceptor, (bell_of_a, lb), sb),
     ))
 }
