@@ -132,6 +132,7 @@ pub struct ShmBind {
     /// Connector: the ring size it asks for. Acceptor: the largest it maps.
     pub ring_bytes: usize,
     /// Connector: the bytes of each payload area it makes (whole pages).
+    /// Acceptor: the most it stages at once in the area it writes.
     pub area_bytes: u64,
     /// The magic of its hello or welcome: `None` for the real one ([`HELLO`],
     /// [`WELCOME`]); another poses as a peer of another protocol or version.

@@ -355,6 +355,13 @@ impl Responder {
         let (h, ch) = self.to.take().unwrap();
         self.team.reply(&ch, &h, self.deadline, bytes)
     }
+
+    /// Sends `bytes` as the reply without waiting for room: it waits in
+    /// the channel if it must (see `TeamInner::reply_nowait`).
+    pub(crate) fn reply_nowait(mut self, bytes: &[u8]) -> Result<()> {
+        let (h, ch) = self.to.take().unwrap();
+        self.team.reply_nowait(&ch, &h, bytes)
+    }
 }
 
 impl Drop for Responder {

@@ -210,7 +210,7 @@ impl Once {
         match st.entries.get_mut(&key) {
             Some(OnceEntry::Done(response)) => {
                 if let Some(r) = responder {
-                    let _ = r.reply(response);
+                    let _ = r.reply_nowait(response);
                 }
                 None
             }
@@ -238,7 +238,7 @@ impl Once {
             }
         };
         for r in waiting {
-            let _ = r.reply(response);
+            let _ = r.reply_nowait(response);
         }
     }
 }
@@ -313,12 +313,18 @@ impl IncomingCall {
     }
 
     /// Answers with an encoded response (see `envelope`); a no-op for one-way calls.
+    ///
+    /// Never waits for room: a caller that reads nothing must not hold up
+    /// the service for the others. A reply its channel cannot take now
+    /// waits in the channel and goes once the caller reads (or is dropped
+    /// with the channel); past a bound of waiting replies, the team takes
+    /// no more calls from that caller until it reads.
     pub fn reply_raw(mut self, response: &[u8]) -> Result<()> {
         if let Some((once, key)) = self.once.take() {
             once.finish(key, response);
         }
         match self.responder.take() {
-            Some(r) => r.reply(response),
+            Some(r) => r.reply_nowait(response),
             None => Ok(()),
         }
     }
@@ -536,7 +542,7 @@ impl ServiceEndpoint {
         let arrived = msg.arrived();
         let answer = |r: Option<Responder>, response: Vec<u8>| {
             if let Some(r) = r {
-                let _ = r.reply(&response);
+                let _ = r.reply_nowait(&response);
             }
         };
         match envelope::parse(msg.payload()) {

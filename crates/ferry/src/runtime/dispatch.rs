@@ -2,7 +2,7 @@
 //! pieces, routes answers to the sends waiting for them and data to its
 //! endpoint's inbox (or the channel's hold queue when that inbox is full).
 
-use super::channel::{Channel, Direct, Incoming, RxState};
+use super::channel::{Channel, Direct, Incoming, RxState, CONTROL_BACKLOG};
 use super::config::message_cost;
 use super::deadline::{deadline_on_arrival, LocalTime};
 use super::executor;
@@ -175,9 +175,12 @@ impl TeamInner {
     }
 
     /// Whether frames that may need an answer must stay in `ch` for now:
-    /// its control backlog is at its bound (see `CONTROL_BACKLOG`).
+    /// its control backlog is at its bound (see `CONTROL_BACKLOG`), or as
+    /// many replies (or `hold_bytes` bytes of them) wait in its outbox for
+    /// the peer to read (see `TeamInner::reply_nowait`).
     fn answers_wait(&self, ch: &Arc<Channel>) -> bool {
-        !Arc::ptr_eq(ch, &self.loopback) && ch.backlog_full()
+        !Arc::ptr_eq(ch, &self.loopback)
+            && (ch.backlog_full() || ch.outbox.answers_over(CONTROL_BACKLOG, self.cfg.hold_bytes))
     }
 
     /// Handles one frame; returns false to leave it in the channel (its

@@ -15,6 +15,12 @@
 //! message not yet staged out of band at the head: copying it is left to
 //! the sends themselves (its future, a later future, a blocking send),
 //! never to the progress loop, which wakes the waiting futures instead.
+//!
+//! Answers wait here too: the replies of an RPC server, which never waits
+//! for room (see `TeamInner::reply_nowait`). No future waits on one, so the
+//! progress loop stages their large payloads itself, and none is ever
+//! refused for lack of room; how many wait on a channel is counted, and at
+//! a bound the team takes no more calls from that peer (`answers_wait`).
 
 use super::calls::Completion;
 use super::channel::Channel;
@@ -22,16 +28,18 @@ use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::Error;
 use crate::transport::{SendError, Staged};
-use crate::wire::{Checkpoint, Header};
+use crate::wire::{Checkpoint, Header, Kind};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 
 /// One send waiting for room (or for its channel's bind).
 pub(crate) struct Queued {
     pub header: Header,
+    /// Payload bytes when queued (what an answer counts against its bound).
+    len: usize,
     /// Finished with the answer, as for any send; by whoever fails it (or,
     /// for an `Immediate` send, writes it) here.
     pub completion: Arc<Completion>,
@@ -58,7 +66,21 @@ pub(crate) enum Load {
 
 impl Queued {
     pub fn new(header: Header, completion: Arc<Completion>, load: Load) -> Arc<Queued> {
-        Arc::new(Queued { header, completion, slot: Mutex::new(Slot { load, waker: None }) })
+        let len = match &load {
+            Load::Bytes(b) => b.len(),
+            _ => 0,
+        };
+        Arc::new(Queued { header, len, completion, slot: Mutex::new(Slot { load, waker: None }) })
+    }
+
+    /// A reply (no future waits on it), not a message of ours.
+    pub fn is_answer(&self) -> bool {
+        self.header.kind != Kind::Data
+    }
+
+    /// A message that never waits for room: fails with `WouldBlock` if there is none.
+    fn is_immediate(&self) -> bool {
+        self.header.kind == Kind::Data && self.header.checkpoint() == Checkpoint::Immediate
     }
 
     /// Whether it still waits to be sent.
@@ -87,7 +109,10 @@ impl Queued {
     /// Fails the send with `e` (unless it is gone already).
     pub fn fail(&self, team: &TeamInner, e: Error) {
         if self.withdraw() {
-            team.calls.forget(self.header.call_id);
+            // (An answer's call id is the peer's: none of our calls.)
+            if !self.is_answer() {
+                team.calls.forget(self.header.call_id);
+            }
             self.completion.finish(Err(e));
         }
     }
@@ -105,6 +130,9 @@ pub(crate) struct Outbox {
     used: AtomicBool,
     /// Held by the one thread sending from the queue.
     flushing: Mutex<()>,
+    /// Answers in `queue`, and their payload bytes (changed under its lock).
+    answers: AtomicUsize,
+    answer_bytes: AtomicUsize,
 }
 
 impl Outbox {
@@ -115,6 +143,7 @@ impl Outbox {
 
     pub fn push(&self, q: Arc<Queued>) {
         let mut queue = self.queue.lock();
+        self.count(&q, true);
         queue.push_back(q);
         self.used.store(true, Ordering::Release);
     }
@@ -126,8 +155,30 @@ impl Outbox {
     /// need that space to be staged themselves.
     pub fn push_first(&self, q: Arc<Queued>) {
         let mut queue = self.queue.lock();
+        self.count(&q, true);
         queue.push_front(q);
         self.used.store(true, Ordering::Release);
+    }
+
+    /// Counts an answer joining (or leaving) the queue; called under its lock.
+    fn count(&self, q: &Queued, joins: bool) {
+        if q.is_answer() {
+            let (n, bytes) = (&self.answers, &self.answer_bytes);
+            if joins {
+                n.fetch_add(1, Ordering::Relaxed);
+                bytes.fetch_add(q.len, Ordering::Relaxed);
+            } else {
+                n.fetch_sub(1, Ordering::Relaxed);
+                bytes.fetch_sub(q.len, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether at least `most` answers, or `most_bytes` bytes of them, wait here.
+    #[inline]
+    pub fn answers_over(&self, most: usize, most_bytes: usize) -> bool {
+        self.is_used()
+            && (self.answers.load(Ordering::Relaxed) >= most || self.answer_bytes.load(Ordering::Relaxed) >= most_bytes)
     }
 
     fn front(&self) -> Option<Arc<Queued>> {
@@ -139,6 +190,7 @@ impl Outbox {
         let mut queue = self.queue.lock();
         if queue.front().is_some_and(|f| Arc::ptr_eq(f, q)) {
             queue.pop_front();
+            self.count(q, false);
         }
         self.used.store(!queue.is_empty(), Ordering::Release);
     }
@@ -159,6 +211,8 @@ impl Outbox {
     pub fn take_all(&self) -> Vec<Arc<Queued>> {
         let mut queue = self.queue.lock();
         self.used.store(false, Ordering::Release);
+        self.answers.store(0, Ordering::Relaxed);
+        self.answer_bytes.store(0, Ordering::Relaxed);
         queue.drain(..).collect()
     }
 }
@@ -176,7 +230,8 @@ impl TeamInner {
             if !q.needs_staging(ch.max_payload) {
                 return sent;
             }
-            if !copy {
+            // No future waits on an answer to stage it: the progress loop does.
+            if !copy && !q.is_answer() {
                 // Asked first, so a later wake-up is not missed; the futures
                 // may find room at once, then it costs one spurious wake-up.
                 ch.transport.want_space();
@@ -212,7 +267,7 @@ impl TeamInner {
                     false => Err(SendError::Full),
                 },
             };
-            let immediate = q.header.checkpoint() == Checkpoint::Immediate;
+            let immediate = q.is_immediate();
             let mut written = false;
             let failed = match r {
                 Ok(()) => {
@@ -238,7 +293,7 @@ impl TeamInner {
             if let Some(e) = failed {
                 q.fail(self, e);
             }
-            if written && immediate {
+            if written && (immediate || q.is_answer()) {
                 q.completion.finish(Ok(Payload::from_slice(&[])));
             }
             sent |= written;
@@ -301,7 +356,7 @@ impl TeamInner {
     pub(crate) fn fail_immediate_sends(&self, ch: &Channel) {
         let waiting: Vec<_> = ch.outbox.queue.lock().iter().filter(|q| q.is_waiting()).cloned().collect();
         for q in waiting {
-            if q.header.checkpoint() == Checkpoint::Immediate {
+            if q.is_immediate() {
                 q.fail(self, Error::WouldBlock { to: ch.peer_endpoint(q.header.dst) });
             }
         }

@@ -361,9 +361,9 @@ impl TeamInner {
 }
 
 /// Removes a dead peer's names and files (on the reactor thread, never the
-/// progress loop: it takes file locks and reads a directory). Its socket can hang up a moment
-/// before the kernel drops its lock, so if it still looks alive, a short
-/// background retry finishes the job.
+/// progress loop: it takes file locks and reads a directory). Its socket can
+/// hang up a moment before the kernel drops its lock, so if it still looks
+/// alive, the process's one sweeper thread looks again (see [`sweep_later`]).
 pub(super) fn sweep_dead_team(names: &NodeNames, team: u32) {
     if !names.team_has_files(team) {
         return; // it left cleanly
@@ -372,16 +372,73 @@ pub(super) fn sweep_dead_team(names: &NodeNames, team: u32) {
         names.sweep_team(team);
         return;
     }
-    let names = names.clone();
-    let _ = std::thread::Builder::new().name("ferry-sweep".into()).spawn(move || {
-        for _ in 0..300 {
-            std::thread::sleep(Duration::from_millis(10));
-            if !names.team_alive(team) {
-                names.sweep_team(team);
-                return;
+    sweep_later(names, team);
+}
+
+/// How long the sweeper keeps looking at a team that hung up but still
+/// holds its lock, and how often.
+const SWEEP_PATIENCE: Duration = Duration::from_secs(3);
+const SWEEP_EVERY: Duration = Duration::from_millis(10);
+
+/// Teams that hung up while their lock was still held, with when to stop
+/// looking; and whether the sweeper thread runs.
+struct Later {
+    teams: Vec<(NodeNames, u32, std::time::Instant)>,
+    sweeping: bool,
+}
+
+static LATER: Mutex<Later> = Mutex::new(Later { teams: Vec::new(), sweeping: false });
+
+/// Sweeps `team` once the kernel has dropped its lock, looking again every
+/// [`SWEEP_EVERY`] for [`SWEEP_PATIENCE`] after its last hang-up.
+///
+/// One thread per process does it for every team that waits, and a team
+/// waits once however often it hangs up: a live peer that binds and hangs
+/// up in a loop (each hang-up looks like a death) used to start a thread
+/// per hang-up, each looking for 3 s — hundreds of threads at once.
+fn sweep_later(names: &NodeNames, team: u32) {
+    let until = std::time::Instant::now() + SWEEP_PATIENCE;
+    let mut later = LATER.lock();
+    match later.teams.iter_mut().find(|(n, t, _)| *t == team && n.dir() == names.dir()) {
+        Some(waiting) => waiting.2 = until,
+        None => later.teams.push((names.clone(), team, until)),
+    }
+    if !later.sweeping {
+        let started = std::thread::Builder::new().name("ferry-sweep".into()).spawn(sweeper);
+        // Without a thread, the leftovers go when a lookup or a new team meets them.
+        later.sweeping = started.is_ok();
+        if !later.sweeping {
+            later.teams.clear();
+        }
+    }
+}
+
+/// The sweeper thread: ends when no team waits.
+fn sweeper() {
+    loop {
+        std::thread::sleep(SWEEP_EVERY);
+        let teams = LATER.lock().teams.clone();
+        let now = std::time::Instant::now();
+        // Swept (`None`: gone for good), or given up as of its deadline then.
+        let mut done = Vec::new();
+        for (names, team, until) in &teams {
+            if !names.team_alive(*team) {
+                names.sweep_team(*team);
+                done.push((names.dir(), *team, None));
+            } else if now >= *until {
+                done.push((names.dir(), *team, Some(*until)));
             }
         }
-    });
+        let mut later = LATER.lock();
+        // A team that hung up again meanwhile has a later deadline: it stays.
+        later.teams.retain(|(n, t, until)| {
+            !done.iter().any(|(dir, team, at)| team == t && *dir == n.dir() && at.is_none_or(|at| at == *until))
+        });
+        if later.teams.is_empty() {
+            later.sweeping = false;
+            return;
+        }
+    }
 }
 
 /// What a failed connect to `team` means: it is out of reach (nobody

@@ -324,6 +324,43 @@ impl TeamInner {
         self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, deadline)
     }
 
+    /// [`TeamInner::reply`] without waiting for room (how an RPC server
+    /// replies: a caller that reads nothing must not hold up the service,
+    /// and every other caller with it). The reply goes now if the channel
+    /// takes it; else it waits in the channel's outbox, in order, and goes
+    /// when the peer makes room (or goes with the channel when it closes).
+    /// `Ok` means written or waiting. While [`CONTROL_BACKLOG`] answers (or
+    /// `hold_bytes` bytes of them) wait on a channel, the team takes no more
+    /// calls from its peer (see `answers_wait`): a peer that does not read
+    /// holds up its own calls only.
+    ///
+    /// [`CONTROL_BACKLOG`]: super::channel::CONTROL_BACKLOG
+    pub fn reply_nowait(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
+        let header = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
+        self.check_size(ch, payload.len())?;
+        let mut staged = None;
+        if !ch.outbox.is_used() {
+            match self.try_put(ch, &header, payload, &mut staged) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Closed) => return Err(self.gone_error(ch)),
+                Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+                Err(SendError::Full) => {}
+            }
+        }
+        match staged {
+            // Staged when the outbox was empty: it goes first (as in `send_or_queue`).
+            Some(s) => ch.outbox.push_first(Queued::new(header, Completion::detached(), Load::Staged(Some(s)))),
+            None => ch.outbox.push(Queued::new(header, Completion::detached(), Load::Bytes(payload.to_vec()))),
+        }
+        if ch.finished.load(Ordering::Acquire) {
+            // Its channel finished before the push: nobody else looks here now.
+            self.fail_outbox(ch);
+        }
+        // Room made since the try (`want_space` is asked in there first).
+        self.advance_outbox(ch, true);
+        Ok(())
+    }
+
     pub fn ack(&self, ch: &Arc<Channel>, h: &Header, checkpoint: Checkpoint) {
         let mut a = Header::new(Kind::Ack, h.dst, h.src, h.call_id).with_checkpoint(checkpoint);
         a.len = 0;

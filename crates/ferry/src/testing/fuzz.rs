@@ -439,7 +439,7 @@ pub fn shm_ring(data: &[u8]) {
         ShmEnd::from_parts(tx_ring.mem(), rx_ring.mem(), Bell::on(QuietBell::default(), ()), None).reading_from(start);
     // SAFETY: both areas are `area` bytes of `areas`, which the end holds;
     // only the end writes its own.
-    unsafe { end.set_areas(areas.clone(), (ours, 0), theirs, area) };
+    unsafe { end.set_areas(areas.clone(), (ours, 0), theirs, area, area) };
     // The peer: its producer on the ring it sends on, its reader of ours.
     let mut peer = Producer::starting_at(rx_ring.mem(), start);
     let mut peer_reader = Consumer::new(tx_ring.mem());

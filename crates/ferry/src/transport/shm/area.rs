@@ -15,7 +15,9 @@
 //! maps the segment), which corrupts nothing but the messages it is sent.
 //! A reader that never releases holds the writer's sends back (its area
 //! fills: the writer waits or gets `WouldBlock`); when it dies, the channel
-//! and its areas go with it.
+//! and its areas go with it. The connector sizes both areas; the acceptor
+//! lends at most what its own settings say of the one it writes (its own
+//! `max_message`), so a peer's word never sizes the memory it makes us fill.
 //!
 //! Memory: ranges are handed out lowest first, so a steady stream of large
 //! messages reuses the same, already touched pages (first-touching fresh

@@ -248,7 +248,15 @@ impl Drop for Lent {
 }
 
 impl ShmEnd {
-    fn new(segment: Mapping, cap: usize, area: u64, side: Side, wake: (Bell, Line), socket: UnixStream) -> ShmEnd {
+    /// An end on `segment`; it stages at most `tx_limit` bytes at once in
+    /// the area it writes (however large the connector made it).
+    fn new(
+        segment: Mapping,
+        (cap, area, tx_limit): (usize, u64, u64),
+        side: Side,
+        wake: (Bell, Line),
+        socket: UnixStream,
+    ) -> ShmEnd {
         let segment = Arc::new(segment);
         let base = segment.as_ptr();
         // SAFETY: the segment is segment_len(cap, area) bytes (checked at map time),
@@ -289,7 +297,7 @@ impl ShmEnd {
         let (tx_base, rx_base) = unsafe { (base.add(tx_at as usize), base.add(rx_at as usize)) };
         // SAFETY: as above; the segment stays mapped while the end (or a
         // `Lent` of it) holds it.
-        unsafe { end.set_areas(segment, (tx_base, tx_at), rx_base, area) };
+        unsafe { end.set_areas(segment, (tx_base, tx_at), rx_base, area, tx_limit) };
         end
     }
 }
@@ -319,7 +327,8 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     }
 
     /// Gives this end its payload area (`area` bytes at `tx.0`, at offset
-    /// `tx.1` of `memory`'s file) and the peer's (`area` bytes at `rx`).
+    /// `tx.1` of `memory`'s file, of which it lends at most `tx_limit`) and
+    /// the peer's (`area` bytes at `rx`).
     ///
     /// # Safety
     /// Both areas lie inside `memory`, whose bytes stay where they are while
@@ -330,11 +339,13 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         tx: (*mut u8, u64),
         rx: *const u8,
         area: u64,
+        tx_limit: u64,
     ) {
         self.tx_area = Some(TxArea {
             base: tx.0,
             file_offset: tx.1,
-            alloc: Arc::new(parking_lot::Mutex::new(Allocator::new(area))),
+            // Lends at most `tx_limit` of it (what the peer accepts).
+            alloc: Arc::new(parking_lot::Mutex::new(Allocator::new(area.min(tx_limit)))),
             segment: memory.clone(),
         });
         self.rx_area = Some(RxArea { base: rx, size: area, segment: memory });
@@ -697,7 +708,9 @@ pub struct BindConfig {
     pub ring_bytes: usize,
     /// Largest ring an acceptor agrees to map.
     pub max_ring_bytes: usize,
-    /// Bytes of each payload area the connector makes (see [`area_for`]).
+    /// Bytes of each payload area the connector makes (see [`area_for`]);
+    /// an acceptor stages at most this much at once in the area it writes,
+    /// however large the connector made it.
     pub area_bytes: u64,
     /// How long the connector waits for the welcome ([`HANDSHAKE_TIMEOUT`]).
     pub handshake_timeout: Duration,
@@ -846,7 +859,7 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
     let [page, one, all] = <[_; 3]>::try_from(fds)
         .map_err(|fds| refused(expect, format!("welcome carried {} descriptors, want 3", fds.len())))?;
     let bell = Bell::open(page, one, all).map_err(|e| refused(expect, e.to_string()))?;
-    Ok(ShmEnd::new(segment, cap, area, Side::Connector, (bell, line), stream))
+    Ok(ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell, line), stream))
 }
 
 /// A fresh channel segment with its header written.
@@ -924,7 +937,10 @@ pub(crate) fn accept_with(
     let (one, all) = line.fds();
     // A fresh socket's buffer has room for these 32 bytes: this does not wait.
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()])?;
-    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, cap, area, Side::Acceptor, (bell, line), stream)), peer))
+    // The connector sized the areas; this side stages at most what its own
+    // settings say in the one it writes (the peer's word does not size our memory).
+    let sizes = (cap, area, cfg.area_bytes);
+    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream)), peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite
@@ -946,7 +962,7 @@ pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doo
     let (bell_of_b, bell_of_a) = (bell(&b, &lb)?, bell(&a, &la)?);
     let (sa, sb) = UnixStream::pair().map_err(Error::io("socketpair"))?;
     Ok((
-        ShmEnd::new(segment, cap, area, Side::Connector, (bell_of_b, la), sa),
-        ShmEnd::new(other, cap, area, Side::Acceptor, (bell_of_a, lb), sb),
+        ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell_of_b, la), sa),
+        ShmEnd::new(other, (cap, area, area), Side::Acceptor, (bell_of_a, lb), sb),
     ))
 }

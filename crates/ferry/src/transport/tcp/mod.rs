@@ -16,8 +16,9 @@
 //! credit (the reader knows: it counts what it granted); for a large
 //! payload, when the receiver drops it. So a channel never has more than
 //! its credit in the kernel's buffers, a reader never buffers more than it
-//! granted (a frame past the credit closes the channel), and `Full` means
-//! the same as for a ring.
+//! granted (a frame past the credit closes the channel), a writer never
+//! queues more than it was granted (credit returned for bytes it never
+//! sent closes the channel too), and `Full` means the same as for a ring.
 //!
 //! **Batching:** frames queue in the end's send buffer while the socket
 //! cannot take them and go out together (one `writev`); a read takes
@@ -164,6 +165,9 @@ pub struct TcpEnd {
     /// Largest inline payload: frames of up to half the credit.
     max_payload: usize,
     max_detached: usize,
+    /// What the peer granted us: credit it returns never takes ours past
+    /// it (credit comes back only for bytes we sent).
+    granted: Grant,
     /// Owed credit goes back at once from this much on (a quarter of our grant).
     return_at: usize,
     /// Large-payload credit given back by dropped [`Received`]s, not yet returned.
@@ -423,6 +427,7 @@ impl TcpEnd {
             ended: AtomicBool::new(false),
             max_payload: (theirs.frames / 2).saturating_sub(HEADER_LEN),
             max_detached: theirs.detached,
+            granted: theirs,
             return_at: ours.frames / 4,
             returned: Arc::default(),
             regranted: AtomicUsize::new(0),
@@ -652,8 +657,18 @@ impl TcpEnd {
         let credit = rx.split()?;
         if credit != (0, 0) {
             let mut tx = self.tx.lock();
-            tx.credit = tx.credit.saturating_add(credit.0);
-            tx.credit_detached = tx.credit_detached.saturating_add(credit.1);
+            let frames = tx.credit.saturating_add(credit.0);
+            let detached = tx.credit_detached.saturating_add(credit.1);
+            if frames > self.granted.frames || detached > self.granted.detached {
+                // Credit for bytes we never sent: believed, it would let us
+                // queue without bound for a peer that reads nothing.
+                return Err(RecvError::Corrupt(format!(
+                    "credit returned past the grant: {frames} of {} frame bytes, {detached} of {} payload bytes",
+                    self.granted.frames, self.granted.detached
+                )));
+            }
+            tx.credit = frames;
+            tx.credit_detached = detached;
             drop(tx);
             // Dekker with a writer's want_space → fence → retry.
             fence(Ordering::SeqCst);
