@@ -28,6 +28,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// A name entry being written (`.tmp-PID-N`) lives for one registration,
+/// microseconds; one this old was left by a process that died meanwhile.
+pub const STALE_TEMP: Duration = Duration::from_secs(60);
+
 /// How long `acquire` keeps retrying a team lock that someone holds. Liveness
 /// checks and sweeps hold it for a moment only; a live team holds it for good.
 const CLAIM_PATIENCE: Duration = Duration::from_millis(1000);
@@ -492,6 +496,31 @@ impl NodeNames {
         team <= MAX_TEAM && self.dir.team_lock(team).exists()
     }
 
+    /// Sweeps the leftovers of every dead team of this node: the lock
+    /// file, socket and names of a team that was killed and that no live
+    /// team has met since (none had a channel to it to find it gone, none
+    /// looked one of its names up), and the name entries that processes
+    /// which died while registering were writing (`.tmp-PID-N`, older
+    /// than [`STALE_TEMP`]). A team calls it as it starts, so a dead
+    /// team's files last at most until the next team starts on its node.
+    pub fn sweep_dead_teams(&self) {
+        let teams = fs::read_dir(self.dir.path.join("teams")).into_iter().flatten().flatten();
+        for entry in teams {
+            let name = entry.file_name();
+            let team = name.to_str().and_then(|n| n.strip_suffix(".lock")).and_then(|n| n.parse::<u32>().ok());
+            if let Some(team) = team.filter(|&t| !self.team_alive(t)) {
+                self.sweep_team(team);
+            }
+        }
+        for entry in fs::read_dir(self.dir.names_dir()).into_iter().flatten().flatten() {
+            let temp = entry.file_name().to_str().is_some_and(|n| n.starts_with(".tmp-"));
+            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            if temp && age.is_some_and(|a| a > STALE_TEMP) {
+                remove_file_if_exists(&entry.path());
+            }
+        }
+    }
+
     /// If `team` is dead, removes every name bound to it, its socket file and
     /// its lock file. No-op while it is alive.
     pub fn sweep_team(&self, team: u32) {
@@ -501,13 +530,31 @@ impl NodeNames {
         // Holding the team's lock while sweeping keeps a team that takes the
         // number meanwhile from losing its fresh files; dropping the temporary
         // lease removes the leftovers, lock file last.
-        match claim(&self.dir, team, false) {
-            Ok(Some(lock)) => {
-                tracing::debug!(team, dir = %self.dir.path.display(), "sweeping dead team");
-                drop(TeamLease { dir: self.dir.clone(), team, lock });
+        let give_up = Instant::now() + CLAIM_PATIENCE;
+        loop {
+            match claim(&self.dir, team, false) {
+                Ok(Some(lock)) => {
+                    tracing::debug!(team, dir = %self.dir.path.display(), "sweeping dead team");
+                    drop(TeamLease { dir: self.dir.clone(), team, lock });
+                    return;
+                }
+                // Swept already; or held exclusively: by a team that took the
+                // number since (its files are its own), or by another
+                // sweeper, which finishes the job.
+                Ok(None) if !self.team_has_files(team) || self.team_alive(team) => return,
+                // Still dead, so the claim met a shared lock: someone looking
+                // at the team's liveness (a look-up of one of its names, a
+                // bind), for a moment. Again, or its files would stay.
+                Ok(None) if Instant::now() < give_up => std::thread::sleep(Duration::from_micros(200)),
+                Ok(None) => {
+                    tracing::debug!(team, "dead team not swept: its lock is looked at without end");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(team, error = %e, "cannot sweep team");
+                    return;
+                }
             }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(team, error = %e, "cannot sweep team"),
         }
     }
 }
@@ -749,6 +796,80 @@ mod tests {
         names.register(&lease, "taken-by-dead", ep(3, 2)).unwrap();
         assert_eq!(names.lookup("taken-by-dead").unwrap(), ep(3, 2));
         drop(lease);
+        assert_all_clean(&dir);
+    }
+
+    #[test]
+    fn dead_teams_are_swept_whoever_they_were() {
+        let (_tmp, dir) = fresh();
+        let names = NodeNames::new(dir.clone());
+        let live = TeamLease::acquire(&dir, 8).unwrap();
+        names.register(&live, "alive", ep(8, 1)).unwrap();
+        File::create(dir.team_socket(8)).unwrap();
+        // What killed teams 3 and 4 left: unlocked lock files, sockets, names;
+        // and name entries a dead process was writing, one old, one fresh.
+        for t in [3, 4] {
+            fs::write(dir.team_lock(t), "999999\n").unwrap();
+            File::create(dir.team_socket(t)).unwrap();
+            fs::write(dir.name_path(&format!("dead{t}")), format!("0.{t}.1#00000001\n")).unwrap();
+        }
+        let old = dir.names_dir().join(".tmp-999999-1");
+        fs::write(&old, "0.3.2#00000001\n").unwrap();
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        File::options().write(true).open(&old).unwrap().set_modified(an_hour_ago).unwrap();
+        let fresh_temp = dir.names_dir().join(".tmp-999999-2");
+        fs::write(&fresh_temp, "0.3.3#00000001\n").unwrap();
+        names.sweep_dead_teams();
+        for t in [3, 4] {
+            assert!(!dir.team_lock(t).exists() && !dir.team_socket(t).exists());
+            assert!(!dir.name_path(&format!("dead{t}")).exists());
+        }
+        assert!(!old.exists());
+        // A live team's files, and an entry that may be being written, stay.
+        assert!(fresh_temp.exists());
+        assert!(dir.team_lock(8).exists() && dir.team_socket(8).exists());
+        assert_eq!(names.lookup("alive").unwrap(), ep(8, 1));
+        fs::remove_file(fresh_temp).unwrap();
+        drop(live);
+        assert_all_clean(&dir);
+    }
+
+    /// Found by the crash matrix: a sweep claims a dead team's lock
+    /// exclusively without waiting, and gave up when the claim failed. But
+    /// every look at a team's liveness (each look-up of its names, each
+    /// bind) holds a shared lock on it for a moment, so while survivors
+    /// were looking the dead team's names up, the survivors' sweeps could
+    /// all fail, and its files stayed. A sweep now tries again while the
+    /// team still looks dead.
+    #[test]
+    fn a_sweep_is_not_put_off_by_looks_at_the_teams_liveness() {
+        let (_tmp, dir) = fresh();
+        let names = NodeNames::new(dir.clone());
+        let dead = 10..410;
+        for t in dead.clone() {
+            fs::write(dir.team_lock(t), "999999\n").unwrap();
+            File::create(dir.team_socket(t)).unwrap();
+        }
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        for t in dead.clone() {
+                            // (A team being swept looks alive: the sweeper holds its lock.)
+                            names.team_alive(t);
+                        }
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            for t in dead.clone() {
+                names.sweep_team(t);
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let left: Vec<u32> = dead.filter(|&t| dir.team_lock(t).exists()).collect();
+        assert!(left.is_empty(), "dead teams {left:?} were not swept");
         assert_all_clean(&dir);
     }
 
