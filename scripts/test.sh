@@ -2,9 +2,10 @@
 # Sets up and runs every test of ferry: unit tests, the transport
 # conformance suite, the port and RPC suites, cross-process tests (real
 # child processes, SIGKILL, leak checks) and the benchmark harness's smoke
-# test, the loom models, and the multi-node tests on real network
-# namespaces (scripts/netns-test.sh: needs root, as CI is, and installs
-# iproute2 if missing). Installs etcd-server for the etcd name plane's tests.
+# test, the loom models, the multi-node tests on real network namespaces
+# (scripts/netns-test.sh: needs root, as CI is, and installs iproute2 if
+# missing) and a short crash matrix (scripts/crash.sh). Installs
+# etcd-server for the etcd name plane's tests.
 # Ends with one line: "ferry: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,11 +34,19 @@ RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" cargo test -p ferry --lib --release --lock
 # a link cut mid-call (crates/ferry/tests/netns.rs).
 scripts/netns-test.sh 2>&1 | tee -a "$log" || status=$?
 
-# Totals over every test binary (libtest's "test result" lines and the
-# harness-less smoke test's "smoke: N passed, N failed").
+# The crash matrix, short (a full run: docs/RELIABILITY.md): teams
+# SIGKILLed at random moments of mixed traffic, over shared memory and over
+# TCP between namespaces; nothing may hang, be left behind or run twice.
+# Each round counts as a test. The debug build made above.
+FERRY_CRASH_PROFILE=debug scripts/crash.sh --rounds 10 2>&1 | tee -a "$log" || status=$?
+
+# Totals over every test binary (libtest's "test result" lines, the
+# harness-less smoke test's "smoke: N passed, N failed" and the crash
+# matrix's "crash: N passed, N failed", its rounds).
 awk '
     /^test result: / { p += $4; f += $6 }
     /^smoke: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
+    /^crash: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
     END { printf "ferry: %d passed, %d failed\n", p, f }
 ' "$log"
 exit "$status"
