@@ -18,11 +18,12 @@
 use super::validate_name;
 use crate::error::{Error, Result};
 use crate::id::{EndpointId, MAX_TEAM};
-use rustix::fs::{flock, FlockOperation, Mode, OFlags};
+use rustix::fs::{flock, AtFlags, FlockOperation, Mode, OFlags, CWD};
 use rustix::io::Errno;
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -346,35 +347,83 @@ enum Resolved {
     Removed(Option<u32>),
 }
 
-/// A name entry being written; removed again on drop (after `link` made the
-/// final name, or on failure).
-struct TempEntry(PathBuf);
+/// A name entry being written in full before it gets its name (`link`), so
+/// readers never see half of one. Unnamed (`O_TMPFILE`) where the kernel
+/// and file system allow it: a process that dies before the link leaves
+/// nothing behind. Else a temporary file `.tmp-PID-N`, removed on drop
+/// (after the link, or on failure); one whose process died first is swept
+/// once [`STALE_TEMP`] old (`NodeNames::sweep_dead_teams`).
+enum TempEntry {
+    Unnamed(File),
+    Named(PathBuf),
+}
 
 impl TempEntry {
     fn write(dir: &RuntimeDir, ep: EndpointId) -> Result<TempEntry> {
+        // A named one is removed (on drop) if what follows fails.
+        let (file, named) = match Self::unnamed(dir)? {
+            Some(file) => (file, None),
+            None => {
+                let (file, path) = Self::named(dir)?;
+                (file, Some(TempEntry::Named(path)))
+            }
+        };
+        // The umask may have stripped bits; the mode must be exactly 0600.
+        file.set_permissions(Permissions::from_mode(0o600)).map_err(Error::io("chmod name entry"))?;
+        writeln!(&file, "{ep}").map_err(Error::io("write name entry"))?;
+        Ok(match named {
+            Some(entry) => entry,
+            None => TempEntry::Unnamed(file),
+        })
+    }
+
+    /// An unnamed file in `names/`; `None` where that cannot be made, or
+    /// not linked later (no `/proc` to link it through).
+    fn unnamed(dir: &RuntimeDir) -> Result<Option<File>> {
+        if !Path::new("/proc/self/fd").is_dir() {
+            return Ok(None);
+        }
+        let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+        match rustix::fs::open(dir.names_dir(), flags, Mode::RUSR | Mode::WUSR) {
+            Ok(fd) => Ok(Some(File::from(fd))),
+            // An old kernel, or a file system without unnamed files.
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Ok(None),
+            Err(e) => Err(Error::io("create name entry")(e.into())),
+        }
+    }
+
+    fn named(dir: &RuntimeDir) -> Result<(File, PathBuf)> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         loop {
             let seq = SEQ.fetch_add(1, Ordering::Relaxed);
             // Starts with '.', so it can never collide with a name.
             let path = dir.names_dir().join(format!(".tmp-{}-{seq}", std::process::id()));
-            let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
-                Ok(file) => file,
+            match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+                Ok(file) => return Ok((file, path)),
                 // A crashed process with our pid left one behind: take the next number.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::io("create name entry")(e)),
-            };
-            let temp = TempEntry(path);
-            // The umask may have stripped bits; the mode must be exactly 0600.
-            file.set_permissions(Permissions::from_mode(0o600)).map_err(Error::io("chmod name entry"))?;
-            writeln!(file, "{ep}").map_err(Error::io("write name entry"))?;
-            return Ok(temp);
+            }
+        }
+    }
+
+    /// Gives the entry the name `path`; `AlreadyExists` if it is taken.
+    fn link(&self, path: &Path) -> io::Result<()> {
+        match self {
+            TempEntry::Named(temp) => fs::hard_link(temp, path),
+            TempEntry::Unnamed(file) => {
+                let me = format!("/proc/self/fd/{}", file.as_raw_fd());
+                rustix::fs::linkat(CWD, me.as_str(), CWD, path, AtFlags::SYMLINK_FOLLOW).map_err(io::Error::from)
+            }
         }
     }
 }
 
 impl Drop for TempEntry {
     fn drop(&mut self) {
-        remove_file_if_exists(&self.0);
+        if let TempEntry::Named(temp) = self {
+            remove_file_if_exists(temp);
+        }
     }
 }
 
@@ -418,7 +467,7 @@ impl NodeNames {
         let path = self.dir.name_path(name);
         let names = NamesLock::take(&self.dir)?;
         loop {
-            match fs::hard_link(&temp.0, &path) {
+            match temp.link(&path) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match names.resolve(name)? {
                     Resolved::Live(owner) => return Err(Error::NameTaken { name: name.to_string(), owner }),
@@ -997,6 +1046,61 @@ mod tests {
         assert!(!dir.team_lock(77).exists());
         names.register(&lease, "held", ep(5, 1)).unwrap();
         drop(lease);
+        assert_all_clean(&dir);
+    }
+
+    const REGISTRAR_DIR: &str = "FERRY_NAMES_TEST_REGISTRAR_DIR";
+
+    /// Run as a child process by `a_team_killed_while_registering_leaves_no_entry`:
+    /// registers and unregisters names, as fast as it can, until killed.
+    #[test]
+    #[ignore = "helper process for a_team_killed_while_registering_leaves_no_entry"]
+    fn registrar_process() {
+        let Some(path) = std::env::var_os(REGISTRAR_DIR) else { return };
+        let dir = RuntimeDir::at(path).unwrap();
+        let team = 100 + std::process::id() % 1000;
+        let lease = TeamLease::acquire(&dir, team).unwrap();
+        let names = NodeNames::new(dir.clone());
+        println!("{HOLDER_READY}");
+        io::stdout().flush().unwrap();
+        for i in 0u32.. {
+            let name = format!("n{}", i % 8);
+            names.register(&lease, &name, ep(team, i % 1000 + 1)).unwrap();
+            names.unregister(&lease, &name).unwrap();
+        }
+    }
+
+    /// Found by the crash matrix: a name entry is written in full before
+    /// it gets its name; it was written as a named temporary file
+    /// (`.tmp-PID-N`), so a team killed while registering a name left it
+    /// behind, and no sweep could tell whose it was (it was swept only
+    /// once a minute old). Now it is written unnamed (`O_TMPFILE`) and
+    /// linked to its name: a registration cut short leaves nothing.
+    #[test]
+    fn a_team_killed_while_registering_leaves_no_entry() {
+        let (_tmp, dir) = fresh();
+        let module = module_path!().split_once("::").unwrap().1;
+        for round in 0..20u64 {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .args([&format!("{module}::registrar_process"), "--exact", "--ignored", "--nocapture"])
+                .env(REGISTRAR_DIR, dir.path())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let ready = BufReader::new(child.stdout.take().unwrap()).lines().any(|l| l.unwrap() == HOLDER_READY);
+            assert!(ready, "registrar process did not start");
+            std::thread::sleep(Duration::from_micros(500 + round * 797 % 5000));
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let temps: Vec<_> = fs::read_dir(dir.names_dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('.'))
+                .collect();
+            assert!(temps.is_empty(), "round {round}: a killed registration left {temps:?}");
+            NodeNames::new(dir.clone()).sweep_dead_teams();
+        }
         assert_all_clean(&dir);
     }
 }
