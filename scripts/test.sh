@@ -3,10 +3,11 @@
 # conformance suite, the port and RPC suites, cross-process tests (real
 # child processes, SIGKILL, leak checks) and the benchmark harness's smoke
 # test, the loom models, a short run of every fuzz target (scripts/fuzz.sh:
-# nightly; installs cargo-fuzz if missing), and the multi-node tests on real
+# nightly; installs cargo-fuzz if missing), the multi-node tests on real
 # network namespaces (scripts/netns-test.sh: needs root, as CI is, and
-# installs iproute2 if missing). Installs etcd-server for the etcd name
-# plane's tests.
+# installs iproute2 if missing), a short crash matrix (scripts/crash.sh)
+# and a one-minute soak. Installs etcd-server for the etcd name plane's
+# tests.
 # Ends with one line: "ferry: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,12 @@ scripts/fuzz.sh --quick --seconds 3 2>&1 | tee -a "$log" || status=$?
 # a link cut mid-call (crates/ferry/tests/netns.rs).
 scripts/netns-test.sh 2>&1 | tee -a "$log" || status=$?
 
+# The crash matrix, short (a full run: docs/RELIABILITY.md): teams
+# SIGKILLed at random moments of mixed traffic, over shared memory and over
+# TCP between namespaces; nothing may hang, be left behind or run twice.
+# Each round counts as a test. The debug build made above.
+FERRY_CRASH_PROFILE=debug scripts/crash.sh --rounds 10 2>&1 | tee -a "$log" || status=$?
+
 # A one-minute soak: 16 teams on two nodes, nothing lost, duplicated,
 # reordered or corrupted (docs/RELIABILITY.md; the RSS bound is reported,
 # not enforced, in so short a run).
@@ -50,12 +57,12 @@ else
     status=1
 fi
 
-# Totals over every test binary (libtest's "test result" lines, the
-# harness-less smoke test's "smoke: N passed, N failed" and the fuzz
-# targets' "fuzz: N passed, N failed").
+# Totals over every test binary (libtest's "test result" lines; the
+# harness-less smoke test's, the fuzz targets', the crash matrix's rounds
+# and the soak's "<what>: N passed, N failed").
 awk '
     /^test result: / { p += $4; f += $6 }
-    /^(smoke|fuzz|soak): [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
+    /^(smoke|fuzz|crash|soak): [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
     END { printf "ferry: %d passed, %d failed\n", p, f }
 ' "$log"
 exit "$status"

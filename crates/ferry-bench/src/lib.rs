@@ -23,6 +23,7 @@
 //! forever, so that figures from different runs stay comparable.
 
 mod child;
+pub mod crash;
 mod fdpass;
 mod ferry_pingpong;
 pub mod ferry_rpc;
@@ -53,6 +54,7 @@ pub use suites::{all_cases, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs}
 /// First thing in `main()` of a binary that runs suites: if this process is
 /// a benchmark's second process, play that part and exit.
 pub fn child_main() {
+    crash::team_if_requested();
     memory::idle_child_if_requested();
     large::receiver_if_requested();
     soak::team_if_requested();

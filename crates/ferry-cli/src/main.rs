@@ -51,6 +51,12 @@ enum BenchSuite {
     /// calls for minutes: lost, duplicated, reordered, corrupted (all 0),
     /// latency, memory and descriptors over time.
     Soak(ferry_bench::soak::SoakArgs),
+    /// The crash matrix: teams SIGKILLed at random moments of mixed
+    /// traffic; checks that nothing hangs, in-flight operations fail with
+    /// PeerGone, nothing of the dead team is left, no RPC runs twice.
+    /// Exits non-zero if a check fails. Across network namespaces (and
+    /// with etcd): scripts/crash.sh.
+    Crash(ferry_bench::crash::CrashArgs),
 }
 
 fn main() {
@@ -66,6 +72,11 @@ fn main() {
         Command::Bench { suite: BenchSuite::Large(args) } => ferry_bench::large::run(&args),
         Command::Bench { suite: BenchSuite::Soak(args) } => ferry_bench::soak::run(&args),
         Command::Bench { suite: BenchSuite::Tcp(args) } => ferry_bench::tcp_suite::run(&args),
+        Command::Bench { suite: BenchSuite::Crash(args) } => match ferry_bench::crash::run(&args) {
+            Ok(true) => Ok(()),
+            Ok(false) => std::process::exit(1),
+            Err(e) => Err(e),
+        },
         Command::Names => list_names(),
     };
     if let Err(e) = result {

@@ -18,15 +18,20 @@
 use super::validate_name;
 use crate::error::{Error, Result};
 use crate::id::{EndpointId, MAX_TEAM};
-use rustix::fs::{flock, FlockOperation, Mode, OFlags};
+use rustix::fs::{flock, AtFlags, FlockOperation, Mode, OFlags, CWD};
 use rustix::io::Errno;
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// A name entry being written (`.tmp-PID-N`) lives for one registration,
+/// microseconds; one this old was left by a process that died meanwhile.
+pub const STALE_TEMP: Duration = Duration::from_secs(60);
 
 /// How long `acquire` keeps retrying a team lock that someone holds. Liveness
 /// checks and sweeps hold it for a moment only; a live team holds it for good.
@@ -342,35 +347,83 @@ enum Resolved {
     Removed(Option<u32>),
 }
 
-/// A name entry being written; removed again on drop (after `link` made the
-/// final name, or on failure).
-struct TempEntry(PathBuf);
+/// A name entry being written in full before it gets its name (`link`), so
+/// readers never see half of one. Unnamed (`O_TMPFILE`) where the kernel
+/// and file system allow it: a process that dies before the link leaves
+/// nothing behind. Else a temporary file `.tmp-PID-N`, removed on drop
+/// (after the link, or on failure); one whose process died first is swept
+/// once [`STALE_TEMP`] old (`NodeNames::sweep_dead_teams`).
+enum TempEntry {
+    Unnamed(File),
+    Named(PathBuf),
+}
 
 impl TempEntry {
     fn write(dir: &RuntimeDir, ep: EndpointId) -> Result<TempEntry> {
+        // A named one is removed (on drop) if what follows fails.
+        let (file, named) = match Self::unnamed(dir)? {
+            Some(file) => (file, None),
+            None => {
+                let (file, path) = Self::named(dir)?;
+                (file, Some(TempEntry::Named(path)))
+            }
+        };
+        // The umask may have stripped bits; the mode must be exactly 0600.
+        file.set_permissions(Permissions::from_mode(0o600)).map_err(Error::io("chmod name entry"))?;
+        writeln!(&file, "{ep}").map_err(Error::io("write name entry"))?;
+        Ok(match named {
+            Some(entry) => entry,
+            None => TempEntry::Unnamed(file),
+        })
+    }
+
+    /// An unnamed file in `names/`; `None` where that cannot be made, or
+    /// not linked later (no `/proc` to link it through).
+    fn unnamed(dir: &RuntimeDir) -> Result<Option<File>> {
+        if !Path::new("/proc/self/fd").is_dir() {
+            return Ok(None);
+        }
+        let flags = OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC;
+        match rustix::fs::open(dir.names_dir(), flags, Mode::RUSR | Mode::WUSR) {
+            Ok(fd) => Ok(Some(File::from(fd))),
+            // An old kernel, or a file system without unnamed files.
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Ok(None),
+            Err(e) => Err(Error::io("create name entry")(e.into())),
+        }
+    }
+
+    fn named(dir: &RuntimeDir) -> Result<(File, PathBuf)> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         loop {
             let seq = SEQ.fetch_add(1, Ordering::Relaxed);
             // Starts with '.', so it can never collide with a name.
             let path = dir.names_dir().join(format!(".tmp-{}-{seq}", std::process::id()));
-            let mut file = match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
-                Ok(file) => file,
+            match OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+                Ok(file) => return Ok((file, path)),
                 // A crashed process with our pid left one behind: take the next number.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::io("create name entry")(e)),
-            };
-            let temp = TempEntry(path);
-            // The umask may have stripped bits; the mode must be exactly 0600.
-            file.set_permissions(Permissions::from_mode(0o600)).map_err(Error::io("chmod name entry"))?;
-            writeln!(file, "{ep}").map_err(Error::io("write name entry"))?;
-            return Ok(temp);
+            }
+        }
+    }
+
+    /// Gives the entry the name `path`; `AlreadyExists` if it is taken.
+    fn link(&self, path: &Path) -> io::Result<()> {
+        match self {
+            TempEntry::Named(temp) => fs::hard_link(temp, path),
+            TempEntry::Unnamed(file) => {
+                let me = format!("/proc/self/fd/{}", file.as_raw_fd());
+                rustix::fs::linkat(CWD, me.as_str(), CWD, path, AtFlags::SYMLINK_FOLLOW).map_err(io::Error::from)
+            }
         }
     }
 }
 
 impl Drop for TempEntry {
     fn drop(&mut self) {
-        remove_file_if_exists(&self.0);
+        if let TempEntry::Named(temp) = self {
+            remove_file_if_exists(temp);
+        }
     }
 }
 
@@ -414,7 +467,7 @@ impl NodeNames {
         let path = self.dir.name_path(name);
         let names = NamesLock::take(&self.dir)?;
         loop {
-            match fs::hard_link(&temp.0, &path) {
+            match temp.link(&path) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match names.resolve(name)? {
                     Resolved::Live(owner) => return Err(Error::NameTaken { name: name.to_string(), owner }),
@@ -492,6 +545,31 @@ impl NodeNames {
         team <= MAX_TEAM && self.dir.team_lock(team).exists()
     }
 
+    /// Sweeps the leftovers of every dead team of this node: the lock
+    /// file, socket and names of a team that was killed and that no live
+    /// team has met since (none had a channel to it to find it gone, none
+    /// looked one of its names up), and the name entries that processes
+    /// which died while registering were writing (`.tmp-PID-N`, older
+    /// than [`STALE_TEMP`]). A team calls it as it starts, so a dead
+    /// team's files last at most until the next team starts on its node.
+    pub fn sweep_dead_teams(&self) {
+        let teams = fs::read_dir(self.dir.path.join("teams")).into_iter().flatten().flatten();
+        for entry in teams {
+            let name = entry.file_name();
+            let team = name.to_str().and_then(|n| n.strip_suffix(".lock")).and_then(|n| n.parse::<u32>().ok());
+            if let Some(team) = team.filter(|&t| !self.team_alive(t)) {
+                self.sweep_team(team);
+            }
+        }
+        for entry in fs::read_dir(self.dir.names_dir()).into_iter().flatten().flatten() {
+            let temp = entry.file_name().to_str().is_some_and(|n| n.starts_with(".tmp-"));
+            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            if temp && age.is_some_and(|a| a > STALE_TEMP) {
+                remove_file_if_exists(&entry.path());
+            }
+        }
+    }
+
     /// If `team` is dead, removes every name bound to it, its socket file and
     /// its lock file. No-op while it is alive.
     pub fn sweep_team(&self, team: u32) {
@@ -501,13 +579,31 @@ impl NodeNames {
         // Holding the team's lock while sweeping keeps a team that takes the
         // number meanwhile from losing its fresh files; dropping the temporary
         // lease removes the leftovers, lock file last.
-        match claim(&self.dir, team, false) {
-            Ok(Some(lock)) => {
-                tracing::debug!(team, dir = %self.dir.path.display(), "sweeping dead team");
-                drop(TeamLease { dir: self.dir.clone(), team, lock });
+        let give_up = Instant::now() + CLAIM_PATIENCE;
+        loop {
+            match claim(&self.dir, team, false) {
+                Ok(Some(lock)) => {
+                    tracing::debug!(team, dir = %self.dir.path.display(), "sweeping dead team");
+                    drop(TeamLease { dir: self.dir.clone(), team, lock });
+                    return;
+                }
+                // Swept already; or held exclusively: by a team that took the
+                // number since (its files are its own), or by another
+                // sweeper, which finishes the job.
+                Ok(None) if !self.team_has_files(team) || self.team_alive(team) => return,
+                // Still dead, so the claim met a shared lock: someone looking
+                // at the team's liveness (a look-up of one of its names, a
+                // bind), for a moment. Again, or its files would stay.
+                Ok(None) if Instant::now() < give_up => std::thread::sleep(Duration::from_micros(200)),
+                Ok(None) => {
+                    tracing::debug!(team, "dead team not swept: its lock is looked at without end");
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(team, error = %e, "cannot sweep team");
+                    return;
+                }
             }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(team, error = %e, "cannot sweep team"),
         }
     }
 }
@@ -753,6 +849,80 @@ mod tests {
     }
 
     #[test]
+    fn dead_teams_are_swept_whoever_they_were() {
+        let (_tmp, dir) = fresh();
+        let names = NodeNames::new(dir.clone());
+        let live = TeamLease::acquire(&dir, 8).unwrap();
+        names.register(&live, "alive", ep(8, 1)).unwrap();
+        File::create(dir.team_socket(8)).unwrap();
+        // What killed teams 3 and 4 left: unlocked lock files, sockets, names;
+        // and name entries a dead process was writing, one old, one fresh.
+        for t in [3, 4] {
+            fs::write(dir.team_lock(t), "999999\n").unwrap();
+            File::create(dir.team_socket(t)).unwrap();
+            fs::write(dir.name_path(&format!("dead{t}")), format!("0.{t}.1#00000001\n")).unwrap();
+        }
+        let old = dir.names_dir().join(".tmp-999999-1");
+        fs::write(&old, "0.3.2#00000001\n").unwrap();
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        File::options().write(true).open(&old).unwrap().set_modified(an_hour_ago).unwrap();
+        let fresh_temp = dir.names_dir().join(".tmp-999999-2");
+        fs::write(&fresh_temp, "0.3.3#00000001\n").unwrap();
+        names.sweep_dead_teams();
+        for t in [3, 4] {
+            assert!(!dir.team_lock(t).exists() && !dir.team_socket(t).exists());
+            assert!(!dir.name_path(&format!("dead{t}")).exists());
+        }
+        assert!(!old.exists());
+        // A live team's files, and an entry that may be being written, stay.
+        assert!(fresh_temp.exists());
+        assert!(dir.team_lock(8).exists() && dir.team_socket(8).exists());
+        assert_eq!(names.lookup("alive").unwrap(), ep(8, 1));
+        fs::remove_file(fresh_temp).unwrap();
+        drop(live);
+        assert_all_clean(&dir);
+    }
+
+    /// Found by the crash matrix: a sweep claims a dead team's lock
+    /// exclusively without waiting, and gave up when the claim failed. But
+    /// every look at a team's liveness (each look-up of its names, each
+    /// bind) holds a shared lock on it for a moment, so while survivors
+    /// were looking the dead team's names up, the survivors' sweeps could
+    /// all fail, and its files stayed. A sweep now tries again while the
+    /// team still looks dead.
+    #[test]
+    fn a_sweep_is_not_put_off_by_looks_at_the_teams_liveness() {
+        let (_tmp, dir) = fresh();
+        let names = NodeNames::new(dir.clone());
+        let dead = 10..410;
+        for t in dead.clone() {
+            fs::write(dir.team_lock(t), "999999\n").unwrap();
+            File::create(dir.team_socket(t)).unwrap();
+        }
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        for t in dead.clone() {
+                            // (A team being swept looks alive: the sweeper holds its lock.)
+                            names.team_alive(t);
+                        }
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            for t in dead.clone() {
+                names.sweep_team(t);
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let left: Vec<u32> = dead.filter(|&t| dir.team_lock(t).exists()).collect();
+        assert!(left.is_empty(), "dead teams {left:?} were not swept");
+        assert_all_clean(&dir);
+    }
+
+    #[test]
     fn acquire_of_a_live_number_fails() {
         let (_tmp, dir) = fresh();
         let lease = TeamLease::acquire(&dir, 11).unwrap();
@@ -876,6 +1046,61 @@ mod tests {
         assert!(!dir.team_lock(77).exists());
         names.register(&lease, "held", ep(5, 1)).unwrap();
         drop(lease);
+        assert_all_clean(&dir);
+    }
+
+    const REGISTRAR_DIR: &str = "FERRY_NAMES_TEST_REGISTRAR_DIR";
+
+    /// Run as a child process by `a_team_killed_while_registering_leaves_no_entry`:
+    /// registers and unregisters names, as fast as it can, until killed.
+    #[test]
+    #[ignore = "helper process for a_team_killed_while_registering_leaves_no_entry"]
+    fn registrar_process() {
+        let Some(path) = std::env::var_os(REGISTRAR_DIR) else { return };
+        let dir = RuntimeDir::at(path).unwrap();
+        let team = 100 + std::process::id() % 1000;
+        let lease = TeamLease::acquire(&dir, team).unwrap();
+        let names = NodeNames::new(dir.clone());
+        println!("{HOLDER_READY}");
+        io::stdout().flush().unwrap();
+        for i in 0u32.. {
+            let name = format!("n{}", i % 8);
+            names.register(&lease, &name, ep(team, i % 1000 + 1)).unwrap();
+            names.unregister(&lease, &name).unwrap();
+        }
+    }
+
+    /// Found by the crash matrix: a name entry is written in full before
+    /// it gets its name; it was written as a named temporary file
+    /// (`.tmp-PID-N`), so a team killed while registering a name left it
+    /// behind, and no sweep could tell whose it was (it was swept only
+    /// once a minute old). Now it is written unnamed (`O_TMPFILE`) and
+    /// linked to its name: a registration cut short leaves nothing.
+    #[test]
+    fn a_team_killed_while_registering_leaves_no_entry() {
+        let (_tmp, dir) = fresh();
+        let module = module_path!().split_once("::").unwrap().1;
+        for round in 0..20u64 {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .args([&format!("{module}::registrar_process"), "--exact", "--ignored", "--nocapture"])
+                .env(REGISTRAR_DIR, dir.path())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let ready = BufReader::new(child.stdout.take().unwrap()).lines().any(|l| l.unwrap() == HOLDER_READY);
+            assert!(ready, "registrar process did not start");
+            std::thread::sleep(Duration::from_micros(500 + round * 797 % 5000));
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let temps: Vec<_> = fs::read_dir(dir.names_dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('.'))
+                .collect();
+            assert!(temps.is_empty(), "round {round}: a killed registration left {temps:?}");
+            NodeNames::new(dir.clone()).sweep_dead_teams();
+        }
         assert_all_clean(&dir);
     }
 }

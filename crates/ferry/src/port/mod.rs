@@ -18,8 +18,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
-use std::sync::Arc;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -379,7 +378,11 @@ pub struct RawSender {
     timeout: Option<Duration>,
     /// The channel to `to`'s team, found on first use. If it dies, sends
     /// look the team's current channel up instead (binding a new one).
-    channel: Arc<OnceLock<Arc<Channel>>>,
+    /// Held weakly: the team owns its channels, and a sender kept after
+    /// its peer died (a program keeps its senders and clients) must not
+    /// keep the dead channel's shared memory, doorbell and socket once
+    /// the team has reclaimed it (it did, until the crash matrix found it).
+    channel: Arc<OnceLock<Weak<Channel>>>,
 }
 
 impl Clone for RawSender {
@@ -389,6 +392,13 @@ impl Clone for RawSender {
 }
 
 impl RawSender {
+    /// The cached channel, while it lives and its peer is not gone. (An
+    /// upgrade per send: non-`Immediate` sends clone the channel anyway.)
+    #[inline]
+    fn cached(&self) -> Option<Arc<Channel>> {
+        self.channel.get().and_then(Weak::upgrade).filter(|c| !c.is_gone())
+    }
+
     /// The destination endpoint.
     pub fn to(&self) -> EndpointId {
         self.to
@@ -425,8 +435,8 @@ impl RawSender {
     pub(crate) fn start(&self, bytes: Cow<'_, [u8]>, checkpoint: Checkpoint, blocking: bool) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.and_then(crate::runtime::deadline_after);
-        if let Some(ch) = self.channel.get().filter(|c| !c.is_gone()) {
-            return self.team.send_on(ch, src, self.to, bytes, checkpoint, deadline, blocking);
+        if let Some(ch) = self.cached() {
+            return self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking);
         }
         // First use, or the channel died: the team finds (or binds) the current one.
         let route = match blocking {
@@ -435,7 +445,7 @@ impl RawSender {
         };
         match route {
             Ok(Route::Ready(ch)) => {
-                let _ = self.channel.set(ch.clone());
+                let _ = self.channel.set(Arc::downgrade(&ch));
                 self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking)
             }
             Ok(Route::Binding(bind)) => self.team.send_when_bound(&bind, src, self.to, bytes, checkpoint, deadline),
@@ -446,9 +456,9 @@ impl RawSender {
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
-            if let Some(ch) = self.channel.get().filter(|c| !c.is_gone()) {
+            if let Some(ch) = self.cached() {
                 let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
-                return self.team.send_immediate(ch, h, bytes).map(|()| Vec::new());
+                return self.team.send_immediate(&ch, h, bytes).map(|()| Vec::new());
             }
         }
         let mut d = self.start(Cow::Borrowed(bytes), checkpoint, true);

@@ -197,6 +197,8 @@ impl TeamInner {
             None => RuntimeDir::from_env()?,
         };
         let lease = claim_team_number(&dir)?;
+        // What the node's dead teams left that no live team met goes now.
+        NodeNames::new(dir.clone()).sweep_dead_teams();
         let id = TeamId { node: cfg.node, team: lease.team(), incarnation: crate::id::new_incarnation() };
         if cfg.etcd.is_empty() {
             if let Ok(list) = std::env::var("FERRY_ETCD") {
