@@ -21,11 +21,14 @@
 //!   recorded; operations made toward it afterwards fail at once with one
 //!   of those; operations between survivors never fail;
 //! - nothing of the dead team is left (within 4 s): no file in the runtime
-//!   directory (`teams/`, `names/`; over TCP, once the next team starts on
-//!   its node: the harness starts one), no mapping or descriptor of its
-//!   memory, eventfds or connections in any survivor (`/proc/PID/maps`,
-//!   `/proc/PID/fd`: see `procfs`), no name of it that resolves (on etcd:
-//!   checked at the end of the run, once the dead teams' leases expired);
+//!   directory (`teams/`, `names/`: over shared memory, swept by the
+//!   survivors that had a channel to it, or, if none had, by the first
+//!   look-up of one of its names; over TCP, where it was its node's only
+//!   team, once the next team starts on its node: the harness starts one),
+//!   no mapping or descriptor of its memory, eventfds or connections in any
+//!   survivor (`/proc/PID/maps`, `/proc/PID/fd`: see `procfs`), no name of
+//!   it that resolves (on etcd: checked at the end of the run, once the
+//!   dead teams' leases expired);
 //! - no RPC executed twice (the servers' counts);
 //!
 //! then the survivors leave, and nothing at all is left in the runtime

@@ -5,7 +5,9 @@
 //! it mapped or held (channel segments, doorbell pages: its own and those
 //! its peers made for it), the ids of its eventfds (doorbell lines; a
 //! duplicate of each is kept here meanwhile, so no new eventfd can take
-//! one of those ids), the local addresses of its TCP sockets, its pid.
+//! one of those ids), the local addresses of its TCP sockets, its pid,
+//! and the pids at the other end of its Unix sockets (the teams of this
+//! machine it had a channel with).
 //! After the round, a survivor holds something of the dead team ([`leaks`]) if
 //!
 //! - one of its mappings (`/proc/PID/maps`) is of one of those memfds,
@@ -33,6 +35,8 @@ pub(crate) struct Victim {
     /// Duplicates of its eventfds, so that their ids stay taken.
     _pinned: Vec<OwnedFd>,
     pub tcp: HashSet<SocketAddr>,
+    /// The processes at the other end of its Unix sockets.
+    pub unix_peers: HashSet<u32>,
 }
 
 /// One descriptor of a process, as `/proc` shows it.
@@ -111,6 +115,7 @@ fn tcp_addrs(pid: u32, inodes: &HashSet<u64>) -> HashSet<SocketAddr> {
 pub(crate) fn snapshot(pid: u32) -> Victim {
     let mut memfds: HashSet<u64> = memfd_maps(pid).into_iter().map(|m| m.0).collect();
     let (mut eventfds, mut sockets, mut pinned) = (HashSet::new(), HashSet::new(), Vec::new());
+    let mut unix_peers = HashSet::new();
     let pidfd = Pid::from_raw(pid as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
     for (n, fd) in fds(pid) {
         match fd {
@@ -125,12 +130,28 @@ pub(crate) fn snapshot(pid: u32) -> Victim {
             }
             Fd::Socket { ino } => {
                 sockets.insert(ino);
+                // Read on a duplicate, closed at once: holding one of its
+                // sockets would keep its peers from seeing it hang up.
+                let dup = pidfd.as_ref().and_then(|p| pidfd_getfd(p, n, PidfdGetfdFlags::empty()).ok());
+                if let Some(peer) = dup.as_ref().and_then(unix_peer) {
+                    unix_peers.insert(peer);
+                }
             }
             Fd::Other => {}
         }
     }
     let tcp = tcp_addrs(pid, &sockets);
-    Victim { pid, memfds, eventfds, _pinned: pinned, tcp }
+    Victim { pid, memfds, eventfds, _pinned: pinned, tcp, unix_peers }
+}
+
+/// The pid at the other end of a connected Unix socket.
+fn unix_peer(sock: &OwnedFd) -> Option<u32> {
+    use rustix::net::sockopt;
+    let listening = sockopt::socket_acceptconn(sock.as_fd()).unwrap_or(true);
+    if listening || sockopt::socket_domain(sock.as_fd()).ok()? != AddressFamily::UNIX {
+        return None;
+    }
+    Some(sockopt::socket_peercred(sock.as_fd()).ok()?.pid.as_raw_nonzero().get() as u32)
 }
 
 /// What a survivor still holds of the victim.
@@ -187,10 +208,7 @@ fn socket_toward(sock: &OwnedFd, victim: &Victim) -> Option<String> {
         return None; // a listener
     }
     match sockopt::socket_domain(sock.as_fd()).ok()? {
-        AddressFamily::UNIX => {
-            let cred = sockopt::socket_peercred(sock.as_fd()).ok()?;
-            (cred.pid.as_raw_nonzero().get() as u32 == victim.pid).then(|| "Unix socket to its pid".to_string())
-        }
+        AddressFamily::UNIX => (unix_peer(sock)? == victim.pid).then(|| "Unix socket to its pid".to_string()),
         AddressFamily::INET => {
             let peer = SocketAddr::try_from(rustix::net::getpeername(sock.as_fd()).ok()??).ok()?;
             victim.tcp.contains(&peer).then(|| format!("TCP socket to {peer}"))

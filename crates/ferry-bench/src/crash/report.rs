@@ -40,6 +40,8 @@ pub(crate) struct Tally {
     /// Per round: from the SIGKILL until the victim was reaped, µs.
     pub reaped_us: Vec<u64>,
     pub clean_ms_max: u64,
+    /// Rounds in which no survivor had a channel to the dead team (shm).
+    pub unmet: u64,
     pub etcd_rounds: u64,
     /// The names of the rounds on etcd, and those still there at the end.
     pub etcd_names: Vec<String>,
@@ -65,6 +67,7 @@ impl Tally {
         self.late += r.late(self.bound) as u64;
         self.errors += r.errors.len() as u64;
         self.clean_ms_max = self.clean_ms_max.max(r.clean_ms);
+        self.unmet += u64::from(r.unmet);
         if r.reaped_us > 0 {
             self.reaped_us.push(r.reaped_us);
         }
@@ -139,6 +142,7 @@ impl Tally {
             "after_kill_max_ms": self.after_kill_max_us as f64 / 1000.0,
             "rpc_executions": self.executions,
             "cleanup_max_ms": self.clean_ms_max,
+            "rounds_dead_team_met_by_no_survivor": self.unmet,
             "etcd": {
                 "rounds": self.etcd_rounds,
                 "names": self.etcd_names.len(),
@@ -184,6 +188,12 @@ impl Tally {
             self.after_kill_max_us as f64 / 1000.0
         );
         println!("  leftovers gone within    {} ms (longest round)", self.clean_ms_max);
+        if self.unmet > 0 {
+            println!(
+                "  met by no survivor       {} rounds (its files went with the first look-up of its names)",
+                self.unmet
+            );
+        }
         if self.etcd_rounds > 0 {
             println!(
                 "  etcd                     {} rounds, {} names ({} of the dead teams' still bound after their round), {} left at the end (waited {} ms)",

@@ -50,6 +50,9 @@ pub(crate) struct RoundResult {
     pub errors: Vec<String>,
     /// How long the dead team's leftovers took to go (ms).
     pub clean_ms: u64,
+    /// Over shared memory: no survivor had a channel to the dead team, so
+    /// its files went with the first look-up of its names.
+    pub unmet: bool,
 }
 
 impl RoundResult {
@@ -157,12 +160,18 @@ pub(crate) fn run(pl: &Placement, round: usize, seed: u64) -> RoundResult {
     }
 
     // What is left of the dead team: files, memory, descriptors, names.
+    // Its files: over shared memory, a survivor that had a channel to it
+    // sweeps them (its reactor sees the hang-up); if none had, they go with
+    // the first look at one of its names (the look-ups below). Over TCP it
+    // was its node's only team: the witness stands for the next team there.
     let victim_dir = pl.runtime_dir(res.victim);
     let witness = (pl.transport == Transport::Tcp).then(|| witness(&victim_dir));
+    res.unmet = pl.transport == Transport::Shm && !teams.iter().any(|t| victim.unix_peers.contains(&t.pid));
+    let files_now = || if res.unmet { Vec::new() } else { files::of_team(&victim_dir, dead.team, dead.pid) };
     let started = Instant::now();
     let own: HashSet<u64> = teams.iter().flat_map(|t| procfs::own_doorbell(t.pid)).collect();
     let (leftover, leaks) = loop {
-        let leftover = files::of_team(&victim_dir, dead.team, dead.pid);
+        let leftover = files_now();
         let leaks: Vec<(usize, Leaks)> = teams
             .iter()
             .map(|t| (t.member.index, procfs::leaks(t.pid, &victim, &own)))
@@ -198,6 +207,9 @@ pub(crate) fn run(pl: &Placement, round: usize, seed: u64) -> RoundResult {
         }
     }
     drop(victim);
+    if res.unmet {
+        res.leaked_files.extend(files::of_team(&victim_dir, dead.team, dead.pid));
+    }
 
     // The survivors leave; then nothing is left in the runtime directories.
     for t in &mut teams {
