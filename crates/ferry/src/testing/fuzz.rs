@@ -264,11 +264,17 @@ pub fn shm_handshake(data: &[u8]) {
                     assert_eq!(header, shm::segment_header(cap, area));
                 }
             }
+            // A well-formed hello asking for more ring than we map: the limit.
+            Err(crate::Error::LimitReached { limit, max }) => {
+                assert_eq!((limit, max), (crate::Limit::RingBytes, MAX_RING as u64))
+            }
             Err(e) => assert!(matches!(e, crate::Error::Protocol { .. }), "{e:?}"),
         }
     } else {
         match shm::check_welcome(msg, PEER) {
             Ok(()) => assert_eq!(&msg[..8], shm::WELCOME),
+            // An acceptor's refusal: one of its limits.
+            Err(crate::Error::LimitReached { .. }) => assert_eq!(&msg[..8], shm::REFUSED),
             Err(e) => assert!(matches!(e, crate::Error::Protocol { .. } | crate::Error::NoSuchTeam(_)), "{e:?}"),
         }
     }
