@@ -62,7 +62,9 @@ for t in "${targets[@]}"; do
         passed=$((passed + 1))
     else
         echo "fuzz: $t: FAILED (exit $status)"
-        grep -E -A30 'panicked|ERROR: (AddressSanitizer|libFuzzer)|deadly signal|Test unit written' "$log" | head -60 || tail -40 "$log"
+        grep -E -m1 -A14 'panicked at|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)' "$log" || tail -40 "$log"
+        crash=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+        [[ -z $crash ]] || echo "fuzz: $t: input $crash (replay: cargo +nightly fuzz run $t $crash)"
         failed=$((failed + 1))
     fi
 done

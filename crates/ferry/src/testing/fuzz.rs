@@ -453,6 +453,10 @@ pub fn shm_ring(data: &[u8]) {
     let mut held: Vec<Detached> = Vec::new();
     // Ranges of our area the end lent the peer (as the peer read them).
     let mut lent_to_peer: Vec<[u8; 16]> = Vec::new();
+    // Whether the peer reads the end's ring as it should: once it has
+    // scribbled that ring's `head`, the end may write over records the
+    // peer has not read, and what the peer reads there is no longer checked.
+    let mut reader_honest = true;
     let max_body = RingMem::max_body(cap);
     // A header from the input: any kind and flags for the peer's frames;
     // for the end's own sends, one the runtime would give it.
@@ -549,6 +553,9 @@ pub fn shm_ring(data: &[u8]) {
             }
             ring_op::PEER_READS => {
                 let _ = peer_reader.pop(&mut |body| {
+                    if !reader_honest {
+                        return true;
+                    }
                     // The end writes only frames it could decode itself.
                     let h = Header::decode(body).expect("the end wrote a bad frame");
                     let payload = &body[HEADER_LEN..];
@@ -588,6 +595,7 @@ pub fn shm_ring(data: &[u8]) {
                 // The `head` of the ring the end writes (its producer checks it)
                 // and the writer-waiting word of the one it reads.
                 tx_ring.words.head.store(input.u64(), Ordering::Release);
+                reader_honest = false;
                 rx_ring.words.waiting.store(input.u32(), Ordering::Release);
             }
             ring_op::SEND_SMALL => {

@@ -81,9 +81,9 @@ pub(crate) fn cork(on: bool) -> bool {
 }
 
 /// Bytes of a credit-returning `Release` frame's payload.
-pub(crate) const CREDIT_LEN: usize = 16;
+const CREDIT_LEN: usize = 16;
 /// Bytes asked of the kernel per read.
-pub(crate) const READ: usize = 64 * 1024;
+const READ: usize = 64 * 1024;
 /// Small frames share a send buffer up to this size.
 const BATCH: usize = 64 * 1024;
 
