@@ -24,6 +24,7 @@
 mod common;
 
 use common::calc::{CalcClient, CalcImpl, CalcServer};
+use common::segment::Segment;
 use common::Child;
 use ferry::testing::{
     flags, segment_len, shm_connect, tcp_connect, Doorbell, Grant, Header, Kind, Liveness, SendError, ShmBind,
@@ -33,10 +34,9 @@ use ferry::{Checkpoint, Cluster, EndpointId, Team, TeamId};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -355,83 +355,19 @@ fn seed() -> u64 {
 
 // ---------------------------------------------------------------- the shared-memory hostile
 
-/// Our own writable mapping of a channel segment.
-struct Segment {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Segment {
-    fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.len);
-        // SAFETY: in bounds and aligned (the mapping is page-aligned); the
-        // words of the shared memory are only ever accessed atomically or
-        // copied, here and in the victim.
-        unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
-    }
-    /// Writes `bytes` at `off` (8-byte words atomically, the rest byte by byte).
-    fn write(&self, off: usize, bytes: &[u8]) {
-        assert!(off + bytes.len() <= self.len);
-        for (i, b) in bytes.iter().enumerate() {
-            // SAFETY: in bounds; volatile because others read the memory.
-            unsafe { std::ptr::write_volatile(self.ptr.add(off + i), *b) }
-        }
-    }
-    fn read(&self, off: usize, len: usize) -> Vec<u8> {
-        assert!(off + len <= self.len);
-        // SAFETY: in bounds; a copy of memory that may change underneath.
-        (0..len).map(|i| unsafe { std::ptr::read_volatile(self.ptr.add(off + i)) }).collect()
-    }
-    /// Random words over `[from, to)` (8-byte aligned).
-    fn fill(&self, rng: &mut Rng, from: usize, to: usize) {
-        for off in (from & !7..to.min(self.len) & !7).step_by(8) {
-            self.word(off).store(rng.next(), Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, not referenced after this.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
+/// Random words over `[from, to)` of `seg` (8-byte aligned).
+fn fill(seg: &Segment, rng: &mut Rng, from: usize, to: usize) {
+    for off in (from & !7..to.min(seg.len()) & !7).step_by(8) {
+        seg.word(off).store(rng.next(), Ordering::Relaxed);
     }
 }
 
 /// Maps the channel segment of this process whose ring 0 carries `marker`
 /// in its first frame (the one the hostile sent first).
 fn find_segment(marker: &[u8; 16]) -> Option<Segment> {
-    let len = segment_len(CAP, AREA);
-    for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
-        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-        if !target.to_string_lossy().contains("ferry-channel") {
-            continue;
-        }
-        let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
-        if file.metadata().map(|m| m.len()).ok() != Some(len as u64) {
-            continue;
-        }
-        // SAFETY: a fresh shared mapping of the whole file at an address
-        // the kernel picks; only accessed through `Segment`.
-        let Ok(ptr) = (unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                file.as_fd(),
-                0,
-            )
-        }) else {
-            continue;
-        };
-        let seg = Segment { ptr: ptr.cast(), len };
-        // The first record: stamp, header, then the payload (its first 16
-        // bytes are in the first cell, whose payload the reader leaves alone).
-        if seg.read(RING0 + 8 + HEADER_LEN, 16) == marker {
-            return Some(seg);
-        }
-    }
-    None
+    // The first record: stamp, header, then the payload (its first 16
+    // bytes are in the first cell, whose payload the reader leaves alone).
+    Segment::find(segment_len(CAP, AREA), |seg| seg.read(RING0 + 8 + HEADER_LEN, 16) == marker)
 }
 
 /// What the hostile aims at in one round.
@@ -453,14 +389,14 @@ const AIMS: [Aim; 5] = [Aim::Everything, Aim::Areas, Aim::ControlWords, Aim::For
 
 /// One scribble of `aim` on `seg`.
 fn scribble(seg: &Segment, rng: &mut Rng, aim: Aim, targets: &Targets) {
-    let total = seg.len;
+    let total = seg.len();
     match aim {
         Aim::Everything => match rng.below(6) {
-            0 => seg.fill(rng, 0, total),
+            0 => fill(seg, rng, 0, total),
             1 => {
                 let from = rng.below(total);
                 let words = rng.below(512);
-                seg.fill(rng, from, from + 8 * words);
+                fill(seg, rng, from, from + 8 * words);
             }
             2 => seg.word(CONTROL_WORDS[rng.below(4)]).store(rng.next(), Ordering::Relaxed),
             3 => forge(seg, rng, targets),
@@ -477,11 +413,11 @@ fn scribble(seg: &Segment, rng: &mut Rng, aim: Aim, targets: &Targets) {
         Aim::Areas => {
             let (base, len) = if rng.chance(2) { (AREA0, AREA as usize) } else { (AREA1, AREA as usize) };
             if rng.chance(4) {
-                seg.fill(rng, base, base + len);
+                fill(seg, rng, base, base + len);
             } else {
                 let from = base + rng.below(len);
                 let words = rng.below(1024);
-                seg.fill(rng, from, (from + 8 * words).min(base + len));
+                fill(seg, rng, from, (from + 8 * words).min(base + len));
             }
         }
         Aim::ControlWords => {
@@ -498,7 +434,7 @@ fn scribble(seg: &Segment, rng: &mut Rng, aim: Aim, targets: &Targets) {
             seg.word(w).store(v, Ordering::Relaxed);
             if rng.chance(8) {
                 // The segment's own header: magic, version, sizes.
-                seg.fill(rng, 0, 24);
+                fill(seg, rng, 0, 24);
             }
         }
         Aim::Forgeries => forge(seg, rng, targets),
@@ -509,7 +445,7 @@ fn scribble(seg: &Segment, rng: &mut Rng, aim: Aim, targets: &Targets) {
             } else {
                 let from = RING1 + rng.below(CAP);
                 let words = rng.below(256);
-                seg.fill(rng, from, (from + 8 * words).min(RING1 + CAP));
+                fill(seg, rng, from, (from + 8 * words).min(RING1 + CAP));
             }
         }
     }
@@ -689,7 +625,7 @@ fn shm_attack(dir: &Path, victim: TeamId, echo: EndpointId, calc: EndpointId, rn
         if ended == Liveness::Alive {
             // Trash what the victim reads next (and nothing our end reads), and ring it.
             tally[2] += 1;
-            seg.fill(rng, RING0, RING0 + CAP);
+            fill(&seg, rng, RING0, RING0 + CAP);
             let _ = end.try_send(&Header::new(Kind::Data, targets.me, targets.echo, 0), b"wake up");
             let gone = common::eventually(CLOSE_BOUND, || {
                 ended = end.check_liveness();

@@ -1565,7 +1565,7 @@ conformance!(tls, Tls, handshake: yes);
 mod shm_corrupt_peer {
     use super::*;
     use ferry::testing::segment_len;
-    use std::os::fd::AsFd;
+    use common::segment::Segment;
     use std::sync::atomic::AtomicU64;
 
     /// Ring size used here, unlike any other case, so fewer memfds match.
@@ -1574,47 +1574,6 @@ mod shm_corrupt_peer {
     const HEAD0: usize = 128;
     const STAMP: usize = 8;
     const HEADER_LEN: usize = ferry::testing::HEADER_LEN;
-
-    /// Our own mapping of a channel segment.
-    struct Segment {
-        ptr: *mut u8,
-        len: usize,
-    }
-
-    impl Segment {
-        fn write_u64(&self, off: usize, v: u64) {
-            assert!(off & 7 == 0 && off + 8 <= self.len);
-            // SAFETY: in bounds and aligned (the mapping is page-aligned);
-            // the shared memory is only accessed by atomics or copies.
-            unsafe { (*(self.ptr.add(off) as *const AtomicU64)).store(v, Ordering::SeqCst) }
-        }
-        fn read_u64(&self, off: usize) -> u64 {
-            assert!(off & 7 == 0 && off + 8 <= self.len);
-            // SAFETY: as in `write_u64`.
-            unsafe { (*(self.ptr.add(off) as *const AtomicU64)).load(Ordering::SeqCst) }
-        }
-        fn write(&self, off: usize, bytes: &[u8]) {
-            assert!(off + bytes.len() <= self.len);
-            // SAFETY: in bounds; volatile because a peer shares the memory.
-            unsafe {
-                for (i, b) in bytes.iter().enumerate() {
-                    std::ptr::write_volatile(self.ptr.add(off + i), *b);
-                }
-            }
-        }
-        fn read(&self, off: usize, len: usize) -> Vec<u8> {
-            assert!(off + len <= self.len);
-            // SAFETY: in bounds; a copy of memory that may change underneath.
-            unsafe { (0..len).map(|i| std::ptr::read_volatile(self.ptr.add(off + i))).collect() }
-        }
-    }
-
-    impl Drop for Segment {
-        fn drop(&mut self) {
-            // SAFETY: our own mapping, not referenced after this.
-            let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
-        }
-    }
 
     fn unique_marker() -> Vec<u8> {
         static N: AtomicU64 = AtomicU64::new(0);
@@ -1631,33 +1590,9 @@ mod shm_corrupt_peer {
         let marker = unique_marker();
         pipe.a.try_send(&data(1), &marker).unwrap();
         let len = segment_len(CAP, AREA as u64);
-        for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
-            if !target.to_string_lossy().contains("ferry-channel") {
-                continue;
-            }
-            let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(entry.path()) else { continue };
-            if file.metadata().map(|m| m.len()).ok() != Some(len as u64) {
-                continue;
-            }
-            // SAFETY: a fresh shared mapping of the whole file, at an address
-            // the kernel picks; only accessed through `Segment`.
-            let Ok(ptr) = (unsafe {
-                rustix::mm::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                    rustix::mm::MapFlags::SHARED,
-                    file.as_fd(),
-                    0,
-                )
-            }) else {
-                continue;
-            };
-            let seg = Segment { ptr: ptr.cast(), len };
-            if seg.read(RING0 + STAMP + HEADER_LEN, marker.len()) == marker {
-                return (pipe, seg, marker);
-            }
+        let is_it = |seg: &Segment| seg.read(RING0 + STAMP + HEADER_LEN, marker.len()) == marker;
+        if let Some(seg) = Segment::find(len, is_it) {
+            return (pipe, seg, marker);
         }
         panic!("could not find the channel's segment in /proc/self/fd");
     }

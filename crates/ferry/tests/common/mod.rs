@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 pub mod pair;
+pub mod segment;
 
 /// Deterministic, non-constant bytes for message `i`.
 pub fn pattern(i: u64, len: usize) -> Vec<u8> {
