@@ -6,9 +6,11 @@
 # only read) and what earlier runs found (fuzz/target/corpus/<target>,
 # where new inputs go). Installs cargo-fuzz if missing.
 #
-#   scripts/fuzz.sh [--seconds N] [--quick] [target...]
+#   scripts/fuzz.sh [--seconds N] [--runs N] [--quick] [target...]
 #
 # --seconds N   time per target (default 10)
+# --runs N      stop a target after N executions instead (and no time
+#               limit unless --seconds is given too)
 # --quick       a faster build (16 codegen units, in fuzz/target-quick)
 #               for short runs: scripts/test.sh uses it
 # target...     some targets (default: all; `cargo +nightly fuzz list`)
@@ -21,14 +23,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=10
+seconds=
+runs_limit=()
 quick=()
 targets=()
 while [[ $# -gt 0 ]]; do
     case $1 in
         --seconds) seconds=$2; shift 2 ;;
+        --runs) runs_limit=(-runs="$2"); shift 2 ;;
         --quick) quick=(--codegen-units 16 --target-dir fuzz/target-quick); shift ;;
-        -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
         -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
         *) targets+=("$1"); shift ;;
     esac
@@ -36,6 +40,9 @@ done
 
 cargo +nightly --version >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal
 cargo +nightly fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+if [[ -z $seconds ]]; then
+    [[ ${#runs_limit[@]} -gt 0 ]] && seconds=0 || seconds=10
+fi
 [[ ${#targets[@]} -gt 0 ]] || mapfile -t targets < <(cargo +nightly fuzz list)
 
 cargo +nightly fuzz build "${quick[@]}"
@@ -50,7 +57,7 @@ for t in "${targets[@]}"; do
     # -timeout: an input taking 10 s is a hang (a crash); -rss_limit_mb the
     # memory a run may use (ASan's included).
     if cargo +nightly fuzz run "${quick[@]}" "$t" "$found" "fuzz/corpus/$t" -- \
-        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+        -max_total_time="$seconds" "${runs_limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
         status=0
     else
         status=$?
