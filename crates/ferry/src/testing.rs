@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 pub mod fuzz;
 
 pub use crate::id::Addr;
-pub use crate::names::etcd::{compact as etcd_compact, EtcdNames};
+pub use crate::names::etcd::{compact as etcd_compact, revoke_lease as etcd_revoke_lease, EtcdNames};
 pub use crate::transport::doorbell::{Doorbell, DOORBELL_LEN};
 pub use crate::transport::inproc::{Handed, InprocEnd};
 pub use crate::transport::shm::{area_for, segment_len, Lent, ShmEnd, StagedRange, HELLO, MIN_RING, WELCOME};

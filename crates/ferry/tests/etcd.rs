@@ -8,8 +8,8 @@
 mod common;
 
 use common::Child;
-use ferry::testing::{etcd_compact, EtcdNames};
-use ferry::{Error, Team};
+use ferry::testing::{etcd_compact, etcd_revoke_lease, EtcdNames};
+use ferry::{EndpointId, Error, Team};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -209,4 +209,26 @@ fn a_team_unbinds_only_its_own_names() {
     assert_eq!(b.lookup("mine").unwrap(), ep);
     a.unregister("mine").unwrap();
     assert!(matches!(b.lookup("mine"), Err(Error::NameNotFound(_))));
+}
+
+/// A lease that expires while its team lives (here revoked behind its
+/// back, as etcd does when keep-alives stop reaching it: a cut link) is
+/// replaced at the next keep-alive, and the team's names are bound again
+/// under the new lease.
+#[test]
+fn a_lease_lost_while_the_team_lives_is_renewed_and_its_names_bound_again() {
+    let etcd = Etcd::start();
+    let names = EtcdNames::connect(&[etcd.addr], TTL).unwrap();
+    let ep: EndpointId = "1.2.3#0000000a".parse().unwrap();
+    names.register("phoenix", ep).unwrap();
+    let old = names.lease_id();
+    etcd_revoke_lease(etcd.addr, &old).unwrap();
+    let other = EtcdNames::connect(&[etcd.addr], TTL).unwrap();
+    assert!(matches!(other.lookup("phoenix"), Err(Error::NameNotFound(_))));
+    // Within a keep-alive period (TTL / 3) and its requests.
+    assert_eq!(other.wait_for("phoenix", TTL * 2).unwrap(), ep);
+    assert_ne!(names.lease_id(), old);
+    // Under the new lease: the team's leaving takes the name away.
+    names.revoke();
+    assert!(matches!(other.lookup("phoenix"), Err(Error::NameNotFound(_))));
 }

@@ -1,7 +1,9 @@
 //! The cluster name plane on etcd: names under a lease, so a dead team's
 //! names expire; keep-alive at a third of the lease's TTL; lookups; and
 //! waits for a name that watch from a revision and list again when etcd
-//! compacted past it.
+//! compacted past it. A lease that expired while the team lived (etcd was
+//! out of its reach for a TTL) is replaced and the team's names bound
+//! again under the new one.
 //!
 //! It speaks etcd's v3 JSON gateway (`/v3/kv/*`, `/v3/lease/*`,
 //! `/v3/watch`) over plain HTTP/1.1: a request per connection, a few
@@ -23,6 +25,7 @@ use crate::id::EndpointId;
 use base64::Engine;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -170,12 +173,73 @@ impl<R: BufRead> Read for Chunked<R> {
     }
 }
 
-/// A team's view of the etcd name plane: its lease, kept alive while it lives.
+/// A team's view of the etcd name plane: its lease, kept alive while it
+/// lives, and the names it bound under it.
 pub struct EtcdNames {
     members: Arc<Members>,
-    lease: String,
+    lease: Arc<Mutex<Lease>>,
     stop: Arc<AtomicBool>,
     keepalive: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The team's current lease and what it bound under it. A lease that
+/// expired (the team could not reach etcd for a TTL: a cut link, a
+/// stalled process) is replaced and the names bound again, so a team that
+/// comes back is found again within a keep-alive period.
+struct Lease {
+    id: String,
+    ttl: Duration,
+    names: HashMap<String, EndpointId>,
+}
+
+impl Lease {
+    /// After etcd said the lease is gone: takes a new one and binds the
+    /// names again under it. A name another team took meanwhile stays
+    /// theirs (etcd decides who holds a name) and is dropped here, with
+    /// an error in the log.
+    fn renew(&mut self, members: &Members) -> Result<()> {
+        let grant = members.call("/v3/lease/grant", &json!({ "TTL": self.ttl.as_secs().max(1) }))?;
+        self.id = lease_id(&grant)?;
+        let names = std::mem::take(&mut self.names);
+        for (name, ep) in names {
+            match register(members, &self.id, &name, ep) {
+                Ok(()) => {
+                    self.names.insert(name, ep);
+                }
+                Err(e @ Error::NameTaken { .. }) => {
+                    tracing::error!(error = %e, "a name of this team was taken while its etcd lease was lost")
+                }
+                // Bound again at the next renewal... which needs the lease
+                // lost: keep the name and give up this lease instead.
+                Err(e) => {
+                    self.names.insert(name, ep);
+                    let _ = members.call("/v3/lease/revoke", &json!({ "ID": self.id }));
+                    return Err(e);
+                }
+            }
+        }
+        tracing::warn!(lease = self.id, names = self.names.len(), "etcd lease renewed; this team's names are bound again");
+        Ok(())
+    }
+}
+
+/// Binds `name` to `ep` under `lease`; `NameTaken` if it is bound.
+fn register(members: &Members, lease: &str, name: &str, ep: EndpointId) -> Result<()> {
+    let key = b64(&format!("{PREFIX}{name}"));
+    let txn = json!({
+        "compare": [{ "key": key, "result": "EQUAL", "target": "CREATE", "create_revision": "0" }],
+        "success": [{ "request_put": { "key": key, "value": b64(&ep.to_string()), "lease": lease } }],
+        "failure": [{ "request_range": { "key": key } }],
+    });
+    let r = members.call("/v3/kv/txn", &txn)?;
+    let Some(owner) = txn_owner(&r) else { return Ok(()) };
+    // Our own binding: a member did it but its answer was lost, and
+    // the request went on to the next one. (An endpoint id is never
+    // reused, so no other registration can have bound it.)
+    if owner == ep {
+        return Ok(());
+    }
+    Err(Error::NameTaken { name: name.to_string(), owner })
 }
 
 impl EtcdNames {
@@ -183,30 +247,39 @@ impl EtcdNames {
     /// addresses are `addrs` (one will do) and keeps it alive (every
     /// `ttl / 3`) until [`revoke`](EtcdNames::revoke)d or dropped, when the
     /// names registered under it go. A team that dies stops the
-    /// keep-alive: its names expire after `ttl`.
+    /// keep-alive: its names expire after `ttl`. A lease that expires while
+    /// the team lives (etcd out of reach for a TTL) is replaced by a new
+    /// one, its names bound again, at the first keep-alive that gets
+    /// through.
     pub fn connect(addrs: &[SocketAddr], ttl: Duration) -> Result<EtcdNames> {
         if addrs.is_empty() {
             return Err(Error::InvalidArgument("no etcd address".into()));
         }
         let members = Arc::new(Members { addrs: addrs.to_vec(), last: AtomicUsize::new(0) });
         let grant = members.call("/v3/lease/grant", &json!({ "TTL": ttl.as_secs().max(1) }))?;
-        let lease = lease_id(&grant)?;
+        let lease = Arc::new(Mutex::new(Lease { id: lease_id(&grant)?, ttl, names: HashMap::new() }));
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, m, id) = (stop.clone(), members.clone(), lease.clone());
+        let (s, m, l) = (stop.clone(), members.clone(), lease.clone());
         let every = (ttl / 3).max(Duration::from_millis(100));
         let keepalive = std::thread::Builder::new()
             .name("ferry-etcd-lease".into())
             .spawn(move || {
                 let mut next = Instant::now() + every;
-                let mut lost = false;
                 while !s.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(20).min(next.saturating_duration_since(Instant::now())));
                     if Instant::now() >= next {
+                        let id = l.lock().id.clone();
                         match m.call("/v3/lease/keepalive", &json!({ "ID": id })) {
                             // etcd answers a lease it no longer has without a TTL.
-                            Ok(r) if lease_lost(&r) && !lost => {
-                                lost = true;
-                                tracing::error!(lease = id, "etcd lease expired (keep-alives did not reach etcd in time): this team's names are gone from etcd");
+                            Ok(r) if lease_lost(&r) => {
+                                tracing::error!(lease = id, "etcd lease expired (keep-alives did not reach etcd in time): this team's names went from etcd; renewing");
+                                let mut lease = l.lock();
+                                // Unless a revoke came meanwhile (the team leaves).
+                                if lease.id == id && !s.load(Ordering::Relaxed) {
+                                    if let Err(e) = lease.renew(&m) {
+                                        tracing::warn!(error = %e, "etcd lease not renewed; retrying");
+                                    }
+                                }
                             }
                             Ok(_) => {}
                             Err(e) => tracing::warn!(error = %e, "etcd lease keep-alive failed; retrying"),
@@ -227,32 +300,29 @@ impl EtcdNames {
 
     /// Binds `name` to `ep` under this team's lease; `NameTaken` if it is bound.
     pub fn register(&self, name: &str, ep: EndpointId) -> Result<()> {
-        let key = b64(&format!("{PREFIX}{name}"));
-        let txn = json!({
-            "compare": [{ "key": key, "result": "EQUAL", "target": "CREATE", "create_revision": "0" }],
-            "success": [{ "request_put": { "key": key, "value": b64(&ep.to_string()), "lease": self.lease } }],
-            "failure": [{ "request_range": { "key": key } }],
-        });
-        let r = self.members.call("/v3/kv/txn", &txn)?;
-        let Some(owner) = txn_owner(&r) else { return Ok(()) };
-        // Our own binding: a member did it but its answer was lost, and
-        // the request went on to the next one. (An endpoint id is never
-        // reused, so no other registration can have bound it.)
-        if owner == ep {
-            return Ok(());
-        }
-        Err(Error::NameTaken { name: name.to_string(), owner })
+        let mut lease = self.lease.lock();
+        register(&self.members, &lease.id, name, ep)?;
+        lease.names.insert(name.to_string(), ep);
+        Ok(())
     }
 
     /// Removes `name` if it is bound under this team's lease.
     pub fn unregister(&self, name: &str) -> Result<()> {
+        let mut lease = self.lease.lock();
+        lease.names.remove(name);
         let key = b64(&format!("{PREFIX}{name}"));
         // Only ours: once our lease expired, someone else may hold the name.
         let txn = json!({
-            "compare": [{ "key": key, "result": "EQUAL", "target": "LEASE", "lease": self.lease }],
+            "compare": [{ "key": key, "result": "EQUAL", "target": "LEASE", "lease": lease.id }],
             "success": [{ "request_delete_range": { "key": key } }],
         });
         self.members.call("/v3/kv/txn", &txn).map(drop)
+    }
+
+    /// The id of the team's current lease (tests revoke it behind its back).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn lease_id(&self) -> String {
+        self.lease.lock().id.clone()
     }
 
     /// The endpoint bound to `name`, and the revision a watch for it starts from.
@@ -320,7 +390,8 @@ impl EtcdNames {
         if let Some(t) = self.keepalive.lock().take() {
             let _ = t.join();
         }
-        if let Err(e) = self.members.call("/v3/lease/revoke", &json!({ "ID": self.lease })) {
+        let id = self.lease.lock().id.clone();
+        if let Err(e) = self.members.call("/v3/lease/revoke", &json!({ "ID": id })) {
             tracing::debug!(error = %e, "etcd lease not revoked; its names expire with it");
         }
     }
@@ -397,6 +468,13 @@ pub fn compact(addr: SocketAddr) -> Result<i64> {
     let rev: i64 = r["header"]["revision"].as_str().and_then(|s| s.parse().ok()).ok_or_else(|| bad(format!("{r}")))?;
     call(addr, "/v3/kv/compaction", &json!({ "revision": rev.to_string() }))?;
     Ok(rev)
+}
+
+/// Revokes lease `id` at the etcd at `addr` (for tests: what etcd does to a
+/// lease whose keep-alives stopped reaching it).
+#[cfg(any(test, feature = "testing"))]
+pub fn revoke_lease(addr: SocketAddr, id: &str) -> Result<()> {
+    call(addr, "/v3/lease/revoke", &json!({ "ID": id })).map(drop)
 }
 
 impl Drop for EtcdNames {
