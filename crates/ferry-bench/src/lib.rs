@@ -23,6 +23,7 @@
 //! forever, so that figures from different runs stay comparable.
 
 mod child;
+mod cluster_soak;
 pub mod crash;
 mod fdpass;
 mod ferry_pingpong;
@@ -37,12 +38,12 @@ mod report;
 pub mod rpc_peers;
 mod run_dir;
 mod shm;
+pub mod soak;
 mod stats;
 mod suites;
-pub mod soak;
-pub mod tcp;
 #[cfg(feature = "tarpc")]
 mod tarpc_peer;
+pub mod tcp;
 
 pub use child::child_main_if_requested;
 pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
@@ -58,6 +59,7 @@ pub fn child_main() {
     memory::idle_child_if_requested();
     large::receiver_if_requested();
     soak::team_if_requested();
+    cluster_soak::team_if_requested();
     ferry_rpc::breakdown_child_if_requested();
     child_main_if_requested(&all_cases());
 }

@@ -35,6 +35,14 @@ pub struct SoakArgs {
     /// run has not warmed up).
     #[arg(long)]
     pub no_memory_bound: bool,
+    /// The cluster soak: this many hosts (network namespaces that
+    /// scripts/cluster-soak.sh makes), names on etcd, links cut and teams
+    /// killed (0: the two-node soak on loopback).
+    #[arg(long, default_value_t = 0)]
+    pub hosts: usize,
+    /// Teams per host, with --hosts.
+    #[arg(long, default_value_t = 4)]
+    pub teams_per_host: usize,
 }
 
 /// The environment variable that makes this binary a soak team.
@@ -77,12 +85,12 @@ struct Seen {
     corrupted: u64,
 }
 
-fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     // FNV-1a: enough to catch a damaged byte.
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
 }
 
-fn say(v: Value) {
+pub(crate) fn say(v: Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{v}");
     let _ = out.flush();
@@ -234,7 +242,7 @@ fn wait_for_line(line: &str) -> bool {
 }
 
 /// This process's resident memory, descriptors, and the latencies since the last sample.
-fn sample(start: Instant, rtts: &mut Vec<u32>) -> Value {
+pub(crate) fn sample(start: Instant, rtts: &mut Vec<u32>) -> Value {
     let page = 4096; // statm counts 4 KiB pages on x86-64
     let rss = std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -254,6 +262,9 @@ fn sample(start: Instant, rtts: &mut Vec<u32>) -> Value {
 /// Runs the soak and prints its report; an error if anything was lost,
 /// duplicated, reordered or corrupted, or a call failed.
 pub fn run(args: &SoakArgs) -> ferry::Result<()> {
+    if args.hosts > 0 {
+        return crate::cluster_soak::run(args);
+    }
     let io = ferry::Error::io;
     let teams = args.teams.max(2);
     let dir = std::env::temp_dir().join(format!("ferry-soak-{}", std::process::id()));

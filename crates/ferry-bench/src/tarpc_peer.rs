@@ -59,7 +59,8 @@ fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
 fn child(ctx: &ChildCtx) {
     let rt = runtime();
     rt.block_on(async {
-        let listener = tarpc::serde_transport::tcp::listen((child_ip(), 0), Bincode::default).await.expect("tarpc: bind");
+        let listener =
+            tarpc::serde_transport::tcp::listen((child_ip(), 0), Bincode::default).await.expect("tarpc: bind");
         tell(&ctx.sock, &listener.local_addr().to_string());
         let sock = ctx.sock.try_clone().expect("dup harness socket");
         let stop = tokio::task::spawn_blocking(move || hear(&sock));

@@ -141,11 +141,7 @@ fn client(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient) -> Vec
     client_with_team(peer, busy, |c, _| measure(c))
 }
 
-fn client_with_team(
-    peer: &mut Peer,
-    busy: bool,
-    measure: impl FnOnce(&BenchClient, &Team) -> Vec<f64>,
-) -> Vec<f64> {
+fn client_with_team(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient, &Team) -> Vec<f64>) -> Vec<f64> {
     let _dir = RemoveRunDir::new(&format!("{}-1", peer.run_id));
     let ours = free_port(parent_ip());
     tell(&peer.sock, &ours.to_string());

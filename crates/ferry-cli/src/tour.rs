@@ -126,11 +126,18 @@ fn tcp_tour(dir: &std::path::Path, ports: (u16, u16)) -> Result<()> {
     // Names across nodes: node 1's plane does not have it, node 2 answers.
     let greeter = GreeterClient::bind_wait(&team, "tour.tcp.greeter", Duration::from_secs(10)).map_err(rpc_err)?;
     let echo = team.raw_sender(team.lookup("tour.tcp.echo")?);
-    println!("
-across nodes — team {} (node 1) and team {} (node 2), TCP on loopback, median of {ROUNDS}:", team.id(), echo.to().team_id());
+    println!(
+        "
+across nodes — team {} (node 1) and team {} (node 2), TCP on loopback, median of {ROUNDS}:",
+        team.id(),
+        echo.to().team_id()
+    );
     let msg = [7u8; 16];
     show("16-byte port round trip (OnReturn)", median_ns(ROUNDS, || drop(echo.call(&msg).unwrap())));
-    show("synchronous call greet(\"ferry\")", median_ns(ROUNDS, || drop(greeter.greet_blocking("ferry".into()).unwrap())));
+    show(
+        "synchronous call greet(\"ferry\")",
+        median_ns(ROUNDS, || drop(greeter.greet_blocking("ferry".into()).unwrap())),
+    );
     let per_call = median_ns(ROUNDS / 20, || {
         let calls = team.batch(|| (0..32).map(|_| greeter.greet("ferry".into())).collect::<Vec<_>>());
         calls.into_iter().for_each(|c| drop(c.wait().unwrap()));

@@ -164,7 +164,9 @@ impl Limit {
 
     /// The limit numbered `code` in a bind's refusal.
     pub(crate) fn from_code(code: u32) -> Option<Limit> {
-        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes].into_iter().find(|l| l.code() == code)
+        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes]
+            .into_iter()
+            .find(|l| l.code() == code)
     }
 
     /// The 20 bytes of a bind's refusal for this limit: `magic`, the limit's

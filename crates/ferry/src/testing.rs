@@ -23,8 +23,8 @@ pub use crate::transport::shm::{area_for, segment_len, Lent, ShmEnd, StagedRange
 pub use crate::transport::tcp::handshake::{
     accept as tcp_accept, connect as tcp_connect, TcpBind, HELLO as TCP_HELLO, MIN_GRANT, WELCOME as TCP_WELCOME,
 };
-pub use crate::transport::tcp::{Grant, TcpEnd, TlsConfig};
 use crate::transport::tcp::tls::TlsStream;
+pub use crate::transport::tcp::{Grant, TcpEnd, TlsConfig};
 pub use crate::transport::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 pub use crate::wire::{flags, Header, HeaderError, Kind, HEADER_LEN};
 
@@ -91,7 +91,13 @@ fn tls_streams(tls: &TlsConfig) -> Result<(TlsStream, TlsStream)> {
 
 /// [`tcp_pair`] in TLS: both ends present `tls`'s certificate (which must
 /// be valid for 127.0.0.1) and verify the other's; no ferry handshake.
-pub fn tls_pair(frames: usize, detached: usize, a: Arc<Doorbell>, b: Arc<Doorbell>, tls: &TlsConfig) -> Result<(TcpEnd, TcpEnd)> {
+pub fn tls_pair(
+    frames: usize,
+    detached: usize,
+    a: Arc<Doorbell>,
+    b: Arc<Doorbell>,
+    tls: &TlsConfig,
+) -> Result<(TcpEnd, TcpEnd)> {
     let (x, y) = tls_streams(tls)?;
     let (grant, timeout) = (Grant { frames, detached }, Duration::from_secs(10));
     Ok((TcpEnd::over_tls(x, grant, grant, a, timeout)?, TcpEnd::over_tls(y, grant, grant, b, timeout)?))

@@ -145,7 +145,8 @@ fn a_batch_goes_out_in_order_when_it_ends_and_a_wait_inside_it_does_not_hang() {
     // A call inside a batch: its wait writes the request first.
     let _serving = CalcServer::serve(&b, "calc", CalcImpl).unwrap();
     let calc = CalcClient::bind_to(&a, b.lookup("calc").unwrap()).unwrap();
-    let sum = common::within(Duration::from_secs(20), "a call inside a batch", move || a.batch(|| calc.add_blocking(2, 3)));
+    let sum =
+        common::within(Duration::from_secs(20), "a call inside a batch", move || a.batch(|| calc.add_blocking(2, 3)));
     assert_eq!(sum.unwrap(), 5);
 }
 

@@ -27,8 +27,8 @@ use common::calc::{CalcClient, CalcImpl, CalcServer};
 use common::segment::Segment;
 use common::Child;
 use ferry::testing::{
-    flags, segment_len, shm_connect, tcp_connect, Doorbell, Grant, Header, Kind, Liveness, SendError, ShmBind,
-    ShmEnd, TcpBind, TcpEnd, Transport, HEADER_LEN,
+    flags, segment_len, shm_connect, tcp_connect, Doorbell, Grant, Header, Kind, Liveness, SendError, ShmBind, ShmEnd,
+    TcpBind, TcpEnd, Transport, HEADER_LEN,
 };
 use ferry::{Checkpoint, Cluster, EndpointId, Team, TeamId};
 use std::collections::BTreeMap;
@@ -106,7 +106,8 @@ fn child_entry() {
     match role.as_str() {
         // Node 2: an echo port (served by a few threads) and the calc service.
         "victim" => {
-            let team = Team::builder().runtime_dir(&dir).cluster(cluster(2)).peer_timeout(PEER_TIMEOUT).start().unwrap();
+            let team =
+                Team::builder().runtime_dir(&dir).cluster(cluster(2)).peer_timeout(PEER_TIMEOUT).start().unwrap();
             let echo = Arc::new(team.open_named_raw_port("echo").unwrap());
             let _calc = CalcServer::serve(&team, "calc", CalcImpl).unwrap();
             for _ in 0..3 {
@@ -146,7 +147,8 @@ fn child_entry() {
             let calc: EndpointId = std::env::var("HOSTILE_CALC").unwrap().parse().unwrap();
             let shm = Team::builder().runtime_dir(&dir).node(2).start().unwrap();
             let dir1 = std::env::var("HOSTILE_DIR1").unwrap();
-            let tcp = Team::builder().runtime_dir(&dir1).cluster(cluster(1)).peer_timeout(PEER_TIMEOUT).start().unwrap();
+            let tcp =
+                Team::builder().runtime_dir(&dir1).cluster(cluster(1)).peer_timeout(PEER_TIMEOUT).start().unwrap();
             let stats = Arc::new(Honest::default());
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let mut loops = Vec::new();
@@ -164,18 +166,28 @@ fn child_entry() {
                         let msg = common::pattern(i as u64, 16 + (i as usize * 7) % 200);
                         let t0 = Instant::now();
                         let r = to_echo.call(&msg);
-                        s.record(path, "echo", t0.elapsed(), match r {
-                            Ok(back) if back == msg => None,
-                            Ok(_) => Some("echo came back changed".to_string()),
-                            Err(e) => Some(e.to_string()),
-                        });
+                        s.record(
+                            path,
+                            "echo",
+                            t0.elapsed(),
+                            match r {
+                                Ok(back) if back == msg => None,
+                                Ok(_) => Some("echo came back changed".to_string()),
+                                Err(e) => Some(e.to_string()),
+                            },
+                        );
                         let t0 = Instant::now();
                         let r = to_calc.add_blocking(i, 1);
-                        s.record(path, "calc", t0.elapsed(), match r {
-                            Ok(v) if v == i.wrapping_add(1) => None,
-                            Ok(v) => Some(format!("calc said {v}")),
-                            Err(e) => Some(e.to_string()),
-                        });
+                        s.record(
+                            path,
+                            "calc",
+                            t0.elapsed(),
+                            match r {
+                                Ok(v) if v == i.wrapping_add(1) => None,
+                                Ok(v) => Some(format!("calc said {v}")),
+                                Err(e) => Some(e.to_string()),
+                            },
+                        );
                         std::thread::sleep(Duration::from_millis(3));
                     }
                 }));
@@ -529,8 +541,8 @@ struct Targets {
 fn hostile_send(end: &ShmEnd, rng: &mut Rng, t: &Targets, call: &mut u64, violate: bool) {
     *call += 1;
     let dst = [t.echo, t.echo, t.calc, t.nowhere][rng.below(4)];
-    let checkpoint = [Checkpoint::Immediate, Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn]
-        [rng.below(4)];
+    let checkpoint =
+        [Checkpoint::Immediate, Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn][rng.below(4)];
     let mut h = Header::new(Kind::Data, t.me, dst, *call).with_checkpoint(checkpoint);
     h.budget_ns = [0, 1, 50_000_000, u64::MAX][rng.below(4)];
     match rng.below(10) {
@@ -599,7 +611,8 @@ fn shm_attack(dir: &Path, victim: TeamId, echo: EndpointId, calc: EndpointId, rn
         let end = shm_connect(stream, &side, victim).unwrap_or_else(|e| panic!("round {rounds}: bind: {e}"));
         let marker: [u8; 16] = rng.bytes(16).try_into().unwrap();
         end.try_send(&Header::new(Kind::Data, targets.me, targets.echo, 0), &marker).unwrap();
-        let seg = find_segment(&marker).unwrap_or_else(|| panic!("round {rounds}: the channel's segment is not in /proc/self/fd"));
+        let seg = find_segment(&marker)
+            .unwrap_or_else(|| panic!("round {rounds}: the channel's segment is not in /proc/self/fd"));
         // Scribble and send, for a while or until the channel ends: the
         // victim hangs up (`Gone`), or our own end gives up (`Closed`: its
         // producer found the head word we scribbled over corrupt; it hangs
@@ -775,7 +788,8 @@ fn tcp_round(victim_addr: SocketAddr, victim: TeamId, t: &Targets, what: Garbage
     // The end made the socket non-blocking (for both descriptors): the raw side blocks, with timeouts.
     raw.set_nonblocking(false).unwrap();
     raw.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-    let echo = |call: u64, checkpoint: Checkpoint| Header::new(Kind::Data, t.me, t.echo, call).with_checkpoint(checkpoint);
+    let echo =
+        |call: u64, checkpoint: Checkpoint| Header::new(Kind::Data, t.me, t.echo, call).with_checkpoint(checkpoint);
     // First, a call that works: the channel is a real one.
     raw.write_all(&frame(&echo(1, Checkpoint::OnReturn), b"hello")).unwrap();
     assert_eq!(await_reply(&mut raw, 1, CLOSE_BOUND), Ok(b"hello".to_vec()), "{what:?}");
@@ -959,7 +973,9 @@ fn a_hostile_peer_hurts_only_itself() {
 
     let mut honest = Child::spawn_with("honest", dir2.path(), |cmd| {
         env(cmd);
-        cmd.env("HOSTILE_DIR1", dir1.path()).env("HOSTILE_ECHO", echo.to_string()).env("HOSTILE_CALC", calc.to_string());
+        cmd.env("HOSTILE_DIR1", dir1.path())
+            .env("HOSTILE_ECHO", echo.to_string())
+            .env("HOSTILE_CALC", calc.to_string());
     });
     honest.expect("ready", START);
     // A second of honest calls with no hostile: how slow this machine is now.
@@ -994,8 +1010,16 @@ fn a_hostile_peer_hurts_only_itself() {
     assert_eq!(report.failures, 0, "the honest peer's calls failed: {}", report.line);
     let bound = WORST_LATENCY.max(quiet.worst * 4);
     assert!(report.worst < bound, "an honest call took {:?} (bound {bound:?}): {}", report.worst, report.line);
-    assert!(after_shm.shm > 50 && after_shm.tcp > 50, "the honest peer made few calls during the shm attack: {}", after_shm.line);
-    assert!(report.shm > after_shm.shm + 50 && report.tcp > after_shm.tcp + 50, "few calls during the TCP attack: {}", report.line);
+    assert!(
+        after_shm.shm > 50 && after_shm.tcp > 50,
+        "the honest peer made few calls during the shm attack: {}",
+        after_shm.line
+    );
+    assert!(
+        report.shm > after_shm.shm + 50 && report.tcp > after_shm.tcp + 50,
+        "few calls during the TCP attack: {}",
+        report.line
+    );
 
     // Afterwards: idle, not spinning; no larger than before (give or take);
     // the hostile's channels reclaimed.
@@ -1090,7 +1114,8 @@ fn a_caller_that_never_reads_its_replies_holds_up_only_itself() {
     let mut ids = ready.split_whitespace().map(|s| s.parse::<EndpointId>().unwrap());
     let (echo, calc) = (ids.next().unwrap(), ids.next().unwrap());
     let before = victim_stats(&mut victim);
-    let (victim_team, hostile) = (echo.team_id(), Team::builder().runtime_dir(dir.path()).node(2).processors(0).start().unwrap());
+    let (victim_team, hostile) =
+        (echo.team_id(), Team::builder().runtime_dir(dir.path()).node(2).processors(0).start().unwrap());
     let sock = dir.path().join("teams").join(format!("{}.sock", victim_team.team));
     let side = ShmBind {
         me: hostile.id(),
@@ -1164,7 +1189,8 @@ fn a_tcp_peer_returning_credit_it_was_never_given_is_cut_off() {
         let mut raw = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (sock, _) = listener.accept().unwrap();
         let grant = Grant { frames: 64 << 10, detached: 1 << 20 };
-        let end = TcpEnd::new(sock, grant, grant, Arc::new(Doorbell::create().unwrap()), Duration::from_secs(10)).unwrap();
+        let end =
+            TcpEnd::new(sock, grant, grant, Arc::new(Doorbell::create().unwrap()), Duration::from_secs(10)).unwrap();
         let to = |call| Header::new(Kind::Data, ferry::testing::Addr::NONE, ferry::testing::Addr::NONE, call);
         // Credit honestly returned (for a frame sent), and a heartbeat: fine.
         end.try_send(&to(1), &[1; 100]).unwrap();

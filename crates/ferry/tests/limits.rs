@@ -159,8 +159,7 @@ fn a_process_out_of_descriptors_says_so_and_does_not_spin() {
     let dir = tempfile::tempdir().unwrap();
     let parent = team(dir.path()).start().unwrap();
     let mine = parent.open_raw_port().unwrap();
-    let mut child =
-        Child::spawn_with("starved", dir.path(), |c| {
+    let mut child = Child::spawn_with("starved", dir.path(), |c| {
         c.env("PARENT_PORT", mine.id().to_string());
     });
     let send = child.expect("send ", Duration::from_secs(20));
@@ -191,4 +190,3 @@ fn a_process_out_of_descriptors_says_so_and_does_not_spin() {
     }
     assert_eq!(got, "late");
 }
-

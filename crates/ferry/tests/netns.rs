@@ -60,12 +60,20 @@ fn child_entry() {
                         })
                     }
                     // By name: the other nodes are asked for it.
-                    "calc-by-name" => CalcClient::bind(&team, words[1])
-                        .map_err(|e| Error::Refused(e.to_string()))
-                        .and_then(|c| c.add_blocking(1, 2).map(|r| assert_eq!(r, 3)).map_err(|e| Error::Refused(e.to_string()))),
-                    "calc" => CalcClient::bind_to(&team, id(1)).map_err(|e| Error::Refused(e.to_string())).and_then(|c| {
-                        (0..100).try_for_each(|i| c.add_blocking(i, i).map(|r| assert_eq!(r, 2 * i)).map_err(|e| Error::Refused(e.to_string())))
-                    }),
+                    "calc-by-name" => {
+                        CalcClient::bind(&team, words[1]).map_err(|e| Error::Refused(e.to_string())).and_then(|c| {
+                            c.add_blocking(1, 2).map(|r| assert_eq!(r, 3)).map_err(|e| Error::Refused(e.to_string()))
+                        })
+                    }
+                    "calc" => {
+                        CalcClient::bind_to(&team, id(1)).map_err(|e| Error::Refused(e.to_string())).and_then(|c| {
+                            (0..100).try_for_each(|i| {
+                                c.add_blocking(i, i)
+                                    .map(|r| assert_eq!(r, 2 * i))
+                                    .map_err(|e| Error::Refused(e.to_string()))
+                            })
+                        })
+                    }
                     "hold" => {
                         // A limit of 0: no deadline at all.
                         let limit: u64 = words[2].parse().unwrap();

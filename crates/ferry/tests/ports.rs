@@ -133,7 +133,10 @@ fn raw_messages_round_trip(p: Placement) {
                 for cp in CHECKPOINTS {
                     let m = port.recv_timeout(PATIENCE).unwrap();
                     assert!(!m.wants_reply());
-                    assert!(m.payload() == &body(i, cp)[..], "message {i} {cp:?} ({len} bytes) arrived damaged or out of order");
+                    assert!(
+                        m.payload() == &body(i, cp)[..],
+                        "message {i} {cp:?} ({len} bytes) arrived damaged or out of order"
+                    );
                 }
             }
         },
@@ -312,13 +315,16 @@ fn dropped_without_reply_is_refused(p: Placement) {
             drop(m);
             let m = port.recv_timeout(PATIENCE).unwrap();
             let _value: u32 = m.into_value(); // the value is kept, the message (and reply duty) dropped
-            // The port is fine afterwards.
+                                              // The port is fine afterwards.
             assert_eq!(port.recv_timeout(PATIENCE).unwrap().value, 3);
         },
         |tx| {
             let s = tx.team.sender::<u32>(tx.get("port"));
             assert!(matches!(s.call::<u32>(&1), Err(Error::Refused(_))));
-            assert!(matches!(s.as_raw().send(&codec::encode(&2u32).unwrap(), Checkpoint::OnReturn), Err(Error::Refused(_))));
+            assert!(matches!(
+                s.as_raw().send(&codec::encode(&2u32).unwrap(), Checkpoint::OnReturn),
+                Err(Error::Refused(_))
+            ));
             s.send(&3, Checkpoint::OnReceipt).unwrap();
         },
     );
@@ -435,7 +441,10 @@ fn immediate_to_full_port_would_block_and_loses_nothing(p: Placement) {
             assert!(accepted >= 4, "only {accepted} messages accepted");
             // The channel stays full.
             let again = s.send(&accepted, Checkpoint::Immediate);
-            assert!(matches!(again, Err(Error::WouldBlock { .. })), "a full port and channel took another message: {again:?}");
+            assert!(
+                matches!(again, Err(Error::WouldBlock { .. })),
+                "a full port and channel took another message: {again:?}"
+            );
             tx.put("accepted", accepted);
             // Room again once drained.
             tx.get::<String>("drained");
@@ -912,7 +921,8 @@ fn with_timeout_bounds_a_send_blocked_on_a_full_channel(p: Placement) {
         |tx| {
             let s = tx.team.sender::<u32>(tx.get("port"));
             // Fill the port, then the channel.
-            let fill = || (0..1_000_000).find(|_| s.send(&0, Checkpoint::Immediate).is_err()).expect("never pushed back");
+            let fill =
+                || (0..1_000_000).find(|_| s.send(&0, Checkpoint::Immediate).is_err()).expect("never pushed back");
             fill();
             tx.put("filled", "");
             tx.get::<String>("full");

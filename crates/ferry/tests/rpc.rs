@@ -141,9 +141,12 @@ fn calls_in_every_mode(p: Placement) {
             assert_eq!(p.wait().unwrap(), 2 * i as i32);
         }
         // one-way with each checkpoint
-        for (v, cp) in
-            [(1, Checkpoint::Immediate), (2, Checkpoint::OnReceipt), (3, Checkpoint::OnDelivery), (4, Checkpoint::OnReturn)]
-        {
+        for (v, cp) in [
+            (1, Checkpoint::Immediate),
+            (2, Checkpoint::OnReceipt),
+            (3, Checkpoint::OnDelivery),
+            (4, Checkpoint::OnReturn),
+        ] {
             calc.push_oneway(v, cp).unwrap();
         }
         // batched: queued, flushed by the next synchronous call, run in order before it

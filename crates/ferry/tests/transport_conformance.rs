@@ -23,8 +23,8 @@
 mod common;
 
 use ferry::testing::{
-    flags, shm_accept, shm_connect, Addr, Body, Detached, Doorbell, Header, Kind, Liveness, Recv, RecvError, SendError,
-    ShmBind, Staged, TcpBind, TcpEnd, TlsConfig, Transport, tcp_accept, tcp_connect, Grant,
+    flags, shm_accept, shm_connect, tcp_accept, tcp_connect, Addr, Body, Detached, Doorbell, Grant, Header, Kind,
+    Liveness, Recv, RecvError, SendError, ShmBind, Staged, TcpBind, TcpEnd, TlsConfig, Transport,
 };
 use ferry::{Checkpoint, Error, TeamId};
 use std::marker::PhantomData;
@@ -615,7 +615,10 @@ fn full_pipe_refuses_whole_frames_then_makes_room<F: Factory>() {
         // And the pipe is usable again: all of it for a ring; for credit,
         // all but what the reader still owes (less than a quarter).
         let refill = fill(&*pipe.a, 0, len);
-        assert!(refill <= n && 4 * refill + 4 >= 3 * n, "len {len}: {refill} frames fit after a full cycle, {n} before");
+        assert!(
+            refill <= n && 4 * refill + 4 >= 3 * n,
+            "len {len}: {refill} frames fit after a full cycle, {n} before"
+        );
     }
 }
 
@@ -1406,7 +1409,10 @@ fn refused_handshake_of_a_lying_team<F: Factory>() {
         && matches!(out.connector, Some(Err(Error::NoSuchTeam(_))));
     let unproven = matches!(out.acceptor, Some(Err(Error::Unauthenticated { .. })))
         && matches!(out.connector, Some(Err(Error::Unauthenticated { .. })));
-    assert!(checked || unproven, "acceptor {a}, connector {c}: want Protocol/NoSuchTeam or Unauthenticated on both sides");
+    assert!(
+        checked || unproven,
+        "acceptor {a}, connector {c}: want Protocol/NoSuchTeam or Unauthenticated on both sides"
+    );
 }
 
 /// A silent peer costs the other side its patience and no more:
@@ -1564,8 +1570,8 @@ conformance!(tls, Tls, handshake: yes);
 /// the one carrying a frame with a unique marker.
 mod shm_corrupt_peer {
     use super::*;
-    use ferry::testing::segment_len;
     use common::segment::Segment;
+    use ferry::testing::segment_len;
     use std::sync::atomic::AtomicU64;
 
     /// Ring size used here, unlike any other case, so fewer memfds match.

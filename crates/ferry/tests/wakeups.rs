@@ -115,7 +115,10 @@ fn a_peer_cannot_keep_a_team_from_hearing_its_other_peers() {
     stop.store(true, Ordering::Relaxed);
     drainer.join().unwrap();
     // The reason: the page is read-only for peers.
-    assert!(matches!(writable, Err(rustix::io::Errno::PERM | rustix::io::Errno::ACCESS)), "mapped writable: {writable:?}");
+    assert!(
+        matches!(writable, Err(rustix::io::Errno::PERM | rustix::io::Errno::ACCESS)),
+        "mapped writable: {writable:?}"
+    );
     assert!(written.is_err(), "a peer wrote the state page");
     assert!(!end.is_closed());
     drop(end);

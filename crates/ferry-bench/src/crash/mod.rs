@@ -34,14 +34,14 @@
 //! then the survivors leave, and nothing at all is left in the runtime
 //! directories. The command exits non-zero if any check failed.
 
-mod etcd;
+pub(crate) mod etcd;
 mod files;
 mod member;
 mod placement;
 mod procfs;
 mod protocol;
 mod report;
-mod rng;
+pub(crate) mod rng;
 mod round;
 mod service;
 mod team;

@@ -254,7 +254,11 @@ fn tcp_child(ctx: &ChildCtx) {
             let _ = tokio::task::spawn_blocking(move || crate::tcp::hear(&sock)).await;
         };
         let incoming = tonic::codegen::tokio_stream::wrappers::TcpListenerStream::new(listener);
-        Server::builder().tcp_nodelay(true).serve_with_incoming_shutdown(EchoServer, incoming, stop).await.expect("tonic: serve");
+        Server::builder()
+            .tcp_nodelay(true)
+            .serve_with_incoming_shutdown(EchoServer, incoming, stop)
+            .await
+            .expect("tonic: serve");
     });
     drop(rt);
     crate::tcp::tell(&ctx.sock, "done");

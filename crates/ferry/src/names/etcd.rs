@@ -57,7 +57,9 @@ fn bad(what: String) -> Error {
 /// reader (`Connection: close`: the body ends with the connection; a
 /// chunked body is read through [`Chunked`]).
 fn post(addr: SocketAddr, path: &str, body: &Value, timeout: Option<Duration>) -> Result<Box<dyn BufRead>> {
-    let mut sock = TcpStream::connect_timeout(&addr, REQUEST_TIMEOUT).map_err(io("connect to etcd"))?;
+    // Never zero: connect_timeout refuses it.
+    let connect = timeout.map_or(REQUEST_TIMEOUT, |t| t.min(REQUEST_TIMEOUT)).max(Duration::from_millis(1));
+    let mut sock = TcpStream::connect_timeout(&addr, connect).map_err(io("connect to etcd"))?;
     sock.set_read_timeout(timeout).map_err(io("etcd"))?;
     let body = body.to_string();
     let head = format!(
@@ -93,7 +95,12 @@ pub(crate) fn response<'a>(mut r: impl BufRead + 'a, path: &str) -> Result<Box<d
 
 /// A unary request: the whole response as JSON.
 fn call(addr: SocketAddr, path: &str, body: &Value) -> Result<Value> {
-    let r = post(addr, path, body, Some(REQUEST_TIMEOUT))?;
+    call_within(addr, path, body, REQUEST_TIMEOUT)
+}
+
+/// A unary request whose connect and each read take at most `timeout`.
+fn call_within(addr: SocketAddr, path: &str, body: &Value, timeout: Duration) -> Result<Value> {
+    let r = post(addr, path, body, Some(timeout))?;
     serde_json::from_reader(r).map_err(|e| bad(format!("etcd's answer to {path}: {e}")))
 }
 
@@ -128,6 +135,10 @@ impl Members {
 
     fn call(&self, path: &str, body: &Value) -> Result<Value> {
         self.any(|addr| call(addr, path, body))
+    }
+
+    fn call_within(&self, path: &str, body: &Value, timeout: Duration) -> Result<Value> {
+        self.any(|addr| call_within(addr, path, body, timeout))
     }
 
     fn post(&self, path: &str, body: &Value, timeout: Option<Duration>) -> Result<Box<dyn BufRead>> {
@@ -218,7 +229,11 @@ impl Lease {
                 }
             }
         }
-        tracing::warn!(lease = self.id, names = self.names.len(), "etcd lease renewed; this team's names are bound again");
+        tracing::warn!(
+            lease = self.id,
+            names = self.names.len(),
+            "etcd lease renewed; this team's names are bound again"
+        );
         Ok(())
     }
 }
@@ -261,6 +276,9 @@ impl EtcdNames {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, m, l) = (stop.clone(), members.clone(), lease.clone());
         let every = (ttl / 3).max(Duration::from_millis(100));
+        // A keep-alive that takes longer than its period is late anyway;
+        // one stuck on a cut link must not delay the next once it heals.
+        let patience = every.min(REQUEST_TIMEOUT);
         let keepalive = std::thread::Builder::new()
             .name("ferry-etcd-lease".into())
             .spawn(move || {
@@ -269,7 +287,7 @@ impl EtcdNames {
                     std::thread::sleep(Duration::from_millis(20).min(next.saturating_duration_since(Instant::now())));
                     if Instant::now() >= next {
                         let id = l.lock().id.clone();
-                        match m.call("/v3/lease/keepalive", &json!({ "ID": id })) {
+                        match m.call_within("/v3/lease/keepalive", &json!({ "ID": id }), patience) {
                             // etcd answers a lease it no longer has without a TTL.
                             Ok(r) if lease_lost(&r) => {
                                 tracing::error!(lease = id, "etcd lease expired (keep-alives did not reach etcd in time): this team's names went from etcd; renewing");

@@ -46,7 +46,13 @@ pub(crate) const ANSWER_LEN: usize = 8 + 1 + 12 + MAC_LEN;
 /// name. Fails if the node cannot be reached in `patience`, answers without
 /// our key (`Unauthenticated`), or one of us uses TLS and the other does
 /// not (`Tls`).
-pub fn ask(addr: SocketAddr, node: u16, cluster: &Cluster, name: &str, patience: Duration) -> Result<Option<EndpointId>> {
+pub fn ask(
+    addr: SocketAddr,
+    node: u16,
+    cluster: &Cluster,
+    name: &str,
+    patience: Duration,
+) -> Result<Option<EndpointId>> {
     validate_name(name)?;
     let key = &cluster.key;
     let peer = TeamId { node, team: 0, incarnation: 0 };

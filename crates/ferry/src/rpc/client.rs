@@ -151,7 +151,14 @@ impl Client {
         let again = self.retry.then(|| (self.sender.clone(), payload.clone()));
         SCRATCH.set(payload);
         let t = cost::record(Side::Client, Stage::Send, t);
-        CallFuture { team: Some(self.team.clone()), delivery: Some(delivery), failed: None, since: t, again, _r: PhantomData }
+        CallFuture {
+            team: Some(self.team.clone()),
+            delivery: Some(delivery),
+            failed: None,
+            since: t,
+            again,
+            _r: PhantomData,
+        }
     }
 
     /// A synchronous call: blocks this thread (spinning, then parked) for the result.

@@ -27,9 +27,9 @@ use rustix::buffer::spare_capacity;
 use rustix::event::{epoll, eventfd, EventfdFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::HashMap;
-use std::os::unix::fs::PermissionsExt;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -286,7 +286,8 @@ fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) -> Res
 /// connection back if it has not (it stays in epoll, or joins it).
 fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
     let mut magic = [0u8; 8];
-    let peeked = rustix::net::recv(&p.stream, &mut magic, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT);
+    let peeked =
+        rustix::net::recv(&p.stream, &mut magic, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT);
     // (Nothing yet, a hello in pieces or a hang-up: `shm::accept` sorts it out.)
     let here = peeked.is_ok_and(|(n, _)| n == 8);
     if here && (&magic == HANDED_OVER || &magic == HANDED_OVER_TLS) {
@@ -447,7 +448,9 @@ fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>
     };
     match tls_for {
         // In TLS the preamble said whom, and the connection stays here.
-        Some(said) if said != to => refused(Error::Protocol { peer: to, what: format!("its TLS preamble named {said}") }),
+        Some(said) if said != to => {
+            refused(Error::Protocol { peer: to, what: format!("its TLS preamble named {said}") })
+        }
         Some(_) if to.node != team.id.node || to.team != team.id.team => {
             tracing::debug!(%to, "refused a TCP bind in TLS for a team that is not here")
         }

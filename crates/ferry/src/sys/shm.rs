@@ -83,7 +83,7 @@ impl Mapping {
     fn map(fd: OwnedFd, len: usize, prot: ProtFlags) -> Result<Mapping> {
         // SAFETY: a fresh mapping at an address the kernel picks aliases no Rust object.
         let ptr = unsafe { mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd.as_fd(), 0) }
-        .map_err(|e| Error::io("mmap shared memory")(e.into()))?;
+            .map_err(|e| Error::io("mmap shared memory")(e.into()))?;
         Ok(Mapping { ptr: NonNull::new(ptr.cast()).expect("mmap returned null"), len, fd })
     }
 

@@ -141,9 +141,8 @@ pub struct Lines {
 
 impl Lines {
     fn new() -> Result<Lines> {
-        let fd = || {
-            eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| Error::io("eventfd")(e.into()))
-        };
+        let fd =
+            || eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| Error::io("eventfd")(e.into()));
         let (one, all) = (fd()?, fd()?);
         Ok(Lines { one: Arc::new(one), all: Arc::new(all), peers: false })
     }
@@ -266,7 +265,8 @@ impl SleepSet {
                 return Ok(set.clone());
             }
             sets.retain(|(r, _)| r.strong_count() > 0);
-            let set = Arc::new(epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create")(e.into()))?);
+            let set =
+                Arc::new(epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create")(e.into()))?);
             let mut st = self.0.state.lock();
             for (k, fds) in &st.lines {
                 watch(&set, *k, fds)?;

@@ -923,8 +923,8 @@ pub(crate) fn accept_with(
     if peer.node != cfg.me.node || !peer_pid(&stream).is_some_and(|pid| is_peer(peer, pid)) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
-    let [segment, page, one, all] = <[_; 4]>::try_from(fds)
-        .map_err(|fds| refused(peer, format!("sent {} descriptors, want 4", fds.len())))?;
+    let [segment, page, one, all] =
+        <[_; 4]>::try_from(fds).map_err(|fds| refused(peer, format!("sent {} descriptors, want 4", fds.len())))?;
     let segment = Mapping::open(segment, segment_len(cap, area))?;
     // SAFETY: the segment is at least 4096 bytes; we read its 24 header bytes by copy.
     let header = unsafe { std::ptr::read_volatile(segment.as_ptr() as *const [u8; SEGMENT_HEADER]) };

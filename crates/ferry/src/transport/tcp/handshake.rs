@@ -178,7 +178,9 @@ pub(crate) fn nonce() -> [u8; 16] {
         use std::hash::{BuildHasher, Hasher};
         for half in n.chunks_mut(8) {
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+            h.write_u128(
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+            );
             half.copy_from_slice(&h.finish().to_le_bytes());
         }
     }
@@ -341,7 +343,10 @@ pub(crate) fn check_welcome(
     let theirs = get_grant(&welcome[20..32]);
     let tag = &welcome[WELCOME_LEN - MAC_LEN..];
     if mac(key, b"ferry-tcp-1 welcome", &[hello, &welcome[..48]]).verify_slice(tag).is_err() {
-        return Err(Error::Unauthenticated { peer: expect, what: "its welcome is not signed with our cluster key".into() });
+        return Err(Error::Unauthenticated {
+            peer: expect,
+            what: "its welcome is not signed with our cluster key".into(),
+        });
     }
     if !grant_ok(theirs) {
         return Err(Error::Protocol { peer: expect, what: format!("granted {theirs:?}") });
@@ -393,7 +398,10 @@ pub(crate) fn proof_ok(
 /// The team a hello (a peer's bytes) means to reach (`Protocol` if it is no hello).
 pub(crate) fn hello_target(hello: &[u8; HELLO_LEN]) -> Result<TeamId> {
     if &hello[..8] != HELLO {
-        return Err(Error::Protocol { peer: get_id(&hello[8..20]), what: format!("bad hello magic {:?}", &hello[..8]) });
+        return Err(Error::Protocol {
+            peer: get_id(&hello[8..20]),
+            what: format!("bad hello magic {:?}", &hello[..8]),
+        });
     }
     Ok(get_id(&hello[20..32]))
 }
@@ -430,7 +438,10 @@ pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd
 pub const HELLO_BYTES: usize = HELLO_LEN;
 
 fn closed_early(me: TeamId) -> Error {
-    Error::Protocol { peer: TeamId { node: me.node, team: 0, incarnation: 0 }, what: "closed before its hello was whole".into() }
+    Error::Protocol {
+        peer: TeamId { node: me.node, team: 0, incarnation: 0 },
+        what: "closed before its hello was whole".into(),
+    }
 }
 
 /// Acceptor side: reads the rest of the connector's hello once its first 8

@@ -50,13 +50,13 @@ use crate::error::Result;
 use crate::id::Addr;
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 use parking_lot::Mutex;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub mod handshake;
 pub mod tls;
@@ -388,7 +388,13 @@ impl TcpEnd {
     /// grant the peer, `theirs` what it granted us. The socket is made
     /// non-blocking, `TCP_NODELAY`, and watched by `team`'s sleeping
     /// threads; a peer silent for `peer_timeout` is gone.
-    pub fn new(sock: TcpStream, ours: Grant, theirs: Grant, team: Arc<Doorbell>, peer_timeout: Duration) -> Result<TcpEnd> {
+    pub fn new(
+        sock: TcpStream,
+        ours: Grant,
+        theirs: Grant,
+        team: Arc<Doorbell>,
+        peer_timeout: Duration,
+    ) -> Result<TcpEnd> {
         TcpEnd::make(sock, None, ours, theirs, team, peer_timeout)
     }
 
@@ -401,7 +407,9 @@ impl TcpEnd {
         team: Arc<Doorbell>,
         peer_timeout: Duration,
     ) -> Result<TcpEnd> {
-        use rustix::time::{timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags};
+        use rustix::time::{
+            timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
+        };
         sock.set_nonblocking(true).map_err(crate::Error::io("tcp nonblocking"))?;
         sock.set_nodelay(true).map_err(crate::Error::io("tcp nodelay"))?;
         let watch = team.watch_socket(&sock, false)?;
@@ -636,16 +644,14 @@ impl TcpEnd {
                         break;
                     }
                 }
-                Err(e) => {
-                    match e.kind() {
-                        std::io::ErrorKind::WouldBlock => break,
-                        std::io::ErrorKind::Interrupted => {}
-                        _ => {
-                            self.hang_up();
-                            break;
-                        }
+                Err(e) => match e.kind() {
+                    std::io::ErrorKind::WouldBlock => break,
+                    std::io::ErrorKind::Interrupted => {}
+                    _ => {
+                        self.hang_up();
+                        break;
                     }
-                }
+                },
             }
         }
     }
