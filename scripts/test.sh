@@ -57,6 +57,12 @@ else
     status=1
 fi
 
+# A one-minute cluster soak: 3 hosts (network namespaces) of 4 teams,
+# names on etcd, a link cut and teams killed; every operation answers or
+# fails typed within its deadline, nothing duplicated, names converge
+# (docs/RELIABILITY.md has the 8-host, 10-minute run).
+FERRY_SOAK_PROFILE=debug scripts/cluster-soak.sh --hosts 3 --minutes 1 2>&1 | tee -a "$log" || status=$?
+
 # Totals over every test binary (libtest's "test result" lines; the
 # harness-less smoke test's, the fuzz targets', the crash matrix's rounds
 # and the soak's "<what>: N passed, N failed").
