@@ -1216,6 +1216,64 @@ fn a_tcp_peer_returning_credit_it_was_never_given_is_cut_off() {
     }
 }
 
+/// Regression: a TCP end took the credit its peer granted at the handshake
+/// as it came, up to the protocol's bounds (1 GiB of frames, 64 GiB of
+/// large payloads), so a peer holding the cluster key could grant that
+/// much, read nothing, and have the end queue that much for it. An end now
+/// queues for its peer no more than it grants the peer.
+#[test]
+fn a_tcp_peer_granting_huge_credit_gets_no_more_than_the_end_grants_it() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let _raw = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    let ours = Grant { frames: 64 << 10, detached: 1 << 20 };
+    let theirs = Grant { frames: 1 << 30, detached: 1 << 36 };
+    let end = TcpEnd::new(sock, ours, theirs, Arc::new(Doorbell::create().unwrap()), Duration::from_secs(10)).unwrap();
+    let to = Header::new(Kind::Data, ferry::testing::Addr::NONE, ferry::testing::Addr::NONE, 0);
+    // The peer reads nothing: frames go into the kernel's buffers, then queue.
+    let mut queued = 0usize;
+    while end.try_send(&to, &[7; 1000]).is_ok() {
+        queued += HEADER_LEN + 1000;
+        assert!(queued <= 64 << 20, "still queueing after 64 MiB for a peer that reads nothing");
+    }
+    assert!(end.max_payload() < 64 << 10, "inline payloads up to {} bytes", end.max_payload());
+    assert!(end.max_detached() <= 1 << 20, "large payloads up to {} bytes", end.max_detached());
+    // Credit counts what was sent and not yet given back, in the kernel's
+    // buffers or ours: at most the 64 KiB we grant.
+    assert!(queued <= 64 << 10, "sent {queued} bytes to a peer that reads nothing");
+}
+
+/// The other side of the bound above: two honest ends with different
+/// grants (one 16 times the other) agree on the smaller, so the reader
+/// gives credit back in time and a stream of frames never stalls (a
+/// writer held to the smaller grant while its reader counted the larger
+/// one would wait forever for credit).
+#[test]
+fn tcp_ends_with_different_grants_run_on_the_smaller_without_stalling() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let x = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (y, _) = listener.accept().unwrap();
+    let (small, large) = (Grant { frames: 64 << 10, detached: 1 << 20 }, Grant { frames: 1 << 20, detached: 16 << 20 });
+    let bell = || Arc::new(Doorbell::create().unwrap());
+    let a = TcpEnd::new(x, small, large, bell(), Duration::from_secs(10)).unwrap();
+    let b = TcpEnd::new(y, large, small, bell(), Duration::from_secs(10)).unwrap();
+    let to = Header::new(Kind::Data, ferry::testing::Addr::NONE, ferry::testing::Addr::NONE, 0);
+    let until = Instant::now() + Duration::from_secs(20);
+    for (from, into) in [(&a, &b), (&b, &a)] {
+        let (mut sent, mut got) = (0, 0);
+        while got < 2000 {
+            assert!(Instant::now() < until, "stalled: {sent} frames sent, {got} received");
+            if sent < 2000 && from.try_send(&to, &[5; 1000]).is_ok() {
+                sent += 1;
+            }
+            if matches!(into.try_recv(&mut |_, _| true), Ok(ferry::testing::Recv::Consumed)) {
+                got += 1;
+            }
+            from.tidy();
+        }
+    }
+}
+
 /// Regression: the team that binds a shared-memory channel sizes both its
 /// payload areas (up to 64 GiB: they are sparse), and the other team staged
 /// its large messages in the one it writes as long as there was room. So a

@@ -9,7 +9,9 @@
 //!
 //! **Flow control** is ferry's own, in bytes, as for a ring: a writer may
 //! have `frames` bytes of frames and `detached` bytes of large payloads in
-//! flight, as the reader granted at the handshake ([`Grant`]). The reader
+//! flight, as granted at the handshake ([`Grant`]: each side states one,
+//! and both directions run on the smaller, so a peer granting the
+//! protocol's bounds gets no more queued for it than it may queue). The reader
 //! gives credit back in `Release` frames (16 bytes: frame bytes, payload
 //! bytes): for frames it consumed, along with its next frame, or at once
 //! when a quarter of the grant is owed or the writer is nearly out of
@@ -410,6 +412,14 @@ impl TcpEnd {
         use rustix::time::{
             timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
         };
+        // Both directions run on the smaller of the two grants (each side
+        // knows both from the handshake, so they agree): a peer may grant up
+        // to the protocol's bounds (1 GiB of frames, 64 GiB of large
+        // payloads) and read nothing, and we queue for it no more than we
+        // let it queue for us. The reader must count the same grant as the
+        // writer: it returns credit by what it believes the writer holds.
+        let both = Grant { frames: theirs.frames.min(ours.frames), detached: theirs.detached.min(ours.detached) };
+        let (ours, theirs) = (both, both);
         sock.set_nonblocking(true).map_err(crate::Error::io("tcp nonblocking"))?;
         sock.set_nodelay(true).map_err(crate::Error::io("tcp nodelay"))?;
         let watch = team.watch_socket(&sock, false)?;
