@@ -1104,6 +1104,26 @@ fn a_live_peer_hanging_up_again_and_again_costs_the_victim_no_threads() {
 /// which holds up only itself.
 #[test]
 fn a_caller_that_never_reads_its_replies_holds_up_only_itself() {
+    never_reading_caller(Target::Service);
+}
+
+/// The same for a port whose threads answer with `Message::reply`: a reply
+/// waited for room up to the caller's deadline, so calls with none, from a
+/// caller that never reads, held every serving thread for good. Replies
+/// now never wait, as an RPC service's.
+#[test]
+fn a_caller_that_never_reads_its_replies_holds_up_only_itself_at_a_port() {
+    never_reading_caller(Target::Port);
+}
+
+/// What the caller that never reads calls: the calc service or the echo port.
+#[derive(Clone, Copy, PartialEq)]
+enum Target {
+    Service,
+    Port,
+}
+
+fn never_reading_caller(target: Target) {
     let dir = tempfile::tempdir().unwrap();
     let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let (addr1, addr2) = (free(), free());
@@ -1129,7 +1149,15 @@ fn a_caller_that_never_reads_its_replies_holds_up_only_itself() {
     // The honest caller, calling all along.
     let honest = Team::builder().runtime_dir(dir.path()).node(2).start().unwrap();
     let to_calc = CalcClient::bind_to(&honest, calc).unwrap().with_timeout(CALL_DEADLINE);
-    assert_eq!(to_calc.add_blocking(1, 2).unwrap(), 3);
+    let to_echo = honest.raw_sender(echo).with_timeout(CALL_DEADLINE);
+    let call = move |n: i32| match target {
+        Target::Service => to_calc.add_blocking(n, 1).map_err(|e| format!("call {n}: {e}")),
+        Target::Port => to_echo
+            .call(&(n + 1).to_le_bytes())
+            .map_err(|e| format!("call {n}: {e}"))
+            .map(|b| i32::from_le_bytes(b.try_into().unwrap())),
+    };
+    assert_eq!(call(1), Ok(2));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let calls = {
         let stop = stop.clone();
@@ -1137,7 +1165,7 @@ fn a_caller_that_never_reads_its_replies_holds_up_only_itself() {
             let (mut n, mut worst) = (0, Duration::ZERO);
             while !stop.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
-                assert_eq!(to_calc.add_blocking(n, 1).map_err(|e| format!("call {n}: {e}")), Ok(n + 1));
+                assert_eq!(call(n), Ok(n + 1));
                 worst = worst.max(t0.elapsed());
                 n += 1;
                 std::thread::sleep(Duration::from_millis(2));
@@ -1145,13 +1173,15 @@ fn a_caller_that_never_reads_its_replies_holds_up_only_itself() {
             (n, worst)
         })
     };
-    // Calls without a deadline (their envelopes are garbage: each is
-    // answered at once, with an error), as fast as the ring takes them.
+    // Calls without a deadline (to the service, their envelopes are
+    // garbage: each is answered at once, with an error; the port echoes
+    // them), as fast as the ring takes them.
+    let to = if target == Target::Service { calc } else { echo };
     let me = hostile.id().endpoint(1).unwrap().addr();
     let t0 = Instant::now();
     let mut sent = 0u64;
     while t0.elapsed() < Duration::from_millis(1500) {
-        let h = Header::new(Kind::Data, me, calc.addr(), sent + 1).with_checkpoint(Checkpoint::OnReturn);
+        let h = Header::new(Kind::Data, me, to.addr(), sent + 1).with_checkpoint(Checkpoint::OnReturn);
         match end.try_send(&h, &[0xC1; 40]) {
             Ok(()) => sent += 1,
             Err(SendError::Full) => std::thread::sleep(Duration::from_millis(1)),

@@ -245,7 +245,7 @@ pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
     if let Some(ch) = m.channel {
         match m.header.checkpoint() {
             Checkpoint::OnDelivery => team.ack(&ch, &m.header, Checkpoint::OnDelivery),
-            Checkpoint::OnReturn => reply = Some(Responder { team: team.clone(), to: Some((m.header, ch)), deadline }),
+            Checkpoint::OnReturn => reply = Some(Responder { team: team.clone(), to: Some((m.header, ch)) }),
             _ => {}
         }
     }
@@ -338,8 +338,6 @@ impl RawMessage {
 pub struct Responder {
     team: Arc<TeamInner>,
     to: Option<(Header, Arc<Channel>)>,
-    /// The caller's deadline: the reply does not wait for room past it.
-    deadline: Option<Instant>,
 }
 
 impl Responder {
@@ -349,17 +347,12 @@ impl Responder {
         (h, ch)
     }
 
-    /// Sends `bytes` as the reply.
+    /// Sends `bytes` as the reply. It never waits for room: if the
+    /// caller's channel is full it waits there, in order, until the caller
+    /// reads (see `TeamInner::reply`); `Err` if the caller is gone.
     pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
         let (h, ch) = self.to.take().unwrap();
-        self.team.reply(&ch, &h, self.deadline, bytes)
-    }
-
-    /// Sends `bytes` as the reply without waiting for room: it waits in
-    /// the channel if it must (see `TeamInner::reply_nowait`).
-    pub(crate) fn reply_nowait(mut self, bytes: &[u8]) -> Result<()> {
-        let (h, ch) = self.to.take().unwrap();
-        self.team.reply_nowait(&ch, &h, bytes)
+        self.team.reply(&ch, &h, bytes)
     }
 }
 

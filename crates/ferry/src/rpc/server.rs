@@ -210,7 +210,7 @@ impl Once {
         match st.entries.get_mut(&key) {
             Some(OnceEntry::Done(response)) => {
                 if let Some(r) = responder {
-                    let _ = r.reply_nowait(response);
+                    let _ = r.reply(response);
                 }
                 None
             }
@@ -238,7 +238,7 @@ impl Once {
             }
         };
         for r in waiting {
-            let _ = r.reply_nowait(response);
+            let _ = r.reply(response);
         }
     }
 }
@@ -324,7 +324,7 @@ impl IncomingCall {
             once.finish(key, response);
         }
         match self.responder.take() {
-            Some(r) => r.reply_nowait(response),
+            Some(r) => r.reply(response),
             None => Ok(()),
         }
     }
@@ -542,7 +542,7 @@ impl ServiceEndpoint {
         let arrived = msg.arrived();
         let answer = |r: Option<Responder>, response: Vec<u8>| {
             if let Some(r) = r {
-                let _ = r.reply_nowait(&response);
+                let _ = r.reply(&response);
             }
         };
         match envelope::parse(msg.payload()) {

@@ -86,7 +86,7 @@ pub(crate) type Direct = inbox::Direct<Incoming>;
 /// area) room like data, with the request's deadline (see
 /// `TeamInner::reply`), so the bound never refuses one. An RPC server's
 /// replies do not even wait: one that finds no room waits in the channel's
-/// outbox (see `TeamInner::reply_nowait`), and the same bound applies to
+/// outbox (see `TeamInner::reply`), and the same bound applies to
 /// them (this many, or `hold_bytes` bytes of them): past it, no frame that
 /// may need an answer is taken from the peer until it reads.
 pub const CONTROL_BACKLOG: usize = 4096;

@@ -177,7 +177,7 @@ impl TeamInner {
     /// Whether frames that may need an answer must stay in `ch` for now:
     /// its control backlog is at its bound (see `CONTROL_BACKLOG`), or as
     /// many replies (or `hold_bytes` bytes of them) wait in its outbox for
-    /// the peer to read (see `TeamInner::reply_nowait`).
+    /// the peer to read (see `TeamInner::reply`).
     fn answers_wait(&self, ch: &Arc<Channel>) -> bool {
         !Arc::ptr_eq(ch, &self.loopback)
             && (ch.backlog_full() || ch.outbox.answers_over(CONTROL_BACKLOG, self.cfg.hold_bytes))

@@ -17,7 +17,7 @@
 //! never to the progress loop, which wakes the waiting futures instead.
 //!
 //! Answers wait here too: the replies of an RPC server, which never waits
-//! for room (see `TeamInner::reply_nowait`). No future waits on one, so the
+//! for room (see `TeamInner::reply`). No future waits on one, so the
 //! progress loop stages their large payloads itself, and none is ever
 //! refused for lack of room; how many wait on a channel is counted, and at
 //! a bound the team takes no more calls from that peer (`answers_wait`).

@@ -312,21 +312,9 @@ impl TeamInner {
     }
 
     /// Replies to a received `OnReturn` message `h`, on the channel it came
-    /// by. Nobody waits for a reply past the request's `deadline`.
-    ///
-    /// A reply is never refused for lack of control backlog room: it does
-    /// not go through the backlog (which only acks, nacks and cancels join,
-    /// see `CONTROL_BACKLOG`) but waits, like any message, for ring and
-    /// payload area room, behind the backlog, which the peer drains by
-    /// reading. Its one stand-in that does join the backlog, the `NoReply`
-    /// nack of a responder dropped unanswered, is never refused either.
-    pub fn reply(&self, ch: &Channel, h: &Header, deadline: Option<Instant>, payload: &[u8]) -> Result<()> {
-        self.send_message(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload, true, deadline)
-    }
-
-    /// [`TeamInner::reply`] without waiting for room (how an RPC server
-    /// replies: a caller that reads nothing must not hold up the service,
-    /// and every other caller with it). The reply goes now if the channel
+    /// by, without waiting for room (a port's or an RPC server's thread: a
+    /// caller that reads nothing must not hold it up, and every other
+    /// caller with it). The reply goes now if the channel
     /// takes it; else it waits in the channel's outbox, in order, and goes
     /// when the peer makes room (or goes with the channel when it closes).
     /// `Ok` means written or waiting. While [`CONTROL_BACKLOG`] answers (or
@@ -335,7 +323,7 @@ impl TeamInner {
     /// holds up its own calls only.
     ///
     /// [`CONTROL_BACKLOG`]: super::channel::CONTROL_BACKLOG
-    pub fn reply_nowait(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
+    pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
         let header = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
         self.check_size(ch, payload.len())?;
         let mut staged = None;
