@@ -98,6 +98,27 @@ fn a_node_out_of_reach_is_no_such_team() {
     }
 }
 
+/// Regression: a blocking send's first use bound the channel on its own
+/// thread, up to the handshake's timeouts (5 s to connect, 5 s for each
+/// answer), whatever the send's deadline: in the cluster soak a send with
+/// a 5 s deadline took 6.1 s. It now waits for the bind no longer than its
+/// deadline. Here node 2's address takes connections and never answers.
+#[test]
+fn a_send_to_a_node_that_never_answers_ends_at_its_deadline() {
+    let d1 = tempfile::tempdir().unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = [free_addr(), silent.local_addr().unwrap()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let id: ferry::EndpointId = "2.1.1#00000001".parse().unwrap();
+    for checkpoint in [Checkpoint::Immediate, Checkpoint::OnReceipt, Checkpoint::OnReturn] {
+        let t0 = Instant::now();
+        let r = a.raw_sender(id).with_timeout(Duration::from_millis(300)).send(b"anyone?", checkpoint);
+        let took = t0.elapsed();
+        assert!(matches!(r, Err(Error::DeadlineExceeded)), "{checkpoint:?}: {r:?}");
+        assert!(took < Duration::from_secs(2), "{checkpoint:?}: took {took:?} past a 300 ms deadline");
+    }
+}
+
 /// The peer's team going away mid-call fails the call with `PeerGone`, and
 /// the next call binds again (to whoever is there now).
 #[test]

@@ -1304,6 +1304,40 @@ fn tcp_ends_with_different_grants_run_on_the_smaller_without_stalling() {
     }
 }
 
+/// Regression: a TCP end read all the kernel held before splitting frames,
+/// growing its buffer 64 KiB a read while reads filled it, so a peer that
+/// streams credit frames (which need no credit) faster than the end reads
+/// grew the buffer without bound. A pump now stops at the credit granted
+/// and a read's worth, and the next receive goes on from there.
+#[test]
+fn a_tcp_peer_streaming_credit_frames_does_not_grow_the_ends_buffer() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut raw = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    let grant = Grant { frames: 64 << 10, detached: 1 << 20 };
+    let end = TcpEnd::new(sock, grant, grant, Arc::new(Doorbell::create().unwrap()), Duration::from_secs(10)).unwrap();
+    let h = Header::new(Kind::Release, ferry::testing::Addr::NONE, ferry::testing::Addr::NONE, 0);
+    let heartbeat = frame(&h, &[0u8; 16]);
+    // 64 MiB of heartbeats (empty credit frames), in 1 MiB writes, as fast as the socket takes them.
+    let chunk: Vec<u8> =
+        heartbeat.iter().copied().cycle().take(heartbeat.len() * ((1 << 20) / heartbeat.len())).collect();
+    let writer = std::thread::spawn(move || {
+        for _ in 0..64 {
+            raw.write_all(&chunk).unwrap();
+        }
+        raw
+    });
+    let mut largest = 0;
+    while !writer.is_finished() {
+        assert!(matches!(end.try_recv(&mut |_, _| true), Ok(ferry::testing::Recv::Empty)));
+        largest = largest.max(end.rx_buffer_len());
+    }
+    let _raw = writer.join().unwrap();
+    assert!(!end.is_closed(), "heartbeats closed the channel");
+    // The cap (64 KiB + 1 MiB of credit, 64 KiB of read) and a read past it, doubled by the compaction's lag.
+    assert!(largest <= 4 << 20, "the buffer grew to {largest} bytes");
+}
+
 /// Regression: the team that binds a shared-memory channel sizes both its
 /// payload areas (up to 64 GiB: they are sparse), and the other team staged
 /// its large messages in the one it writes as long as there was room. So a

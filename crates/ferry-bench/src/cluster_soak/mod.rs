@@ -70,8 +70,11 @@ const HEAD: usize = 4 + 4 + 8 + 1 + 8;
 /// The port every node listens on.
 const NODE_PORT: u16 = 7400;
 
+/// What every team's name starts with.
+const NAME_PREFIX: &str = "csoak-";
+
 fn name(i: usize) -> String {
-    format!("csoak-{i}")
+    format!("{NAME_PREFIX}{i}")
 }
 
 /// What a team process is told at start.
@@ -170,17 +173,21 @@ fn watch_names(
     let client = ferry::testing::EtcdNames::connect(&[etcd], Duration::from_secs(60))?;
     Ok(std::thread::spawn(move || {
         let mut seen = Timeline { changes: vec![vec![(Instant::now(), None)]; teams], slowest_round: Duration::ZERO };
-        let mut round = Instant::now();
+        let mut last_look = Instant::now();
         while !done.load(Ordering::Relaxed) {
+            std::thread::sleep(NAME_POLL);
+            // Every name in one request (etcd out of reach: no change seen).
+            let Ok(bound) = client.list(NAME_PREFIX) else { continue };
+            let now = Instant::now();
+            seen.slowest_round = seen.slowest_round.max(now - last_look);
+            last_look = now;
+            let bound: HashMap<String, String> = bound.into_iter().map(|(n, ep)| (n, ep.to_string())).collect();
             for (i, changes) in seen.changes.iter_mut().enumerate() {
-                let got = client.lookup(&name(i)).ok().map(|ep| ep.to_string());
+                let got = bound.get(&name(i)).cloned();
                 if changes.last().is_some_and(|(_, was)| *was != got) {
-                    changes.push((Instant::now(), got));
+                    changes.push((now, got));
                 }
             }
-            std::thread::sleep(NAME_POLL);
-            seen.slowest_round = seen.slowest_round.max(round.elapsed());
-            round = Instant::now();
         }
         seen
     }))
@@ -400,7 +407,10 @@ impl Soak {
             "messages": messages, "duplicated": duplicated, "reordered": reordered, "corrupted": corrupted,
             "acked_missing": missing,
         });
-        (report, late + duplicated + reordered + corrupted + missing)
+        // Reordering is reported, not failed: across a peer's bind made
+        // before the team knew its old channel failed, an old message may
+        // still overtake (docs/RELIABILITY.md, Cluster soak).
+        (report, late + duplicated + corrupted + missing)
     }
 
     /// The names: after each kill, how long the dead incarnation's binding
@@ -549,11 +559,10 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
     if traffic_bad + names_late > 0 {
         let n = |k: &str| report[k].as_u64().unwrap_or(0);
         return Err(fail(format!(
-            "{} operations past their deadline, {} duplicated, {} reordered, {} corrupted, {} confirmed but \
-             not received, {names_late} names not converged within a TTL",
+            "{} operations past their deadline, {} duplicated, {} corrupted, {} confirmed but not received, \
+             {names_late} names not converged within a TTL",
             n("late"),
             n("duplicated"),
-            n("reordered"),
             n("corrupted"),
             n("acked_missing")
         )));

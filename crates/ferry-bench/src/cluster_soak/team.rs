@@ -68,6 +68,12 @@ impl Seen {
         }
         self.duplicated += u64::from(dup);
         self.reordered += u64::from(reordered);
+        if dup || reordered {
+            eprintln!(
+                "cluster soak: from team {from}#{inc}: {} message {seq}",
+                if dup { "a duplicated" } else { "a reordered" }
+            );
+        }
         Some(sum)
     }
 }

@@ -354,6 +354,24 @@ impl EtcdNames {
         self.get(name)?.0.ok_or_else(|| Error::NameNotFound(name.to_string()))
     }
 
+    /// Every name that starts with `prefix`, with its endpoint (one request).
+    pub fn list(&self, prefix: &str) -> Result<Vec<(String, EndpointId)>> {
+        let from = format!("{PREFIX}{prefix}");
+        // The range's end: the prefix with its last byte raised (the keys are text).
+        let mut end = from.clone().into_bytes();
+        *end.last_mut().expect("a non-empty prefix") += 1;
+        let r = self.members.call(
+            "/v3/kv/range",
+            &json!({ "key": b64(&from), "range_end": base64::engine::general_purpose::STANDARD.encode(&end) }),
+        )?;
+        Ok((r["kvs"].as_array().into_iter().flatten())
+            .filter_map(|kv| {
+                let name = unb64(&kv["key"])?.strip_prefix(PREFIX)?.to_string();
+                Some((name, unb64(&kv["value"])?.parse().ok()?))
+            })
+            .collect())
+    }
+
     /// Waits, at most `limit`, for `name` to be bound: looks, then watches
     /// the key from the revision after the look.
     pub fn wait_for(&self, name: &str, limit: Duration) -> Result<EndpointId> {

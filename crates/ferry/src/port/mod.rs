@@ -431,8 +431,11 @@ impl RawSender {
         if let Some(ch) = self.cached() {
             return self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking);
         }
-        // First use, or the channel died: the team finds (or binds) the current one.
-        let route = match blocking {
+        // First use, or the channel died: the team finds (or binds) the
+        // current one. A blocking send with no deadline binds on this
+        // thread (the handshake's own timeouts bound it); one with a
+        // deadline waits for the bind no longer than that.
+        let route = match blocking && deadline.is_none() {
             true => self.team.channel_to(self.to.team_id()).map(Route::Ready),
             false => self.team.route_async(self.to.team_id()),
         };

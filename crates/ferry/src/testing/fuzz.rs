@@ -801,7 +801,8 @@ pub fn tcp_frames(data: &[u8]) {
                 loop {
                     let n = rx.read(chunk);
                     chunk = &chunk[n..];
-                    if !rx.full() || chunk.is_empty() {
+                    // Stopped at the cap (`pump` says `capped` then), or drained.
+                    if n == 0 || !rx.full() || chunk.is_empty() {
                         break;
                     }
                 }

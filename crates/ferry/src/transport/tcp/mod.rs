@@ -222,6 +222,13 @@ pub(crate) struct Rx {
     /// What the peer may still send us: a frame past it is a protocol violation.
     grant: usize,
     grant_detached: usize,
+    /// The most bytes buffered past the consumed head before reads stop:
+    /// all the credit granted and a read's worth (credit frames need no
+    /// credit, so a peer streaming them must not grow the buffer).
+    cap: usize,
+    /// The last pump stopped at `cap`: the kernel may hold more, and no
+    /// new edge will say so.
+    pub(crate) capped: bool,
 }
 
 /// The reading side's bookkeeping: pure (the socket reads go to
@@ -236,6 +243,8 @@ impl Rx {
             frames: VecDeque::new(),
             grant: ours.frames,
             grant_detached: ours.detached,
+            cap: ours.frames.saturating_add(ours.detached).saturating_add(READ),
+            capped: false,
         }
     }
 
@@ -253,14 +262,33 @@ impl Rx {
     }
 
     /// Where the next read goes: at least `READ` bytes after those buffered
-    /// (the caller adds what it read to `end`).
-    pub(crate) fn room(&mut self) -> &mut [u8] {
+    /// (the caller adds what it read to `end`); `None` once `cap` bytes are
+    /// buffered (split them first: credit frames go, data frames wait for
+    /// their reader).
+    pub(crate) fn room(&mut self) -> Option<&mut [u8]> {
+        if self.end - self.at >= self.cap {
+            return None;
+        }
         if self.buf.len() - self.end < READ {
             // Zeroed once, when the buffer grows; reads reuse it.
             let grown = self.end + READ;
             self.buf.resize(grown, 0);
         }
-        &mut self.buf[self.end..]
+        let to = self.room_end();
+        Some(&mut self.buf[self.end..to])
+    }
+
+    /// Where the room [`Rx::room`] gives ends: the buffer's end, or a
+    /// read's worth past the cap. A read that fills it may have left more
+    /// in the kernel.
+    fn room_end(&self) -> usize {
+        self.buf.len().min(self.at.saturating_add(self.cap).saturating_add(READ))
+    }
+
+    /// Whether a receive has something to do: a whole frame, or bytes the
+    /// last pump left in the kernel.
+    fn ready(&self) -> bool {
+        !self.frames.is_empty() || self.capped
     }
 
     /// Splits the whole frames after `parsed`: data frames are queued (each
@@ -341,7 +369,7 @@ impl Rx {
     /// A read off the socket that returned `bytes` (as many as fit in
     /// [`Rx::room`]); returns how many were taken.
     pub(crate) fn read(&mut self, bytes: &[u8]) -> usize {
-        let room = self.room();
+        let Some(room) = self.room() else { return 0 };
         let n = room.len().min(bytes.len());
         room[..n].copy_from_slice(&bytes[..n]);
         self.end += n;
@@ -360,6 +388,11 @@ impl Rx {
         sum
     }
 
+    /// The buffer's size (for tests of its bound).
+    pub(crate) fn buffer_len(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Credit returned to the peer (as `TcpEnd::parse` adds it).
     pub(crate) fn regrant(&mut self, frames: usize, detached: usize) {
         self.grant += frames;
@@ -368,7 +401,7 @@ impl Rx {
 
     /// Whether a read would fill the room it was given (`pump` reads again then).
     pub(crate) fn full(&self) -> bool {
-        self.end == self.buf.len()
+        self.end == self.room_end()
     }
 
     /// Checks the bookkeeping's invariants: consumed ≤ parsed ≤ read ≤
@@ -376,12 +409,27 @@ impl Rx {
     /// parsed part. Returns the bytes buffered.
     pub(crate) fn check(&self) -> usize {
         assert!(self.at <= self.parsed && self.parsed <= self.end && self.end <= self.buf.len());
+        // Reads stop at the cap; the last one may pass it by a read's worth.
+        assert!(
+            self.end - self.at <= self.cap + READ,
+            "{} bytes buffered past a cap of {}",
+            self.end - self.at,
+            self.cap
+        );
         let mut last = self.at;
         for &f in &self.frames {
             assert!(f >= last && f + HEADER_LEN <= self.parsed, "a queued frame outside the parsed bytes");
             last = f + HEADER_LEN;
         }
         self.end
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl TcpEnd {
+    /// The size of the reading side's buffer (for tests of its bound).
+    pub fn rx_buffer_len(&self) -> usize {
+        self.rx.lock().buffer_len()
     }
 }
 
@@ -621,45 +669,50 @@ impl TcpEnd {
         }
     }
 
-    /// Reads everything the kernel holds into `rx`, parses whole frames:
-    /// data frames are queued, credit frames applied. The buffer stays
-    /// bounded: the peer cannot send past the credit we granted.
+    /// Reads what the kernel holds into `rx`, up to its cap, and parses
+    /// whole frames: data frames are queued, credit frames applied. The
+    /// buffer stays bounded: the peer cannot send past the credit we
+    /// granted, and a pump stops at the cap (`capped`: the next receive
+    /// pumps again, after the frames it holds are taken).
     fn pump(&self, rx: &mut Rx) -> std::result::Result<(), RecvError> {
         if self.stream_done.load(Ordering::Relaxed) {
+            rx.capped = false;
             return Ok(());
         }
         rx.compact();
-        match &self.tls {
+        rx.capped = match &self.tls {
             None => self.read_plain(rx),
             Some(session) => self.read_tls(rx, session)?,
-        }
+        };
         self.parse(rx)?;
-        self.rx_ready.store(!rx.frames.is_empty(), Ordering::Release);
+        self.rx_ready.store(rx.ready(), Ordering::Release);
         Ok(())
     }
 
-    /// Reads everything the kernel holds into `rx` as it is.
+    /// Reads what the kernel holds into `rx` as it is; true if it stopped
+    /// at `rx`'s cap.
     #[inline]
-    fn read_plain(&self, rx: &mut Rx) {
+    fn read_plain(&self, rx: &mut Rx) -> bool {
         loop {
-            match (&self.sock).read(rx.room()) {
+            let Some(room) = rx.room() else { return true };
+            match (&self.sock).read(room) {
                 Ok(n) => {
                     rx.end += n;
                     self.last_heard.store(clock(), Ordering::Relaxed);
                     if n == 0 {
                         self.hang_up();
-                        break;
+                        return false;
                     }
-                    if rx.end < rx.buf.len() {
-                        break;
+                    if rx.end < rx.room_end() {
+                        return false;
                     }
                 }
                 Err(e) => match e.kind() {
-                    std::io::ErrorKind::WouldBlock => break,
+                    std::io::ErrorKind::WouldBlock => return false,
                     std::io::ErrorKind::Interrupted => {}
                     _ => {
                         self.hang_up();
-                        break;
+                        return false;
                     }
                 },
             }
@@ -865,7 +918,7 @@ impl Transport for TcpEnd {
             return Ok(Recv::Kept);
         }
         rx.pop_front();
-        self.rx_ready.store(!rx.frames.is_empty(), Ordering::Release);
+        self.rx_ready.store(rx.ready(), Ordering::Release);
         // The writer may be nearly out of credit: then it gets it back now.
         let writer_low = rx.grant < self.return_at;
         drop(rx);

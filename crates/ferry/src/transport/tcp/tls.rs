@@ -332,11 +332,13 @@ mod real {
 
         /// Reads everything the kernel holds, through the session, into
         /// `rx`. Bytes that are not TLS (or fail its checks) are `Corrupt`.
+        /// Reads and decrypts what the kernel holds into `rx`, up to its
+        /// cap (`Ok(true)`: stopped there; rustls or the kernel may hold more).
         pub(in crate::transport::tcp) fn read_tls(
             &self,
             rx: &mut Rx,
             session: &Mutex<Session>,
-        ) -> std::result::Result<(), crate::transport::RecvError> {
+        ) -> std::result::Result<bool, crate::transport::RecvError> {
             use std::io::ErrorKind as K;
             let corrupt = |e: &dyn std::fmt::Display| crate::transport::RecvError::Corrupt(format!("TLS: {e}"));
             let mut s = session.lock();
@@ -349,22 +351,27 @@ mod real {
                     let _ = conn.write_tls(&mut &self.sock);
                     break Err(corrupt(&e));
                 }
-                // Every decrypted byte, into the frame buffer.
+                // Every decrypted byte, into the frame buffer (up to its cap).
                 let ended = loop {
-                    match conn.reader().read(rx.room()) {
-                        Ok(0) => break true, // the peer ended TLS (close_notify)
+                    let Some(room) = rx.room() else { break None };
+                    match conn.reader().read(room) {
+                        Ok(0) => break Some(true), // the peer ended TLS (close_notify)
                         Ok(n) => rx.end += n,
-                        Err(e) if e.kind() == K::WouldBlock => break false,
-                        Err(_) => break true, // the stream ended without TLS's end
+                        Err(e) if e.kind() == K::WouldBlock => break Some(false),
+                        Err(_) => break Some(true), // the stream ended without TLS's end
                     }
                 };
-                if ended {
-                    self.hang_up();
-                    break Ok(());
+                match ended {
+                    None => break Ok(true),
+                    Some(true) => {
+                        self.hang_up();
+                        break Ok(false);
+                    }
+                    Some(false) => {}
                 }
                 if fed < got {
                     match conn.read_tls(&mut &scratch[fed..got]) {
-                        Ok(0) => break Ok(()),
+                        Ok(0) => break Ok(false),
                         Ok(n) => fed += n,
                         Err(e) => break Err(corrupt(&e)),
                     }
@@ -380,11 +387,11 @@ mod real {
                         self.last_heard.store(clock(), std::sync::atomic::Ordering::Relaxed);
                         (fed, got) = (0, n);
                     }
-                    Err(e) if e.kind() == K::WouldBlock => break Ok(()),
+                    Err(e) if e.kind() == K::WouldBlock => break Ok(false),
                     Err(e) if e.kind() == K::Interrupted => {}
                     Err(_) => {
                         self.hang_up();
-                        break Ok(());
+                        break Ok(false);
                     }
                 }
             };
@@ -473,7 +480,7 @@ mod none {
             &self,
             _: &mut Rx,
             session: &Mutex<Session>,
-        ) -> std::result::Result<(), crate::transport::RecvError> {
+        ) -> std::result::Result<bool, crate::transport::RecvError> {
             match *session.lock() {}
         }
 
