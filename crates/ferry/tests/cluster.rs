@@ -200,3 +200,39 @@ fn names_registered_on_one_node_are_found_from_another() {
     let _hidden = c.open_named_port::<u8>("hidden").unwrap();
     assert!(matches!(a.lookup("hidden"), Err(Error::NameNotFound(_))));
 }
+
+/// Regression: a TCP channel's liveness look (the reactor, at every
+/// heartbeat tick) reads the socket while it holds the channel, so it could
+/// take a frame, and the socket's edge with it, while the thread that edge
+/// woke found the channel locked and went back to sleep: the frame waited
+/// for the park timeout (50 ms; seen as calls of 50 ms now and then). The
+/// look now wakes a thread for what it read, and a probe that finds the
+/// socket's reader busy has it read again. Heartbeats every 25 ms here,
+/// so a few seconds of calls meet hundreds of them.
+#[test]
+fn no_wakeup_is_lost_to_a_heartbeat_reading_the_socket() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let addrs = [free_addr(), free_addr()];
+    let start = |dir: &Path, node| {
+        let b = Team::builder().runtime_dir(dir).cluster(cluster(&addrs, node, KEY));
+        b.blocking().peer_timeout(Duration::from_millis(100)).start().unwrap()
+    };
+    let (a, b) = (start(dirs[0].path(), 1), start(dirs[1].path(), 2));
+    let port = b.open_raw_port().unwrap();
+    let to = a.raw_sender(port.id()).with_timeout(Duration::from_secs(5));
+    std::thread::spawn(move || {
+        while let Ok(m) = port.recv_blocking() {
+            let back = m.payload().to_vec();
+            let _ = m.reply(&back);
+        }
+    });
+    let t0 = Instant::now();
+    let mut calls = 0;
+    while t0.elapsed() < Duration::from_secs(3) {
+        assert_eq!(to.call(b"ping").unwrap(), b"ping");
+        calls += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let late = (a.late_wakeups(), b.late_wakeups());
+    assert_eq!(late, (0, 0), "threads slept to their park timeout with frames waiting, in {calls} calls");
+}

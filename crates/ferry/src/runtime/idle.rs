@@ -123,7 +123,17 @@ impl<'a> Idle<'a> {
             if let Some(d) = self.until {
                 timeout = timeout.min(d.saturating_duration_since(Instant::now()));
             }
+            let slept = Instant::now();
             team.doorbell.park(timeout);
+            // Slept to the park timeout while a frame waited (not one held
+            // for a full inbox): its wake-up was lost (see `Team::late_wakeups`).
+            if timeout >= team.cfg.park_timeout
+                && slept.elapsed() >= timeout
+                && self.channels.iter().any(|c| !c.held.load(Ordering::Relaxed) && c.transport.has_frame())
+            {
+                team.late_wakeups.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(team = %team.id, "a thread slept to its park timeout while a channel had work");
+            }
         }
         parked(false);
         if self.run_tasks {

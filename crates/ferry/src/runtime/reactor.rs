@@ -334,7 +334,16 @@ fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
 fn check_hangup(team: &Arc<TeamInner>, ch: &Arc<Channel>) {
     let rx = ch.rx.lock();
     match ch.transport.check_liveness() {
-        Liveness::Alive => return,
+        Liveness::Alive => {
+            drop(rx);
+            // The look reads the socket: it may have taken frames (and the
+            // socket's edge, their one wake-up) while a woken thread found
+            // the channel locked and went back to sleep. Wake one for them.
+            if ch.needs_attention() {
+                team.doorbell.ring_now();
+            }
+            return;
+        }
         // The files of a dead team of this node (a team of another node has none here).
         Liveness::Gone if !team.is_shut_down() && ch.peer.node == team.id.node => {
             super::peers::sweep_dead_team(&team.names, ch.peer.team)

@@ -22,7 +22,7 @@ use crate::transport::doorbell::Doorbell;
 use crate::transport::{inproc, shm, tcp};
 use parking_lot::Mutex;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -146,6 +146,14 @@ impl Team {
         self.inner.plane.lookup(name)
     }
 
+    /// How many times a thread of this team slept until its park timeout
+    /// (`TeamBuilder::park_timeout`) while a channel had work for it: a
+    /// wake-up that was lost, the timeout bounding the delay. It should
+    /// stay 0; it is counted for tests and monitoring.
+    pub fn late_wakeups(&self) -> u64 {
+        self.inner.late_wakeups.load(Ordering::Relaxed)
+    }
+
     /// Leaves now: fails what waits on this team with `Shutdown`, closes
     /// channels, removes files, drops tasks. Returns within about
     /// `shutdown_grace` (default 1 s) even if a handler or task never does:
@@ -178,6 +186,8 @@ pub(crate) struct TeamInner {
     shut_down: AtomicBool,
     /// Names bound now (at most `cfg.max_names`).
     names_held: AtomicUsize,
+    /// See [`Team::late_wakeups`].
+    pub(super) late_wakeups: AtomicU64,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub(super) reactor: Reactor,
 }
@@ -226,6 +236,7 @@ impl TeamInner {
             calls: Calls::default(),
             shut_down: AtomicBool::new(false),
             names_held: AtomicUsize::new(0),
+            late_wakeups: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
             reactor,
             cfg,

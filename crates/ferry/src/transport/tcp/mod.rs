@@ -156,6 +156,10 @@ pub struct TcpEnd {
     rx: Mutex<Rx>,
     /// A whole frame waits in `rx` (a hint for `has_frame`).
     rx_ready: AtomicBool,
+    /// A probe wanted to read the socket while `rx` was locked: the holder
+    /// reads again once it unlocks (the probe may have taken the socket's
+    /// edge, the one wake-up the data will get).
+    rx_wanted: AtomicBool,
     /// Sends fail; receives report `PeerGone` once drained.
     closed: AtomicBool,
     /// The peer hung up (end of stream or reset) before we closed.
@@ -266,16 +270,28 @@ impl Rx {
     /// buffered (split them first: credit frames go, data frames wait for
     /// their reader).
     pub(crate) fn room(&mut self) -> Option<&mut [u8]> {
-        if self.end - self.at >= self.cap {
+        if self.at_cap() {
             return None;
         }
+        self.room_past_cap();
+        let (from, to) = (self.end, self.room_end());
+        Some(&mut self.buf[from..to])
+    }
+
+    /// Whether `cap` bytes are buffered past the consumed head.
+    pub(crate) fn at_cap(&self) -> bool {
+        self.end - self.at >= self.cap
+    }
+
+    /// At least `READ` bytes of room, whatever is buffered (for bytes that
+    /// must go somewhere: what TLS decrypted of a record read before the cap).
+    pub(crate) fn room_past_cap(&mut self) -> &mut [u8] {
         if self.buf.len() - self.end < READ {
             // Zeroed once, when the buffer grows; reads reuse it.
             let grown = self.end + READ;
             self.buf.resize(grown, 0);
         }
-        let to = self.room_end();
-        Some(&mut self.buf[self.end..to])
+        &mut self.buf[self.end..]
     }
 
     /// Where the room [`Rx::room`] gives ends: the buffer's end, or a
@@ -487,6 +503,7 @@ impl TcpEnd {
             writer_waiting: AtomicBool::new(false),
             rx: Mutex::new(Rx::new(ours)),
             rx_ready: AtomicBool::new(false),
+            rx_wanted: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             hung_up: AtomicBool::new(false),
             stream_done: AtomicBool::new(false),
@@ -660,13 +677,78 @@ impl TcpEnd {
     /// Reads what the socket holds (unless a receive is under way, which
     /// does it), applying credit frames.
     fn pump_credit(&self) {
-        if let Some(mut rx) = self.rx.try_lock() {
+        // Twice at most: once more if a probe found `rx` locked meanwhile.
+        for _ in 0..2 {
+            // Said before trying (Dekker with the holder's unlock → look):
+            // either the lock is free, or its holder sees that we wanted in.
+            self.rx_wanted.store(true, Ordering::SeqCst);
+            let Some(mut rx) = self.rx.try_lock() else { return };
+            self.rx_wanted.store(false, Ordering::Relaxed);
             if let Err(e) = self.pump(&mut rx) {
                 tracing::warn!(%e, "closing a TCP channel: the peer broke the protocol");
                 drop(rx);
                 self.abort();
+                return;
+            }
+            drop(rx);
+            if !self.rx_wanted.swap(false, Ordering::SeqCst) {
+                return;
             }
         }
+    }
+
+    /// One receive (see `Transport::try_recv`).
+    fn try_recv_once(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.ended.load(Ordering::Relaxed) {
+            return Ok(Recv::PeerGone);
+        }
+        let mut rx = self.rx.lock();
+        if rx.frames.is_empty() {
+            if let Err(e) = self.pump(&mut rx) {
+                drop(rx);
+                self.abort();
+                return Err(e);
+            }
+        }
+        let Some((h, payload)) = rx.front() else {
+            return if closed || self.stream_done.load(Ordering::Acquire) {
+                self.ended.store(true, Ordering::Relaxed);
+                Ok(Recv::PeerGone)
+            } else {
+                Ok(Recv::Empty)
+            };
+        };
+        let len = payload.len();
+        let payload = &rx.buf[payload];
+        let taken = if h.detached() {
+            let back = self.returned.clone();
+            let mut slot = Some(Detached::Received(Received { bytes: payload.to_vec(), credit: len, back }));
+            let taken = accept(&h, Body::Detached(&mut slot));
+            if let Some(Detached::Received(mut refused)) = slot {
+                // Still ours: the frame stays, its credit is not given back.
+                refused.credit = 0;
+            }
+            taken
+        } else {
+            accept(&h, Body::Inline(payload))
+        };
+        if !taken {
+            return Ok(Recv::Kept);
+        }
+        rx.pop_front();
+        self.rx_ready.store(rx.ready(), Ordering::Release);
+        // The writer may be nearly out of credit: then it gets it back now.
+        let writer_low = rx.grant < self.return_at;
+        drop(rx);
+        // A large payload's credit comes back when its `Received` goes.
+        let mut tx = self.tx.lock();
+        tx.owed += HEADER_LEN + if h.detached() { 0 } else { len };
+        if writer_low || tx.owed >= self.return_at {
+            self.queue_credit(&mut tx);
+            self.flush(&mut tx);
+        }
+        Ok(Recv::Consumed)
     }
 
     /// Reads what the kernel holds into `rx`, up to its cap, and parses
@@ -880,56 +962,14 @@ impl Transport for TcpEnd {
     }
 
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
-        let closed = self.closed.load(Ordering::Acquire);
-        if closed && self.ended.load(Ordering::Relaxed) {
-            return Ok(Recv::PeerGone);
+        match self.try_recv_once(accept)? {
+            // A probe that found `rx` locked may have taken the socket's
+            // edge: read once more, or its data would wait for the next one.
+            // (Once: a writer short of credit probes in a loop, and a
+            // receive must end to give credit back.)
+            Recv::Empty if self.rx_wanted.swap(false, Ordering::SeqCst) => self.try_recv_once(accept),
+            r => Ok(r),
         }
-        let mut rx = self.rx.lock();
-        if rx.frames.is_empty() {
-            if let Err(e) = self.pump(&mut rx) {
-                drop(rx);
-                self.abort();
-                return Err(e);
-            }
-        }
-        let Some((h, payload)) = rx.front() else {
-            return if closed || self.stream_done.load(Ordering::Acquire) {
-                self.ended.store(true, Ordering::Relaxed);
-                Ok(Recv::PeerGone)
-            } else {
-                Ok(Recv::Empty)
-            };
-        };
-        let len = payload.len();
-        let payload = &rx.buf[payload];
-        let taken = if h.detached() {
-            let back = self.returned.clone();
-            let mut slot = Some(Detached::Received(Received { bytes: payload.to_vec(), credit: len, back }));
-            let taken = accept(&h, Body::Detached(&mut slot));
-            if let Some(Detached::Received(mut refused)) = slot {
-                // Still ours: the frame stays, its credit is not given back.
-                refused.credit = 0;
-            }
-            taken
-        } else {
-            accept(&h, Body::Inline(payload))
-        };
-        if !taken {
-            return Ok(Recv::Kept);
-        }
-        rx.pop_front();
-        self.rx_ready.store(rx.ready(), Ordering::Release);
-        // The writer may be nearly out of credit: then it gets it back now.
-        let writer_low = rx.grant < self.return_at;
-        drop(rx);
-        // A large payload's credit comes back when its `Received` goes.
-        let mut tx = self.tx.lock();
-        tx.owed += HEADER_LEN + if h.detached() { 0 } else { len };
-        if writer_low || tx.owed >= self.return_at {
-            self.queue_credit(&mut tx);
-            self.flush(&mut tx);
-        }
-        Ok(Recv::Consumed)
     }
 
     fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {

@@ -351,23 +351,20 @@ mod real {
                     let _ = conn.write_tls(&mut &self.sock);
                     break Err(corrupt(&e));
                 }
-                // Every decrypted byte, into the frame buffer (up to its cap).
+                // Every decrypted byte, into the frame buffer: past its cap if
+                // need be, as rustls holds little (the cap is checked before
+                // the kernel is read, with nothing read and not given to rustls).
                 let ended = loop {
-                    let Some(room) = rx.room() else { break None };
-                    match conn.reader().read(room) {
-                        Ok(0) => break Some(true), // the peer ended TLS (close_notify)
+                    match conn.reader().read(rx.room_past_cap()) {
+                        Ok(0) => break true, // the peer ended TLS (close_notify)
                         Ok(n) => rx.end += n,
-                        Err(e) if e.kind() == K::WouldBlock => break Some(false),
-                        Err(_) => break Some(true), // the stream ended without TLS's end
+                        Err(e) if e.kind() == K::WouldBlock => break false,
+                        Err(_) => break true, // the stream ended without TLS's end
                     }
                 };
-                match ended {
-                    None => break Ok(true),
-                    Some(true) => {
-                        self.hang_up();
-                        break Ok(false);
-                    }
-                    Some(false) => {}
+                if ended {
+                    self.hang_up();
+                    break Ok(false);
                 }
                 if fed < got {
                     match conn.read_tls(&mut &scratch[fed..got]) {
@@ -376,6 +373,9 @@ mod real {
                         Err(e) => break Err(corrupt(&e)),
                     }
                     continue;
+                }
+                if rx.at_cap() {
+                    break Ok(true);
                 }
                 match (&self.sock).read(scratch) {
                     Ok(0) => {
