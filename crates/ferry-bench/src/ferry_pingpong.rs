@@ -3,7 +3,7 @@
 //! and between two threads or two tasks of one team.
 
 use crate::harness::{Case, ChildCtx, Params, Peer};
-use crate::run_dir::{run_dir, RemoveRunDir};
+use crate::run_dir::{run_dir, RemoveDir};
 use ferry::{Checkpoint, RawPort, RawSender, Team};
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ fn rendezvous(team: &Team, mine: &str, theirs: &str) -> (RawPort, RawSender) {
 }
 
 fn parent(peer: &mut Peer, p: &Params, spin: bool) -> Vec<f64> {
-    let _dir = RemoveRunDir::new(&peer.run_id);
+    let _dir = RemoveDir(run_dir(&peer.run_id));
     let team = start_team(&peer.run_id, spin);
     let (port, to) = rendezvous(&team, "bench.ping", "bench.pong");
     let msg = [7u8; 8];
@@ -83,7 +83,7 @@ fn no_child(_: &ChildCtx) {}
 
 /// Two threads of one team, each blocked in a receive, bounce a message.
 fn inproc_threads(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let _dir = RemoveRunDir::new(&peer.run_id);
+    let _dir = RemoveDir(run_dir(&peer.run_id));
     let team =
         Team::builder().runtime_dir(run_dir(&peer.run_id)).processors(0).spin(Duration::from_secs(5)).start().unwrap();
     let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
@@ -116,7 +116,7 @@ fn inproc_threads(peer: &mut Peer, p: &Params) -> Vec<f64> {
 
 /// Two tasks on one processor bounce a message: pure task hand-off.
 fn inproc_tasks(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let _dir = RemoveRunDir::new(&peer.run_id);
+    let _dir = RemoveDir(run_dir(&peer.run_id));
     let team =
         Team::builder().runtime_dir(run_dir(&peer.run_id)).processors(1).spin(Duration::from_secs(5)).start().unwrap();
     let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());

@@ -13,7 +13,7 @@
 
 use crate::harness::{pin_current_thread, Case, ChildCtx, Params, Peer};
 use crate::rpc_peers::{answer, argument};
-use crate::run_dir::{run_dir, RemoveRunDir};
+use crate::run_dir::{run_dir, RemoveDir};
 use ferry::rpc::ServiceEndpoint;
 use ferry::Team;
 use serde_bytes::ByteBuf;
@@ -114,7 +114,7 @@ fn serve(ctx: &ChildCtx, mode: Mode, explicit: bool) {
 
 /// The parent: `iters` calls per round of `call`.
 fn client(peer: &Peer, p: &Params, mode: Mode, iters: usize, call: impl Fn(&BenchClient)) -> Vec<f64> {
-    let _dir = RemoveRunDir::new(&peer.run_id);
+    let _dir = RemoveDir(run_dir(&peer.run_id));
     let team = team(&peer.run_id, mode, 0);
     let c = bind(&team);
     let samples = p.measure(iters, |n| {
@@ -197,7 +197,7 @@ fn no_child(_: &ChildCtx) {}
 
 /// Server team made on a thread pinned to the other CPU, so its processor runs there.
 fn inproc(peer: &mut Peer, p: &Params, call: impl Fn(&BenchClient)) -> Vec<f64> {
-    let _dir = RemoveRunDir::new(&peer.run_id);
+    let _dir = RemoveDir(run_dir(&peer.run_id));
     let run_id = peer.run_id.clone();
     let cpu = peer.child_cpu;
     let server = std::thread::spawn(move || {
@@ -229,7 +229,7 @@ fn tasks_child(ctx: &ChildCtx) {
 /// T tasks on one client processor, each making calls back to back; the
 /// sample is wall time per call (1 / throughput).
 fn tasks<const T: usize>(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let _dir = RemoveRunDir::new(&peer.run_id);
+    let _dir = RemoveDir(run_dir(&peer.run_id));
     let team = team(&peer.run_id, Mode::Spin, 1);
     let c = bind(&team);
     let per_round = p.iters_div(4).max(T);
@@ -259,7 +259,7 @@ fn tasks<const T: usize>(peer: &mut Peer, p: &Params) -> Vec<f64> {
 /// both processes; the table of where a call's time goes.
 pub fn breakdown(calls: usize) -> ferry::Result<ferry::cost::Breakdown> {
     let run_id = format!("breakdown-{}", std::process::id());
-    let _dir = RemoveRunDir::new(&run_id);
+    let _dir = RemoveDir(run_dir(&run_id));
     let mut child = std::process::Command::new(std::env::current_exe().map_err(ferry::Error::io("own path"))?)
         .env(BREAKDOWN_CHILD, &run_id)
         .spawn()

@@ -11,6 +11,7 @@
 //! reuses (`RawMessage::read_into`), which is how a program that moves large
 //! data repeatedly should receive it. The target: warm ≥ 25 % of memcpy.
 
+use crate::run_dir::RemoveDir;
 use crate::stats::Stats;
 use ferry::{Checkpoint, Team};
 use serde_json::{json, Value};
@@ -69,15 +70,6 @@ fn memcpy_secs(src: &[u8], dst: &mut [u8], rounds: usize) -> f64 {
         t.push(t0.elapsed().as_secs_f64());
     }
     median(&mut t)
-}
-
-/// Removes the run's directory when dropped.
-struct RemoveDir(std::path::PathBuf);
-
-impl Drop for RemoveDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn median(v: &mut [f64]) -> f64 {

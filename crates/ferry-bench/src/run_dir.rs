@@ -11,17 +11,11 @@ pub(crate) fn run_dir(run_id: &str) -> PathBuf {
     dir
 }
 
-/// Removes the run's runtime dir when dropped: declare it before the teams
-/// that use it, so it goes last.
-pub(crate) struct RemoveRunDir(PathBuf);
+/// Removes a directory (a run's runtime dir, a soak's files) when dropped:
+/// declare it before the teams that use it, so it goes last.
+pub(crate) struct RemoveDir(pub(crate) PathBuf);
 
-impl RemoveRunDir {
-    pub(crate) fn new(run_id: &str) -> RemoveRunDir {
-        RemoveRunDir(run_dir(run_id))
-    }
-}
-
-impl Drop for RemoveRunDir {
+impl Drop for RemoveDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }

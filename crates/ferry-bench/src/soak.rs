@@ -10,6 +10,7 @@
 //! The teams run in blocking mode (no spinning): 16 processes share the
 //! machine's cores.
 
+use crate::run_dir::RemoveDir;
 use ferry::{Checkpoint, Error, RawSender, Team};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -184,24 +185,7 @@ fn play(me: usize, teams: usize, run: Duration) {
         msg.extend_from_slice(&body);
         let kind = next() % 4;
         let t0 = Instant::now();
-        let r = match kind {
-            0 => loop {
-                // Immediate: a full channel is not a failure; wait a little.
-                match to.send(&msg, Checkpoint::Immediate) {
-                    Err(Error::WouldBlock { .. }) => std::thread::sleep(Duration::from_millis(1)),
-                    r => break r.map(drop),
-                }
-            },
-            1 => to.send(&msg, Checkpoint::OnReceipt).map(drop),
-            2 => to.send(&msg, Checkpoint::OnDelivery).map(drop),
-            _ => to.call(&msg).and_then(|back| {
-                if back == msg[12..20] {
-                    Ok(())
-                } else {
-                    Err(Error::Refused("the reply's checksum differs".into()))
-                }
-            }),
-        };
+        let r = send_as(to, &msg, kind, &msg[12..20], None);
         match r {
             Ok(()) => {
                 seqs[*j] += 1;
@@ -234,6 +218,39 @@ fn play(me: usize, teams: usize, run: Duration) {
     let _ = wait_for_line("quit");
     team.shutdown();
     let _ = receiver.join();
+}
+
+/// Sends `msg` to `to` the `kind`th way: 0 `Immediate` (a full channel is
+/// not a failure: it tries again every millisecond, for at most `patience`
+/// if given), 1 `OnReceipt`, 2 `OnDelivery`, 3 a call, whose reply must be
+/// `sum` (the receivers answer with the message's checksum).
+pub(crate) fn send_as(
+    to: &RawSender,
+    msg: &[u8],
+    kind: u64,
+    sum: &[u8],
+    patience: Option<Duration>,
+) -> ferry::Result<()> {
+    let t = Instant::now();
+    match kind {
+        0 => loop {
+            match to.send(msg, Checkpoint::Immediate) {
+                Err(Error::WouldBlock { .. }) if patience.is_none_or(|p| t.elapsed() < p) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                r => break r.map(drop),
+            }
+        },
+        1 => to.send(msg, Checkpoint::OnReceipt).map(drop),
+        2 => to.send(msg, Checkpoint::OnDelivery).map(drop),
+        _ => to.call(msg).and_then(|back| {
+            if back == sum {
+                Ok(())
+            } else {
+                Err(Error::Refused("the reply's checksum differs".into()))
+            }
+        }),
+    }
 }
 
 /// Reads stdin until `line` (false at end of input).
@@ -496,13 +513,5 @@ impl Drop for TeamProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-struct RemoveDir(std::path::PathBuf);
-
-impl Drop for RemoveDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

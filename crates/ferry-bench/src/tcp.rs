@@ -22,7 +22,7 @@
 
 use crate::ferry_rpc::{BenchClient, BenchImpl, BenchServer};
 use crate::harness::{Case, ChildCtx, Params, Peer};
-use crate::run_dir::{run_dir, RemoveRunDir};
+use crate::run_dir::{run_dir, RemoveDir};
 use ferry::{Cluster, Team};
 use serde_bytes::ByteBuf;
 use std::io::{Read, Write};
@@ -122,7 +122,7 @@ fn team(run_id: &str, node: u16, ports: (u16, u16), busy: bool, processors: usiz
 /// only bind its own address), says it with its endpoint, then serves
 /// `Bench` until told to stop.
 fn serve(ctx: &ChildCtx, busy: bool) {
-    let _dir = RemoveRunDir::new(&format!("{}-2", ctx.run_id));
+    let _dir = RemoveDir(run_dir(&format!("{}-2", ctx.run_id)));
     let theirs: u16 = hear(&ctx.sock).parse().unwrap();
     let ours = free_port(child_ip());
     let team = team(&ctx.run_id, 2, (theirs, ours), busy, 1);
@@ -142,7 +142,7 @@ fn client(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient) -> Vec
 }
 
 fn client_with_team(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient, &Team) -> Vec<f64>) -> Vec<f64> {
-    let _dir = RemoveRunDir::new(&format!("{}-1", peer.run_id));
+    let _dir = RemoveDir(run_dir(&format!("{}-1", peer.run_id)));
     let ours = free_port(parent_ip());
     tell(&peer.sock, &ours.to_string());
     let answer = hear(&peer.sock);

@@ -31,6 +31,7 @@
 
 use crate::crash::etcd::Etcd;
 use crate::crash::rng::Rng;
+use crate::run_dir::RemoveDir;
 use crate::soak::SoakArgs;
 use ferry::Error;
 use serde::{Deserialize, Serialize};
@@ -618,13 +619,5 @@ fn print_report(r: &Value) {
     }
     for e in r["events"].as_array().into_iter().flatten() {
         println!("  {}", e.as_str().unwrap_or(""));
-    }
-}
-
-struct RemoveDir(PathBuf);
-
-impl Drop for RemoveDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -5,8 +5,8 @@
 
 use super::{name, Spec, CHILD, DEADLINE, GRACE, HEAD, PACE, PEER_TIMEOUT, TTL};
 use crate::crash::rng::Rng;
-use crate::soak::{checksum, sample, say};
-use ferry::{Checkpoint, EndpointId, Error, RawSender, Team};
+use crate::soak::{checksum, sample, say, send_as};
+use ferry::{EndpointId, Error, RawSender, Team};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::BufRead;
@@ -198,26 +198,8 @@ fn play(spec: Spec) {
         msg.extend_from_slice(&body);
         seq += 1;
         let t = Instant::now();
-        let r = match kind {
-            0 => loop {
-                // Immediate: a full channel is not a failure before the deadline.
-                match to.send(&msg, Checkpoint::Immediate) {
-                    Err(Error::WouldBlock { .. }) if t.elapsed() < DEADLINE => {
-                        std::thread::sleep(Duration::from_millis(1))
-                    }
-                    r => break r.map(drop),
-                }
-            },
-            1 => to.send(&msg, Checkpoint::OnReceipt).map(drop),
-            2 => to.send(&msg, Checkpoint::OnDelivery).map(drop),
-            _ => to.call(&msg).and_then(|back| {
-                if back == msg[17..25] {
-                    Ok(())
-                } else {
-                    Err(Error::Refused("the reply's checksum differs".into()))
-                }
-            }),
-        };
+        // Immediate: a full channel is not a failure before the deadline.
+        let r = send_as(to, &msg, u64::from(kind), &msg[17..25], Some(DEADLINE));
         timed(
             ["an immediate send", "a send on receipt", "a send on delivery", "a call"][kind as usize],
             t,

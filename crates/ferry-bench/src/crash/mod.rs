@@ -50,6 +50,7 @@ mod traffic;
 pub use placement::Transport;
 pub use team::team_if_requested;
 
+use crate::run_dir::RemoveDir;
 use placement::{Placement, ETCD_TTL};
 use report::Tally;
 use std::time::Duration;
@@ -177,12 +178,4 @@ fn matrix(args: &CrashArgs) -> ferry::Result<bool> {
         println!("{last}");
     }
     Ok(ok)
-}
-
-struct RemoveDir(std::path::PathBuf);
-
-impl Drop for RemoveDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
