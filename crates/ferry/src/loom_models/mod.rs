@@ -230,12 +230,13 @@ impl DoorbellMemory for HeapBell {
     }
 
     /// No timeout and no spurious return: a lost wake-up is a deadlock.
-    fn wait(sleep: &HeapBell, _timeout: Duration) {
+    fn wait(sleep: &HeapBell, _timeout: Duration) -> bool {
         let mut wakeups = sleep.0.wakeups.lock().unwrap();
         while *wakeups == 0 {
             wakeups = sleep.0.sleeping.wait(wakeups).unwrap();
         }
         *wakeups -= 1;
+        true
     }
 }
 

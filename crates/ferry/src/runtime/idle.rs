@@ -12,6 +12,10 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
+/// How soon after its park timeout a thread must look at its channels for
+/// a frame it finds to count as one that waited through the sleep.
+const LATE_LOOK: std::time::Duration = std::time::Duration::from_millis(1);
+
 thread_local! {
     /// The team this thread counts as a poller of right now (its address), or 0.
     static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -124,12 +128,23 @@ impl<'a> Idle<'a> {
                 timeout = timeout.min(d.saturating_duration_since(Instant::now()));
             }
             let slept = Instant::now();
-            team.doorbell.park(timeout);
-            // Slept to the park timeout while a frame waited (not one held
-            // for a full inbox): its wake-up was lost (see `Team::late_wakeups`).
-            if timeout >= team.cfg.park_timeout
-                && slept.elapsed() >= timeout
-                && self.channels.iter().any(|c| !c.held.load(Ordering::Relaxed) && c.transport.has_frame())
+            let rung = team.doorbell.park(timeout);
+            // Slept the whole park timeout without a ring while a frame
+            // waited (not one held for a full inbox) and nobody else polled
+            // for it: its wake-up was lost (see `Team::late_wakeups`). Not
+            // counted: a frame a polling thread is about to take, one in a
+            // channel somebody holds (the reactor's liveness look rings for
+            // what it read once it lets go), and a look made long after the
+            // timeout (this thread was descheduled: the frame may have come
+            // meanwhile and woken another).
+            if !rung
+                && timeout >= team.cfg.park_timeout
+                && !team.doorbell.others_polling()
+                && self
+                    .channels
+                    .iter()
+                    .any(|c| !c.held.load(Ordering::Relaxed) && !c.rx.is_locked() && c.transport.has_frame())
+                && slept.elapsed() < timeout + LATE_LOOK
             {
                 team.late_wakeups.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(team = %team.id, "a thread slept to its park timeout while a channel had work");

@@ -392,7 +392,9 @@ impl DoorbellMemory for QuietBell {
 
     fn ring_all(_: &(), _: u32) {}
 
-    fn wait(_: &(), _: Duration) {}
+    fn wait(_: &(), _: Duration) -> bool {
+        true
+    }
 }
 
 /// The operations of a [`shm_ring`] program (an op byte modulo their count).

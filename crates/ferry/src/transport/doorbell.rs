@@ -106,8 +106,9 @@ pub trait DoorbellMemory: Send + Sync + 'static {
 
     /// Sleeps until a line rings for this thread, taking the wake-up; at most `timeout`
     /// (a model may wait for ever: a wake-up that never comes is then a
-    /// deadlock it reports). Spurious returns are allowed.
-    fn wait(sleep: &Self::Sleep, timeout: Duration);
+    /// deadlock it reports). Spurious returns are allowed. Returns false
+    /// if it slept the whole timeout with no line ringing (as far as it can tell).
+    fn wait(sleep: &Self::Sleep, timeout: Duration) -> bool;
 }
 
 /// A doorbell's state page: writable for its team, read-only for peers.
@@ -188,7 +189,7 @@ impl DoorbellMemory for DoorbellPage {
         line.write(&line.all);
     }
 
-    fn wait(sleep: &SleepSet, timeout: Duration) {
+    fn wait(sleep: &SleepSet, timeout: Duration) -> bool {
         sleep.wait(timeout)
     }
 }
@@ -279,21 +280,22 @@ impl SleepSet {
         })
     }
 
-    fn wait(&self, timeout: Duration) {
+    fn wait(&self, timeout: Duration) -> bool {
         let set = match self.thread_set() {
             Ok(set) => set,
             Err(e) => {
                 // No epoll set (out of descriptors): sleep the timeout out rather than spin.
                 tracing::warn!(error = %e, "cannot sleep on the team's lines; sleeping the park timeout");
                 std::thread::sleep(timeout);
-                return;
+                return false;
             }
         };
         let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 8];
         let timeout = Timespec::try_from(timeout).unwrap_or(Timespec { tv_sec: i64::MAX, tv_nsec: 0 });
         // The edges taken here are this thread's own (its set's): any one
         // wakes it; taking several at once saves spurious returns later.
-        let _ = epoll::wait(&*set, &mut events[..], Some(&timeout));
+        // An error (EINTR) counts as a ring: only a timeout says nobody rang.
+        !matches!(epoll::wait(&*set, &mut events[..], Some(&timeout)), Ok(0))
     }
 }
 
@@ -434,9 +436,16 @@ impl<M: DoorbellMemory> Doorbell<M> {
 
     /// Sleeps until a wake-up comes (one added since `prepare_park` is
     /// never missed), at most `timeout`; then counts as a poller again.
-    pub fn park(&self, timeout: Duration) {
-        M::wait(&self.sleep, timeout);
+    /// Returns false if it slept the whole timeout without a ring.
+    pub fn park(&self, timeout: Duration) -> bool {
+        let rung = M::wait(&self.sleep, timeout);
         self.cancel_park();
+        rung
+    }
+
+    /// Whether a thread other than the caller (itself a poller) polls now.
+    pub fn others_polling(&self) -> bool {
+        self.mem.pollers().load(Ordering::SeqCst) > 1
     }
 
     /// Undoes `prepare_park` without sleeping.
