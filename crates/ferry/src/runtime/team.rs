@@ -305,6 +305,7 @@ impl TeamInner {
             max_ring_bytes: self.cfg.max_ring_bytes,
             area_bytes: shm::area_for(self.cfg.max_message),
             handshake_timeout: shm::HANDSHAKE_TIMEOUT,
+            cooler: Some(self.reactor.cooler.clone()),
         }
     }
 
