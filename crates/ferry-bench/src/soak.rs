@@ -84,7 +84,13 @@ struct Seen {
     duplicated: u64,
     reordered: u64,
     corrupted: u64,
+    /// Senders whose end marker came (all they sent before it came first).
+    done: usize,
 }
+
+/// The sequence number of a sender's last message to a team: the end
+/// marker, a bare header sent `OnDelivery` once it sent everything else.
+const END: u64 = u64::MAX;
 
 pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     // FNV-1a: enough to catch a damaged byte.
@@ -105,8 +111,12 @@ fn play(me: usize, teams: usize, run: Duration) {
     let receiver = {
         let seen = seen.clone();
         std::thread::spawn(move || {
+            // Received into memory reused from one message to the next, as
+            // a long-running program receives large data (`read_into`).
+            let mut buf = Vec::new();
             while let Ok(m) = port.recv_blocking() {
-                let p = m.payload();
+                m.read_into(&mut buf);
+                let p = &buf[..];
                 let mut s = seen.lock().unwrap();
                 if p.len() < HEAD {
                     s.corrupted += 1;
@@ -115,7 +125,9 @@ fn play(me: usize, teams: usize, run: Duration) {
                 let from = u32::from_le_bytes(p[..4].try_into().unwrap());
                 let seq = u64::from_le_bytes(p[4..12].try_into().unwrap());
                 let sum = u64::from_le_bytes(p[12..20].try_into().unwrap());
-                if checksum(&p[HEAD..]) != sum {
+                if seq == END && p.len() == HEAD {
+                    s.done += 1;
+                } else if checksum(&p[HEAD..]) != sum {
                     s.corrupted += 1;
                 } else {
                     let f = s.from.entry(from).or_default();
@@ -167,6 +179,7 @@ fn play(me: usize, teams: usize, run: Duration) {
     let mut sent = vec![0u64; teams];
     let (mut failed, mut calls) = (0u64, 0u64);
     let mut rtts: Vec<u32> = Vec::new();
+    let mut msg: Vec<u8> = Vec::new();
     let start = Instant::now();
     let mut next_sample = start + SAMPLE;
     while start.elapsed() < run {
@@ -177,12 +190,14 @@ fn play(me: usize, teams: usize, run: Duration) {
             _ => (16 << 10) + next() % (1 << 20),
         } as usize;
         let seq = seqs[*j];
-        let body: Vec<u8> = (0..len).map(|k| (seq as usize).wrapping_add(k * 31) as u8).collect();
-        let mut msg = Vec::with_capacity(HEAD + len);
+        // Built in memory reused from one message to the next.
+        msg.clear();
         msg.extend_from_slice(&(me as u32).to_le_bytes());
         msg.extend_from_slice(&seq.to_le_bytes());
-        msg.extend_from_slice(&checksum(&body).to_le_bytes());
-        msg.extend_from_slice(&body);
+        msg.extend_from_slice(&[0; 8]);
+        msg.extend((0..len).map(|k| (seq as usize).wrapping_add(k * 31) as u8));
+        let sum = checksum(&msg[HEAD..]);
+        msg[12..HEAD].copy_from_slice(&sum.to_le_bytes());
         let kind = next() % 4;
         let t0 = Instant::now();
         let r = send_as(to, &msg, kind, &msg[12..20], None);
@@ -208,9 +223,26 @@ fn play(me: usize, teams: usize, run: Duration) {
         }
     }
     say(json!({"sample": sample(start, &mut rtts)}));
+    // Every team learns we are done once it has everything we sent it (a
+    // channel keeps a sender's order): then its count is final.
+    for (j, to) in &peers {
+        let mut end = Vec::with_capacity(HEAD);
+        end.extend_from_slice(&(me as u32).to_le_bytes());
+        end.extend_from_slice(&END.to_le_bytes());
+        end.extend_from_slice(&checksum(&[]).to_le_bytes());
+        if let Err(e) = to.send(&end, Checkpoint::OnDelivery) {
+            failed += 1;
+            eprintln!("soak team {me}: the end marker to team {j}: {e}");
+        }
+    }
     say(json!({"sent": sent, "failed": failed, "calls": calls}));
-    // Receive on until every team is done sending, then report what came.
+    // Receive on until every team is done sending and its messages came
+    // (its end marker did), then report what came.
     let _ = wait_for_line("report");
+    let until = Instant::now() + Duration::from_secs(30);
+    while seen.lock().unwrap().done < peers.len() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let s = seen.lock().unwrap();
     let received: Vec<u64> = (0..teams).map(|i| s.from.get(&(i as u32)).map_or(0, |f| f.received)).collect();
     say(json!({"received": received, "duplicated": s.duplicated, "reordered": s.reordered, "corrupted": s.corrupted}));
@@ -380,12 +412,19 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
     }
     children.iter_mut().for_each(|c| c.tell("report"));
     let (mut lost, mut duplicated, mut reordered, mut corrupted, mut messages) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // [sender, receiver, messages lost] of every pair that lost some (the
+    // same node's teams talk over shared memory: both even or both odd).
+    let mut lost_pairs: Vec<[u64; 3]> = Vec::new();
     for (j, c) in children.iter_mut().enumerate() {
         let v = read(c, "received")?;
         let received: Vec<u64> = serde_json::from_value(v["received"].clone()).unwrap_or_default();
         for (i, sent) in sent.iter().enumerate() {
             let got = received.get(i).copied().unwrap_or(0);
-            lost += sent[j].saturating_sub(got);
+            let missing = sent[j].saturating_sub(got);
+            if missing > 0 {
+                lost_pairs.push([i as u64, j as u64, missing]);
+            }
+            lost += missing;
             messages += got;
         }
         duplicated += v["duplicated"].as_u64().unwrap_or(0);
@@ -398,8 +437,11 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
     }
     finished.store(true, Ordering::Relaxed);
 
-    // Memory and descriptors: flat after the warm-up (the first third, at most a minute).
-    let warm = (args.minutes * 20.0).min(60.0);
+    // Memory and descriptors: flat after the warm-up, the first third of
+    // the run (what a process touches once — every channel, a thread's
+    // allocator arena, buffers at the size of the largest messages — has
+    // been touched by then, however long the run).
+    let warm = args.minutes * 60.0 / 3.0;
     let after: Vec<Vec<&Value>> =
         samples.iter().map(|s| s.iter().filter(|v| v["t"].as_f64().unwrap_or(0.0) >= warm).collect()).collect();
     let growth = |key: &str, pct: bool| {
@@ -409,9 +451,37 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
             .map(|(a, b)| if pct { (b - a) / a.max(1.0) * 100.0 } else { b - a })
             .fold(0.0f64, f64::max)
     };
-    let (rss_growth_pct, fd_growth) = (growth("rss", true), growth("fds", false));
-    let rss_mib = |pick: fn(&[Value]) -> Option<&Value>| {
-        samples.iter().filter_map(|s| pick(s)?["rss"].as_f64()).fold(0.0f64, f64::max) / (1 << 20) as f64
+    let (rss_endpoints_pct, fd_growth) = (growth("rss", true), growth("fds", false));
+    // RSS: the median of a team's samples in the first minute after the
+    // warm-up against the median of its last minute's. A single sample
+    // catches whatever is in flight then (a burst of queued messages,
+    // 1 MiB each, moves a team by several MiB for a moment); a trend shows
+    // in the medians all the same.
+    let median_rss = |s: &[&Value], from: f64, to: f64| {
+        let mut v: Vec<f64> = s
+            .iter()
+            .filter(|v| (from..=to).contains(&v["t"].as_f64().unwrap_or(-1.0)))
+            .filter_map(|v| v["rss"].as_f64())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let rss_growth_pct = after
+        .iter()
+        .filter_map(|s| {
+            let (t0, t1) = (s.first()?["t"].as_f64()?, s.last()?["t"].as_f64()?);
+            Some((median_rss(s, t0, t0 + 60.0)?, median_rss(s, t1 - 60.0, t1)?))
+        })
+        .map(|(a, b)| (b - a) / a.max(1.0) * 100.0)
+        .fold(0.0f64, f64::max);
+    // The largest team's RSS at the first sample after the warm-up, and at the last.
+    let rss_mib = |last: bool| {
+        after
+            .iter()
+            .filter_map(|s| if last { s.last() } else { s.first() })
+            .filter_map(|v| v["rss"].as_f64())
+            .fold(0.0f64, f64::max)
+            / (1 << 20) as f64
     };
     // Minute by minute: the calls' latency (the median of the teams'
     // 10-second medians, the worst 99th percentile, the worst call), and
@@ -443,9 +513,16 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
         .collect();
     let report = json!({
         "teams": teams, "minutes": args.minutes, "messages": messages, "calls": calls,
-        "lost": lost, "duplicated": duplicated, "reordered": reordered, "corrupted": corrupted, "failed": failed,
-        "rss_growth_pct": rss_growth_pct, "fd_growth": fd_growth,
-        "rss_mib_first": rss_mib(|s| s.first()), "rss_mib_last": rss_mib(|s| s.last()),
+        "lost": lost, "lost_pairs": lost_pairs, "duplicated": duplicated, "reordered": reordered, "corrupted": corrupted, "failed": failed,
+        "warm_up_minutes": warm / 60.0, "rss_growth_pct": rss_growth_pct,
+        "rss_growth_endpoints_pct": rss_endpoints_pct, "fd_growth": fd_growth,
+        "rss_mib_first": rss_mib(false), "rss_mib_last": rss_mib(true),
+        // Every team's samples, [seconds, RSS in MiB], for a closer look.
+        "rss_mib_by_team": samples.iter().map(|s| s.iter().map(|v| {
+            let t = v["t"].as_f64().unwrap_or(0.0);
+            let mib = v["rss"].as_f64().unwrap_or(0.0) / (1 << 20) as f64;
+            [(t * 10.0).round() / 10.0, (mib * 100.0).round() / 100.0]
+        }).collect::<Vec<_>>()).collect::<Vec<_>>(),
         "by_minute": by_minute,
     });
     if args.json {
@@ -473,9 +550,15 @@ fn print_report(r: &Value) {
         "messages received {} (calls {}): lost {}, duplicated {}, reordered {}, corrupted {}, failed {}",
         r["messages"], r["calls"], r["lost"], r["duplicated"], r["reordered"], r["corrupted"], r["failed"]
     );
+    if r["lost"].as_u64() > Some(0) {
+        println!("lost, as [sender, receiver, messages]: {}", r["lost_pairs"]);
+    }
     println!(
-        "after warm-up: RSS growth {:.1} % (largest team {:.1} -> {:.1} MiB), descriptors {:+}",
+        "after the warm-up ({:.1} min): RSS growth {:.1} % (first minute's median to the last's; {:.1} % from \
+         the first sample to the last), largest team {:.1} -> {:.1} MiB; descriptors {:+}",
+        r["warm_up_minutes"].as_f64().unwrap_or(0.0),
         r["rss_growth_pct"].as_f64().unwrap_or(0.0),
+        r["rss_growth_endpoints_pct"].as_f64().unwrap_or(0.0),
         r["rss_mib_first"].as_f64().unwrap_or(0.0),
         r["rss_mib_last"].as_f64().unwrap_or(0.0),
         r["fd_growth"].as_f64().unwrap_or(0.0)

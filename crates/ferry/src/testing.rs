@@ -156,6 +156,7 @@ impl ShmBind {
             max_ring_bytes: self.ring_bytes,
             area_bytes: self.area_bytes,
             handshake_timeout: self.patience,
+            cooler: None,
         }
     }
 }

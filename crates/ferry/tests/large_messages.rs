@@ -228,3 +228,57 @@ fn a_typed_message_of_1_gib_goes_through() {
 fn an_rpc_argument_of_1_gib_goes_through() {
     rpc_argument_of(1024 * MIB);
 }
+
+/// Bytes of shared memory the channel segments this process holds have
+/// allocated (each memfd once: both teams of a channel hold it).
+fn channel_memory() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut bytes = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+        if !target.to_string_lossy().contains("ferry-channel") {
+            continue;
+        }
+        let Ok(m) = std::fs::metadata(entry.path()) else { continue };
+        if seen.insert((m.dev(), m.ino())) {
+            bytes += m.blocks() * 512;
+        }
+    }
+    bytes
+}
+
+/// Soak finding (docs/RELIABILITY.md): a payload area kept every page a
+/// large message had touched (up to 64 MiB each way), so a channel's
+/// memory grew like a high-water mark. Now a channel that falls silent
+/// gives what lies above its warm part (1 MiB each way) back within a few
+/// seconds, its team's reactor doing it with no further message.
+#[test]
+fn a_channel_that_falls_silent_gives_its_large_messages_pages_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, rx) = two_teams(dir.path());
+    let port = rx.open_raw_port().unwrap();
+    let to = tx.raw_sender(port.id()).with_timeout(START);
+    to.send(b"hello", Checkpoint::OnReceipt).unwrap();
+    assert_eq!(port.recv_blocking().unwrap().payload(), b"hello");
+    let before = channel_memory();
+    // Three 8 MiB messages in flight at once: 24 MiB of the area touched.
+    for i in 0..3u8 {
+        to.send(&vec![i; 8 * MIB], Checkpoint::Immediate).unwrap();
+    }
+    let got: Vec<_> = (0..3).map(|_| port.recv_blocking().unwrap()).collect();
+    let grown = channel_memory();
+    assert!(grown >= before + 24 * MIB as u64, "{before} -> {grown} bytes");
+    for (i, m) in got.iter().enumerate() {
+        assert!(m.payload() == vec![i as u8; 8 * MIB], "message {i} is not what was sent");
+    }
+    drop(got);
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut now = channel_memory();
+    while now > before + 2 * MIB as u64 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        now = channel_memory();
+    }
+    eprintln!("channel memory: {before} bytes before, {grown} with 24 MiB in flight, {now} once silent");
+    assert!(now <= before + 2 * MIB as u64, "still {now} bytes (was {before} before the large messages)");
+}

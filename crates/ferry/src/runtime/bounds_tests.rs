@@ -33,6 +33,7 @@ impl RawPeer {
             max_ring_bytes: 4096,
             area_bytes: 4096,
             handshake_timeout: shm::HANDSHAKE_TIMEOUT,
+            cooler: None,
         };
         let end = shm::connect(socket, &cfg, team.id()).unwrap();
         RawPeer { end, me: posing_as.id() }

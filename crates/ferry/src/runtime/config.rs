@@ -240,8 +240,9 @@ impl TeamBuilder {
     /// Largest message sent or accepted (default 1 GiB + 1 MiB). A message
     /// larger than a ring record travels out of band, through a payload
     /// area of this size per direction of each shared-memory channel
-    /// (virtual memory: only the pages a message touched are resident, and
-    /// pages above the first 64 MiB go back to the kernel once released).
+    /// (virtual memory: only the pages a message touched are resident; of
+    /// those, the ones above the area's first MiB go back to the kernel
+    /// once no message has needed them for a second or so).
     pub fn max_message(mut self, n: usize) -> Self {
         self.cfg.max_message = n;
         self

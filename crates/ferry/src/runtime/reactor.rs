@@ -20,6 +20,7 @@
 use super::channel::Channel;
 use super::TeamInner;
 use crate::error::{Error, Result};
+use crate::transport::shm::area::{Cooler, COOL_AFTER};
 use crate::transport::tcp::handshake::{Link, HELLO_BYTES};
 use crate::transport::{shm, tcp, Liveness};
 use parking_lot::Mutex;
@@ -39,6 +40,7 @@ use std::time::Instant;
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
 const TCP_LISTENER: u64 = 2;
+const COOL: u64 = 3;
 
 /// Magic of a TCP connection handed over by another team of this node:
 /// the message carries the connector's hello and the connection's fd.
@@ -80,6 +82,10 @@ pub(crate) struct Reactor {
     next_token: AtomicU64,
     /// Set once it stopped taking binds ([`Reactor::close`]).
     closed: AtomicBool,
+    /// Armed by the team's shared-memory ends when their payload areas
+    /// hold pages to give back later: the reactor then cools every
+    /// channel once per `COOL_AFTER` until none has such pages.
+    pub(crate) cooler: Arc<Cooler>,
 }
 
 impl Reactor {
@@ -94,6 +100,8 @@ impl Reactor {
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         epoll::add(&ep, &listener, epoll::EventData::new_u64(LISTENER), epoll::EventFlags::IN)?;
         epoll::add(&ep, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
+        let cooler = Arc::new(Cooler::new()?);
+        epoll::add(&ep, cooler.fd(), epoll::EventData::new_u64(COOL), epoll::EventFlags::IN)?;
         let tcp = tcp.map(listen_shared).transpose()?;
         if let Some(l) = &tcp {
             epoll::add(&ep, l, epoll::EventData::new_u64(TCP_LISTENER), epoll::EventFlags::IN)?;
@@ -106,8 +114,9 @@ impl Reactor {
             tcp,
             tcp_binds: Arc::default(),
             watched: Mutex::new(HashMap::new()),
-            next_token: AtomicU64::new(3),
+            next_token: AtomicU64::new(COOL + 1),
             closed: AtomicBool::new(false),
+            cooler,
         })
     }
 
@@ -177,10 +186,13 @@ pub(crate) fn run(team: Arc<TeamInner>) {
     let mut pending: HashMap<u64, Pending> = HashMap::new();
     // While accepting fails (out of descriptors), the listeners rest until then.
     let mut resting: Option<Instant> = None;
+    // When to cool the channels next (while some payload area holds pages above its warm part).
+    let mut cool_at: Option<Instant> = None;
     while !team.is_shut_down() {
         events.clear();
-        // Sleep until the first silent connection is due, or the listeners' rest ends.
-        let timeout = pending.values().map(|p| p.until).chain(resting).min().map(|until| {
+        // Sleep until the first silent connection is due, the listeners' rest
+        // ends, or the channels are to be cooled.
+        let timeout = pending.values().map(|p| p.until).chain(resting).chain(cool_at).min().map(|until| {
             let d = until.saturating_duration_since(Instant::now());
             // Rounded up to a millisecond: waking just before it is due would spin.
             rustix::event::Timespec::try_from(d.max(std::time::Duration::from_millis(1))).unwrap_or_default()
@@ -195,6 +207,11 @@ pub(crate) fn run(team: Arc<TeamInner>) {
         for ev in &events {
             let accepted = match ev.data.u64() {
                 WAKE => return,
+                COOL => {
+                    r.cooler.take_wake();
+                    cool_at.get_or_insert_with(|| Instant::now() + COOL_AFTER);
+                    continue;
+                }
                 LISTENER => accept_all(&team, &mut pending),
                 TCP_LISTENER => accept_tcp(&team),
                 token => {
@@ -226,6 +243,9 @@ pub(crate) fn run(team: Arc<TeamInner>) {
             r.arm_listeners(true);
             resting = None;
         }
+        if cool_at.is_some_and(|at| at <= now) {
+            cool_at = cool_channels(&team, now).then_some(now + COOL_AFTER);
+        }
         let before = pending.len();
         pending.retain(|_, p| p.until > now);
         if pending.len() < before {
@@ -233,6 +253,24 @@ pub(crate) fn run(team: Arc<TeamInner>) {
             tracing::warn!("closed {n} connection(s) that sent no bind hello within {:?}", shm::HANDSHAKE_TIMEOUT);
         }
     }
+}
+
+/// Gives back the memory the channels' transports did not need lately;
+/// whether to come back in `COOL_AFTER`. Disarms the cooler first: an end
+/// that finds pages to give back after its channel was looked at arms it
+/// again (and wakes the reactor).
+fn cool_channels(team: &TeamInner, now: Instant) -> bool {
+    let r = &team.reactor;
+    r.cooler.set_armed(false);
+    let channels: Vec<Arc<Channel>> = r.watched.lock().values().cloned().collect();
+    let mut again = false;
+    for ch in &channels {
+        again |= ch.transport.cool(now);
+    }
+    if again {
+        r.cooler.set_armed(true);
+    }
+    again
 }
 
 /// How long the listeners rest after accepting failed (out of descriptors,

@@ -686,8 +686,10 @@ pub fn shm_area(data: &[u8]) {
             area_op::COOL => {
                 let later = now + Duration::from_millis(input.u16() as u64 * 64);
                 if let Some(r) = book.cool(later) {
-                    assert!(lent.is_empty() && r.offset == crate::transport::shm::area::WARM_BYTES);
-                    assert!(r.offset + r.len <= size);
+                    // Pages to punch out: free (above every lent range), above the warm part.
+                    assert!(r.offset >= crate::transport::shm::area::WARM_BYTES && r.len > 0, "{r:?}");
+                    assert!(r.offset.is_multiple_of(PAGE) && r.len.is_multiple_of(PAGE) && r.offset + r.len <= size);
+                    assert!(lent.iter().all(|(&at, &len)| at + len <= r.offset), "gave back {r:?} with {lent:?} lent");
                 }
             }
             _ => unreachable!(),

@@ -285,6 +285,15 @@ pub trait Transport: Send + Sync {
     /// Serialized like `try_recv`.
     fn tidy(&self) {}
 
+    /// Gives memory nothing needed lately back to the kernel (a
+    /// shared-memory end's payload area above its warm part, see
+    /// `shm::area`). Returns whether to call again in about
+    /// `shm::area::COOL_AFTER` (some may go then). The team's reactor calls
+    /// it, off the paths of messages; not serialized with anything.
+    fn cool(&self, _now: std::time::Instant) -> bool {
+        false
+    }
+
     /// Offers the next frame to `accept`; if it returns `false` the frame
     /// stays (a detached body must then be left in place). Once the peer is
     /// known gone (see [`Transport::check_liveness`]) it still hands out

@@ -22,19 +22,30 @@
 //! Memory: ranges are handed out lowest first, so a steady stream of large
 //! messages reuses the same, already touched pages (first-touching fresh
 //! shared memory costs more than the copy: 2–3 s per GiB on some VMs).
-//! Pages above [`WARM_BYTES`] stay resident while large messages keep
-//! coming, and go back to the kernel once the area has been idle for
-//! [`COOL_AFTER`] (checked when the next payload is staged, so a channel
-//! that falls silent keeps its high-water mark until it is used or closed).
+//! The first [`WARM_BYTES`] of an area stay resident once touched. Above
+//! that, an area keeps what the last [`COOL_AFTER`] or so needed: its
+//! owner's team calls [`Allocator::cool`] about once per `COOL_AFTER`
+//! while the area holds pages above the warm part (the team's reactor,
+//! woken through a [`Cooler`] when a release leaves such pages), and the
+//! free pages above both the warm part and the highest range lent since
+//! the previous call go back to the kernel. Without that, an area's
+//! resident size was the most bytes ever lent at once (up to 64 MiB kept
+//! for good): it crept up for as long as a channel lived, each time a few
+//! large messages happened to be in flight together.
 
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Ranges are whole pages: copies start aligned, and pages can be punched out.
 pub const PAGE: u64 = 4096;
-/// Bytes of an area always kept resident once touched.
-pub const WARM_BYTES: u64 = 64 << 20;
-/// Idle time after which an area's pages above `WARM_BYTES` are returned to the kernel.
+/// Bytes of an area always kept resident once touched (a 1 MiB message
+/// now and then stays warm).
+pub const WARM_BYTES: u64 = 1 << 20;
+/// How long an area keeps pages above `WARM_BYTES` that nothing needed:
+/// they go back to the kernel once a whole `COOL_AFTER` went by without a
+/// range reaching them (so messages that keep coming stay warm).
 pub const COOL_AFTER: Duration = Duration::from_secs(1);
 /// Bytes of a descriptor (and of a `Release` payload): `{offset u64, len u64}`, little-endian.
 pub const DESCRIPTOR_LEN: usize = 16;
@@ -78,10 +89,13 @@ pub struct Allocator {
     free: BTreeMap<u64, u64>,
     /// Lent ranges by offset: their length as sent.
     lent: HashMap<u64, u64>,
-    /// End of the highest range lent since the area last cooled down.
+    /// End of the highest page lent since pages above it last went back to
+    /// the kernel: the pages below may be resident, those above are not.
     high_water: u64,
-    /// When a range was last lent.
-    last_lent: Option<Instant>,
+    /// End of the highest page lent since `cooled` (or lent then).
+    recent: u64,
+    /// When `cool` last looked (`None`: not yet).
+    cooled: Option<Instant>,
 }
 
 /// Why a release was refused: the peer named a range it was not lent.
@@ -95,7 +109,7 @@ impl Allocator {
         if size > 0 {
             free.insert(0, size);
         }
-        Allocator { size, free, lent: HashMap::new(), high_water: 0, last_lent: None }
+        Allocator { size, free, lent: HashMap::new(), high_water: 0, recent: 0, cooled: None }
     }
 
     /// Lends the lowest free range that holds `len` bytes; `None` if none does now.
@@ -111,20 +125,50 @@ impl Allocator {
         }
         self.lent.insert(at, len);
         self.high_water = self.high_water.max(at + need);
-        self.last_lent = Some(Instant::now());
+        self.recent = self.recent.max(at + need);
         Some(Range { offset: at, len })
     }
 
-    /// The pages above `WARM_BYTES` to give back to the kernel, if the area
-    /// is idle (nothing lent) and has been for `COOL_AFTER` as of `now`.
+    /// Whether pages above `WARM_BYTES` may be resident: then the owner
+    /// should call [`Allocator::cool`] about once per `COOL_AFTER`.
+    pub fn is_warm_above(&self) -> bool {
+        self.high_water > WARM_BYTES
+    }
+
+    /// The free pages to give back to the kernel as of `now`: those above
+    /// `WARM_BYTES`, above every range lent now, and above every range lent
+    /// since the previous call, if that was at least `COOL_AFTER` ago (the
+    /// first call only starts the clock). The range returned is free and
+    /// stays so until the caller releases this book's lock: punch it out
+    /// while holding it, or a concurrent `lend` could hand it out first.
     pub fn cool(&mut self, now: Instant) -> Option<Range> {
-        let idle_long = self.lent.is_empty() && self.last_lent.is_some_and(|t| now - t >= COOL_AFTER);
-        if !idle_long || self.high_water <= WARM_BYTES {
+        let Some(since) = self.cooled else {
+            self.cooled = Some(now);
+            return None;
+        };
+        if now.saturating_duration_since(since) < COOL_AFTER {
             return None;
         }
-        let r = Range { offset: WARM_BYTES, len: self.high_water - WARM_BYTES };
-        self.high_water = WARM_BYTES;
+        let lent_now = self.lent_end();
+        let keep = WARM_BYTES.max(self.recent).max(lent_now);
+        self.cooled = Some(now);
+        self.recent = lent_now;
+        if self.high_water <= keep {
+            return None;
+        }
+        let r = Range { offset: keep, len: self.high_water - keep };
+        self.high_water = keep;
         Some(r)
+    }
+
+    /// End of the highest page lent now (0 if none): free and lent ranges
+    /// cover the area, so everything from the last free range on is free
+    /// if it runs to the end.
+    fn lent_end(&self) -> u64 {
+        match self.free.last_key_value() {
+            Some((&at, &len)) if at + len == self.size => at,
+            _ => self.size,
+        }
     }
 
     /// Takes back a lent range.
@@ -178,6 +222,51 @@ impl Allocator {
             last_free = free;
         }
         assert_eq!(end, self.size, "the ranges do not cover the area: {self:?}");
+    }
+}
+
+/// How the ends of a team's shared-memory channels ask its reactor to come
+/// and cool their areas ([`Allocator::cool`]): a flag, and an eventfd the
+/// reactor waits on. An end arms it after a release leaves pages above
+/// `WARM_BYTES` in its area; only arming an unarmed one writes the eventfd.
+/// While it stays armed the reactor calls every channel's `cool` once per
+/// `COOL_AFTER`, and disarms it once none has pages above the warm part.
+pub struct Cooler {
+    armed: AtomicBool,
+    wake: OwnedFd,
+}
+
+impl Cooler {
+    pub fn new() -> crate::Result<Cooler> {
+        use rustix::event::{eventfd, EventfdFlags};
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| crate::Error::io("eventfd")(e.into()))?;
+        Ok(Cooler { armed: AtomicBool::new(false), wake })
+    }
+
+    /// Asks the reactor to come (a load when it is coming already).
+    pub fn arm(&self) {
+        if !self.armed.load(Ordering::Relaxed) && !self.armed.swap(true, Ordering::AcqRel) {
+            let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// The reactor: whether it will come back (`true`) or wants to be
+    /// armed again (`false`: set before it looks at the channels, so that
+    /// an end that finds pages to cool after it looked wakes it).
+    pub fn set_armed(&self, on: bool) {
+        self.armed.store(on, Ordering::SeqCst);
+    }
+
+    /// What the reactor waits on: readable once armed.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    /// The reactor, when `fd` was readable: empties the eventfd.
+    pub fn take_wake(&self) {
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&self.wake, &mut b);
     }
 }
 
@@ -243,17 +332,113 @@ mod tests {
     }
 
     #[test]
-    fn pages_above_the_warm_part_go_back_only_after_an_idle_spell() {
-        let mut a = Allocator::new(WARM_BYTES + 8 * PAGE);
+    fn pages_above_the_warm_part_go_back_once_a_whole_spell_went_by_without_them() {
+        let mut a = Allocator::new(WARM_BYTES + 64 * PAGE);
+        let t0 = Instant::now();
+        let at = |n: u32| t0 + COOL_AFTER * n;
         let r = a.lend(WARM_BYTES + 2 * PAGE).unwrap();
-        let later = Instant::now() + COOL_AFTER;
-        assert_eq!(a.cool(later), None, "something is lent");
+        assert!(a.is_warm_above());
+        assert_eq!(a.cool(at(0)), None, "the first call starts the clock");
+        assert_eq!(a.cool(at(1)), None, "lent");
         a.release(r).unwrap();
-        assert_eq!(a.cool(Instant::now()), None, "not idle long enough: stays warm for the next one");
-        assert_eq!(a.cool(later), Some(Range { offset: WARM_BYTES, len: 2 * PAGE }));
-        assert_eq!(a.cool(later), None, "cooled once");
-        let small = a.lend(PAGE).unwrap();
+        assert_eq!(a.cool(at(1) + COOL_AFTER / 2), None, "too soon after the last look");
+        assert_eq!(a.cool(at(2)), None, "lent during the last spell: stays warm for the next one");
+        assert_eq!(a.cool(at(3)), Some(Range { offset: WARM_BYTES, len: 2 * PAGE }));
+        assert!(!a.is_warm_above());
+        assert_eq!(a.cool(at(4)), None, "cooled once");
+        // Below the warm part nothing ever goes back.
+        let small = a.lend(WARM_BYTES).unwrap();
         a.release(small).unwrap();
-        assert_eq!(a.cool(later + COOL_AFTER), None, "nothing above the warm part was touched");
+        assert!(!a.is_warm_above());
+        assert_eq!(a.cool(at(6)), None);
+    }
+
+    #[test]
+    fn large_messages_that_keep_coming_stay_warm() {
+        let mut a = Allocator::new(64 * WARM_BYTES);
+        let t0 = Instant::now();
+        assert_eq!(a.cool(t0), None);
+        // One 16 MiB message per spell, each released before the look.
+        for n in 1..=20 {
+            let r = a.lend(16 * WARM_BYTES).unwrap();
+            a.release(r).unwrap();
+            assert_eq!(a.cool(t0 + COOL_AFTER * n), None, "spell {n}");
+        }
+        // Then none: after one whole spell without, all above the warm part goes.
+        assert_eq!(a.cool(t0 + COOL_AFTER * 21), Some(Range { offset: WARM_BYTES, len: 15 * WARM_BYTES }));
+    }
+
+    #[test]
+    fn what_is_lent_or_was_lately_stays() {
+        let mut a = Allocator::new(WARM_BYTES + 64 * PAGE);
+        let t0 = Instant::now();
+        let x = a.lend(WARM_BYTES).unwrap();
+        let y = a.lend(4 * PAGE).unwrap();
+        let z = a.lend(4 * PAGE).unwrap();
+        assert_eq!((y.offset, z.offset), (WARM_BYTES, WARM_BYTES + 4 * PAGE));
+        a.release(z).unwrap();
+        a.release(x).unwrap();
+        assert_eq!(a.cool(t0), None);
+        assert_eq!(a.cool(t0 + COOL_AFTER), None, "z was lent in the spell");
+        // y is still lent: only the pages above it go.
+        assert_eq!(a.cool(t0 + COOL_AFTER * 2), Some(Range { offset: WARM_BYTES + 4 * PAGE, len: 4 * PAGE }));
+        assert!(a.is_warm_above(), "y's pages");
+        a.release(y).unwrap();
+        assert_eq!(a.cool(t0 + COOL_AFTER * 3), None, "y was lent in the spell");
+        assert_eq!(a.cool(t0 + COOL_AFTER * 4), Some(Range { offset: WARM_BYTES, len: 4 * PAGE }));
+        assert!(!a.is_warm_above());
+        a.check();
+    }
+
+    /// Random lends, releases and looks: what `cool` gives back is free
+    /// (above every lent range) and above the warm part; once idle, the
+    /// area is back to its warm part after two looks a spell apart.
+    #[test]
+    fn cooled_ranges_are_free_and_memory_follows_recent_use() {
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let size = 8 * WARM_BYTES;
+        let mut a = Allocator::new(size);
+        let mut lent: Vec<Range> = Vec::new();
+        let t0 = Instant::now();
+        for step in 0..20_000u32 {
+            let now = t0 + COOL_AFTER * (step / 100);
+            match next() % 10 {
+                0..=4 => {
+                    let len = 1 + next() % (2 * WARM_BYTES);
+                    if let Some(r) = a.lend(len) {
+                        lent.push(r);
+                    }
+                }
+                5..=8 if !lent.is_empty() => {
+                    let r = lent.swap_remove((next() % lent.len() as u64) as usize);
+                    a.release(r).unwrap();
+                }
+                _ => {
+                    let before = a.high_water;
+                    if let Some(c) = a.cool(now) {
+                        assert!(c.offset >= WARM_BYTES && c.offset + c.len == before, "{c:?}");
+                        for r in &lent {
+                            assert!(r.offset + r.pages() <= c.offset, "gave back {c:?}, {r:?} is lent");
+                        }
+                    }
+                }
+            }
+            a.check();
+        }
+        for r in lent.drain(..) {
+            a.release(r).unwrap();
+        }
+        let end = t0 + COOL_AFTER * 400;
+        a.cool(end);
+        a.cool(end + COOL_AFTER);
+        a.cool(end + COOL_AFTER * 2);
+        assert!(a.high_water <= WARM_BYTES, "{}", a.high_water);
+        assert!(!a.is_warm_above());
     }
 }

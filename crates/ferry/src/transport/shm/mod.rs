@@ -46,7 +46,7 @@ use crate::id::TeamId;
 use crate::sync::{fence, AtomicBool, AtomicU32Ops, AtomicU64, Mutex, Ordering};
 use crate::sys::{fdpass, shm::Mapping};
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
-use area::{Allocator, Range, PAGE};
+use area::{Allocator, Cooler, Range, PAGE};
 use ring::{Consumer, Producer, RingError, RingMem, RingMemory};
 use rustix::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
@@ -120,6 +120,8 @@ pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     tx_area: Option<TxArea>,
     /// Where the peer stages its large payloads for us.
     rx_area: Option<RxArea>,
+    /// Asks the team's reactor to cool `tx_area` (none outside a team).
+    cooler: Option<Arc<Cooler>>,
     /// Ranges of the peer's area we are done with, to send back.
     releases: Arc<Releases>,
     /// Keeps the rings mapped (none for a model's heap rings); declared
@@ -321,6 +323,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             socket: None,
             tx_area: None,
             rx_area: None,
+            cooler: None,
             releases: Arc::default(),
             _segment: segment,
         }
@@ -435,8 +438,17 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     /// The peer gave a range of our area back.
     fn take_back(&self, payload: &[u8]) -> std::result::Result<(), String> {
         let Some(area) = &self.tx_area else { return Err("a release with no payload area".into()) };
-        let r = Range::decode(payload, area.alloc.lock().size()).ok_or("a release of a range outside the area")?;
-        area.alloc.lock().release(r).map_err(|e| format!("a release of a range never lent: {:?}", e.0))?;
+        let mut alloc = area.alloc.lock();
+        let r = Range::decode(payload, alloc.size()).ok_or("a release of a range outside the area")?;
+        alloc.release(r).map_err(|e| format!("a release of a range never lent: {:?}", e.0))?;
+        if alloc.is_warm_above() {
+            drop(alloc);
+            // Pages above the warm part: the reactor comes to give back
+            // those that stay unused (a load, once it is coming).
+            if let Some(c) = &self.cooler {
+                c.arm();
+            }
+        }
         Ok(())
     }
 
@@ -484,28 +496,13 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(SendError::Closed);
         }
-        let (range, cool) = {
+        let range = {
             let mut alloc = area.alloc.lock();
             if payload.len() as u64 > alloc.size() {
                 return Err(SendError::TooLarge);
             }
-            let cool = alloc.cool(std::time::Instant::now());
-            (alloc.lend(payload.len() as u64).ok_or(SendError::Full)?, cool)
+            alloc.lend(payload.len() as u64).ok_or(SendError::Full)?
         };
-        if let Some(c) = cool {
-            // Idle long enough: pages above the warm part go back to the
-            // kernel (best effort), but not those this payload is about to use.
-            let from = c.offset.max((range.offset + range.len).div_ceil(PAGE) * PAGE);
-            let to = c.offset + c.len;
-            if let Some(file) = area.segment.file().filter(|_| to > from) {
-                let _ = rustix::fs::fallocate(
-                    file,
-                    rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
-                    area.file_offset + from,
-                    to - from,
-                );
-            }
-        }
         // SAFETY: the range lies inside our area (the allocator hands out
         // only ranges of it) and is ours alone until sent: no lock is needed
         // while the bytes move. The peer can write there too (it maps the
@@ -566,6 +563,23 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
             drop(consumer);
         }
         self.flush_releases();
+    }
+
+    fn cool(&self, now: std::time::Instant) -> bool {
+        let Some(area) = &self.tx_area else { return false };
+        let mut alloc = area.alloc.lock();
+        if let (Some(r), Some(file)) = (alloc.cool(now), area.segment.file()) {
+            // Free pages nothing needed lately go back to the kernel (for
+            // the peer's mapping too), best effort. Under the book's lock:
+            // a range lent meanwhile could reach them.
+            let _ = rustix::fs::fallocate(
+                file,
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                area.file_offset + r.offset,
+                r.len,
+            );
+        }
+        alloc.is_warm_above()
     }
 
     #[inline]
@@ -714,6 +728,9 @@ pub struct BindConfig {
     pub area_bytes: u64,
     /// How long the connector waits for the welcome ([`HANDSHAKE_TIMEOUT`]).
     pub handshake_timeout: Duration,
+    /// The team's reactor's, which cools the payload area this end writes
+    /// (see [`area`]); without one the area keeps what it touched.
+    pub cooler: Option<Arc<Cooler>>,
 }
 
 pub(crate) fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32, area: u64) -> [u8; HELLO_LEN] {
@@ -859,7 +876,9 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
     let [page, one, all] = <[_; 3]>::try_from(fds)
         .map_err(|fds| refused(expect, format!("welcome carried {} descriptors, want 3", fds.len())))?;
     let bell = Bell::open(page, one, all).map_err(|e| refused(expect, e.to_string()))?;
-    Ok(ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell, line), stream))
+    let mut end = ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell, line), stream);
+    end.cooler = cfg.cooler.clone();
+    Ok(end)
 }
 
 /// A fresh channel segment with its header written.
@@ -940,7 +959,9 @@ pub(crate) fn accept_with(
     // The connector sized the areas; this side stages at most what its own
     // settings say in the one it writes (the peer's word does not size our memory).
     let sizes = (cap, area, cfg.area_bytes);
-    Ok(Accepted::Bound(Box::new(ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream)), peer))
+    let mut end = ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream);
+    end.cooler = cfg.cooler.clone();
+    Ok(Accepted::Bound(Box::new(end), peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite
@@ -965,4 +986,66 @@ pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doo
         ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell_of_b, la), sa),
         ShmEnd::new(other, (cap, area, area), Side::Acceptor, (bell_of_a, lb), sb),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::area::{COOL_AFTER, WARM_BYTES};
+    use super::*;
+    use std::time::Instant;
+
+    /// Bytes the segment's memfd has allocated.
+    fn allocated(end: &ShmEnd) -> u64 {
+        let seg = end._segment.as_ref().expect("a mapped segment");
+        rustix::fs::fstat(seg.fd()).unwrap().st_blocks as u64 * 512
+    }
+
+    /// Sends `len` bytes out of band from `a` to `b`; `b` takes it and
+    /// gives it back (the range returns to `a`'s book).
+    fn one_large(a: &ShmEnd, b: &ShmEnd, len: usize) {
+        let mut staged = Some(a.stage(&vec![7; len]).unwrap());
+        a.try_send_staged(&Header::new(Kind::Data, Addr::NONE, Addr::NONE, 0), &mut staged).unwrap();
+        let mut got = None;
+        let r = b.try_recv(&mut |_, body| match body {
+            Body::Detached(slot) => {
+                got = slot.take();
+                true
+            }
+            Body::Inline(_) => false,
+        });
+        assert!(matches!(r, Ok(Recv::Consumed)), "{r:?}");
+        assert_eq!(got.as_ref().map(|d| d.len()), Some(len));
+        drop(got);
+        b.tidy();
+        assert!(matches!(a.try_recv(&mut |_, _| panic!("only the release comes back")), Ok(Recv::Consumed)));
+    }
+
+    /// The payload area gives back, after a spell without use, the pages
+    /// above its warm part that large messages touched (the soak saw
+    /// areas keep them for good); it keeps them while messages come.
+    #[test]
+    fn an_area_gives_back_the_pages_it_stopped_using() {
+        let (d1, d2) = (Arc::new(Doorbell::create().unwrap()), Arc::new(Doorbell::create().unwrap()));
+        let (a, b) = pair_for_tests(MIN_RING, 64 << 20, d1, d2).unwrap();
+        let base = allocated(&a);
+        let t0 = Instant::now();
+        let at = |n: u32| t0 + COOL_AFTER * n;
+        one_large(&a, &b, 16 << 20);
+        assert!(allocated(&a) >= base + (16 << 20));
+        assert!(a.cool(at(0)), "pages above the warm part: come back");
+        // Used in every spell: kept.
+        for n in 1..=3 {
+            one_large(&a, &b, 16 << 20);
+            assert!(a.cool(at(n)));
+            assert!(allocated(&a) >= base + (16 << 20), "spell {n}");
+        }
+        // A spell without: back to the warm part.
+        assert!(!a.cool(at(4)), "nothing above the warm part any more");
+        // (Plus the rings' pages, touched since `base`.)
+        let after = allocated(&a);
+        assert!(after <= base + WARM_BYTES + 2 * MIN_RING as u64, "{base} -> {after}");
+        // The warm part stays, and the area still works.
+        one_large(&a, &b, 16 << 20);
+        assert!(allocated(&a) >= base + (16 << 20));
+    }
 }

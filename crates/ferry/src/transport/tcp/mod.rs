@@ -86,6 +86,12 @@ pub(crate) fn cork(on: bool) -> bool {
 const CREDIT_LEN: usize = 16;
 /// Bytes asked of the kernel per read.
 const READ: usize = 64 * 1024;
+/// Bytes of read buffer a connection keeps however little it needed lately.
+/// Above that, the buffer (which grows to hold whole frames, and whatever
+/// the kernel had buffered) shrinks back, once empty, to what the reads of
+/// the last heartbeat tick or so needed: without that it stayed at its
+/// high-water mark, which crept up for as long as the connection lived.
+const KEEP: usize = 4 * READ;
 /// Small frames share a send buffer up to this size.
 const BATCH: usize = 64 * 1024;
 
@@ -191,6 +197,8 @@ pub struct TcpEnd {
     /// When we last read bytes, and last wrote some (ns on [`clock`]).
     last_heard: AtomicU64,
     last_sent: AtomicU64,
+    /// When the read buffer was last cooled ([`Rx::cool`], ns on [`clock`]).
+    rx_cooled: AtomicU64,
     /// The team's sleeping threads watch the socket while the end lives.
     _watch: Watch,
 }
@@ -233,6 +241,8 @@ pub(crate) struct Rx {
     /// The last pump stopped at `cap`: the kernel may hold more, and no
     /// new edge will say so.
     pub(crate) capped: bool,
+    /// The most buffer the reads needed since [`Rx::cool`] last looked.
+    peak: usize,
 }
 
 /// The reading side's bookkeeping: pure (the socket reads go to
@@ -249,6 +259,7 @@ impl Rx {
             grant_detached: ours.detached,
             cap: ours.frames.saturating_add(ours.detached).saturating_add(READ),
             capped: false,
+            peak: 0,
         }
     }
 
@@ -291,6 +302,7 @@ impl Rx {
             let grown = self.end + READ;
             self.buf.resize(grown, 0);
         }
+        self.peak = self.peak.max(self.end + READ);
         &mut self.buf[self.end..]
     }
 
@@ -305,6 +317,26 @@ impl Rx {
     /// last pump left in the kernel.
     fn ready(&self) -> bool {
         !self.frames.is_empty() || self.capped
+    }
+
+    /// Gives back the buffer's memory beyond `KEEP` and beyond what the
+    /// reads since the last call needed, if nothing is buffered now (else
+    /// at a later call). For a slow path: a heartbeat tick.
+    pub(crate) fn cool(&mut self) {
+        if self.at < self.end {
+            // Bytes wait (frames, or part of one): a later look.
+            self.peak = self.end + READ;
+            return;
+        }
+        // Everything read was consumed (so no frame is queued): the buffer
+        // starts over, its head (touched already) kept.
+        (self.at, self.parsed, self.end) = (0, 0, 0);
+        let keep = KEEP.max(self.peak);
+        if self.buf.len() > keep {
+            self.buf.truncate(keep);
+            self.buf.shrink_to(keep);
+        }
+        self.peak = 0;
     }
 
     /// Splits the whole frames after `parsed`: data frames are queued (each
@@ -523,6 +555,7 @@ impl TcpEnd {
             peer_timeout,
             last_heard: AtomicU64::new(clock()),
             last_sent: AtomicU64::new(clock()),
+            rx_cooled: AtomicU64::new(clock()),
             _watch: watch,
         })
     }
@@ -675,8 +708,18 @@ impl TcpEnd {
     }
 
     /// Reads what the socket holds (unless a receive is under way, which
-    /// does it), applying credit frames.
+    /// does it), applying credit frames. Data frames it read wake a
+    /// sleeping thread if nobody polls: a writer short of credit or the
+    /// liveness look may have read them (taking the socket's edge, their
+    /// one wake-up), and neither receives them.
     fn pump_credit(&self) {
+        self.read_for_credit();
+        if self.rx_ready.load(Ordering::Relaxed) {
+            self.team.ring();
+        }
+    }
+
+    fn read_for_credit(&self) {
         // Twice at most: once more if a probe found `rx` locked meanwhile.
         for _ in 0..2 {
             // Said before trying (Dekker with the holder's unlock → look):
@@ -980,8 +1023,19 @@ impl Transport for TcpEnd {
     /// heartbeat if we were quiet, or gives the peer up if it was.
     fn check_liveness(&self) -> Liveness {
         let _ = rustix::io::read(&self.heartbeat, &mut [0u8; 8]);
-        self.pump_credit();
         let now = clock();
+        // The read buffer gives back what it did not need lately: at most
+        // once per COOL_AFTER (however short the ticks), and not while a
+        // receive holds it. Before `pump_credit`, which then reads for a
+        // probe that found the buffer locked meanwhile (`rx_wanted`).
+        let cool_after = crate::transport::shm::area::COOL_AFTER.as_nanos() as u64;
+        if now.saturating_sub(self.rx_cooled.load(Ordering::Relaxed)) >= cool_after {
+            if let Some(mut rx) = self.rx.try_lock() {
+                self.rx_cooled.store(now, Ordering::Relaxed);
+                rx.cool();
+            }
+        }
+        self.pump_credit();
         let tick = (self.peer_timeout / 4).as_nanos() as u64;
         if !self.closed.load(Ordering::Acquire) {
             let heard = self.last_heard.load(Ordering::Relaxed);
@@ -1030,5 +1084,91 @@ impl Transport for TcpEnd {
 impl Drop for TcpEnd {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::Addr;
+
+    /// A data frame of `len` payload bytes, flagged detached when large.
+    fn frame(len: usize) -> Vec<u8> {
+        let mut h = Header::new(Kind::Data, Addr::NONE, Addr::NONE, 0);
+        h.len = len as u32;
+        if len > READ {
+            h.flags |= flags::DETACHED;
+        }
+        let mut head = [0u8; HEADER_LEN];
+        h.encode(&mut head);
+        let mut f = head.to_vec();
+        f.resize(HEADER_LEN + len, 7);
+        f
+    }
+
+    /// Reads `bytes` into `rx` as the socket would (all before the
+    /// receiver looks: the buffer holds them all at once), and consumes
+    /// every frame.
+    fn receive(rx: &mut Rx, bytes: &[u8]) {
+        rx.compact();
+        let mut at = 0;
+        while at < bytes.len() {
+            at += rx.read(&bytes[at..]);
+        }
+        rx.split().unwrap();
+        while let Some((h, payload)) = rx.front() {
+            assert_eq!(payload.len(), h.len as usize);
+            let (f, d) = TcpEnd::cost(&h);
+            rx.pop_front();
+            rx.regrant(f, d);
+        }
+        rx.check();
+    }
+
+    /// Soak finding: the read buffer stayed as large as the most the
+    /// connection ever buffered (several 1 MiB frames at once, now and
+    /// then), for good. Now it shrinks back once a look finds it empty and
+    /// no read since the look before needed that much.
+    #[test]
+    fn the_read_buffer_shrinks_back_after_a_spell_without_large_frames() {
+        let mut rx = Rx::new(Grant { frames: 1 << 20, detached: 1 << 30 });
+        // Three 1 MiB frames buffered at once.
+        let big: Vec<u8> = (0..3).flat_map(|_| frame(1 << 20)).collect();
+        receive(&mut rx, &big);
+        assert!(rx.buf.len() >= 3 << 20);
+        rx.cool();
+        assert!(rx.buf.len() >= 3 << 20, "needed since the last look: kept");
+        // Small frames only, then a look: back to KEEP.
+        receive(&mut rx, &frame(100));
+        rx.cool();
+        assert_eq!(rx.buf.len(), KEEP);
+        assert!(rx.buf.capacity() < 2 * KEEP, "{}", rx.buf.capacity());
+        // It still reads whole frames, small and large.
+        receive(&mut rx, &frame(100));
+        receive(&mut rx, &frame(1 << 20));
+        rx.cool();
+        receive(&mut rx, &frame(5));
+        rx.cool();
+        assert_eq!(rx.buf.len(), KEEP);
+    }
+
+    /// A look while frames wait leaves them alone.
+    #[test]
+    fn the_read_buffer_is_not_shrunk_under_queued_frames() {
+        let mut rx = Rx::new(Grant { frames: 1 << 20, detached: 1 << 30 });
+        let big = frame(1 << 20);
+        let mut at = 0;
+        while at < big.len() {
+            rx.compact();
+            at += rx.read(&big[at..]);
+        }
+        rx.split().unwrap();
+        rx.cool();
+        rx.cool();
+        let (h, payload) = rx.front().expect("the frame is still queued");
+        assert_eq!(h.len, 1 << 20);
+        assert!(rx.buf[payload].iter().all(|&b| b == 7));
+        rx.pop_front();
+        rx.check();
     }
 }
