@@ -110,6 +110,17 @@ pub enum Error {
     /// A task or handler panicked; the text is its panic message.
     #[error("panicked: {0}")]
     Panicked(String),
+    /// A [`crate::TeamBuilder`] setting is outside its allowed range; the
+    /// team did not start.
+    #[error("TeamBuilder::{setting} = {value} is out of range (allowed: {allowed})")]
+    InvalidSetting {
+        /// The setting, as its `TeamBuilder` method is named.
+        setting: &'static str,
+        /// The value it was given.
+        value: String,
+        /// Its allowed range.
+        allowed: String,
+    },
     /// The caller passed something the operation cannot work with (e.g. a
     /// `Select` over no ports); the text says what.
     #[error("invalid argument: {0}")]
@@ -248,6 +259,9 @@ impl Error {
             Error::LimitReached { limit, max } => Error::LimitReached { limit: *limit, max: *max },
             Error::Refused(s) => Error::Refused(s.clone()),
             Error::Panicked(s) => Error::Panicked(s.clone()),
+            Error::InvalidSetting { setting, value, allowed } => {
+                Error::InvalidSetting { setting, value: value.clone(), allowed: allowed.clone() }
+            }
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
             Error::Shutdown => Error::Shutdown,
             Error::Io { context, source } => {

@@ -44,3 +44,9 @@ pub use wire::Checkpoint;
 
 /// Makes a trait a ferry RPC service (see [`rpc`]).
 pub use ferry_macros::service;
+
+/// The README's examples, compiled (and run, unless marked `no_run`) as
+/// doc-tests, so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;

@@ -35,3 +35,23 @@ fn loom_executor_push_wakes_a_parking_processor() {
         pusher.join().unwrap();
     });
 }
+
+/// Wakes racing the end of a poll put the task in the ready queue once:
+/// never while it is being polled, never twice, never not at all.
+#[test]
+fn loom_executor_wakes_during_a_poll_queue_the_task_once() {
+    check(None, || {
+        let task = Arc::new(Task::<HeapBell>::finished());
+        // A processor popped it and is polling it.
+        task.begin_poll();
+        let wakers: Vec<_> = (0..2)
+            .map(|_| {
+                let t = task.clone();
+                thread::spawn(move || t.wake_needs_push() as u32)
+            })
+            .collect();
+        let poller = task.end_poll_needs_push() as u32;
+        let pushes: u32 = poller + wakers.into_iter().map(|w| w.join().unwrap()).sum::<u32>();
+        assert_eq!(pushes, 1);
+    });
+}

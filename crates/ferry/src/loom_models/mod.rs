@@ -27,6 +27,7 @@
 //! | `wait_space` | with two writers, one's success does not erase the other's wait | 3 preemptions |
 //! | `wait_space` | the progress loop sends a frame queued in an outbox once the reader frees space | exhaustive |
 //! | `executor` (in `runtime::executor`) | `push` wakes a processor going to sleep | exhaustive |
+//! | `executor` | wakes racing the end of a poll queue the task once, never during the poll | exhaustive |
 //! loom treats SeqCst loads, stores and RMWs as Acquire/Release, so every
 //! store → load (Dekker) step of the real code needs its `fence(SeqCst)`:
 //! each model fails if that fence, or its flag, is taken out.

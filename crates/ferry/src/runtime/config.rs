@@ -4,13 +4,34 @@ use super::cluster::Cluster;
 use super::team::{Team, TeamInner};
 use crate::error::{Error, Result};
 use crate::transport::shm;
+use crate::transport::tcp;
+use std::fmt::Debug;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Default largest message: 1 GiB of data plus room for its encoding
 /// (a typed message's MessagePack header, an RPC envelope).
 pub const DEFAULT_MAX_MESSAGE: usize = (1 << 30) + (1 << 20);
+
+/// Largest `ring_bytes` and `max_ring_bytes`: the most a TCP peer may be
+/// granted in flight (a shared-memory hello carries it in 32 bits too).
+pub const MAX_RING_BYTES: usize = tcp::handshake::MAX_GRANT;
+/// Largest `max_message`: the largest payload area a peer maps (64 GiB).
+pub const MAX_MESSAGE: usize = shm::MAX_AREA as usize;
+/// Most processors, and most blocking threads, a team starts.
+pub const MAX_THREADS: usize = 1024;
+/// Longest `spin`: a spin is meant to be shorter than a wake-up.
+const MAX_SPIN: Duration = Duration::from_secs(1);
+/// Shortest `park_timeout` (smaller values are raised to it).
+const MIN_PARK: Duration = Duration::from_micros(100);
+/// Longest `park_timeout`: it bounds how late a lost wake-up is noticed.
+const MAX_PARK: Duration = Duration::from_secs(60);
+/// Shortest `peer_timeout` (smaller values are raised to it).
+const MIN_PEER_TIMEOUT: Duration = Duration::from_millis(4);
+/// Longest `blocking_idle`, `peer_timeout` and `names_ttl` (etcd's lease TTL).
+const A_DAY: Duration = Duration::from_secs(24 * 3600);
 
 /// What one queued message counts against a byte bound (`inbox_bytes`,
 /// `hold_bytes`) besides its payload: its bookkeeping, so that a flood of
@@ -24,7 +45,8 @@ pub(crate) fn message_cost(len: usize) -> usize {
 }
 
 /// Settings of a team. Build with [`Team::builder`]; the [`TeamBuilder`]
-/// method of the same name says what each does.
+/// method of the same name says what each does, and
+/// [`TeamBuilder::start`] checks each against its allowed range.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// This machine's node number.
@@ -144,7 +166,7 @@ impl TeamBuilder {
     /// `host:port`) instead of the embedded plane (default
     /// `$FERRY_ETCD`, else none); see [`crate::names`] for what each
     /// plane guarantees. A name is then unique in the cluster; it is put
-    /// under a lease of `ttl` kept alive while the team lives: a team that
+    /// under a lease of `ttl` (whole seconds, at least 1, at most a day) kept alive while the team lives: a team that
     /// dies loses its names after `ttl`, one that leaves at once. Lookups
     /// this node cannot answer ask etcd, and waits for a name watch it.
     pub fn etcd(self, addr: SocketAddr, ttl: Duration) -> Self {
@@ -182,19 +204,21 @@ impl TeamBuilder {
     /// Longest sleep without looking around (default 50 ms). Bounds how late a
     /// sleeper notices anything whose wake-up was lost, a dead peer included.
     pub fn park_timeout(mut self, d: Duration) -> Self {
-        self.cfg.park_timeout = d.max(Duration::from_micros(100));
+        self.cfg.park_timeout = d.max(MIN_PARK);
         self
     }
     /// Bytes of each ring (one per direction) of a shared-memory channel this
-    /// team opens; rounded up to a power of two, at least 4 KiB (default 64 KiB:
-    /// a channel pair costs 132 KiB of shared memory).
+    /// team opens, and what it lets a TCP peer have in flight; rounded up to
+    /// a power of two, at least 4 KiB, at most [`MAX_RING_BYTES`] (1 GiB;
+    /// default 64 KiB: a channel pair costs 132 KiB of shared memory).
     pub fn ring_bytes(mut self, n: usize) -> Self {
-        self.cfg.ring_bytes = n.max(shm::MIN_RING).next_power_of_two();
+        // Rounded by `start`, once it is known not to overflow.
+        self.cfg.ring_bytes = n;
         self
     }
     /// Largest ring a peer may ask this team to map for a channel it
-    /// opens (default 64 MiB): a peer asking more is refused with
-    /// `Error::LimitReached` (`Limit::RingBytes`).
+    /// opens (default 64 MiB, from 4 KiB to [`MAX_RING_BYTES`]): a peer
+    /// asking more is refused with `Error::LimitReached` (`Limit::RingBytes`).
     pub fn max_ring_bytes(mut self, n: usize) -> Self {
         self.cfg.max_ring_bytes = n;
         self
@@ -237,7 +261,8 @@ impl TeamBuilder {
         self.cfg.hold_bytes = n;
         self
     }
-    /// Largest message sent or accepted (default 1 GiB + 1 MiB). A message
+    /// Largest message sent or accepted (default 1 GiB + 1 MiB, at most
+    /// [`MAX_MESSAGE`], 64 GiB). A message
     /// larger than a ring record travels out of band, through a payload
     /// area of this size per direction of each shared-memory channel
     /// (virtual memory: only the pages a message touched are resident; of
@@ -263,12 +288,14 @@ impl TeamBuilder {
     }
 
     /// Most threads running [`Team::spawn_blocking`] jobs at once (default
-    /// 16, at least 1); further jobs wait for one of them.
+    /// 16, at least 1, at most [`MAX_THREADS`]); further jobs wait for one
+    /// of them.
     pub fn blocking_threads(mut self, n: usize) -> Self {
         self.cfg.blocking_threads = n.max(1);
         self
     }
-    /// How long a blocking thread waits for another job before it ends (default 10 s).
+    /// How long a blocking thread waits for another job before it ends
+    /// (default 10 s, at most a day).
     pub fn blocking_idle(mut self, d: Duration) -> Self {
         self.cfg.blocking_idle = d;
         self
@@ -283,20 +310,50 @@ impl TeamBuilder {
     }
 
     /// How long a peer on another node may stay silent before it counts as
-    /// gone (default 10 s, at least 4 ms): its channel closes and what waits
+    /// gone (default 10 s, at least 4 ms, at most a day): its channel closes and what waits
     /// on it fails with `PeerGone`. Each channel sends a heartbeat when it
     /// has sent nothing for a quarter of this, so only a dead peer or a cut
     /// link is silent that long. (A peer on this node is known gone at once.)
     pub fn peer_timeout(mut self, d: Duration) -> Self {
-        self.cfg.peer_timeout = d.max(Duration::from_millis(4));
+        self.cfg.peer_timeout = d.max(MIN_PEER_TIMEOUT);
         self
     }
 
     /// Starts the team: claims its number on the node, opens its socket and
-    /// starts its threads.
+    /// starts its threads. A setting outside its allowed range fails here,
+    /// with `Error::InvalidSetting` naming it and the range, before
+    /// anything starts.
     pub fn start(self) -> Result<Team> {
-        TeamInner::start(self.cfg)
+        TeamInner::start(self.checked()?)
     }
+
+    /// The settings, checked and normalized (what `start` starts with).
+    pub(crate) fn checked(mut self) -> Result<Config> {
+        let c = &mut self.cfg;
+        in_range("processors", c.processors, 0..=MAX_THREADS)?;
+        in_range("blocking_threads", c.blocking_threads, 1..=MAX_THREADS)?;
+        in_range("spin", c.spin, Duration::ZERO..=MAX_SPIN)?;
+        in_range("park_timeout", c.park_timeout, MIN_PARK..=MAX_PARK)?;
+        in_range("ring_bytes", c.ring_bytes, 0..=MAX_RING_BYTES)?;
+        c.ring_bytes = c.ring_bytes.max(shm::MIN_RING).next_power_of_two();
+        in_range("max_ring_bytes", c.max_ring_bytes, shm::MIN_RING..=MAX_RING_BYTES)?;
+        in_range("max_message", c.max_message, 0..=MAX_MESSAGE)?;
+        in_range("inbox_capacity", c.inbox_capacity, 1..=usize::MAX)?;
+        in_range("hold_capacity", c.hold_capacity, 1..=usize::MAX)?;
+        in_range("blocking_idle", c.blocking_idle, Duration::ZERO..=A_DAY)?;
+        in_range("peer_timeout", c.peer_timeout, MIN_PEER_TIMEOUT..=A_DAY)?;
+        in_range("etcd (ttl)", c.names_ttl, Duration::ZERO..=A_DAY)?;
+        Ok(self.cfg)
+    }
+}
+
+/// `Ok` if `value` is in `allowed`, else `InvalidSetting` naming `setting`.
+fn in_range<T: PartialOrd + Debug>(setting: &'static str, value: T, allowed: RangeInclusive<T>) -> Result<()> {
+    if allowed.contains(&value) {
+        return Ok(());
+    }
+    let allowed = format!("{:?} to {:?}", allowed.start(), allowed.end());
+    Err(Error::InvalidSetting { setting, value: format!("{value:?}"), allowed })
 }
 
 /// The etcd client addresses in `$FERRY_ETCD`'s form: `ip:port`,
@@ -315,6 +372,45 @@ pub(crate) fn parse_etcd_addrs(list: &str) -> Result<Vec<SocketAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused(b: TeamBuilder) -> (&'static str, String) {
+        match b.start() {
+            Err(Error::InvalidSetting { setting, allowed, .. }) => (setting, allowed),
+            other => panic!("expected InvalidSetting, got {:?}", other.map(|t| t.id())),
+        }
+    }
+
+    /// Settings out of range fail `start` with the setting's name and range,
+    /// before anything starts: a huge `ring_bytes` overflowed its rounding
+    /// (a panic in debug builds, a 0-byte ring in release ones), and a
+    /// `max_message` above 64 GiB tripped an `assert!` at the first connect.
+    #[test]
+    fn settings_out_of_range_are_refused_by_name() {
+        let b = || Team::builder().runtime_dir(std::env::temp_dir().join("ferry-never-made"));
+        assert_eq!(refused(b().ring_bytes(usize::MAX)).0, "ring_bytes");
+        assert_eq!(refused(b().ring_bytes(MAX_RING_BYTES + 1)).0, "ring_bytes");
+        let (setting, allowed) = refused(b().max_message(MAX_MESSAGE + 1));
+        assert_eq!((setting, allowed.as_str()), ("max_message", "0 to 68719476736"));
+        assert_eq!(refused(b().max_ring_bytes(1 << 40)).0, "max_ring_bytes");
+        assert_eq!(refused(b().processors(1 << 20)).0, "processors");
+        assert_eq!(refused(b().blocking_threads(usize::MAX)).0, "blocking_threads");
+        assert_eq!(refused(b().spin(Duration::MAX)).0, "spin");
+        assert_eq!(refused(b().park_timeout(Duration::MAX)).0, "park_timeout");
+        assert_eq!(refused(b().peer_timeout(Duration::MAX)).0, "peer_timeout");
+        assert_eq!(refused(b().blocking_idle(Duration::MAX)).0, "blocking_idle");
+        let etcd = ([127, 0, 0, 1], 1).into();
+        assert_eq!(refused(b().etcd(etcd, Duration::MAX)).0, "etcd (ttl)");
+        assert!(!std::env::temp_dir().join("ferry-never-made").exists());
+    }
+
+    /// In range, rounded as documented.
+    #[test]
+    fn ring_bytes_round_up_within_range() {
+        let c = |n| TeamBuilder::default().ring_bytes(n).checked().unwrap().ring_bytes;
+        assert_eq!(c(0), shm::MIN_RING);
+        assert_eq!(c(5000), 8192);
+        assert_eq!(c(MAX_RING_BYTES), MAX_RING_BYTES);
+    }
 
     #[test]
     fn etcd_addrs_parse() {

@@ -31,9 +31,42 @@ pub(crate) struct Executor<M: DoorbellMemory = DoorbellPage> {
 
 pub(crate) struct Task<M: DoorbellMemory = DoorbellPage> {
     future: Mutex<Option<BoxFuture>>,
-    scheduled: AtomicBool,
+    /// [`SCHEDULED`] and [`RUNNING`] bits: see [`Task::wake_needs_push`].
+    state: AtomicUsize,
     aborted: AtomicBool,
     exec: Weak<Executor<M>>,
+}
+
+/// The task is in the ready queue, or will be put there when its poll ends.
+const SCHEDULED: usize = 1;
+/// A thread is polling the task (it may be blocked inside that poll, in a
+/// blocking call further up its stack, for a long time).
+const RUNNING: usize = 2;
+
+/// A task's life, in `state`, so that a task is in the ready queue at most
+/// once and never while it is being polled (a processor would find it
+/// there, unable to run it, and spin on it):
+///
+/// 1. A wake sets SCHEDULED; it pushes the task only if neither bit was set.
+/// 2. A processor pops it and polls it with the state RUNNING (the wake
+///    that queued it is consumed; wakes from now on set SCHEDULED only).
+/// 3. The poll over, it clears RUNNING; if a wake set SCHEDULED meanwhile,
+///    the poller pushes it (one push, whichever of 1 and 3 came last).
+impl<M: DoorbellMemory> Task<M> {
+    /// Step 1: whether this wake must push the task.
+    fn wake_needs_push(&self) -> bool {
+        self.state.fetch_or(SCHEDULED, Ordering::AcqRel) & (SCHEDULED | RUNNING) == 0
+    }
+
+    /// Step 2.
+    fn begin_poll(&self) {
+        self.state.store(RUNNING, Ordering::Release);
+    }
+
+    /// Step 3: whether the poller must push the task again.
+    fn end_poll_needs_push(&self) -> bool {
+        self.state.fetch_and(!RUNNING, Ordering::AcqRel) & SCHEDULED != 0
+    }
 }
 
 impl<M: DoorbellMemory> Task<M> {
@@ -42,7 +75,7 @@ impl<M: DoorbellMemory> Task<M> {
     pub(crate) fn finished() -> Task<M> {
         Task {
             future: Mutex::new(None),
-            scheduled: AtomicBool::new(true),
+            state: AtomicUsize::new(SCHEDULED),
             aborted: AtomicBool::new(false),
             exec: Weak::new(),
         }
@@ -54,7 +87,7 @@ impl<M: DoorbellMemory> Wake for Task<M> {
         self.wake_by_ref()
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.scheduled.swap(true, Ordering::AcqRel) {
+        if self.wake_needs_push() {
             if let Some(exec) = self.exec.upgrade() {
                 exec.push(self.clone());
             }
@@ -108,28 +141,33 @@ impl<M: DoorbellMemory> Executor<M> {
         t
     }
 
-    /// Runs one ready task if there is one. A task already being polled
-    /// further up this thread's stack (it made a blocking call, which runs
-    /// other tasks meanwhile) is left queued, never re-entered.
+    /// Runs one ready task if there is one. A task is never queued while
+    /// it is being polled (see [`Task::wake_needs_push`]); one whose future
+    /// another thread holds for a moment (an abort taking it) is put back.
     pub fn run_one(&self) -> bool {
         let Some(task) = self.pop() else { return false };
         let Some(mut slot) = task.future.try_lock() else {
             self.push(task);
             return false;
         };
-        task.scheduled.store(false, Ordering::Release);
-        let waker = Waker::from(task.clone());
-        let mut cx = Context::from_waker(&waker);
-        let _in_task = InTask::enter();
-        if task.aborted.load(Ordering::Acquire) {
-            // Dropping the future is the cancellation: it stops at its last await.
-            *slot = None;
-            return true;
-        }
-        if let Some(fut) = slot.as_mut() {
-            if fut.as_mut().poll(&mut cx).is_ready() {
+        task.begin_poll();
+        {
+            let waker = Waker::from(task.clone());
+            let mut cx = Context::from_waker(&waker);
+            let _in_task = InTask::enter();
+            if task.aborted.load(Ordering::Acquire) {
+                // Dropping the future is the cancellation: it stops at its last await.
                 *slot = None;
+            } else if let Some(fut) = slot.as_mut() {
+                if fut.as_mut().poll(&mut cx).is_ready() {
+                    *slot = None;
+                }
             }
+        }
+        // Unlocked first, so whoever pops it next can run it.
+        drop(slot);
+        if task.end_poll_needs_push() {
+            self.push(task);
         }
         true
     }
@@ -166,7 +204,7 @@ impl Executor {
         };
         let task = Arc::new(Task {
             future: Mutex::new(Some(Box::pin(wrapped))),
-            scheduled: AtomicBool::new(true),
+            state: AtomicUsize::new(SCHEDULED),
             aborted: AtomicBool::new(false),
             exec: Arc::downgrade(self),
         });

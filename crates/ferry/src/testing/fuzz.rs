@@ -25,6 +25,7 @@
 //! | [`names_query`] | a name query as a node reads it, an answer as the asker checks it (also signed) |
 //! | [`etcd`] | an etcd answer: HTTP/1.1 status and headers, chunked bodies, the JSON of every request ferry makes, watch streams, endpoint ids as text |
 //! | [`handover`] | a TCP bind handed over by another team of the node (`FERRYTHO`), and the hello it carries |
+//! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
 use crate::id::{Addr, EndpointId, TeamId};
 use crate::names::{etcd as etcd_names, remote};
@@ -59,6 +60,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("names_query", names_query),
     ("etcd", etcd),
     ("handover", handover),
+    ("settings", settings),
 ];
 
 /// A harness's input read as a program: bytes, integers, and the rest;
@@ -1292,7 +1294,89 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut h = vec![1];
     h.extend_from_slice(&crate::runtime::reactor::handed_over_bytes(&crate::runtime::reactor::Handed::Tls(ME)));
     add("handover", "tls", h);
+
+    // settings: the defaults (all zeros but the selectors), the largest
+    // allowed, and past them.
+    add("settings", "zeros", vec![0; 160]);
+    // Each field in the harness's order: a u64, or a duration as a
+    // selector byte (0: nanoseconds) and a u64.
+    let (n, d) = (|v: u64| v.to_le_bytes().to_vec(), |ns: u64| [vec![0], ns.to_le_bytes().to_vec()].concat());
+    let largest = [
+        n(1024),
+        d(1_000_000_000),
+        d(60_000_000_000),
+        n(1 << 30),
+        n(1 << 30),
+        n(u64::MAX),
+        n(u64::MAX),
+        n(u64::MAX),
+        n(u64::MAX),
+        n(1 << 36),
+        d(u64::MAX),
+        n(1024),
+        d(86_400_000_000_000),
+        d(86_400_000_000_000),
+        n(u64::MAX),
+        n(u64::MAX),
+        vec![1],
+        d(86_400_000_000_000),
+    ];
+    let large = largest.concat();
+    add("settings", "largest", large);
+    add("settings", "ones", vec![0xff; 160]);
     out
+}
+
+// ---------------------------------------------------------------------------
+// Settings
+
+/// A duration of any size, `Duration::MAX` included.
+fn any_duration(input: &mut Input) -> Duration {
+    match input.byte() % 3 {
+        0 => Duration::from_nanos(input.u64()),
+        1 => Duration::from_millis(input.u32() as u64),
+        _ => Duration::new(input.u64(), input.u32() % 1_000_000_000),
+    }
+}
+
+/// Every `TeamBuilder` setting from the input, then the check
+/// `TeamBuilder::start` makes: it must not panic (no overflow, no assert),
+/// and settings it lets through must be ones the transports and timers
+/// take (they asserted on some, or overflowed, at the first connect).
+pub fn settings(data: &[u8]) {
+    let mut input = Input(data);
+    let b = crate::TeamBuilder::default()
+        .processors(input.u64() as usize)
+        .spin(any_duration(&mut input))
+        .park_timeout(any_duration(&mut input))
+        .ring_bytes(input.u64() as usize)
+        .max_ring_bytes(input.u64() as usize)
+        .inbox_capacity(input.u64() as usize)
+        .inbox_bytes(input.u64() as usize)
+        .hold_capacity(input.u64() as usize)
+        .hold_bytes(input.u64() as usize)
+        .max_message(input.u64() as usize)
+        .shutdown_grace(any_duration(&mut input))
+        .blocking_threads(input.u64() as usize)
+        .blocking_idle(any_duration(&mut input))
+        .peer_timeout(any_duration(&mut input))
+        .max_names(input.u64() as usize)
+        .max_channels(input.u64() as usize);
+    let b = if input.byte() & 1 == 1 { b.etcd(([127, 0, 0, 1], 2379).into(), any_duration(&mut input)) } else { b };
+    let Ok(cfg) = b.checked() else { return };
+    // A shared-memory bind maps what it asks for; a TCP peer takes the grant.
+    let area = shm::area_for(cfg.max_message);
+    assert!(shm::layout_ok(cfg.ring_bytes, area), "ring {} area {area}", cfg.ring_bytes);
+    assert!(shm::layout_ok(cfg.max_ring_bytes.next_power_of_two(), 0), "max ring {}", cfg.max_ring_bytes);
+    let _ = shm::segment_len(cfg.ring_bytes, area);
+    assert!(handshake::grant_ok(Grant { frames: cfg.ring_bytes, detached: cfg.max_message }));
+    // The heartbeat timer, the etcd lease and the deadlines made of them.
+    assert!(rustix::time::Timespec::try_from(cfg.peer_timeout / 4).is_ok());
+    assert!(i64::try_from(cfg.names_ttl.as_secs()).is_ok());
+    let now = std::time::Instant::now();
+    for d in [cfg.spin, cfg.park_timeout, cfg.blocking_idle, cfg.peer_timeout] {
+        assert!(now.checked_add(d).is_some(), "{d:?}");
+    }
 }
 
 /// Encoding a value of any type into the codec's bytes (for the seeds).

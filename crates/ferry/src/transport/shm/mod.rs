@@ -77,6 +77,18 @@ pub fn segment_len(cap: usize, area: u64) -> usize {
     HEADER_AREA + 2 * cap + 2 * area as usize
 }
 
+/// Whether rings of `cap` bytes and payload areas of `area` bytes make a
+/// channel this side maps: a ring of a power of two of at least
+/// [`MIN_RING`] bytes that a hello's 32 bits carry, an area of whole pages
+/// up to [`MAX_AREA`].
+pub fn layout_ok(cap: usize, area: u64) -> bool {
+    cap.is_power_of_two()
+        && cap >= MIN_RING
+        && cap <= u32::MAX as usize
+        && area.is_multiple_of(PAGE)
+        && area <= MAX_AREA
+}
+
 /// The rounded size of a payload area that holds `max_message` bytes.
 pub fn area_for(max_message: usize) -> u64 {
     (max_message as u64).div_ceil(PAGE) * PAGE
@@ -857,8 +869,10 @@ pub fn connect(stream: UnixStream, cfg: &BindConfig, expect: TeamId) -> Result<S
 /// another protocol or version).
 pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId, magic: &[u8; 8]) -> Result<ShmEnd> {
     let (cap, area) = (cfg.ring_bytes, cfg.area_bytes);
-    assert!(cap.is_power_of_two() && cap >= MIN_RING, "ring_bytes must be a power of two >= {MIN_RING}");
-    assert!(area.is_multiple_of(PAGE) && area <= MAX_AREA, "area_bytes must be whole pages, at most {MAX_AREA}");
+    if !layout_ok(cap, area) {
+        // `TeamBuilder::start` checked the settings these come from.
+        return Err(Error::InvalidArgument(format!("a {cap}-byte ring and a {area}-byte payload area")));
+    }
     let segment = create_segment(cap, area)?;
     stream.set_read_timeout(Some(cfg.handshake_timeout)).map_err(Error::io("socket timeout"))?;
     let hello = hello_bytes(magic, cfg.me, cap as u32, area);
@@ -970,7 +984,7 @@ pub(crate) fn accept_with(
 /// bind does: the rings are built on them.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doorbell>) -> Result<(ShmEnd, ShmEnd)> {
-    if !cap.is_power_of_two() || cap < MIN_RING || !area.is_multiple_of(PAGE) || area > MAX_AREA {
+    if !layout_ok(cap, area) {
         return Err(Error::InvalidArgument(format!("a {cap}-byte ring and a {area}-byte payload area")));
     }
     let segment = create_segment(cap, area)?;

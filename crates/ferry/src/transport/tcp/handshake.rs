@@ -60,7 +60,7 @@ pub(crate) const MAC_LEN: usize = 32;
 
 /// The smallest and largest frame grant a side accepts from the other.
 pub const MIN_GRANT: usize = 4096;
-const MAX_GRANT: usize = 1 << 30;
+pub(crate) const MAX_GRANT: usize = 1 << 30;
 /// The largest large-payload grant.
 const MAX_DETACHED: usize = 1 << 36;
 
@@ -162,7 +162,7 @@ fn get_grant(b: &[u8]) -> Grant {
     }
 }
 
-fn grant_ok(g: Grant) -> bool {
+pub(crate) fn grant_ok(g: Grant) -> bool {
     (MIN_GRANT..=MAX_GRANT).contains(&g.frames) && g.detached <= MAX_DETACHED
 }
 
