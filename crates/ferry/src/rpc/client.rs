@@ -172,14 +172,21 @@ impl Client {
     }
 
     /// A one-way call: no result; returns when `checkpoint` is reached
-    /// (`OnReturn` waits until the handler finished).
-    pub fn send_oneway<A: Serialize>(&self, method: u32, args: &A, checkpoint: Checkpoint) -> Result<(), RpcError> {
+    /// (`OnReturn` waits until the handler finished). Whatever the method
+    /// returns is discarded; with `OnReturn`, the handler's own error `E`
+    /// (`Remote`), a panic or a cancel are reported as for a call.
+    pub fn send_oneway<A: Serialize, E: DeserializeOwned>(
+        &self,
+        method: u32,
+        args: &A,
+        checkpoint: Checkpoint,
+    ) -> Result<(), RpcError<E>> {
         let payload = envelope::call(method, args)?;
         // Calls batched earlier go first: one-way calls do not overtake them.
-        self.flush()?;
+        self.flush().map_err(RpcError::widen)?;
         let reply = self.sender.send(&payload, checkpoint)?;
         if checkpoint == Checkpoint::OnReturn {
-            envelope::decode_response::<(), super::Never>(&reply)?;
+            envelope::decode_oneway_response::<E>(&reply)?;
         }
         Ok(())
     }

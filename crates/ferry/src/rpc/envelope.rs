@@ -153,6 +153,15 @@ pub fn decode_response<R: DeserializeOwned, E: DeserializeOwned>(p: &[u8]) -> st
     }
 }
 
+/// Decodes the response to a one-way call: its value, of whatever type, is
+/// not decoded (the caller discards it); any other status is the call's error.
+pub fn decode_oneway_response<E: DeserializeOwned>(p: &[u8]) -> std::result::Result<(), RpcError<E>> {
+    match p.first() {
+        Some(&OK) => Ok(()),
+        _ => decode_response::<serde::de::IgnoredAny, E>(p).map(|_| ()),
+    }
+}
+
 impl<E> From<Error> for RpcError<E> {
     fn from(e: Error) -> Self {
         match e {
