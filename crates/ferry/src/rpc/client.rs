@@ -3,7 +3,7 @@
 use super::descriptor::ServiceDescriptor;
 use super::{envelope, RpcError};
 use crate::cost::{self, Side, Stage};
-use crate::error::Result;
+use crate::error::{Error, Limit, Result};
 use crate::id::EndpointId;
 use crate::port::RawSender;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
@@ -191,11 +191,20 @@ impl Client {
         Ok(())
     }
 
-    /// Queues a one-way call; it is sent, with the others, by the next call or `flush`.
+    /// Queues a one-way call; it is sent, with the others, by the next call
+    /// or `flush`. A batch carries a bounded number of calls
+    /// ([`Limit::BatchCalls`]): past it, this is `LimitReached` and the
+    /// call is not queued (flush, then queue it again).
     pub fn batch<A: Serialize>(&self, method: u32, args: &A) -> Result<(), RpcError> {
         let args = codec::encode(args)?;
         let mut b = self.batch.lock();
         let (buf, count) = &mut *b;
+        // Room for this entry and for the call (or flush) that ends the batch.
+        let len = buf.len().max(5) + 8 + args.len() + 8;
+        let max = envelope::max_batch_calls(len);
+        if *count as usize + 2 > max {
+            return Err(Error::LimitReached { limit: Limit::BatchCalls, max: max as u64 }.into());
+        }
         envelope::push_batch_entry(buf, count, method, &args);
         Ok(())
     }

@@ -124,6 +124,11 @@ pub mod __private {
         })
     }
 
+    /// Decodes a response as a client does (for tests that craft requests by hand).
+    pub fn decode_response<R: DeserializeOwned, E: DeserializeOwned>(p: &[u8]) -> Result<R, super::RpcError<E>> {
+        envelope::decode_response(p)
+    }
+
     pub fn no_such_method(method: u32) -> HandlerFuture {
         let response = envelope::status(envelope::REFUSED, &format!("no method #{method}"));
         Box::pin(async move { response })

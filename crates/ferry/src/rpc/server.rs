@@ -545,8 +545,16 @@ impl ServiceEndpoint {
                 let _ = r.reply(&response);
             }
         };
+        // A batch past its bound is refused before a large one is copied in.
+        let mut head = [0u8; 5];
+        if msg.read_head(&mut head) == head.len() && head[0] == envelope::BATCH {
+            if let Err(refusal) = envelope::batch_count(&head, msg.len()) {
+                answer(responder, refusal.response());
+                return None;
+            }
+        }
         match envelope::parse(msg.payload()) {
-            Err(what) => answer(responder, envelope::status(envelope::CODEC, &what)),
+            Err(refusal) => answer(responder, refusal.response()),
             Ok(Request::Bind(d)) => {
                 let response = match codec::decode::<ServiceDescriptor>(d) {
                     Err(e) => envelope::status(envelope::CODEC, &format!("bad descriptor: {e}")),
@@ -758,6 +766,15 @@ mod tests {
         let st = once.state.lock();
         assert!(st.entries.len() <= ONCE_ENTRIES + 2, "{} replies kept", st.entries.len());
         assert!(st.bytes <= ONCE_BYTES);
+    }
+
+    /// What a batch's calls may cost (`envelope::max_batch_calls`) is
+    /// counted with `CALL_COST` per call: a call and its place in the
+    /// parsed batch must fit in it.
+    #[test]
+    fn a_batch_call_costs_at_most_call_cost() {
+        let per_call = std::mem::size_of::<IncomingCall>() + std::mem::size_of::<(u32, &[u8])>();
+        assert!(per_call <= envelope::CALL_COST, "{per_call} bytes per call");
     }
 
     #[test]
