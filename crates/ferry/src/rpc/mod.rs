@@ -17,6 +17,7 @@
 mod client;
 mod descriptor;
 pub(crate) mod envelope;
+mod gate;
 mod server;
 
 pub use client::{CallFuture, Client};

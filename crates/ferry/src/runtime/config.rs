@@ -73,7 +73,12 @@ pub struct Config {
     pub max_names: usize,
     /// Most channels (peer teams) this team keeps at once.
     pub max_channels: usize,
+    /// Most calls each service served implicitly runs at once.
+    pub max_running_calls: usize,
 }
+
+/// The largest `max_running_calls`.
+pub const MAX_RUNNING_CALLS: usize = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -100,6 +105,7 @@ impl Default for Config {
             names_ttl: Duration::from_secs(10),
             max_names: 4096,
             max_channels: 1024,
+            max_running_calls: 1024,
         }
     }
 }
@@ -173,6 +179,17 @@ impl TeamBuilder {
     /// and, over shared memory, two rings and two payload areas.
     pub fn max_channels(mut self, n: usize) -> Self {
         self.cfg.max_channels = n;
+        self
+    }
+    /// Most calls each service this team serves implicitly
+    /// ([`ServiceEndpoint::serve`](crate::rpc::ServiceEndpoint::serve))
+    /// runs at once (default 1024, at most 2^20): handlers that wait, a
+    /// batch (one at a time, whatever its calls). Calls past it stay in the
+    /// endpoint's inbox, whose bounds (`inbox_capacity`, `inbox_bytes`)
+    /// then push back on the callers; they run as running calls end.
+    /// [`Serving::running`](crate::rpc::Serving::running) counts them.
+    pub fn max_running_calls(mut self, n: usize) -> Self {
+        self.cfg.max_running_calls = n;
         self
     }
     /// Pure blocking mode for machines with few cores: never spin, sleep at once.
@@ -295,6 +312,12 @@ impl TeamBuilder {
     /// Starts the team: claims its number on the node, opens its socket and
     /// starts its threads.
     pub fn start(self) -> Result<Team> {
+        let n = self.cfg.max_running_calls;
+        if !(1..=MAX_RUNNING_CALLS).contains(&n) {
+            return Err(Error::InvalidArgument(format!(
+                "max_running_calls is {n}: it must be 1..={MAX_RUNNING_CALLS}"
+            )));
+        }
         TeamInner::start(self.cfg)
     }
 }
@@ -315,6 +338,17 @@ pub(crate) fn parse_etcd_addrs(list: &str) -> Result<Vec<SocketAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `max_running_calls` out of its range is refused at `start`, naming it.
+    #[test]
+    fn max_running_calls_is_checked() {
+        for n in [0, MAX_RUNNING_CALLS + 1, usize::MAX] {
+            match TeamBuilder::default().max_running_calls(n).start() {
+                Err(Error::InvalidArgument(what)) => assert!(what.contains("max_running_calls"), "{what}"),
+                other => panic!("{n}: want InvalidArgument, got {:?}", other.map(|_| ())),
+            }
+        }
+    }
 
     #[test]
     fn etcd_addrs_parse() {
