@@ -213,3 +213,43 @@ fn repeats_of_a_running_retryable_call_are_bounded() {
     assert_eq!(ok.load(Ordering::SeqCst), 1 + KEPT, "the call and the repeats kept get its reply");
     assert_eq!(serving.running(), 0);
 }
+
+/// Regression (issue 15, defect 7): cancels that come before their call's
+/// hook (the call still queued) were remembered in one FIFO of 1024 for
+/// every channel. A peer whose cancels find no call (here: calls that
+/// ended before their cancel came, 2,000 of them) pushed out another
+/// peer's, whose queued call then ran on although cancelled.
+#[test]
+fn one_peers_cancels_do_not_evict_anothers() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = || Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let (server, x, y) = (start(), start(), start());
+    let explicit = ferry::rpc::ServiceEndpoint::open_unnamed(&server, HoldClient::descriptor()).unwrap();
+    let explicit_id = explicit.id();
+    let release = CancelToken::default();
+    let _serving = HoldServer::serve(&server, "hold", HoldImpl { release }).unwrap();
+    let (go_tx, go) = std::sync::mpsc::channel::<()>();
+    let acceptor = std::thread::spawn(move || {
+        // Answers the bind, then takes the first call.
+        explicit.accept_blocking().unwrap().reply_ok(&()).unwrap();
+        go.recv().unwrap();
+        let queued = explicit.accept_blocking().unwrap();
+        assert_eq!(queued.method_name(), "wait");
+        queued.cancel_token().unwrap().is_cancelled()
+    });
+    // X: a call queued at the explicit endpoint, cancelled there (its
+    // cancel comes before anyone accepts it).
+    let x_explicit = HoldClient::bind_to(&x, explicit_id).unwrap();
+    x_explicit.nothing_blocking().unwrap();
+    drop(x_explicit.wait());
+    let x_hold = HoldClient::bind(&x, "hold").unwrap();
+    x_hold.nothing_blocking().unwrap(); // behind the cancel on X's channel
+    // Y: 2,000 cancels of calls that ended already.
+    let y_hold = HoldClient::bind(&y, "hold").unwrap();
+    for _ in 0..2000 {
+        drop(y_hold.nothing());
+    }
+    y_hold.nothing_blocking().unwrap(); // behind Y's cancels
+    go_tx.send(()).unwrap();
+    assert!(acceptor.join().unwrap(), "X's call is no longer seen cancelled");
+}
