@@ -5,7 +5,7 @@
 mod common;
 
 use common::Child;
-use ferry::rpc::{CancelToken, RpcError, __private::decode_response};
+use ferry::rpc::{__private::decode_response, CancelToken, RpcError};
 use ferry::{Checkpoint, Error, Limit, Team};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -196,7 +196,8 @@ fn repeats_of_a_running_retryable_call_are_bounded() {
     request.push(0xc0);
     let (refused, ok) = (AtomicUsize::new(0), AtomicUsize::new(0));
     std::thread::scope(|s| {
-        let call = || match decode_response::<(), ferry::rpc::Never>(&to.send(&request, Checkpoint::OnReturn).unwrap()) {
+        let call = || match decode_response::<(), ferry::rpc::Never>(&to.send(&request, Checkpoint::OnReturn).unwrap())
+        {
             Ok(()) => ok.fetch_add(1, Ordering::SeqCst),
             Err(RpcError::Refused(_)) => refused.fetch_add(1, Ordering::SeqCst),
             Err(e) => panic!("{e}"),
@@ -244,7 +245,7 @@ fn one_peers_cancels_do_not_evict_anothers() {
     drop(x_explicit.wait());
     let x_hold = HoldClient::bind(&x, "hold").unwrap();
     x_hold.nothing_blocking().unwrap(); // behind the cancel on X's channel
-    // Y: 2,000 cancels of calls that ended already.
+                                        // Y: 2,000 cancels of calls that ended already.
     let y_hold = HoldClient::bind(&y, "hold").unwrap();
     for _ in 0..2000 {
         drop(y_hold.nothing());

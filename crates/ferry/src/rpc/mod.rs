@@ -7,7 +7,8 @@
 //!   returns a [`CallFuture`], a promise), one-way (`method_oneway` with a
 //!   checkpoint), batched (`method_batched`, flushed in order by the next
 //!   call or [`Client::flush`]).
-//! - Receipt: implicit (a task per request, [`ServiceEndpoint::serve`]) or
+//! - Receipt: implicit (a task per request that waits, at most
+//!   `TeamBuilder::max_running_calls` at once, [`ServiceEndpoint::serve`]) or
 //!   explicit ([`ServiceEndpoint::accept`] and reply when you choose); an
 //!   accepted call can still be handed to the implicit dispatcher.
 //! - Deadlines travel in the frame; a handler still running at its

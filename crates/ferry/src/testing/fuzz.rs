@@ -1067,6 +1067,12 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     ] {
         add("rpc", name, env::status(code, "why"));
     }
+    add("rpc", "limit", env::limit(crate::Limit::BatchCalls, 13_107));
+    // A batch that counts more calls than its size allows.
+    let mut many = vec![env::BATCH];
+    many.extend_from_slice(&u32::MAX.to_le_bytes());
+    many.extend_from_slice(&[0u8; 16]);
+    add("rpc", "batch-too-many", many);
 
     // shm_handshake
     let hello = shm::hello_bytes(shm::HELLO, PEER, 4096, 16 * PAGE);
