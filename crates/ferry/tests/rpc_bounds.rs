@@ -254,3 +254,28 @@ fn one_peers_cancels_do_not_evict_anothers() {
     go_tx.send(()).unwrap();
     assert!(acceptor.join().unwrap(), "X's call is no longer seen cancelled");
 }
+
+/// The client refuses to queue a batched call past what a batch may carry
+/// (`LimitReached(BatchCalls)`, the call not queued), so that what it sends
+/// the server takes: flushing the full batch runs all of it.
+#[test]
+fn a_client_refuses_batched_calls_past_the_bound_and_the_server_takes_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let _serving = HoldServer::serve(&team, "hold", HoldImpl { release: CancelToken::default() }).unwrap();
+    let hold = HoldClient::bind(&team, "hold").unwrap();
+    let mut queued = 0;
+    let max = loop {
+        match hold.nothing_batched() {
+            Ok(()) => queued += 1,
+            Err(RpcError::Ferry(Error::LimitReached { limit: Limit::BatchCalls, max })) => break max,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(queued <= 70_000, "no bound");
+    };
+    // The flush that ends the batch is its last call.
+    assert_eq!(queued + 1, max as usize);
+    hold.flush().unwrap();
+    hold.nothing_batched().unwrap();
+    hold.nothing_blocking().unwrap();
+}
