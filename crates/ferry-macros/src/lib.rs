@@ -105,7 +105,10 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let (t, e) = ok_err(m);
         let doc = format!("Calls `{name}`; the future (a promise) resolves to its result. Dropping it cancels the call.");
         let blocking_doc = format!("Calls `{name}` and blocks this thread for its result.");
-        let oneway_doc = format!("Calls `{name}` without a result; returns at `checkpoint`.");
+        let oneway_doc = format!(
+            "Calls `{name}` without a result; returns at `checkpoint`. Its value is discarded; \
+             with `OnReturn`, the handler's error or panic is reported as for a call."
+        );
         let batched_doc = format!("Queues a call of `{name}` without a result, sent in order with the next call or `flush`.");
         quote! {
             #[doc = #doc]
@@ -117,7 +120,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
                 self.client.call_blocking(#i, &(#(#names,)*))
             }
             #[doc = #oneway_doc]
-            pub fn #oneway(&self, #(#params,)* checkpoint: ::ferry::Checkpoint) -> ::core::result::Result<(), ::ferry::rpc::RpcError> {
+            pub fn #oneway(&self, #(#params,)* checkpoint: ::ferry::Checkpoint) -> ::core::result::Result<(), ::ferry::rpc::RpcError<#e>> {
                 self.client.send_oneway(#i, &(#(#names,)*), checkpoint)
             }
             #[doc = #batched_doc]

@@ -159,6 +159,9 @@ pub enum Limit {
     /// Open file descriptors of the process (`RLIMIT_NOFILE`): each channel
     /// holds a few (its socket, memory, wake-up lines).
     OpenFiles,
+    /// Calls in one RPC batch (at most 65,536, and past 13,107 at most one
+    /// per 160 bytes of the batch): what a server takes from one message.
+    BatchCalls,
 }
 
 impl Limit {
@@ -170,12 +173,13 @@ impl Limit {
             Limit::OpenFiles => 3,
             Limit::Endpoints => 4,
             Limit::RingBytes => 5,
+            Limit::BatchCalls => 6,
         }
     }
 
     /// The limit numbered `code` in a bind's refusal.
     pub(crate) fn from_code(code: u32) -> Option<Limit> {
-        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes]
+        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes, Limit::BatchCalls]
             .into_iter()
             .find(|l| l.code() == code)
     }
@@ -205,6 +209,7 @@ impl Limit {
             Limit::OpenFiles => "raise the process's open-file limit (ulimit -n, RLIMIT_NOFILE)",
             Limit::Endpoints => "start a new team (a new incarnation has all its slots)",
             Limit::RingBytes => "lower this team's TeamBuilder::ring_bytes, or raise the peer's max_ring_bytes",
+            Limit::BatchCalls => "flush batched calls sooner (Client::flush)",
         }
     }
 }
@@ -217,6 +222,7 @@ impl std::fmt::Display for Limit {
             Limit::OpenFiles => "open files",
             Limit::Endpoints => "endpoints opened by a team",
             Limit::RingBytes => "ring size a peer maps",
+            Limit::BatchCalls => "calls in one RPC batch",
         })
     }
 }

@@ -184,6 +184,29 @@ fn errors_reach_the_caller_typed(p: Placement) {
     });
 }
 
+/// A one-way call discards the method's value whatever its type; waiting
+/// for its return (`OnReturn`) reports the handler's error and panic as a
+/// call does, never as a decode error of the value.
+fn oneway_discards_the_value_and_reports_errors(p: Placement) {
+    with_calc_server(p, |cli| {
+        let calc = calc_client(cli);
+        for cp in [Checkpoint::Immediate, Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn] {
+            calc.add_oneway(2, 3, cp).unwrap();
+            calc.slow_oneway(1, cp).unwrap();
+            calc.div_oneway(7, 2, cp).unwrap();
+        }
+        match calc.div_oneway(1, 0, Checkpoint::OnReturn) {
+            Err(RpcError::Remote(MathError::DivideByZero)) => {}
+            other => panic!("want Remote(DivideByZero), got {other:?}"),
+        }
+        match calc.boom_oneway(Checkpoint::OnReturn) {
+            Err(RpcError::HandlerPanicked(m)) => assert!(m.contains("boom on purpose"), "{m}"),
+            other => panic!("want HandlerPanicked, got {other:?}"),
+        }
+        assert_eq!(calc.add_blocking(1, 1).unwrap(), 2);
+    });
+}
+
 mod v2 {
     // The same service name with a different signature: a client built
     // against it must be refused at bind time.
@@ -406,6 +429,7 @@ fn handlers_run_on_the_servers_processors(p: Placement) {
 placements!(
     calls_in_every_mode,
     errors_reach_the_caller_typed,
+    oneway_discards_the_value_and_reports_errors,
     mismatched_client_is_refused_at_bind,
     deadline_cancels_the_handler,
     dropped_call_cancels_the_handler,

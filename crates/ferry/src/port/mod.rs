@@ -278,6 +278,19 @@ impl RawMessage {
         }
     }
 
+    /// Copies the first bytes into `out` (as many as fit) without copying
+    /// a large payload in; returns how many.
+    pub(crate) fn read_head(&self, out: &mut [u8]) -> usize {
+        match self.copied.get() {
+            Some(b) => {
+                let n = out.len().min(b.len());
+                out[..n].copy_from_slice(&b[..n]);
+                n
+            }
+            None => self.payload.read_head(out),
+        }
+    }
+
     /// Copies the bytes into `out`, replacing its contents and reusing its
     /// capacity: a large message lands in memory already touched (the
     /// first touch of fresh memory costs more than the copy).

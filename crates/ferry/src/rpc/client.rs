@@ -3,7 +3,7 @@
 use super::descriptor::ServiceDescriptor;
 use super::{envelope, RpcError};
 use crate::cost::{self, Side, Stage};
-use crate::error::Result;
+use crate::error::{Error, Limit, Result};
 use crate::id::EndpointId;
 use crate::port::RawSender;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
@@ -172,23 +172,39 @@ impl Client {
     }
 
     /// A one-way call: no result; returns when `checkpoint` is reached
-    /// (`OnReturn` waits until the handler finished).
-    pub fn send_oneway<A: Serialize>(&self, method: u32, args: &A, checkpoint: Checkpoint) -> Result<(), RpcError> {
+    /// (`OnReturn` waits until the handler finished). Whatever the method
+    /// returns is discarded; with `OnReturn`, the handler's own error `E`
+    /// (`Remote`), a panic or a cancel are reported as for a call.
+    pub fn send_oneway<A: Serialize, E: DeserializeOwned>(
+        &self,
+        method: u32,
+        args: &A,
+        checkpoint: Checkpoint,
+    ) -> Result<(), RpcError<E>> {
         let payload = envelope::call(method, args)?;
         // Calls batched earlier go first: one-way calls do not overtake them.
-        self.flush()?;
+        self.flush().map_err(RpcError::widen)?;
         let reply = self.sender.send(&payload, checkpoint)?;
         if checkpoint == Checkpoint::OnReturn {
-            envelope::decode_response::<(), super::Never>(&reply)?;
+            envelope::decode_oneway_response::<E>(&reply)?;
         }
         Ok(())
     }
 
-    /// Queues a one-way call; it is sent, with the others, by the next call or `flush`.
+    /// Queues a one-way call; it is sent, with the others, by the next call
+    /// or `flush`. A batch carries a bounded number of calls
+    /// ([`Limit::BatchCalls`]): past it, this is `LimitReached` and the
+    /// call is not queued (flush, then queue it again).
     pub fn batch<A: Serialize>(&self, method: u32, args: &A) -> Result<(), RpcError> {
         let args = codec::encode(args)?;
         let mut b = self.batch.lock();
         let (buf, count) = &mut *b;
+        // Room for this entry and for the call (or flush) that ends the batch.
+        let len = buf.len().max(5) + 8 + args.len() + 8;
+        let max = envelope::max_batch_calls(len);
+        if *count as usize + 2 > max {
+            return Err(Error::LimitReached { limit: Limit::BatchCalls, max: max as u64 }.into());
+        }
         envelope::push_batch_entry(buf, count, method, &args);
         Ok(())
     }

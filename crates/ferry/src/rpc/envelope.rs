@@ -12,10 +12,11 @@
 //!   run's reply (see `server::Once`).
 //!
 //! Response: one status byte, then MessagePack of the value (`OK`,
-//! `REMOTE`) or UTF-8 text (the other statuses).
+//! `REMOTE`), a limit's number (u32 LE) and value (u64 LE) (`LIMIT`), or
+//! UTF-8 text (the other statuses).
 
 use super::RpcError;
-use crate::error::{Error, Result};
+use crate::error::{Error, Limit, Result};
 use crate::wire::codec;
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -33,6 +34,25 @@ pub const CANCELLED: u8 = 3;
 pub const DEADLINE: u8 = 4;
 pub const REFUSED: u8 = 5;
 pub const CODEC: u8 = 6;
+/// The request was refused by a limit: `Error::LimitReached` at the caller.
+pub const LIMIT: u8 = 7;
+
+/// Most calls one batch may carry.
+pub const MAX_BATCH_CALLS: usize = 65_536;
+/// What a server holds per call of a batch it runs (the call's state and
+/// its place in the batch; arguments past a few bytes are counted by the
+/// message's own bytes). Checked against `IncomingCall` by a test.
+pub const CALL_COST: usize = 320;
+/// The calls of any batch may cost the server this much; past it, at most
+/// twice the batch's own bytes.
+const BATCH_ALLOWANCE: usize = 4 << 20;
+
+/// Most calls a batch of `len` bytes may carry: what the server holds for
+/// them stays within max(`BATCH_ALLOWANCE`, 2 × `len`) (an empty entry is
+/// 8 bytes, its call ~40 times that), and at most `MAX_BATCH_CALLS`.
+pub fn max_batch_calls(len: usize) -> usize {
+    (BATCH_ALLOWANCE.max(len.saturating_mul(2)) / CALL_COST).min(MAX_BATCH_CALLS)
+}
 
 pub fn call<A: Serialize + ?Sized>(method: u32, args: &A) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(32);
@@ -67,8 +87,49 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-/// Parses a request; every length is checked against what arrived.
-pub fn parse(p: &[u8]) -> std::result::Result<Request<'_>, String> {
+/// Why a request was not parsed.
+#[derive(Debug)]
+pub enum Refusal {
+    /// It breaks the layout above.
+    Malformed(String),
+    /// A batch with more calls than [`max_batch_calls`] allows for its size.
+    TooManyCalls {
+        /// The most its size allows.
+        max: usize,
+    },
+}
+
+impl From<&str> for Refusal {
+    fn from(what: &str) -> Refusal {
+        Refusal::Malformed(what.into())
+    }
+}
+
+impl Refusal {
+    /// The response that tells the caller.
+    pub fn response(&self) -> Vec<u8> {
+        match self {
+            Refusal::Malformed(what) => status(CODEC, what),
+            Refusal::TooManyCalls { max } => limit(Limit::BatchCalls, *max as u64),
+        }
+    }
+}
+
+/// A batch's count of calls from its first 5 bytes (`head`) and its size
+/// `len`: refused if past what the size allows. The server checks it before
+/// it copies a large batch in, and `parse` again.
+pub fn batch_count(head: &[u8], len: usize) -> std::result::Result<usize, Refusal> {
+    let n = u32_at(head, 1).ok_or("short batch")? as usize;
+    let max = max_batch_calls(len);
+    if n > max {
+        return Err(Refusal::TooManyCalls { max });
+    }
+    Ok(n)
+}
+
+/// Parses a request; every length is checked against what arrived, and a
+/// batch's count against what its size allows before anything is made of it.
+pub fn parse(p: &[u8]) -> std::result::Result<Request<'_>, Refusal> {
     match p.first() {
         Some(&BIND) => Ok(Request::Bind(&p[1..])),
         Some(&CALL) => {
@@ -81,7 +142,7 @@ pub fn parse(p: &[u8]) -> std::result::Result<Request<'_>, String> {
             Ok(Request::CallOnce { id: u64::from_le_bytes(id.try_into().expect("8 bytes")), method, args: &p[13..] })
         }
         Some(&BATCH) => {
-            let n = u32_at(p, 1).ok_or("short batch")? as usize;
+            let n = batch_count(&p[..p.len().min(5)], p.len())?;
             let mut at = 5;
             let mut entries = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
@@ -96,7 +157,7 @@ pub fn parse(p: &[u8]) -> std::result::Result<Request<'_>, String> {
             }
             Ok(Request::Batch(entries))
         }
-        other => Err(format!("unknown request op {other:?}")),
+        other => Err(Refusal::Malformed(format!("unknown request op {other:?}"))),
     }
 }
 
@@ -131,6 +192,15 @@ fn encoded<T: Serialize + ?Sized>(code: u8, value: &T, what: &str) -> Vec<u8> {
     }
 }
 
+/// A `LIMIT` response: `limit` (at most `max`) refused the request.
+pub fn limit(limit: Limit, max: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(13);
+    out.push(LIMIT);
+    out.extend_from_slice(&limit.code().to_le_bytes());
+    out.extend_from_slice(&max.to_le_bytes());
+    out
+}
+
 pub fn status(code: u8, text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + text.len());
     out.push(code);
@@ -149,7 +219,17 @@ pub fn decode_response<R: DeserializeOwned, E: DeserializeOwned>(p: &[u8]) -> st
         Some(&DEADLINE) => Err(RpcError::DeadlineExceeded),
         Some(&REFUSED) => Err(RpcError::Refused(text())),
         Some(&CODEC) => Err(RpcError::Codec(text())),
+        Some(&LIMIT) => Err(Limit::refused(&p[1..]).map_or_else(|| RpcError::Codec(text()), RpcError::Ferry)),
         _ => Err(RpcError::Codec("malformed response".into())),
+    }
+}
+
+/// Decodes the response to a one-way call: its value, of whatever type, is
+/// not decoded (the caller discards it); any other status is the call's error.
+pub fn decode_oneway_response<E: DeserializeOwned>(p: &[u8]) -> std::result::Result<(), RpcError<E>> {
+    match p.first() {
+        Some(&OK) => Ok(()),
+        _ => decode_response::<serde::de::IgnoredAny, E>(p).map(|_| ()),
     }
 }
 
@@ -170,6 +250,7 @@ impl<E> From<Error> for RpcError<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpc::Never;
     use crate::testing::Rng;
 
     #[test]
@@ -189,6 +270,41 @@ mod tests {
             }
             _ => panic!("not a call"),
         }
+    }
+
+    /// A batch may not ask for more calls than its size allows: a count
+    /// past it is refused before anything is made of the entries, and the
+    /// caller gets `LimitReached` (regression: 8-byte entries became calls
+    /// of ~300 bytes each, 30 times the message).
+    #[test]
+    fn batches_with_more_calls_than_their_size_allows_are_refused() {
+        let mut buf = Vec::new();
+        let mut n = 0;
+        let fits = max_batch_calls(5 + 8 * MAX_BATCH_CALLS);
+        assert_eq!(fits, (BATCH_ALLOWANCE / CALL_COST), "empty entries: the allowance decides");
+        for _ in 0..fits {
+            push_batch_entry(&mut buf, &mut n, 1, b"");
+        }
+        assert!(matches!(parse(&buf), Ok(Request::Batch(e)) if e.len() == fits));
+        push_batch_entry(&mut buf, &mut n, 1, b"");
+        let refusal = match parse(&buf) {
+            Err(r @ Refusal::TooManyCalls { max }) if max == fits => r,
+            other => panic!("want TooManyCalls, got {:?}", other.err()),
+        };
+        match decode_response::<(), Never>(&refusal.response()) {
+            Err(RpcError::Ferry(Error::LimitReached { limit: Limit::BatchCalls, max })) => {
+                assert_eq!(max, fits as u64)
+            }
+            other => panic!("want LimitReached, got {other:?}"),
+        }
+        // A count that lies (larger than the entries) is refused the same.
+        let mut lie = call(1, &()).unwrap();
+        lie[0] = BATCH;
+        lie.splice(1..5, u32::MAX.to_le_bytes());
+        assert!(matches!(parse(&lie), Err(Refusal::TooManyCalls { .. })));
+        // Large entries: up to the absolute cap.
+        assert_eq!(max_batch_calls(1 << 30), MAX_BATCH_CALLS);
+        assert_eq!(max_batch_calls(usize::MAX), MAX_BATCH_CALLS);
     }
 
     /// Peer input: requests and responses of any shape never panic, and a

@@ -7,7 +7,8 @@
 //!   returns a [`CallFuture`], a promise), one-way (`method_oneway` with a
 //!   checkpoint), batched (`method_batched`, flushed in order by the next
 //!   call or [`Client::flush`]).
-//! - Receipt: implicit (a task per request, [`ServiceEndpoint::serve`]) or
+//! - Receipt: implicit (a task per request that waits, at most
+//!   `TeamBuilder::max_running_calls` at once, [`ServiceEndpoint::serve`]) or
 //!   explicit ([`ServiceEndpoint::accept`] and reply when you choose); an
 //!   accepted call can still be handed to the implicit dispatcher.
 //! - Deadlines travel in the frame; a handler still running at its
@@ -17,6 +18,7 @@
 mod client;
 mod descriptor;
 pub(crate) mod envelope;
+mod gate;
 mod server;
 
 pub use client::{CallFuture, Client};
@@ -122,6 +124,11 @@ pub mod __private {
             let response = envelope::status(envelope::CODEC, &format!("arguments: {e}"));
             Box::pin(async move { response }) as HandlerFuture
         })
+    }
+
+    /// Decodes a response as a client does (for tests that craft requests by hand).
+    pub fn decode_response<R: DeserializeOwned, E: DeserializeOwned>(p: &[u8]) -> Result<R, super::RpcError<E>> {
+        envelope::decode_response(p)
     }
 
     pub fn no_such_method(method: u32) -> HandlerFuture {

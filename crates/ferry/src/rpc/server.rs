@@ -3,6 +3,7 @@
 
 use super::descriptor::ServiceDescriptor;
 use super::envelope::{self, Request};
+use super::gate::{Gate, Place};
 use super::{Never, RpcError};
 use crate::cost::{self, Side, Stage};
 use crate::error::Result;
@@ -164,6 +165,10 @@ pub const RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(30)
 /// past either, the oldest are forgotten first.
 const ONCE_ENTRIES: usize = 4096;
 const ONCE_BYTES: usize = 16 << 20;
+/// Most repeats of one running retryable call that wait for its reply;
+/// past it, the oldest is refused (a repeat comes over a new connection:
+/// the older ones' callers have most likely gone).
+const ONCE_REPEATS: usize = 8;
 
 /// A retryable call: the caller's team (incarnation included) and its request id.
 type OnceKey = (crate::id::TeamId, u64);
@@ -195,6 +200,20 @@ impl Once {
     /// `None` if a run of it is done (answered now) or under way (this
     /// repeat is answered when it ends).
     fn begin(&self, key: OnceKey, responder: Option<Responder>) -> Option<Option<Responder>> {
+        let mut superseded = None;
+        let r = self.begin_locked(key, responder, &mut superseded);
+        if let Some(old) = superseded {
+            let _ = old.reply(&envelope::status(envelope::REFUSED, "a later repeat of this call replaced this one"));
+        }
+        r
+    }
+
+    fn begin_locked(
+        &self,
+        key: OnceKey,
+        responder: Option<Responder>,
+        superseded: &mut Option<Responder>,
+    ) -> Option<Option<Responder>> {
         let mut st = self.state.lock();
         let now = Instant::now();
         while let Some(&(k, at)) = st.done.front() {
@@ -215,6 +234,9 @@ impl Once {
                 None
             }
             Some(OnceEntry::Running(waiting)) => {
+                if responder.is_some() && waiting.len() >= ONCE_REPEATS {
+                    *superseded = Some(waiting.remove(0));
+                }
                 waiting.extend(responder);
                 None
             }
@@ -490,38 +512,61 @@ impl ServiceEndpoint {
     /// does next (hand long computations and blocking calls to
     /// [`Team::spawn_blocking`] and await it).
     /// Serving stops when the returned handle is dropped.
+    ///
+    /// At most [`TeamBuilder::max_running_calls`](crate::TeamBuilder::max_running_calls)
+    /// calls run at once (a batch counts as one); calls past it wait in the
+    /// endpoint's inbox, whose bounds push back on the callers.
     pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
         let endpoint = Arc::new(self);
+        let gate = Gate::new(endpoint.team.cfg.max_running_calls);
         let inbox = endpoint.port.inbox().clone();
         // A call received by a thread that runs this team's tasks is handled
         // right there (no queue, no wake-up of the accepting task); the task
         // takes the calls other threads received.
-        let (e, h) = (endpoint.clone(), handler.clone());
-        inbox.set_direct(Some(Arc::new(move |m| {
-            if let Some(r) = e.parse(crate::port::take(&e.team, m)) {
-                e.handle(&h, r);
-            }
-        })));
+        let direct = DirectCalls { endpoint: endpoint.clone(), handler: handler.clone(), gate: gate.clone() };
+        inbox.set_direct(Some(Arc::new(direct)));
         let team = endpoint.team.clone();
+        let g = gate.clone();
         let task = team.exec.spawn(async move {
-            while let Ok(r) = endpoint.next_request().await {
-                endpoint.handle(&handler, r);
+            while let Ok((r, place)) = endpoint.next_call(&g).await {
+                endpoint.handle(&handler, r, place);
             }
         });
-        Serving { task, inbox }
+        Serving { task, inbox, gate }
     }
 
-    /// Implicit receipt of one request (or batch).
-    fn handle<D: Dispatch>(&self, handler: &Arc<D>, r: Received) {
+    /// Implicit receipt of one request (or batch), which holds `place` until it is answered.
+    fn handle<D: Dispatch>(&self, handler: &Arc<D>, r: Received, place: Place) {
         match r {
-            Received::One(c) => run_or_spawn(&self.team, handler, c),
+            Received::One(c) => run_or_spawn(&self.team, handler, c, place),
             Received::Batch(v) => {
                 let (inner, h) = (self.team.clone(), handler.clone());
                 drop(self.team.exec.spawn(async move {
                     for c in v {
                         run_call(inner.clone(), h.clone(), c).await;
                     }
+                    drop(place);
                 }))
+            }
+        }
+    }
+
+    /// The serving task's next request, once a place is free for it: with
+    /// none free, requests stay in the inbox.
+    async fn next_call(&self, gate: &Arc<Gate>) -> Result<(Received, Place)> {
+        loop {
+            let (msg, place) = poll_fn(|cx| {
+                let Poll::Ready(place) = gate.poll_enter(cx) else { return Poll::Pending };
+                match self.port.inbox().poll_pop(cx) {
+                    Poll::Ready(Some(m)) => Poll::Ready(Ok((crate::port::take(&self.team, m), place))),
+                    Poll::Ready(None) => Poll::Ready(Err(crate::Error::Shutdown)),
+                    // The place is freed: a call taken directly may use it meanwhile.
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await?;
+            if let Some(r) = self.parse(msg) {
+                return Ok((r, place));
             }
         }
     }
@@ -545,8 +590,16 @@ impl ServiceEndpoint {
                 let _ = r.reply(&response);
             }
         };
+        // A batch past its bound is refused before a large one is copied in.
+        let mut head = [0u8; 5];
+        if msg.read_head(&mut head) == head.len() && head[0] == envelope::BATCH {
+            if let Err(refusal) = envelope::batch_count(&head, msg.len()) {
+                answer(responder, refusal.response());
+                return None;
+            }
+        }
         match envelope::parse(msg.payload()) {
-            Err(what) => answer(responder, envelope::status(envelope::CODEC, &what)),
+            Err(refusal) => answer(responder, refusal.response()),
             Ok(Request::Bind(d)) => {
                 let response = match codec::decode::<ServiceDescriptor>(d) {
                     Err(e) => envelope::status(envelope::CODEC, &format!("bad descriptor: {e}")),
@@ -613,10 +666,46 @@ impl ServiceEndpoint {
     }
 }
 
+/// The direct taker of a served endpoint: runs a call on the thread that
+/// received it, if a place is free.
+struct DirectCalls<D> {
+    endpoint: Arc<ServiceEndpoint>,
+    handler: Arc<D>,
+    gate: Arc<Gate>,
+}
+
+impl<D: Dispatch> crate::runtime::inbox::Taker<crate::runtime::channel::Incoming> for DirectCalls<D> {
+    fn admit(&self) -> bool {
+        self.gate.reserve()
+    }
+
+    fn take(&self, m: crate::runtime::channel::Incoming) {
+        let place = self.gate.adopt();
+        let e = &self.endpoint;
+        if let Some(r) = e.parse(crate::port::take(&e.team, m)) {
+            e.handle(&self.handler, r, place);
+        }
+    }
+}
+
 /// A service being served implicitly; dropping it stops accepting calls.
 pub struct Serving {
     task: JoinHandle<()>,
     inbox: Arc<crate::runtime::EndpointInbox>,
+    gate: Arc<Gate>,
+}
+
+impl Serving {
+    /// Calls running now: handlers not finished yet, batches not run to
+    /// their end. Never more than [`Serving::max_running`].
+    pub fn running(&self) -> usize {
+        self.gate.running()
+    }
+
+    /// Most calls run at once ([`TeamBuilder::max_running_calls`](crate::TeamBuilder::max_running_calls)).
+    pub fn max_running(&self) -> usize {
+        self.gate.max()
+    }
 }
 
 impl Drop for Serving {
@@ -629,7 +718,7 @@ impl Drop for Serving {
 /// Implicit receipt without paying for a task when none is needed: the
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
-fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: IncomingCall) {
+fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: IncomingCall, place: Place) {
     let Some((call, mut work, t)) = start(handler, call) else { return };
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
@@ -641,7 +730,13 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: Inco
             let _ = call.reply_raw(&response);
             cost::record(Side::Server, Stage::Reply, t);
         }
-        Poll::Pending => drop(team.exec.spawn(finish_call(team.clone(), call, work, t))),
+        Poll::Pending => {
+            let finish = finish_call(team.clone(), call, work, t);
+            drop(team.exec.spawn(async move {
+                finish.await;
+                drop(place);
+            }))
+        }
     }
 }
 
@@ -758,6 +853,15 @@ mod tests {
         let st = once.state.lock();
         assert!(st.entries.len() <= ONCE_ENTRIES + 2, "{} replies kept", st.entries.len());
         assert!(st.bytes <= ONCE_BYTES);
+    }
+
+    /// What a batch's calls may cost (`envelope::max_batch_calls`) is
+    /// counted with `CALL_COST` per call: a call and its place in the
+    /// parsed batch must fit in it.
+    #[test]
+    fn a_batch_call_costs_at_most_call_cost() {
+        let per_call = std::mem::size_of::<IncomingCall>() + std::mem::size_of::<(u32, &[u8])>();
+        assert!(per_call <= envelope::CALL_COST, "{per_call} bytes per call");
     }
 
     #[test]

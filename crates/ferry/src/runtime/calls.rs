@@ -7,7 +7,7 @@ use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::Result;
 use parking_lot::Mutex;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -19,7 +19,7 @@ pub(crate) type OnCancel = Box<dyn FnOnce() + Send>;
 /// Names a peer's call: (the channel it came on, its call id).
 type CallKey = (u64, u64);
 
-/// Cancels remembered for calls whose hook is not registered yet.
+/// Cancels remembered per channel for calls whose hook is not registered yet.
 const EARLY_CANCELS: usize = 1024;
 
 /// A pending send waiting for its checkpoint (an ack, a reply or a nack).
@@ -75,8 +75,56 @@ pub(crate) struct Calls {
     next_call: AtomicU64,
     cancels: Mutex<FxHashMap<CallKey, OnCancel>>,
     /// Cancels that came before their call registered a hook (the call was
-    /// still queued): applied when it does. Bounded: the oldest are forgotten.
-    early_cancels: Mutex<VecDeque<CallKey>>,
+    /// still queued): applied when it does.
+    early_cancels: Mutex<EarlyCancels>,
+}
+
+/// Early cancels, looked up by key; at most `EARLY_CANCELS` per channel,
+/// that channel's oldest forgotten first: one peer's cancels (of calls
+/// that ended, or never were) cannot push out another's.
+#[derive(Default)]
+struct EarlyCancels {
+    keys: FxHashSet<CallKey>,
+    /// Per channel, the call ids in the order their cancels came (ids
+    /// taken since stay until their turn: removing them would be a scan).
+    order: FxHashMap<u64, VecDeque<u64>>,
+}
+
+impl EarlyCancels {
+    fn insert(&mut self, key: CallKey) {
+        if !self.keys.insert(key) {
+            return;
+        }
+        let order = self.order.entry(key.0).or_default();
+        if order.len() == EARLY_CANCELS {
+            if let Some(old) = order.pop_front() {
+                self.keys.remove(&(key.0, old));
+            }
+        }
+        order.push_back(key.1);
+    }
+
+    /// Whether `key` was cancelled early (forgotten if so).
+    fn take(&mut self, key: CallKey) -> bool {
+        self.keys.remove(&key)
+    }
+
+    /// Forgets channel `ch`'s.
+    fn forget_channel(&mut self, ch: u64) {
+        for id in self.order.remove(&ch).unwrap_or_default() {
+            self.keys.remove(&(ch, id));
+        }
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.order.clear();
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.order.is_empty()
+    }
 }
 
 impl Calls {
@@ -135,13 +183,7 @@ impl Calls {
                 drop(cancels);
                 f();
             }
-            None => {
-                let mut early = self.early_cancels.lock();
-                if early.len() == EARLY_CANCELS {
-                    early.pop_front();
-                }
-                early.push_back(key);
-            }
+            None => self.early_cancels.lock().insert(key),
         }
     }
 
@@ -156,12 +198,9 @@ impl Calls {
         if ch.finished.load(Ordering::Acquire) {
             return Some(on_cancel);
         }
-        let mut early = self.early_cancels.lock();
-        if let Some(i) = early.iter().position(|k| *k == key) {
-            early.remove(i);
+        if self.early_cancels.lock().take(key) {
             return Some(on_cancel);
         }
-        drop(early);
         cancels.insert(key, on_cancel);
         None
     }
@@ -174,7 +213,7 @@ impl Calls {
             let mut cancels = self.cancels.lock();
             let keys: Vec<CallKey> = cancels.keys().filter(|k| k.0 == ch.key()).copied().collect();
             let hooks = keys.iter().filter_map(|k| cancels.remove(k)).collect();
-            self.early_cancels.lock().retain(|k| k.0 != ch.key());
+            self.early_cancels.lock().forget_channel(ch.key());
             hooks
         };
         for f in hooks {
@@ -272,6 +311,34 @@ mod tests {
         assert_eq!(calls.cancels.lock().len(), 1);
         // A call of the gone peer still queued when it left is cancelled when it registers.
         assert!(calls.register_cancel(&gone, 4, counting_hook(&fired)).is_some());
+    }
+
+    /// Regression (issue 15, defect 7): early cancels were one FIFO of 1024
+    /// for every channel, so one peer's cancels of calls that do not exist
+    /// pushed out another's, and that call ran on although cancelled.
+    #[test]
+    fn one_channels_cancels_do_not_evict_anothers() {
+        let doorbell = Arc::new(Doorbell::create().unwrap());
+        let calls = Calls::default();
+        let (honest, noisy) = (channel(&doorbell), channel(&doorbell));
+        calls.cancel_arrived(&honest, 5);
+        for id in 1..=2000 {
+            calls.cancel_arrived(&noisy, 1_000_000 + id);
+        }
+        let fired = Arc::new(AtomicUsize::new(0));
+        assert!(calls.register_cancel(&honest, 5, counting_hook(&fired)).is_some(), "the early cancel was lost");
+        // The noisy channel keeps its newest 1024 only.
+        {
+            let early = calls.early_cancels.lock();
+            assert_eq!(early.keys.len(), EARLY_CANCELS);
+            assert!(early.keys.contains(&(noisy.key(), 1_002_000)));
+            assert!(!early.keys.contains(&(noisy.key(), 1_000_001)));
+        }
+        for ch in [&noisy, &honest] {
+            ch.finished.store(true, Ordering::Release);
+            calls.orphan_channel(ch);
+        }
+        assert!(calls.early_cancels.lock().is_empty(), "a finished channel's are forgotten");
     }
 
     #[test]

@@ -95,7 +95,12 @@ pub struct Config {
     pub max_names: usize,
     /// Most channels (peer teams) this team keeps at once.
     pub max_channels: usize,
+    /// Most calls each service served implicitly runs at once.
+    pub max_running_calls: usize,
 }
+
+/// The largest `max_running_calls`.
+pub const MAX_RUNNING_CALLS: usize = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -122,6 +127,7 @@ impl Default for Config {
             names_ttl: Duration::from_secs(10),
             max_names: 4096,
             max_channels: 1024,
+            max_running_calls: 1024,
         }
     }
 }
@@ -195,6 +201,17 @@ impl TeamBuilder {
     /// and, over shared memory, two rings and two payload areas.
     pub fn max_channels(mut self, n: usize) -> Self {
         self.cfg.max_channels = n;
+        self
+    }
+    /// Most calls each service this team serves implicitly
+    /// ([`ServiceEndpoint::serve`](crate::rpc::ServiceEndpoint::serve))
+    /// runs at once (default 1024, at most 2^20): handlers that wait, a
+    /// batch (one at a time, whatever its calls). Calls past it stay in the
+    /// endpoint's inbox, whose bounds (`inbox_capacity`, `inbox_bytes`)
+    /// then push back on the callers; they run as running calls end.
+    /// [`Serving::running`](crate::rpc::Serving::running) counts them.
+    pub fn max_running_calls(mut self, n: usize) -> Self {
+        self.cfg.max_running_calls = n;
         self
     }
     /// Pure blocking mode for machines with few cores: never spin, sleep at once.
@@ -340,6 +357,7 @@ impl TeamBuilder {
         in_range("max_message", c.max_message, 0..=MAX_MESSAGE)?;
         in_range("inbox_capacity", c.inbox_capacity, 1..=usize::MAX)?;
         in_range("hold_capacity", c.hold_capacity, 1..=usize::MAX)?;
+        in_range("max_running_calls", c.max_running_calls, 1..=MAX_RUNNING_CALLS)?;
         in_range("blocking_idle", c.blocking_idle, Duration::ZERO..=A_DAY)?;
         in_range("peer_timeout", c.peer_timeout, MIN_PEER_TIMEOUT..=A_DAY)?;
         in_range("etcd (ttl)", c.names_ttl, Duration::ZERO..=A_DAY)?;
@@ -393,6 +411,9 @@ mod tests {
         assert_eq!((setting, allowed.as_str()), ("max_message", "0 to 68719476736"));
         assert_eq!(refused(b().max_ring_bytes(1 << 40)).0, "max_ring_bytes");
         assert_eq!(refused(b().processors(1 << 20)).0, "processors");
+        for n in [0, MAX_RUNNING_CALLS + 1, usize::MAX] {
+            assert_eq!(refused(b().max_running_calls(n)).0, "max_running_calls");
+        }
         assert_eq!(refused(b().blocking_threads(usize::MAX)).0, "blocking_threads");
         assert_eq!(refused(b().spin(Duration::MAX)).0, "spin");
         assert_eq!(refused(b().park_timeout(Duration::MAX)).0, "park_timeout");

@@ -106,7 +106,7 @@ impl TeamInner {
         let _in_task = executor::InTask::enter();
         idle::user_code(self, || {
             for (taker, m) in batch.drain(..) {
-                taker(m);
+                taker.take(m);
             }
         });
         SPARE.set(batch);

@@ -16,7 +16,16 @@ pub(crate) trait Cost {
 
 /// Takes an endpoint's messages as they arrive, instead of its queue (see
 /// [`Inbox::set_direct`]).
-pub(crate) type Direct<M> = Arc<dyn Fn(M) + Send + Sync>;
+pub(crate) trait Taker<M>: Send + Sync {
+    /// Whether it takes one more message now. Asked under the inbox's lock
+    /// just before a message is handed to it: a `true` commits it to take
+    /// that message; with `false` the message is queued.
+    fn admit(&self) -> bool;
+    /// Takes a message it admitted (run with no locks held).
+    fn take(&self, m: M);
+}
+
+pub(crate) type Direct<M> = Arc<dyn Taker<M>>;
 
 pub(crate) struct Inbox<M> {
     state: Mutex<State<M>>,
@@ -65,8 +74,9 @@ impl<M: Cost> Inbox<M> {
     /// Queues the message `make` builds, which costs `cost` bytes, if there
     /// is room (or regardless, with `past_capacity`). An empty inbox always
     /// has room: a message larger than the byte bound gets in alone. With a
-    /// direct taker, an empty queue and `direct_ok` (this thread may run
-    /// it), hands the message back for the taker instead: queued messages go first.
+    /// direct taker, an empty queue, `direct_ok` (this thread may run it)
+    /// and the taker's admission, hands the message back for the taker
+    /// instead: queued messages go first.
     // Inlined into the progress loop's delivery (its one hot caller): the
     // message is then built in place rather than returned and moved.
     #[inline]
@@ -81,7 +91,7 @@ impl<M: Cost> Inbox<M> {
         if s.closed {
             return Offer::Closed;
         }
-        if let Some(d) = s.direct.as_ref().filter(|_| s.queue.is_empty() && direct_ok()) {
+        if let Some(d) = s.direct.as_ref().filter(|d| s.queue.is_empty() && direct_ok() && d.admit()) {
             return Offer::Direct(d.clone(), make());
         }
         let full = s.queue.len() >= self.capacity || s.bytes.saturating_add(cost) > self.byte_capacity;

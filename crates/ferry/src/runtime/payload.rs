@@ -69,6 +69,20 @@ impl Payload {
         r
     }
 
+    /// Copies the first bytes into `out` (as many as fit), without copying
+    /// the rest out of a peer's area; returns how many.
+    pub fn read_head(&self, out: &mut [u8]) -> usize {
+        match (self.as_local(), self) {
+            (Some(b), _) => {
+                let n = out.len().min(b.len());
+                out[..n].copy_from_slice(&b[..n]);
+                n
+            }
+            (None, Payload::Detached(Detached::Shm(l))) => l.read_head(out),
+            (None, _) => unreachable!("only a peer's area is not local"),
+        }
+    }
+
     /// Replaces `out`'s contents with the bytes, reusing its capacity.
     pub fn read_into(&self, out: &mut Vec<u8>) {
         match (self.as_local(), self) {

@@ -16,7 +16,7 @@
 //! |---|---|
 //! | [`frame`] | `Header::decode` (every frame of every transport), then what a receiver reads of a Nack's or a Release's payload |
 //! | [`codec`] | `codec::decode` (MessagePack through rmp-serde) into ferry's and typical user types |
-//! | [`rpc`] | the RPC envelopes: `envelope::parse` (requests, batches), `decode_response`, a bind's `ServiceDescriptor` |
+//! | [`rpc`] | the RPC envelopes: `envelope::parse` (requests, batches and their bound), `decode_response`, `decode_oneway_response`, a bind's `ServiceDescriptor` |
 //! | [`shm_handshake`] | the shared-memory bind: the acceptor's check of a hello and of the segment header, the connector's of a welcome |
 //! | [`shm_ring`] | a shared-memory end's receive (`ShmEnd::try_recv`: ring consumer, frame headers, payload descriptors, releases) on rings and areas in heap memory that a hostile peer writes at will |
 //! | [`shm_area`] | payload-area descriptors (`Range::decode`) and the writer's book (`Allocator`), against a model |
@@ -229,12 +229,22 @@ pub fn rpc(data: &[u8]) {
             assert!(!entries.is_empty());
             let total: usize = entries.iter().map(|(_, a)| 8 + a.len()).sum();
             assert_eq!(total + 5, data.len(), "a batch's entries do not cover the message");
+            assert!(entries.len() <= envelope::max_batch_calls(data.len()), "a batch past its bound");
         }
-        Err(what) => assert!(!what.is_empty()),
+        Err(envelope::Refusal::Malformed(what)) => assert!(!what.is_empty()),
+        Err(r @ envelope::Refusal::TooManyCalls { max }) => {
+            // Refused on its count alone, which is past what its size allows.
+            assert_eq!(data.first(), Some(&envelope::BATCH));
+            assert_eq!(max, envelope::max_batch_calls(data.len()));
+            assert!(u32::from_le_bytes(data[1..5].try_into().unwrap()) as usize > max);
+            let refused = envelope::decode_response::<(), crate::rpc::Never>(&r.response());
+            assert!(matches!(refused, Err(crate::rpc::RpcError::Ferry(crate::Error::LimitReached { .. }))));
+        }
     }
     let _ = envelope::decode_response::<(u32, String), String>(data);
     let _ = envelope::decode_response::<ServiceDescriptor, Shape>(data);
     let _ = envelope::decode_response::<(), crate::rpc::Never>(data);
+    let _ = envelope::decode_oneway_response::<Shape>(data);
 }
 
 // ---------------------------------------------------------------------------
@@ -1059,6 +1069,12 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     ] {
         add("rpc", name, env::status(code, "why"));
     }
+    add("rpc", "limit", env::limit(crate::Limit::BatchCalls, 13_107));
+    // A batch that counts more calls than its size allows.
+    let mut many = vec![env::BATCH];
+    many.extend_from_slice(&u32::MAX.to_le_bytes());
+    many.extend_from_slice(&[0u8; 16]);
+    add("rpc", "batch-too-many", many);
 
     // shm_handshake
     let hello = shm::hello_bytes(shm::HELLO, PEER, 4096, 16 * PAGE);
@@ -1318,6 +1334,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         d(86_400_000_000_000),
         n(u64::MAX),
         n(u64::MAX),
+        n(1 << 20),
         vec![1],
         d(86_400_000_000_000),
     ];
@@ -1361,7 +1378,8 @@ pub fn settings(data: &[u8]) {
         .blocking_idle(any_duration(&mut input))
         .peer_timeout(any_duration(&mut input))
         .max_names(input.u64() as usize)
-        .max_channels(input.u64() as usize);
+        .max_channels(input.u64() as usize)
+        .max_running_calls(input.u64() as usize);
     let b = if input.byte() & 1 == 1 { b.etcd(([127, 0, 0, 1], 2379).into(), any_duration(&mut input)) } else { b };
     let Ok(cfg) = b.checked() else { return };
     // A shared-memory bind maps what it asks for; a TCP peer takes the grant.

@@ -252,6 +252,17 @@ impl Lent {
     }
 }
 
+impl Lent {
+    /// Copies the first bytes into `out` (as many as fit); returns how many.
+    pub fn read_head(&self, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.len());
+        // SAFETY: as in `read_into`: the first `n` bytes of the checked range,
+        // only copied.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, out.as_mut_ptr(), n) };
+        n
+    }
+}
+
 impl Drop for Lent {
     fn drop(&mut self) {
         if self.armed {
