@@ -23,7 +23,7 @@ fn free_addr() -> SocketAddr {
 fn cluster(addrs: &[SocketAddr], node: u16, key: &[u8]) -> Cluster {
     let peers: BTreeMap<u16, SocketAddr> =
         addrs.iter().enumerate().map(|(i, a)| (i as u16 + 1, *a)).filter(|(n, _)| *n != node).collect();
-    Cluster { node, listen: addrs[node as usize - 1], peers, key: Arc::from(key), tls: None }
+    Cluster { node, listen: addrs[node as usize - 1], peers, key: Arc::from(key), tls: None, from: Default::default(), handshakes_per_source: None }
 }
 
 fn team(dir: &Path, c: Cluster) -> Team {

@@ -230,6 +230,8 @@ mod tests {
             peers: BTreeMap::from([(2, dead)]),
             key: Arc::from(&b"0123456789abcdef"[..]),
             tls: None,
+            from: Default::default(),
+            handshakes_per_source: None,
         };
         let plane = EmbeddedPlane::new(NodeNames::new(dir), Some(cluster), Duration::from_secs(1));
         assert!(matches!(plane.lookup("svc"), Err(Error::NameNotFound(_))));

@@ -73,6 +73,9 @@ pub struct Config {
     pub max_names: usize,
     /// Most channels (peer teams) this team keeps at once.
     pub max_channels: usize,
+    /// Most TCP connections from one address whose handshake is under way
+    /// (the cluster file's `handshakes-per-source` replaces it).
+    pub handshakes_per_source: usize,
 }
 
 impl Default for Config {
@@ -100,6 +103,7 @@ impl Default for Config {
             names_ttl: Duration::from_secs(10),
             max_names: 4096,
             max_channels: 1024,
+            handshakes_per_source: 8,
         }
     }
 }
@@ -279,6 +283,17 @@ impl TeamBuilder {
     /// out of reach). Its node number replaces [`TeamBuilder::node`]'s.
     pub fn cluster(mut self, c: Cluster) -> Self {
         self.cfg.cluster = Some(c);
+        self
+    }
+
+    /// Most TCP connections from one address that the team takes at once
+    /// before they prove the cluster key (default 8, at least 1; the
+    /// cluster file's `handshakes-per-source N` replaces it). Each holds a
+    /// thread of its own for at most the handshake's deadline (5 s); one
+    /// past the bound is closed at once. Addresses that are no node's of
+    /// the cluster file share one bound of 64 besides.
+    pub fn handshakes_per_source(mut self, n: usize) -> Self {
+        self.cfg.handshakes_per_source = n.max(1);
         self
     }
 

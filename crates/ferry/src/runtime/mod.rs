@@ -50,6 +50,7 @@ pub(crate) mod inbox;
 mod outbox;
 pub(crate) mod payload;
 mod peers;
+mod handshakes;
 pub(crate) mod reactor;
 mod send;
 mod sleep;
@@ -58,7 +59,7 @@ mod timer;
 
 pub(crate) use calls::CancelGuard;
 pub use channel::CONTROL_BACKLOG;
-pub use cluster::Cluster;
+pub use cluster::{Cidr, Cluster};
 pub use config::{Config, TeamBuilder, MESSAGE_OVERHEAD};
 pub(crate) use deadline::deadline_after;
 pub use delivery::Delivery;
