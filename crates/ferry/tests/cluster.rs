@@ -84,6 +84,47 @@ fn a_node_without_the_key_is_refused() {
     assert!(port.try_recv().is_none(), "a frame got through");
 }
 
+/// Regression (issue 15, defect 12): a node whose key differs closed a
+/// name query without a word, so a bind by name got `NameNotFound`. It now
+/// refuses the query, and a lookup every node refused is `Unauthenticated`,
+/// naming the node.
+#[test]
+fn a_node_without_the_key_refuses_a_lookup_by_name() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, b"another key, also long enough"));
+    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let _port = b.open_named_port::<u32>("svc").unwrap();
+    match a.lookup("svc") {
+        Err(Error::Unauthenticated { peer, .. }) => assert_eq!(peer.node, 2),
+        r => panic!("{r:?}"),
+    }
+    match CalcClient::bind(&a, "svc") {
+        Err(ferry::rpc::RpcError::Ferry(Error::Unauthenticated { peer, .. })) => assert_eq!(peer.node, 2),
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("bound across keys"),
+    }
+}
+
+/// Regression (issue 15, defect 12): the nodes were asked one after the
+/// other, each for up to 5 s, so a silent node delayed the lookup of a name
+/// on the next one by 5 s. They are now asked at once: node 2 takes the
+/// connection and never answers, and node 3's name is found within 1 s.
+#[test]
+fn a_silent_node_does_not_delay_a_lookup_of_a_name_on_another() {
+    let (d1, d3) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = [free_addr(), silent.local_addr().unwrap(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let c = team(d3.path(), cluster(&addrs, 3, KEY));
+    let port = c.open_named_port::<u32>("svc").unwrap();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        assert_eq!(a.lookup("svc").unwrap(), port.id());
+        assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}", t0.elapsed());
+    }
+}
+
 /// A node out of the cluster, or one that is down, is out of reach: `NoSuchTeam`.
 #[test]
 fn a_node_out_of_reach_is_no_such_team() {
