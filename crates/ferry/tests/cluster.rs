@@ -125,6 +125,35 @@ fn a_silent_node_does_not_delay_a_lookup_of_a_name_on_another() {
     }
 }
 
+/// Regression (issue 15, defect 10): a connection that claims a node is
+/// taken only from that node's address in the cluster file, or from a
+/// block its `peer N ADDR from CIDR` line allows (a NAT). Node 1 listens on
+/// 127.0.0.3 but connects to node 2 from 127.0.0.1 (the kernel's choice
+/// for a connection to 127.0.0.1): refused, then taken once node 2's file
+/// allows 127.0.0.1 for node 1.
+#[test]
+fn a_connection_from_another_address_than_its_nodes_is_refused_unless_allowed() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let one = std::net::TcpListener::bind("127.0.0.3:0").unwrap().local_addr().unwrap();
+    let addrs = [one, free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    for allow in [false, true] {
+        let mut c2 = cluster(&addrs, 2, KEY);
+        if allow {
+            c2.from.insert(1, vec!["127.0.0.0/24".parse().unwrap()]);
+        }
+        let b = team(d2.path(), c2);
+        let port = b.open_raw_port().unwrap();
+        let r = a.raw_sender(port.id()).send(b"from elsewhere", Checkpoint::OnReceipt);
+        if allow {
+            r.unwrap();
+            assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"from elsewhere");
+        } else {
+            assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{r:?}");
+        }
+    }
+}
+
 /// A node out of the cluster, or one that is down, is out of reach: `NoSuchTeam`.
 #[test]
 fn a_node_out_of_reach_is_no_such_team() {

@@ -236,3 +236,32 @@ fn a_lookup_is_not_delayed_by_a_node_whose_link_is_cut() {
     assert_eq!(answer, "ok");
     assert!(took < Duration::from_secs(1), "took {took:?}");
 }
+
+/// Regression (issue 15, defect 10): a node holding the cluster key could
+/// claim another node's identity: nothing compared the node a hello claims
+/// with where the connection came from. Here a team on node c's machine
+/// (10.77.0.3), with the key, says it is node 1 (node a, 10.77.0.1): node b
+/// refuses it with `Unauthenticated`, and node a's own channel and calls to
+/// b go on untouched.
+#[test]
+#[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
+fn a_node_with_the_key_cannot_claim_another_nodes_identity() {
+    let (_, work) = netns();
+    let b = server("b");
+    let mut client = client();
+    assert_eq!(ask(&mut client, &format!("echo {}", b.echo), START), "ok");
+    // The impostor: node 1's number, node c's address, the cluster's key.
+    let file = work.join("impostor.cluster");
+    let key = work.join("cluster.key");
+    std::fs::write(&file, format!("node 1\nlisten 10.77.0.3:7401\nkey-file {}\npeer 2 10.77.0.2:7400\n", key.display()))
+        .unwrap();
+    let run = work.join("impostor.run");
+    std::fs::create_dir_all(&run).unwrap();
+    let mut impostor = Child::spawn_in_netns(&namespace("c"), "client", &run, &[("FERRY_CLUSTER", &file)]);
+    impostor.expect("ready", START);
+    let answer = ask(&mut impostor, &format!("echo {}", b.echo), START);
+    assert!(answer.starts_with("err Unauthenticated"), "{answer}");
+    // Node a's channel and calls are untouched.
+    assert_eq!(ask(&mut client, &format!("echo {}", b.echo), START), "ok");
+    assert_eq!(ask(&mut client, &format!("calc {}", b.calc), START), "ok");
+}

@@ -26,6 +26,17 @@
 //! The key file's bytes (at least 16) are the key; every connection
 //! between nodes proves it holds it (see `transport::tcp::handshake`).
 //!
+//! **Which node.** A connection that claims node N is taken only from N's
+//! address in the file, or from a block a `from` on N's line allows (N
+//! behind a NAT, say): `peer 2 10.77.0.2:7400 from 192.168.0.0/16 10.9.0.7`.
+//! With TLS its certificate must instead be valid for N's address. Without
+//! TLS this is best effort: the key is shared, so it cannot prove which
+//! node holds it.
+//!
+//! **Strangers.** `handshakes-per-source N` bounds the connections from
+//! one address still in their handshake (default 8; see
+//! [`TeamBuilder::handshakes_per_source`]).
+//!
 //! **TLS** (optional; cargo feature `tls`, on by default): with these three
 //! lines every TCP connection of the node — binds and name queries, made
 //! or taken — runs in mutual TLS 1.3, the key's proof inside it:
@@ -43,6 +54,7 @@
 //! `transport::tcp::tls`).
 //!
 //! [`TeamBuilder::cluster`]: crate::TeamBuilder::cluster
+//! [`TeamBuilder::handshakes_per_source`]: crate::TeamBuilder::handshakes_per_source
 
 use crate::error::{Error, Result};
 use crate::transport::tcp::TlsConfig;
@@ -264,6 +276,20 @@ mod tests {
                 Err(e) => panic!("{text:?}: {e}"),
                 Ok(_) => panic!("{text:?} parsed"),
             }
+        }
+        let text = "node 1\nlisten 10.0.0.1:1\nkey-file k\npeer 2 10.0.0.2:1 from 192.168.0.0/16 10.9.9.9\nhandshakes-per-source 3\n";
+        let c = Cluster::parse(text, dir.path()).unwrap();
+        assert_eq!(c.handshakes_per_source, Some(3));
+        for (ip, ok) in [("10.0.0.2", true), ("192.168.7.1", true), ("10.9.9.9", true), ("10.9.9.8", false)] {
+            assert_eq!(c.may_come_from(2, ip.parse().unwrap()), ok, "{ip}");
+        }
+        assert!(!c.may_come_from(3, "10.0.0.2".parse().unwrap()), "a node not in the file");
+        assert!(c.may_come_from(1, "10.0.0.1".parse().unwrap()));
+        let block: Cidr = "10.1.0.0/15".parse().unwrap();
+        assert!(block.contains("10.0.255.1".parse().unwrap()) && !block.contains("10.2.0.1".parse().unwrap()));
+        for bad in ["peer 2 10.0.0.2:1 from", "peer 2 10.0.0.2:1 from 10.0.0.0/33", "peer 2 10.0.0.2:1 to x", "handshakes-per-source 0"] {
+            let text = format!("node 1\nlisten 10.0.0.1:1\nkey-file k\n{bad}\n");
+            assert!(matches!(Cluster::parse(&text, dir.path()), Err(Error::InvalidArgument(_))), "{bad}");
         }
         std::fs::write(dir.path().join("short"), [1u8; 8]).unwrap();
         let short = "node 1\nlisten 1.2.3.4:5\nkey-file short\n";

@@ -566,13 +566,53 @@ fn accept(
         tracing::warn!("refused a TCP bind: {}", Error::LimitReached { limit, max });
         return tcp::handshake::refuse(link, limit, max);
     }
-    match tcp::handshake::accept_hello(link, hello, side) {
+    let may_be = may_be(team, &link);
+    match tcp::handshake::accept_hello_from(link, hello, side, may_be) {
         Ok((end, peer)) => {
             drop(ticket.take());
             team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));
             tracing::debug!(me = %team.id, %peer, "accepted TCP channel");
         }
         Err(e) => tracing::warn!(error = %e, "refused a TCP bind"),
+    }
+}
+
+/// Whether a connector on `link`, which proved the key, may be the team it
+/// claims: one of a node of the cluster file, with TLS whose certificate is
+/// valid for the node's `peer` address, else which connects from that
+/// address (or from a block its `peer ... from` line allows). Best effort
+/// without TLS: a node holding the key can send from another's address if
+/// the network lets it (the key is shared; it cannot tell the nodes apart).
+fn may_be(team: &TeamInner, link: &Link) -> impl FnOnce(crate::id::TeamId) -> std::result::Result<(), String> {
+    let cluster = team.cfg.cluster.clone();
+    let source = link.socket().peer_addr().map(|a| a.ip());
+    // With TLS: the nodes whose address its certificate is valid for.
+    let certified: Option<Vec<u16>> = match (link, &cluster) {
+        (Link::Tls(t), Some(c)) => {
+            let nodes = c.peers.keys().copied().chain([c.node]);
+            Some(nodes.filter(|&n| c.address_of(n).is_some_and(|a| tcp::tls::certified_for(t, a.ip()))).collect())
+        }
+        _ => None,
+    };
+    move |peer| {
+        let Some(c) = cluster else { return Ok(()) };
+        if c.address_of(peer.node).is_none() {
+            return Err(format!("node {} is not in this node's cluster file", peer.node));
+        }
+        if let Some(nodes) = certified {
+            return match nodes.contains(&peer.node) {
+                true => Ok(()),
+                false => Err(format!("its TLS certificate is not valid for node {}'s address", peer.node)),
+            };
+        }
+        match source {
+            Ok(ip) if c.may_come_from(peer.node, ip) => Ok(()),
+            Ok(ip) => Err(format!(
+                "it claims node {} from {ip}, not that node's address (a `peer N ADDR from CIDR` line allows others)",
+                peer.node
+            )),
+            Err(e) => Err(format!("its address is unknown ({e})")),
+        }
     }
 }
 
