@@ -148,6 +148,10 @@ pub enum Limit {
     /// Open file descriptors of the process (`RLIMIT_NOFILE`): each channel
     /// holds a few (its socket, memory, wake-up lines).
     OpenFiles,
+    /// TCP connections in their handshake at once from one address
+    /// ([`crate::TeamBuilder::handshakes_per_source`]), or from addresses
+    /// that are no node's of the cluster file (64), at the node that refused.
+    Handshakes,
 }
 
 impl Limit {
@@ -159,12 +163,13 @@ impl Limit {
             Limit::OpenFiles => 3,
             Limit::Endpoints => 4,
             Limit::RingBytes => 5,
+            Limit::Handshakes => 6,
         }
     }
 
     /// The limit numbered `code` in a bind's refusal.
     pub(crate) fn from_code(code: u32) -> Option<Limit> {
-        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes]
+        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes, Limit::Handshakes]
             .into_iter()
             .find(|l| l.code() == code)
     }
@@ -194,6 +199,10 @@ impl Limit {
             Limit::OpenFiles => "raise the process's open-file limit (ulimit -n, RLIMIT_NOFILE)",
             Limit::Endpoints => "start a new team (a new incarnation has all its slots)",
             Limit::RingBytes => "lower this team's TeamBuilder::ring_bytes, or raise the peer's max_ring_bytes",
+            Limit::Handshakes => {
+                "bind fewer teams at once, or raise the refusing node's TeamBuilder::handshakes_per_source \
+                 (handshakes-per-source in its cluster file)"
+            }
         }
     }
 }
@@ -206,6 +215,7 @@ impl std::fmt::Display for Limit {
             Limit::OpenFiles => "open files",
             Limit::Endpoints => "endpoints opened by a team",
             Limit::RingBytes => "ring size a peer maps",
+            Limit::Handshakes => "TCP handshakes at once from one address",
         })
     }
 }

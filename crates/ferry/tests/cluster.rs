@@ -23,7 +23,15 @@ fn free_addr() -> SocketAddr {
 fn cluster(addrs: &[SocketAddr], node: u16, key: &[u8]) -> Cluster {
     let peers: BTreeMap<u16, SocketAddr> =
         addrs.iter().enumerate().map(|(i, a)| (i as u16 + 1, *a)).filter(|(n, _)| *n != node).collect();
-    Cluster { node, listen: addrs[node as usize - 1], peers, key: Arc::from(key), tls: None, from: Default::default(), handshakes_per_source: None }
+    Cluster {
+        node,
+        listen: addrs[node as usize - 1],
+        peers,
+        key: Arc::from(key),
+        tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
+    }
 }
 
 fn team(dir: &Path, c: Cluster) -> Team {
@@ -152,6 +160,24 @@ fn a_connection_from_another_address_than_its_nodes_is_refused_unless_allowed() 
             assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{r:?}");
         }
     }
+}
+
+/// Past its bound of handshakes from one address, a node refuses a bind at
+/// once with a typed error naming the limit (not a silent close, which the
+/// connector would take for a team that is gone).
+#[test]
+fn a_bind_past_the_handshakes_from_its_address_is_refused_with_the_limit() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let addrs = [free_addr(), free_addr()];
+    let builder = Team::builder().handshakes_per_source(1).runtime_dir(dirs[0].path());
+    let server = builder.cluster(cluster(&addrs, 1, KEY)).start().unwrap();
+    let port = server.open_raw_port().unwrap();
+    let client = team(dirs[1].path(), cluster(&addrs, 2, KEY));
+    // A silent connection from 127.0.0.1 holds the one place.
+    let _silent = std::net::TcpStream::connect(addrs[0]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let r = client.raw_sender(port.id()).send(b"one too many", Checkpoint::OnReceipt);
+    assert!(matches!(r, Err(Error::LimitReached { limit: ferry::Limit::Handshakes, max: 1 })), "{r:?}");
 }
 
 /// A node out of the cluster, or one that is down, is out of reach: `NoSuchTeam`.

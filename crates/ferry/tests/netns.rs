@@ -253,8 +253,11 @@ fn a_node_with_the_key_cannot_claim_another_nodes_identity() {
     // The impostor: node 1's number, node c's address, the cluster's key.
     let file = work.join("impostor.cluster");
     let key = work.join("cluster.key");
-    std::fs::write(&file, format!("node 1\nlisten 10.77.0.3:7401\nkey-file {}\npeer 2 10.77.0.2:7400\n", key.display()))
-        .unwrap();
+    std::fs::write(
+        &file,
+        format!("node 1\nlisten 10.77.0.3:7401\nkey-file {}\npeer 2 10.77.0.2:7400\n", key.display()),
+    )
+    .unwrap();
     let run = work.join("impostor.run");
     std::fs::create_dir_all(&run).unwrap();
     let mut impostor = Child::spawn_in_netns(&namespace("c"), "client", &run, &[("FERRY_CLUSTER", &file)]);

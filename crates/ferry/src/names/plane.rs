@@ -178,7 +178,8 @@ impl NamePlane for EmbeddedPlane {
         crate::names::validate_name(name)?;
         let deadline = Instant::now() + self.patience;
         let (tx, rx) = std::sync::mpsc::channel::<Answer>();
-        let asked: Vec<u16> = self.peers().filter(|&(node, addr)| self.ask(cluster, node, addr, name, &tx)).map(|(n, _)| n).collect();
+        let asked: Vec<u16> =
+            self.peers().filter(|&(node, addr)| self.ask(cluster, node, addr, name, &tx)).map(|(n, _)| n).collect();
         drop(tx);
         let mut answers: BTreeMap<u16, Result<Option<EndpointId>>> = BTreeMap::new();
         let mut pass_over_at = None;

@@ -90,6 +90,8 @@ pub(crate) fn read_answer(r: &mut impl Read, key: &[u8], query: &[u8], node: u16
             let what = "it refused our name query: not signed with its cluster key (the keys differ)".into();
             return Err(Error::Unauthenticated { peer, what });
         }
+        // At one of its limits (handshakes from our address).
+        m if m == handshake::REFUSED => return Err(handshake::read_refusal(r, peer)),
         _ => {}
     }
     r.read_exact(&mut answer[8..]).map_err(failed)?;

@@ -287,7 +287,12 @@ mod tests {
         assert!(c.may_come_from(1, "10.0.0.1".parse().unwrap()));
         let block: Cidr = "10.1.0.0/15".parse().unwrap();
         assert!(block.contains("10.0.255.1".parse().unwrap()) && !block.contains("10.2.0.1".parse().unwrap()));
-        for bad in ["peer 2 10.0.0.2:1 from", "peer 2 10.0.0.2:1 from 10.0.0.0/33", "peer 2 10.0.0.2:1 to x", "handshakes-per-source 0"] {
+        for bad in [
+            "peer 2 10.0.0.2:1 from",
+            "peer 2 10.0.0.2:1 from 10.0.0.0/33",
+            "peer 2 10.0.0.2:1 to x",
+            "handshakes-per-source 0",
+        ] {
             let text = format!("node 1\nlisten 10.0.0.1:1\nkey-file k\n{bad}\n");
             assert!(matches!(Cluster::parse(&text, dir.path()), Err(Error::InvalidArgument(_))), "{bad}");
         }

@@ -435,21 +435,28 @@ fn accept_tcp(team: &Arc<TeamInner>) -> Result<()> {
     }
 }
 
-/// A place for a TCP connection's handshake, if the bounds allow one
-/// (else it is closed at once: it is dropped).
+/// A place for a TCP connection's handshake, if the bounds allow one;
+/// else it is refused at once (`LimitReached(Handshakes)` for a connector
+/// that reads the refusal) and closed.
 fn admit(team: &Arc<TeamInner>, stream: &TcpStream, from: IpAddr) -> Option<Ticket> {
-    match team.reactor.handshakes.start(stream, from, shm::HANDSHAKE_TIMEOUT) {
-        Ok(ticket) => Some(ticket),
+    let max = match team.reactor.handshakes.start(stream, from, shm::HANDSHAKE_TIMEOUT) {
+        Ok(ticket) => return Some(ticket),
         Err(Full::Source(n)) => {
-            tracing::warn!(%from, "{n} TCP handshakes from this address under way: closed another");
-            None
+            tracing::warn!(%from, "{n} TCP handshakes from this address under way: refused another");
+            n
         }
         Err(Full::Strangers) => {
             let n = super::handshakes::MAX_STRANGERS;
-            tracing::warn!(%from, "{n} TCP handshakes from addresses that are no node's under way: closed another");
-            None
+            tracing::warn!(%from, "{n} TCP handshakes from addresses that are no node's under way: refused another");
+            n
         }
-    }
+    };
+    // What came is read (a socket closed with unread bytes resets, and the
+    // connector might lose the refusal); nothing waits for more.
+    let _ = rustix::net::recv(stream, &mut [0u8; 64], rustix::net::RecvFlags::DONTWAIT);
+    let refusal = crate::Limit::Handshakes.refusal(tcp::handshake::REFUSED, max as u64);
+    let _ = rustix::net::send(stream, &refusal, rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL);
+    None
 }
 
 /// Runs a TCP connection's handshake on a thread of its own (bounded by

@@ -917,7 +917,13 @@ pub fn names_query(data: &[u8]) {
             Ok(None) => {}
             Err(crate::Error::Unauthenticated { peer, .. }) => assert!(!signed && peer.node == 2),
             Err(e) => assert!(
-                matches!(e, crate::Error::Protocol { .. } | crate::Error::Tls { .. } | crate::Error::Io { .. }),
+                matches!(
+                    e,
+                    crate::Error::Protocol { .. }
+                        | crate::Error::Tls { .. }
+                        | crate::Error::Io { .. }
+                        | crate::Error::LimitReached { .. }
+                ),
                 "{e:?}"
             ),
         }
@@ -1233,6 +1239,9 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut a = vec![1];
     a.extend_from_slice(remote::REFUSED);
     add("names_query", "answer-refused", a);
+    let mut a = vec![1];
+    a.extend_from_slice(&crate::Limit::Handshakes.refusal(handshake::REFUSED, 8));
+    add("names_query", "answer-limit", a);
 
     // etcd: answers in the JSON gateway's format (captured ones from a real
     // etcd sit beside them in the corpus, named `etcd-3.4-*`).

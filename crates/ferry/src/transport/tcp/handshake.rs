@@ -50,7 +50,7 @@ pub(crate) const NOT_AUTHENTICATED: &[u8; 8] = b"FERRYTNA";
 pub(crate) const NOT_THAT_NODE: &[u8; 8] = b"FERRYTNN";
 /// Magic of an acceptor's refusal in place of a welcome: a limit of its was
 /// reached (its number and value follow; see [`crate::Limit::refusal`]).
-const REFUSED: &[u8; 8] = b"FERRYTRF";
+pub(crate) const REFUSED: &[u8; 8] = b"FERRYTRF";
 /// Magic of a connector's TLS preamble: TLS follows, for the team whose id
 /// comes next (12 bytes; team 0: any team of the node, for a name query).
 pub const TLS_START: &[u8; 8] = b"FERRYTS1";
@@ -245,6 +245,7 @@ pub(crate) fn open(sock: TcpStream, tls: Option<&TlsConfig>, to: TeamId) -> Resu
     (&sock).read_exact(&mut answer).map_err(|e| read_failed(e, to, Error::NoSuchTeam(to)))?;
     match &answer {
         a if a == TLS_YES => Ok(Link::Tls(Box::new(tls::client(sock, cfg, to)?))),
+        a if a == REFUSED => Err(read_refusal(&mut &sock, to)),
         a if a == TLS_NO => {
             let what = format!("node {} does not use TLS, and this node does (the cluster files disagree)", to.node);
             Err(Error::Tls { peer: to, what })
@@ -418,6 +419,16 @@ pub(crate) fn hello_target(hello: &[u8; HELLO_LEN]) -> Result<TeamId> {
     Ok(get_id(&hello[20..32]))
 }
 
+/// What an acceptor's refusal (a peer's bytes), its magic read, says: the
+/// limit it reached (`LimitReached`), else `Protocol` (or the read's failure).
+pub(crate) fn read_refusal(sock: &mut impl Read, peer: TeamId) -> Error {
+    let mut body = [0u8; 12];
+    if let Err(e) = read_exact(sock, &mut body) {
+        return read_failed(e, peer, Error::NoSuchTeam(peer));
+    }
+    crate::Limit::refused(&body).unwrap_or_else(|| Error::Protocol { peer, what: "bad refusal".into() })
+}
+
 /// Connector side: binds over a connected `sock` to the team `expect`.
 pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd> {
     sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
@@ -433,9 +444,7 @@ pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd
         return Err(tls_required(expect));
     }
     if &welcome[..8] == REFUSED {
-        read_exact(&mut sock, &mut welcome[8..20]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
-        let bad = || Error::Protocol { peer: expect, what: "bad refusal".into() };
-        return Err(crate::Limit::refused(&welcome[8..20]).unwrap_or_else(bad));
+        return Err(read_refusal(&mut sock, expect));
     }
     read_exact(&mut sock, &mut welcome[8..]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
     let theirs = check_welcome(&side.key, &hello, &welcome, expect)?;
