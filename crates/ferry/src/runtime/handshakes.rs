@@ -95,9 +95,18 @@ impl Handshakes {
     /// thread's read or write fails at once, and it ends (giving its place
     /// back). Returns how many.
     pub fn expire(&self, now: Instant) -> usize {
+        self.shut(|l| l.until <= now)
+    }
+
+    /// Shuts every connection still in its handshake (the team leaves).
+    pub fn shut_all(&self) {
+        self.shut(|_| true);
+    }
+
+    fn shut(&self, due: impl Fn(&Live) -> bool) -> usize {
         let mut s = self.state.lock();
         let mut n = 0;
-        for l in s.live.values_mut().filter(|l| !l.shut && l.until <= now) {
+        for l in s.live.values_mut().filter(|l| !l.shut && due(l)) {
             let _ = l.sock.shutdown(std::net::Shutdown::Both);
             l.shut = true;
             n += 1;
@@ -169,5 +178,10 @@ mod tests {
         assert_eq!(std::io::Read::read(&mut c, &mut b).unwrap(), 0);
         drop(t);
         assert_eq!(hs.count(), 2);
+        // When the team leaves, every one is shut.
+        let (mut c, s) = pair(&l);
+        let _t = hs.start(&s, "127.0.0.1".parse().unwrap(), patience).unwrap();
+        hs.shut_all();
+        assert_eq!(std::io::Read::read(&mut c, &mut b).unwrap(), 0);
     }
 }

@@ -160,8 +160,8 @@ impl Reactor {
 
     /// Stops taking binds, once the reactor thread is gone: the socket file
     /// goes (connectors find no team), the listeners refuse, and connections
-    /// already queued are closed, so their connectors see the team gone at
-    /// once instead of waiting out a handshake. Done before the team number
+    /// already queued or in their handshake are closed, so their connectors
+    /// see the team gone at once instead of waiting out a handshake. Done before the team number
     /// is released: a later team with the number makes the file again.
     pub fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
@@ -174,6 +174,8 @@ impl Reactor {
             let _ = rustix::net::shutdown(l, rustix::net::Shutdown::Both);
             while l.accept().is_ok() {}
         }
+        // Their threads end at once (each holds the team).
+        self.handshakes.shut_all();
     }
 }
 
@@ -471,24 +473,22 @@ fn handshake_thread(team: &Arc<TeamInner>, ticket: Ticket, stream: TcpStream, ha
     }
 }
 
-/// Takes a TCP bind (on its own thread, holding its `ticket`): reads what the connection
-/// opens with unless the team that handed it over did (a hello, a name
+/// Takes a TCP bind (on its own thread, holding its `ticket`, its place
+/// among the handshakes): reads what the connection opens with unless the
+/// team that handed it over did (a hello, a name
 /// query, or a TLS preamble: then TLS, and the hello or query in it), then
 /// binds if it names this team, or hands it to the team of this node it
 /// names. A node with TLS refuses a connection without, and the other way
 /// round (both sides learn why: `Tls`).
 fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>, ticket: Ticket) {
     let Some(cluster) = team.cfg.cluster.clone() else { return };
-    // Given back before a channel is made of the connection (`accept`): a
-    // place past its deadline would be shut with the channel's socket.
-    let mut ticket = Some(ticket);
     let side = team.tcp_bind(&cluster);
     let _ = stream.set_nonblocking(false);
     let refused = |e: Error| tracing::warn!(error = %e, "refused a TCP bind");
     // The link, its first 8 bytes (read), and whom its TLS preamble named.
     let (mut link, magic, tls_for) = match handed {
         Some(Handed::Hello(hello)) => {
-            return accept(team, Link::Plain(stream), hello, &side, &mut ticket);
+            return accept(team, Link::Plain(stream), hello, &side, ticket);
         }
         Some(Handed::Tls(to)) => match start_tls(stream, &side) {
             Ok((link, magic)) => (link, magic, Some(to)),
@@ -541,12 +541,12 @@ fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>
         Some(_) if to.node != team.id.node || to.team != team.id.team => {
             tracing::debug!(%to, "refused a TCP bind in TLS for a team that is not here")
         }
-        Some(_) => accept(team, link, hello, &side, &mut ticket),
+        Some(_) => accept(team, link, hello, &side, ticket),
         None if to.team != team.id.team || to.node != team.id.node => {
             let Link::Plain(stream) = link else { unreachable!("no TLS here") };
             hand_over(team, stream, Handed::Hello(hello), to)
         }
-        None => accept(team, link, hello, &side, &mut ticket),
+        None => accept(team, link, hello, &side, ticket),
     }
 }
 
@@ -562,13 +562,7 @@ fn start_tls(stream: TcpStream, side: &tcp::handshake::TcpBind) -> Result<(Link,
 }
 
 /// The bind handshake's last steps, and the channel.
-fn accept(
-    team: &Arc<TeamInner>,
-    link: Link,
-    hello: [u8; HELLO_BYTES],
-    side: &tcp::handshake::TcpBind,
-    ticket: &mut Option<Ticket>,
-) {
+fn accept(team: &Arc<TeamInner>, link: Link, hello: [u8; HELLO_BYTES], side: &tcp::handshake::TcpBind, ticket: Ticket) {
     if let Err(Error::LimitReached { limit, max }) = team.room_for_a_channel() {
         tracing::warn!("refused a TCP bind: {}", Error::LimitReached { limit, max });
         return tcp::handshake::refuse(link, limit, max);
@@ -576,7 +570,9 @@ fn accept(
     let may_be = may_be(team, &link);
     match tcp::handshake::accept_hello_from(link, hello, side, may_be) {
         Ok((end, peer)) => {
-            drop(ticket.take());
+            // Given back before the connection is a channel's: a place
+            // past its deadline would be shut with the channel's socket.
+            drop(ticket);
             team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));
             tracing::debug!(me = %team.id, %peer, "accepted TCP channel");
         }
