@@ -290,8 +290,9 @@ impl TeamBuilder {
     /// before they prove the cluster key (default 8, at least 1; the
     /// cluster file's `handshakes-per-source N` replaces it). Each holds a
     /// thread of its own for at most the handshake's deadline (5 s); one
-    /// past the bound is closed at once. Addresses that are no node's of
-    /// the cluster file share one bound of 64 besides.
+    /// past the bound is refused at once (its connector gets
+    /// `LimitReached(Handshakes)`). Addresses that are no node's of the
+    /// cluster file share one bound of 64 besides.
     pub fn handshakes_per_source(mut self, n: usize) -> Self {
         self.cfg.handshakes_per_source = n.max(1);
         self
