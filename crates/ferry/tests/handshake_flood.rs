@@ -75,15 +75,12 @@ fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
     }
 }
 
-/// This process's descriptors but epoll sets: a thread keeps one per team
-/// it slept for, given back lazily after the team is gone (the bind teams
-/// here), which is not what this test looks at.
+/// This process's descriptors.
 fn descriptors() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
         .map(|p| p.display().to_string())
-        .filter(|p| p != "anon_inode:[eventpoll]")
         .collect();
     v.sort();
     v
@@ -95,7 +92,7 @@ fn p99(mut v: Vec<Duration>) -> Duration {
 }
 
 /// How long calls (each runs a blocking job on the server) and binds by
-/// name from fresh teams of node 2 take: the p99 of each.
+/// name from fresh teams of node 2 take: the p99 of each (and none stalls: all within 1 s).
 fn measure(dir: &std::path::Path, c2: &Cluster, calls: &WorkClient, binds: usize) -> (Duration, Duration) {
     let mut call_times = Vec::new();
     for i in 0..200 {
@@ -103,19 +100,30 @@ fn measure(dir: &std::path::Path, c2: &Cluster, calls: &WorkClient, binds: usize
         assert_eq!(calls.run_blocking(i).unwrap(), i + 1);
         call_times.push(t.elapsed());
     }
-    let mut bind_times = Vec::new();
-    // Ten teams at a time (each holds a few descriptors), started before they are timed.
-    for batch in 0..binds.div_ceil(10) {
-        let n = (binds - batch * 10).min(10);
-        let start = || Team::builder().blocking().runtime_dir(dir).cluster(c2.clone()).start().unwrap();
-        let teams: Vec<Team> = (0..n).map(|_| start()).collect();
-        for t in &teams {
-            let at = Instant::now();
-            let client = WorkClient::bind(t, "work").unwrap();
-            assert_eq!(client.run_blocking(1).unwrap(), 2);
-            bind_times.push(at.elapsed());
-        }
-    }
+    // On a thread that ends: the epoll sets a thread keeps for each team it
+    // slept for go with it (else with its next set, lazily).
+    let bind_times = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut bind_times = Vec::new();
+            // Ten teams at a time (each holds a few descriptors), started before they are timed.
+            for batch in 0..binds.div_ceil(10) {
+                let n = (binds - batch * 10).min(10);
+                let start = || Team::builder().blocking().runtime_dir(dir).cluster(c2.clone()).start().unwrap();
+                let teams: Vec<Team> = (0..n).map(|_| start()).collect();
+                for t in &teams {
+                    let at = Instant::now();
+                    let client = WorkClient::bind(t, "work").unwrap();
+                    assert_eq!(client.run_blocking(1).unwrap(), 2);
+                    bind_times.push(at.elapsed());
+                }
+            }
+            bind_times
+        })
+        .join()
+        .unwrap()
+    });
+    let longest = call_times.iter().chain(&bind_times).max().copied().unwrap_or_default();
+    assert!(longest < Duration::from_secs(1), "a call or bind took {longest:?}");
     (p99(call_times), p99(bind_times))
 }
 
@@ -137,14 +145,8 @@ fn strangers_trickling_bytes_delay_neither_blocking_jobs_nor_binds() {
     // 200 strangers, 8 from each of 25 addresses that are no node's, each
     // sending the start of a hello, a byte every 200 ms.
     let connected = Instant::now();
-    let mut strangers: Vec<TcpStream> = Vec::new();
-    let mut refused = 0;
-    for i in 0..200u32 {
-        match connect_from(Ipv4Addr::new(127, 0, 0, 10 + (i % 25) as u8), addrs[0]) {
-            Ok(s) => strangers.push(s),
-            Err(_) => refused += 1,
-        }
-    }
+    let strangers: Vec<TcpStream> =
+        (0..200u32).map(|i| connect_from(Ipv4Addr::new(127, 0, 0, 10 + (i % 25) as u8), addrs[0]).unwrap()).collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let trickle = {
         let stop = stop.clone();
@@ -167,8 +169,7 @@ fn strangers_trickling_bytes_delay_neither_blocking_jobs_nor_binds() {
     let took = started.elapsed();
     eprintln!(
         "p99 of calls {calls_before:?} -> {calls_during:?}, of binds {binds_before:?} -> {binds_during:?} \
-         ({} strangers connected, {refused} refused; measured in {took:?})",
-        strangers.len()
+         (measured in {took:?})"
     );
     assert!(took < Duration::from_secs(4), "measured in {took:?}: past the strangers' deadline");
     let extra = Duration::from_millis(10);
@@ -178,17 +179,22 @@ fn strangers_trickling_bytes_delay_neither_blocking_jobs_nor_binds() {
     // The server shuts every stranger, still trickling, once its handshake
     // is 5 s old (one deadline for the whole handshake, not one per read);
     // then its descriptors are back to what they were.
+    let mut strangers = strangers;
+    let mut refused = 0;
     for (i, s) in strangers.iter_mut().enumerate() {
         let left = Duration::from_secs(7).saturating_sub(connected.elapsed()).max(Duration::from_millis(1));
         s.set_read_timeout(Some(left)).unwrap();
         // Closed, or refused at once (`FERRYTRF`, past the bounds) and closed.
         let mut got = Vec::new();
         match std::io::Read::read_to_end(s, &mut got) {
-            Ok(_) if got.is_empty() || got.starts_with(b"FERRYTRF") => {}
+            Ok(_) if got.is_empty() => {}
+            Ok(_) if got.starts_with(b"FERRYTRF") => refused += 1,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
             r => panic!("stranger {i}, {:?} after it connected: {r:?}, {got:?}", connected.elapsed()),
         }
     }
+    // At most 64 from addresses that are no node's were taken.
+    assert!(refused >= 200 - 64, "{refused} strangers refused at once");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     trickle.join().unwrap();
     drop(strangers);
