@@ -82,7 +82,15 @@ fn tcp(n: usize) {
     let team = |node: u16, processors: usize| {
         let peers: BTreeMap<u16, _> = [(3 - node, addrs[2 - node as usize])].into();
         let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
-        let cluster = ferry::Cluster { node, listen: addrs[node as usize - 1], peers, key, tls: None };
+        let cluster = ferry::Cluster {
+            node,
+            listen: addrs[node as usize - 1],
+            peers,
+            key,
+            tls: None,
+            from: Default::default(),
+            handshakes_per_source: None,
+        };
         let run = dir.join(node.to_string());
         std::fs::create_dir_all(&run).unwrap();
         Team::builder().runtime_dir(run).processors(processors).blocking().cluster(cluster).start().unwrap()

@@ -108,7 +108,15 @@ fn cluster(node: u16, ports: (u16, u16)) -> Cluster {
     let a = SocketAddr::new(parent_ip(), ports.0);
     let b = SocketAddr::new(child_ip(), ports.1);
     let (listen, peer) = if node == 1 { (a, (2, b)) } else { (b, (1, a)) };
-    Cluster { node, listen, peers: [peer].into_iter().collect(), key: Arc::from(KEY), tls: None }
+    Cluster {
+        node,
+        listen,
+        peers: [peer].into_iter().collect(),
+        key: Arc::from(KEY),
+        tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
+    }
 }
 
 fn team(run_id: &str, node: u16, ports: (u16, u16), busy: bool, processors: usize) -> Team {

@@ -80,6 +80,8 @@ fn tour_cluster(node: u16, ports: (u16, u16)) -> ferry::Cluster {
         peers: [(peer.0, addr(peer.1))].into_iter().collect(),
         key: std::sync::Arc::from(TOUR_KEY),
         tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
     }
 }
 

@@ -162,6 +162,10 @@ pub enum Limit {
     /// Calls in one RPC batch (at most 65,536, and past 13,107 at most one
     /// per 160 bytes of the batch): what a server takes from one message.
     BatchCalls,
+    /// TCP connections in their handshake at once from one address
+    /// ([`crate::TeamBuilder::handshakes_per_source`]), or from addresses
+    /// that are no node's of the cluster file (64), at the node that refused.
+    Handshakes,
 }
 
 impl Limit {
@@ -174,14 +178,23 @@ impl Limit {
             Limit::Endpoints => 4,
             Limit::RingBytes => 5,
             Limit::BatchCalls => 6,
+            Limit::Handshakes => 7,
         }
     }
 
     /// The limit numbered `code` in a bind's refusal.
     pub(crate) fn from_code(code: u32) -> Option<Limit> {
-        [Limit::Channels, Limit::Names, Limit::OpenFiles, Limit::Endpoints, Limit::RingBytes, Limit::BatchCalls]
-            .into_iter()
-            .find(|l| l.code() == code)
+        [
+            Limit::Channels,
+            Limit::Names,
+            Limit::OpenFiles,
+            Limit::Endpoints,
+            Limit::RingBytes,
+            Limit::BatchCalls,
+            Limit::Handshakes,
+        ]
+        .into_iter()
+        .find(|l| l.code() == code)
     }
 
     /// The 20 bytes of a bind's refusal for this limit: `magic`, the limit's
@@ -210,6 +223,10 @@ impl Limit {
             Limit::Endpoints => "start a new team (a new incarnation has all its slots)",
             Limit::RingBytes => "lower this team's TeamBuilder::ring_bytes, or raise the peer's max_ring_bytes",
             Limit::BatchCalls => "flush batched calls sooner (Client::flush)",
+            Limit::Handshakes => {
+                "bind fewer teams at once, or raise the refusing node's TeamBuilder::handshakes_per_source \
+                 (handshakes-per-source in its cluster file)"
+            }
         }
     }
 }
@@ -223,6 +240,7 @@ impl std::fmt::Display for Limit {
             Limit::Endpoints => "endpoints opened by a team",
             Limit::RingBytes => "ring size a peer maps",
             Limit::BatchCalls => "calls in one RPC batch",
+            Limit::Handshakes => "TCP handshakes at once from one address",
         })
     }
 }

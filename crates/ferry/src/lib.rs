@@ -37,7 +37,7 @@ pub(crate) mod wire;
 pub use error::{Error, Limit, Result};
 pub use id::{EndpointId, TeamId};
 pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select, Sender};
-pub use runtime::{AbortHandle, Cluster, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
+pub use runtime::{AbortHandle, Cidr, Cluster, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
 pub use transport::tcp::TlsConfig;
 pub use wire::codec;
 pub use wire::Checkpoint;

@@ -23,7 +23,15 @@ fn free_addr() -> SocketAddr {
 fn cluster(addrs: &[SocketAddr], node: u16, key: &[u8]) -> Cluster {
     let peers: BTreeMap<u16, SocketAddr> =
         addrs.iter().enumerate().map(|(i, a)| (i as u16 + 1, *a)).filter(|(n, _)| *n != node).collect();
-    Cluster { node, listen: addrs[node as usize - 1], peers, key: Arc::from(key), tls: None }
+    Cluster {
+        node,
+        listen: addrs[node as usize - 1],
+        peers,
+        key: Arc::from(key),
+        tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
+    }
 }
 
 fn team(dir: &Path, c: Cluster) -> Team {
@@ -82,6 +90,94 @@ fn a_node_without_the_key_is_refused() {
     let r = a.raw_sender(port.id()).send(b"let me in", Checkpoint::OnReceipt);
     assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{r:?}");
     assert!(port.try_recv().is_none(), "a frame got through");
+}
+
+/// Regression (issue 15, defect 12): a node whose key differs closed a
+/// name query without a word, so a bind by name got `NameNotFound`. It now
+/// refuses the query, and a lookup every node refused is `Unauthenticated`,
+/// naming the node.
+#[test]
+fn a_node_without_the_key_refuses_a_lookup_by_name() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let addrs = [free_addr(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, b"another key, also long enough"));
+    let b = team(d2.path(), cluster(&addrs, 2, KEY));
+    let _port = b.open_named_port::<u32>("svc").unwrap();
+    match a.lookup("svc") {
+        Err(Error::Unauthenticated { peer, .. }) => assert_eq!(peer.node, 2),
+        r => panic!("{r:?}"),
+    }
+    match CalcClient::bind(&a, "svc") {
+        Err(ferry::rpc::RpcError::Ferry(Error::Unauthenticated { peer, .. })) => assert_eq!(peer.node, 2),
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("bound across keys"),
+    }
+}
+
+/// Regression (issue 15, defect 12): the nodes were asked one after the
+/// other, each for up to 5 s, so a silent node delayed the lookup of a name
+/// on the next one by 5 s. They are now asked at once: node 2 takes the
+/// connection and never answers, and node 3's name is found within 1 s.
+#[test]
+fn a_silent_node_does_not_delay_a_lookup_of_a_name_on_another() {
+    let (d1, d3) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addrs = [free_addr(), silent.local_addr().unwrap(), free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    let c = team(d3.path(), cluster(&addrs, 3, KEY));
+    let port = c.open_named_port::<u32>("svc").unwrap();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        assert_eq!(a.lookup("svc").unwrap(), port.id());
+        assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}", t0.elapsed());
+    }
+}
+
+/// Regression (issue 15, defect 10): a connection that claims a node is
+/// taken only from that node's address in the cluster file, or from a
+/// block its `peer N ADDR from CIDR` line allows (a NAT). Node 1 listens on
+/// 127.0.0.3 but connects to node 2 from 127.0.0.1 (the kernel's choice
+/// for a connection to 127.0.0.1): refused, then taken once node 2's file
+/// allows 127.0.0.1 for node 1.
+#[test]
+fn a_connection_from_another_address_than_its_nodes_is_refused_unless_allowed() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let one = std::net::TcpListener::bind("127.0.0.3:0").unwrap().local_addr().unwrap();
+    let addrs = [one, free_addr()];
+    let a = team(d1.path(), cluster(&addrs, 1, KEY));
+    for allow in [false, true] {
+        let mut c2 = cluster(&addrs, 2, KEY);
+        if allow {
+            c2.from.insert(1, vec!["127.0.0.0/24".parse().unwrap()]);
+        }
+        let b = team(d2.path(), c2);
+        let port = b.open_raw_port().unwrap();
+        let r = a.raw_sender(port.id()).send(b"from elsewhere", Checkpoint::OnReceipt);
+        if allow {
+            r.unwrap();
+            assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"from elsewhere");
+        } else {
+            assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{r:?}");
+        }
+    }
+}
+
+/// Past its bound of handshakes from one address, a node refuses a bind at
+/// once with a typed error naming the limit (not a silent close, which the
+/// connector would take for a team that is gone).
+#[test]
+fn a_bind_past_the_handshakes_from_its_address_is_refused_with_the_limit() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let addrs = [free_addr(), free_addr()];
+    let builder = Team::builder().handshakes_per_source(1).runtime_dir(dirs[0].path());
+    let server = builder.cluster(cluster(&addrs, 1, KEY)).start().unwrap();
+    let port = server.open_raw_port().unwrap();
+    let client = team(dirs[1].path(), cluster(&addrs, 2, KEY));
+    // A silent connection from 127.0.0.1 holds the one place.
+    let _silent = std::net::TcpStream::connect(addrs[0]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let r = client.raw_sender(port.id()).send(b"one too many", Checkpoint::OnReceipt);
+    assert!(matches!(r, Err(Error::LimitReached { limit: ferry::Limit::Handshakes, max: 1 })), "{r:?}");
 }
 
 /// A node out of the cluster, or one that is down, is out of reach: `NoSuchTeam`.

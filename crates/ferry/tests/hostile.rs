@@ -74,7 +74,15 @@ fn addr_env(name: &str) -> SocketAddr {
 fn cluster(node: u16) -> Cluster {
     let addrs = [addr_env("HOSTILE_ADDR1"), addr_env("HOSTILE_ADDR2")];
     let peers: BTreeMap<u16, SocketAddr> = [(3 - node, addrs[2 - node as usize])].into_iter().collect();
-    Cluster { node, listen: addrs[node as usize - 1], peers, key: Arc::from(KEY), tls: None }
+    Cluster {
+        node,
+        listen: addrs[node as usize - 1],
+        peers,
+        key: Arc::from(KEY),
+        tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
+    }
 }
 
 /// CPU time (user + system) of this process, in µs.

@@ -94,7 +94,15 @@ fn channels_per_team_are_bounded_over_tcp() {
     let node = |n: u16, b: ferry::TeamBuilder| {
         let peers: BTreeMap<u16, _> = (1..=3).filter(|&m| m != n).map(|m| (m, addrs[m as usize - 1])).collect();
         let key = std::sync::Arc::from(&b"a cluster key of more than 16 bytes"[..]);
-        let c = ferry::Cluster { node: n, listen: addrs[n as usize - 1], peers, key, tls: None };
+        let c = ferry::Cluster {
+            node: n,
+            listen: addrs[n as usize - 1],
+            peers,
+            key,
+            tls: None,
+            from: Default::default(),
+            handshakes_per_source: None,
+        };
         b.runtime_dir(dirs[n as usize - 1].path()).cluster(c).start().unwrap()
     };
     let a = node(1, Team::builder().max_channels(1));

@@ -88,6 +88,8 @@ fn two_nodes() -> (Team, Team, Proxy, Arc<AtomicU64>, [tempfile::TempDir; 2]) {
         peers: BTreeMap::from([peer]),
         key: Arc::from(KEY),
         tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
     };
     let client = Team::builder().runtime_dir(dirs[0].path()).cluster(cluster(1, a, (2, proxy.addr))).start().unwrap();
     let server = Team::builder().runtime_dir(dirs[1].path()).cluster(cluster(2, b, (1, a))).start().unwrap();

@@ -198,6 +198,31 @@ fn a_certificate_not_signed_by_the_ca_is_refused() {
     assert!(matches!(r, Err(Error::Unauthenticated { .. })), "a certificate for another address: {r:?}");
 }
 
+/// Regression (issue 15, defect 10): in TLS, a node whose certificate the
+/// CA signed, for its own address, could claim another node's identity.
+/// Here a team with the key and the certificate of 127.0.0.2 says it is
+/// node 1 (at 127.0.0.1 in node 2's file): node 2 refuses it with
+/// `Unauthenticated`, and the real node 1 binds and calls as before.
+#[test]
+fn a_certificate_for_another_address_cannot_claim_a_node() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let addrs = [free_addr(), free_addr()];
+    let b = team(dir.path(), cluster(dir.path(), &addrs, 2, Some(("node2", "good"))));
+    let pb = b.open_raw_port().unwrap();
+    let elsewhere = std::net::TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap();
+    let impostor = cluster(dir.path(), &[elsewhere, addrs[1]], 1, Some(("elsewhere", "good")));
+    let run = dir.path().join("run-impostor");
+    std::fs::create_dir_all(&run).unwrap();
+    let impostor = Team::builder().runtime_dir(run).cluster(impostor).start().unwrap();
+    let r = impostor.raw_sender(pb.id()).send(b"I am node 1", Checkpoint::OnReceipt);
+    assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{r:?}");
+    assert!(pb.try_recv().is_none(), "a frame got through");
+    let a = team(dir.path(), cluster(dir.path(), &addrs, 1, Some(("node1", "good"))));
+    a.raw_sender(pb.id()).send(b"I am node 1", Checkpoint::OnReceipt).unwrap();
+    assert_eq!(pb.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"I am node 1");
+}
+
 /// Garbage where TLS should start, or a connection in the clear, costs a
 /// TLS node that connection only: it says so (in the clear) and closes it
 /// at once, and binds in TLS go on.

@@ -48,7 +48,15 @@ fn start(spec: &TeamSpec) -> ferry::Result<Team> {
     if let Some(c) = &spec.cluster {
         let key: Arc<[u8]> = Arc::from(c.key.as_slice());
         let peers = c.peers.iter().copied().collect();
-        b = b.cluster(Cluster { node: c.node, listen: c.listen, peers, key, tls: None });
+        b = b.cluster(Cluster {
+            node: c.node,
+            listen: c.listen,
+            peers,
+            key,
+            tls: None,
+            from: Default::default(),
+            handshakes_per_source: None,
+        });
     }
     if let Some(etcd) = spec.etcd {
         b = b.etcd(etcd, Duration::from_millis(spec.etcd_ttl_ms));

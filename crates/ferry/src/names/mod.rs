@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | made of | this node's files (`node`) and, in a cluster, queries to the other nodes (`remote`); no server | etcd (`etcd`), and a copy of this node's names in its files |
 //! | a name is unique | on its node: two nodes may bind the same name, and a lookup from a third finds the lowest-numbered node's | in the cluster (etcd's create-only transaction) |
-//! | a lookup asks | this node's files, then the other nodes in turn (one that does not answer is passed over) | this node's files, then etcd |
+//! | a lookup asks | this node's files, then all the other nodes at once, within one deadline (5 s); a lower-numbered node still silent 200 ms after a higher one found the name is passed over; a node whose key differs refuses, and a lookup every answer of which was a refusal is `Unauthenticated` naming the node | this node's files, then etcd |
 //! | a wait | looks again, every 1 ms doubling to 50 ms | watches the key |
 //! | a binding ends | when its team unbinds it or leaves, or at once when it dies (the kernel drops its flock; the next look sweeps it) | as embedded on its node; in etcd when its team unbinds it or leaves (lease revoked), or `names_ttl` after it dies or its keep-alives stop reaching etcd (the lease expires) |
 //!

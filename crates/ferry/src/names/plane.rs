@@ -12,8 +12,15 @@ use super::{remote, NodeNames, TeamLease};
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::runtime::cluster::Cluster;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A node's answer to a name query.
+type Answer = (u16, Result<Option<EndpointId>>);
 
 /// Where names are registered and looked up, for one team.
 pub(crate) trait NamePlane: Send + Sync {
@@ -70,20 +77,72 @@ pub(crate) enum Wait {
 }
 
 /// The embedded plane: this node's files, then the cluster's other nodes,
-/// asked in the order of their numbers (no server anywhere). A name is
-/// unique on its node only.
+/// all asked at once (no server anywhere). A name is unique on its node
+/// only: the lowest-numbered node holding it wins, among the nodes that
+/// answer in time (see `lookup_elsewhere`).
 pub(crate) struct EmbeddedPlane {
     node: NodeNames,
     /// The cluster whose other nodes are asked (their addresses, the key
     /// that signs the queries, TLS); `None` for a node alone.
     cluster: Option<Cluster>,
-    /// How long a node may take to answer.
+    /// How long a lookup waits for the nodes' answers.
     patience: Duration,
+    /// Queries under way, by node (a silent node's outlive their lookup).
+    asking: Arc<Mutex<HashMap<u16, usize>>>,
 }
+
+/// After a node found the name, how long a lookup still waits for the
+/// lower-numbered nodes that have not answered: one that answers by then
+/// and holds the name wins; one silent that long is passed over (it may be
+/// down, or its link cut).
+const PASS_OVER: Duration = Duration::from_millis(200);
+
+/// Most queries under way to one node; past that the node counts as
+/// silent for the lookup (only a silent node keeps queries that long).
+const MAX_ASKING: usize = 16;
 
 impl EmbeddedPlane {
     pub(crate) fn new(node: NodeNames, cluster: Option<Cluster>, patience: Duration) -> Self {
-        EmbeddedPlane { node, cluster, patience }
+        EmbeddedPlane { node, cluster, patience, asking: Arc::default() }
+    }
+
+    /// Asks node `node` at `addr` for `name` on a thread of its own; its
+    /// answer goes to `answers`. False if `MAX_ASKING` queries to it are
+    /// under way or no thread could start.
+    fn ask(&self, cluster: &Cluster, node: u16, addr: SocketAddr, name: &str, answers: &Sender<Answer>) -> bool {
+        {
+            let mut asking = self.asking.lock();
+            let n = asking.entry(node).or_default();
+            if *n >= MAX_ASKING {
+                return false;
+            }
+            *n += 1;
+        }
+        let (cluster, name, patience, asking) = (cluster.clone(), name.to_string(), self.patience, self.asking.clone());
+        let answers = answers.clone();
+        let done = move |asking: &Mutex<HashMap<u16, usize>>| {
+            let mut a = asking.lock();
+            if let Some(n) = a.get_mut(&node) {
+                *n -= 1;
+                if *n == 0 {
+                    a.remove(&node);
+                }
+            }
+        };
+        let started = std::thread::Builder::new().name("ferry-name-query".into()).spawn({
+            let asking = asking.clone();
+            move || {
+                let got = remote::ask(addr, node, &cluster, &name, patience);
+                done(&asking);
+                let _ = answers.send((node, got));
+            }
+        });
+        if let Err(e) = started {
+            tracing::warn!(node, error = %e, "cannot start a name query");
+            done(&asking);
+            return false;
+        }
+        true
     }
 
     /// The other nodes, in the order of their numbers.
@@ -109,17 +168,56 @@ impl NamePlane for EmbeddedPlane {
         self.node.lookup(name)
     }
 
+    /// Asks every other node at once, and waits at most `patience` in
+    /// all: the lowest-numbered node that holds the name and answers in
+    /// time wins (a lower one silent `PASS_OVER` after a higher one found
+    /// it is passed over). `Unauthenticated` naming the node if every
+    /// answer was a refusal (the keys differ); else `NameNotFound`.
     fn lookup_elsewhere(&self, name: &str) -> Result<EndpointId> {
         let Some(cluster) = &self.cluster else { return Err(Error::NameNotFound(name.to_string())) };
-        for (node, addr) in self.peers() {
-            match remote::ask(addr, node, cluster, name, self.patience) {
-                Ok(Some(ep)) => return Ok(ep),
-                Ok(None) => {}
-                // A node that is down must not hide the others' names.
-                Err(e) => tracing::debug!(node, %addr, error = %e, "a node did not answer a name query"),
+        crate::names::validate_name(name)?;
+        let deadline = Instant::now() + self.patience;
+        let (tx, rx) = std::sync::mpsc::channel::<Answer>();
+        let asked: Vec<u16> =
+            self.peers().filter(|&(node, addr)| self.ask(cluster, node, addr, name, &tx)).map(|(n, _)| n).collect();
+        drop(tx);
+        let mut answers: BTreeMap<u16, Result<Option<EndpointId>>> = BTreeMap::new();
+        let mut pass_over_at = None;
+        while answers.len() < asked.len() {
+            if let Some((&winner, _)) = answers.iter().find(|(_, a)| matches!(a, Ok(Some(_)))) {
+                if asked.iter().all(|n| *n >= winner || answers.contains_key(n)) {
+                    break;
+                }
+                pass_over_at.get_or_insert(Instant::now() + PASS_OVER);
+            }
+            let until = pass_over_at.map_or(deadline, |p: Instant| p.min(deadline));
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok((node, got)) => {
+                    answers.insert(node, got);
+                }
+                Err(_) => break,
             }
         }
-        Err(Error::NameNotFound(name.to_string()))
+        if let Some(ep) = answers.values().find_map(|a| a.as_ref().ok().copied().flatten()) {
+            return Ok(ep);
+        }
+        let mut refusal = None;
+        let mut not_found = false;
+        for (node, a) in answers {
+            match a {
+                Ok(_) => not_found = true,
+                Err(e @ Error::Unauthenticated { .. }) => {
+                    tracing::warn!(node, error = %e, "a node refused a name query");
+                    refusal.get_or_insert(e);
+                }
+                // A node that is down must not hide the others' names.
+                Err(e) => tracing::debug!(node, error = %e, "a node did not answer a name query"),
+            }
+        }
+        match refusal {
+            Some(e) if !not_found => Err(e),
+            _ => Err(Error::NameNotFound(name.to_string())),
+        }
     }
 
     fn wait(&self) -> Wait {
@@ -230,6 +328,8 @@ mod tests {
             peers: BTreeMap::from([(2, dead)]),
             key: Arc::from(&b"0123456789abcdef"[..]),
             tls: None,
+            from: Default::default(),
+            handshakes_per_source: None,
         };
         let plane = EmbeddedPlane::new(NodeNames::new(dir), Some(cluster), Duration::from_secs(1));
         assert!(matches!(plane.lookup("svc"), Err(Error::NameNotFound(_))));

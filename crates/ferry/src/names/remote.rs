@@ -1,7 +1,7 @@
 //! Names across nodes, with no server: a name a team registered lives in
 //! its node's plane (`node`); a lookup that does not find it there asks the
-//! other nodes of the cluster, in the order of their numbers, and takes the
-//! first answer. Any team of the asked node answers from that node's plane,
+//! other nodes of the cluster, all at once, and takes the lowest-numbered
+//! node's that holds it (see `plane`). Any team of the asked node answers from that node's plane,
 //! on the node's TCP address (where binds arrive too; the first 8 bytes
 //! tell a query from a bind).
 //!
@@ -25,6 +25,11 @@
 //! | 1 | 0 found, 1 not found |
 //! | 8 + 4 | the endpoint: address bits u64, incarnation u32 |
 //! | 32 | HMAC(key, `ferry-names-1 answer` ‖ query ‖ all the above) |
+//!
+//! A node that finds a query not signed with its key answers `FERRYNR1`
+//! alone (unsigned: it has no key in common with the asker to sign with)
+//! and closes; the asker gets `Unauthenticated` naming the node, as a bind
+//! would, rather than a name that seems not to be there.
 
 use crate::error::{Error, Result};
 use crate::id::{Addr, EndpointId, TeamId};
@@ -39,6 +44,8 @@ use std::time::Duration;
 /// Magic of a name query: what a node's listener reads first.
 pub const QUERY: &[u8; 8] = b"FERRYNQ1";
 const ANSWER: &[u8; 8] = b"FERRYNA1";
+/// A node's refusal of a query not signed with its key.
+pub(crate) const REFUSED: &[u8; 8] = b"FERRYNR1";
 pub(crate) const MAC_LEN: usize = 32;
 pub(crate) const ANSWER_LEN: usize = 8 + 1 + 12 + MAC_LEN;
 
@@ -63,14 +70,32 @@ pub fn ask(
     let mut sock = handshake::open(sock, cluster.tls.as_ref(), peer)?;
     let query = query_bytes(key, &handshake::nonce(), name);
     sock.write_all(&query).map_err(unreachable)?;
+    read_answer(&mut sock, key, &query[..query.len() - MAC_LEN], node)
+}
+
+/// Reads and checks the answer (a peer's bytes) of node `node` to `query`
+/// (its signed part): a refusal (`Unauthenticated`: the node does not hold
+/// our key), a TLS node's answer to a query in the clear (`Tls`), else
+/// as [`check_answer`] says.
+pub(crate) fn read_answer(r: &mut impl Read, key: &[u8], query: &[u8], node: u16) -> Result<Option<EndpointId>> {
+    let peer = TeamId { node, team: 0, incarnation: 0 };
+    let failed = |e: std::io::Error| {
+        crate::transport::tcp::tls::failure(&e, peer).unwrap_or(Error::Io { context: "name query", source: e })
+    };
     let mut answer = [0u8; ANSWER_LEN];
-    let failed = |e: std::io::Error| crate::transport::tcp::tls::failure(&e, peer).unwrap_or_else(|| unreachable(e));
-    sock.read_exact(&mut answer[..8]).map_err(failed)?;
-    if &answer[..8] == handshake::TLS_REQUIRED {
-        return Err(handshake::tls_required(peer));
+    r.read_exact(&mut answer[..8]).map_err(failed)?;
+    match &answer[..8] {
+        m if m == handshake::TLS_REQUIRED => return Err(handshake::tls_required(peer)),
+        m if m == REFUSED => {
+            let what = "it refused our name query: not signed with its cluster key (the keys differ)".into();
+            return Err(Error::Unauthenticated { peer, what });
+        }
+        // At one of its limits (handshakes from our address).
+        m if m == handshake::REFUSED => return Err(handshake::read_refusal(r, peer)),
+        _ => {}
     }
-    sock.read_exact(&mut answer[8..]).map_err(failed)?;
-    check_answer(key, &query[..query.len() - MAC_LEN], &answer, node)
+    r.read_exact(&mut answer[8..]).map_err(failed)?;
+    check_answer(key, query, &answer, node)
 }
 
 /// A signed query for `name` (at most `MAX_NAME_LEN` bytes) with `nonce`.
@@ -112,11 +137,19 @@ pub(crate) fn check_answer(
 
 /// Answers one query on `sock` (in TLS or not), whose first 8 bytes
 /// (`QUERY`) were read, from this node's plane. A query not signed with our
-/// key gets no answer.
+/// key is refused (`REFUSED`).
 pub fn answer(mut sock: Link, key: &[u8], names: &NodeNames, patience: Duration) -> Result<()> {
     let io = |e: std::io::Error| Error::Io { context: "name query", source: e };
     sock.socket().set_read_timeout(Some(patience)).map_err(io)?;
-    let (query, name) = read_query(&mut sock, key)?;
+    let (query, name) = match read_query(&mut sock, key) {
+        Ok(got) => got,
+        Err(e @ Error::Unauthenticated { .. }) => {
+            // The query was read whole: the asker reads this before our close.
+            let _ = sock.write_all(REFUSED);
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     let found = match names.lookup(&name) {
         Ok(ep) => Some(ep),
         Err(Error::NameNotFound(_)) | Err(Error::InvalidName(_)) => None,

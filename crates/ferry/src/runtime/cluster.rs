@@ -26,6 +26,17 @@
 //! The key file's bytes (at least 16) are the key; every connection
 //! between nodes proves it holds it (see `transport::tcp::handshake`).
 //!
+//! **Which node.** A connection that claims node N is taken only from N's
+//! address in the file, or from a block a `from` on N's line allows (N
+//! behind a NAT, say): `peer 2 10.77.0.2:7400 from 192.168.0.0/16 10.9.0.7`.
+//! With TLS its certificate must instead be valid for N's address. Without
+//! TLS this is best effort: the key is shared, so it cannot prove which
+//! node holds it.
+//!
+//! **Strangers.** `handshakes-per-source N` bounds the connections from
+//! one address still in their handshake (default 8; see
+//! [`TeamBuilder::handshakes_per_source`]).
+//!
 //! **TLS** (optional; cargo feature `tls`, on by default): with these three
 //! lines every TCP connection of the node — binds and name queries, made
 //! or taken — runs in mutual TLS 1.3, the key's proof inside it:
@@ -43,11 +54,12 @@
 //! `transport::tcp::tls`).
 //!
 //! [`TeamBuilder::cluster`]: crate::TeamBuilder::cluster
+//! [`TeamBuilder::handshakes_per_source`]: crate::TeamBuilder::handshakes_per_source
 
 use crate::error::{Error, Result};
 use crate::transport::tcp::TlsConfig;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -67,6 +79,53 @@ pub struct Cluster {
     pub key: Arc<[u8]>,
     /// TLS on every connection between nodes, if set (`None`: in the clear).
     pub tls: Option<TlsConfig>,
+    /// Sources besides its `peer` address that a node's connections may
+    /// come from (`peer N ADDR from CIDR`: behind a NAT, say).
+    pub from: BTreeMap<u16, Vec<Cidr>>,
+    /// Most TCP connections from one address whose handshake is under way
+    /// (`handshakes-per-source N`); `None`: the team's setting
+    /// ([`crate::TeamBuilder::handshakes_per_source`]).
+    pub handshakes_per_source: Option<usize>,
+}
+
+/// A block of addresses, `ADDR/BITS` (or one address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    /// Its first address.
+    pub addr: IpAddr,
+    /// How many leading bits of an address must equal `addr`'s.
+    pub bits: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` is in the block.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr.to_canonical(), ip.to_canonical()) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => prefix_eq(&a.octets(), &b.octets(), self.bits),
+            (IpAddr::V6(a), IpAddr::V6(b)) => prefix_eq(&a.octets(), &b.octets(), self.bits),
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = ();
+    fn from_str(s: &str) -> std::result::Result<Cidr, ()> {
+        let (a, bits) = s.split_once('/').unwrap_or((s, ""));
+        let addr = a.parse::<IpAddr>().map_err(|_| ())?.to_canonical();
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits = if bits.is_empty() { max } else { bits.parse::<u8>().map_err(|_| ())? };
+        if bits > max {
+            return Err(());
+        }
+        Ok(Cidr { addr, bits })
+    }
+}
+
+/// Whether the first `bits` bits of `a` and `b` are equal.
+fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
+    let (whole, rest) = (usize::from(bits / 8), bits % 8);
+    a[..whole] == b[..whole] && (rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0)
 }
 
 impl std::fmt::Debug for Cluster {
@@ -93,6 +152,7 @@ impl Cluster {
     pub fn parse(text: &str, dir: &Path) -> Result<Cluster> {
         let bad = |line: usize, what: &str| Error::InvalidArgument(format!("cluster file, line {line}: {what}"));
         let (mut node, mut listen, mut key, mut peers) = (None, None, None, BTreeMap::new());
+        let (mut from, mut handshakes_per_source) = (BTreeMap::<u16, Vec<Cidr>>::new(), None);
         // TLS: the certificate, key and CA files, and the line of each.
         let mut tls: [Option<(usize, std::path::PathBuf)>; 3] = Default::default();
         for (i, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
@@ -115,12 +175,24 @@ impl Cluster {
                         return Err(bad(i, &format!("a second `{word}` line")));
                     }
                 }
-                ["peer", n, a] => {
+                ["peer", n, a, rest @ ..] => {
                     if peers.insert(number(n)?, addr(a)?).is_some() {
                         return Err(bad(i, &format!("node {n} listed twice")));
                     }
+                    match rest {
+                        [] => {}
+                        ["from", blocks @ ..] if !blocks.is_empty() => {
+                            let cidr = |s: &&str| s.parse().map_err(|()| bad(i, &format!("{s:?} is not ADDR/BITS")));
+                            from.insert(number(n)?, blocks.iter().map(cidr).collect::<Result<_>>()?);
+                        }
+                        _ => return Err(bad(i, &format!("{line:?}: want peer N ADDR [from CIDR...]"))),
+                    }
                 }
-                _ => return Err(bad(i, &format!("{line:?}: want node N, listen ADDR, key-file PATH, peer N ADDR, or tls-cert, tls-key, tls-ca PATH"))),
+                ["handshakes-per-source", n] => {
+                    let n = n.parse::<usize>().ok().filter(|n| *n >= 1);
+                    handshakes_per_source = Some(n.ok_or_else(|| bad(i, "handshakes-per-source wants a number of 1 or more"))?);
+                }
+                _ => return Err(bad(i, &format!("{line:?}: want node N, listen ADDR, key-file PATH, peer N ADDR [from CIDR...], handshakes-per-source N, or tls-cert, tls-key, tls-ca PATH"))),
             }
         }
         let node = node.ok_or_else(|| bad(0, "no `node` line"))?;
@@ -143,7 +215,25 @@ impl Cluster {
             }
             _ => return Err(bad(0, "TLS wants all three of tls-cert, tls-key and tls-ca")),
         };
-        Ok(Cluster { node, listen, peers, key: key.into(), tls })
+        Ok(Cluster { node, listen, peers, key: key.into(), tls, from, handshakes_per_source })
+    }
+
+    /// Whether a connection from `source` may be node `node`'s: its
+    /// address's, or one its `from` allows. Best effort: a node that holds
+    /// the key and sends from another's address passes (the key is shared).
+    /// An unspecified address (`0.0.0.0`) allows any source.
+    pub fn may_come_from(&self, node: u16, source: IpAddr) -> bool {
+        let Some(addr) = self.address_of(node) else { return false };
+        addr.ip().is_unspecified()
+            || addr.ip().to_canonical() == source.to_canonical()
+            || self.from.get(&node).is_some_and(|blocks| blocks.iter().any(|b| b.contains(source)))
+    }
+
+    /// The addresses the cluster's nodes connect from (as far as it says).
+    pub(crate) fn sources(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let addrs = self.peers.values().chain([&self.listen]).map(|a| a.ip());
+        let blocks = self.from.values().flatten().filter(|b| b.bits == if b.addr.is_ipv4() { 32 } else { 128 });
+        addrs.chain(blocks.map(|b| b.addr))
     }
 
     /// The address of node `node`'s teams, if it is in the cluster.
@@ -186,6 +276,25 @@ mod tests {
                 Err(e) => panic!("{text:?}: {e}"),
                 Ok(_) => panic!("{text:?} parsed"),
             }
+        }
+        let text = "node 1\nlisten 10.0.0.1:1\nkey-file k\npeer 2 10.0.0.2:1 from 192.168.0.0/16 10.9.9.9\nhandshakes-per-source 3\n";
+        let c = Cluster::parse(text, dir.path()).unwrap();
+        assert_eq!(c.handshakes_per_source, Some(3));
+        for (ip, ok) in [("10.0.0.2", true), ("192.168.7.1", true), ("10.9.9.9", true), ("10.9.9.8", false)] {
+            assert_eq!(c.may_come_from(2, ip.parse().unwrap()), ok, "{ip}");
+        }
+        assert!(!c.may_come_from(3, "10.0.0.2".parse().unwrap()), "a node not in the file");
+        assert!(c.may_come_from(1, "10.0.0.1".parse().unwrap()));
+        let block: Cidr = "10.1.0.0/15".parse().unwrap();
+        assert!(block.contains("10.0.255.1".parse().unwrap()) && !block.contains("10.2.0.1".parse().unwrap()));
+        for bad in [
+            "peer 2 10.0.0.2:1 from",
+            "peer 2 10.0.0.2:1 from 10.0.0.0/33",
+            "peer 2 10.0.0.2:1 to x",
+            "handshakes-per-source 0",
+        ] {
+            let text = format!("node 1\nlisten 10.0.0.1:1\nkey-file k\n{bad}\n");
+            assert!(matches!(Cluster::parse(&text, dir.path()), Err(Error::InvalidArgument(_))), "{bad}");
         }
         std::fs::write(dir.path().join("short"), [1u8; 8]).unwrap();
         let short = "node 1\nlisten 1.2.3.4:5\nkey-file short\n";

@@ -97,6 +97,9 @@ pub struct Config {
     pub max_channels: usize,
     /// Most calls each service served implicitly runs at once.
     pub max_running_calls: usize,
+    /// Most TCP connections from one address whose handshake is under way
+    /// (the cluster file's `handshakes-per-source` replaces it).
+    pub handshakes_per_source: usize,
 }
 
 /// The largest `max_running_calls`.
@@ -128,6 +131,7 @@ impl Default for Config {
             max_names: 4096,
             max_channels: 1024,
             max_running_calls: 1024,
+            handshakes_per_source: 8,
         }
     }
 }
@@ -326,6 +330,18 @@ impl TeamBuilder {
         self
     }
 
+    /// Most TCP connections from one address that the team takes at once
+    /// before they prove the cluster key (default 8, at least 1; the
+    /// cluster file's `handshakes-per-source N` replaces it). Each holds a
+    /// thread of its own for at most the handshake's deadline (5 s); one
+    /// past the bound is refused at once (its connector gets
+    /// `LimitReached(Handshakes)`). Addresses that are no node's of the
+    /// cluster file share one bound of 64 besides.
+    pub fn handshakes_per_source(mut self, n: usize) -> Self {
+        self.cfg.handshakes_per_source = n.max(1);
+        self
+    }
+
     /// How long a peer on another node may stay silent before it counts as
     /// gone (default 10 s, at least 4 ms, at most a day): its channel closes and what waits
     /// on it fails with `PeerGone`. Each channel sends a heartbeat when it
@@ -358,6 +374,7 @@ impl TeamBuilder {
         in_range("inbox_capacity", c.inbox_capacity, 1..=usize::MAX)?;
         in_range("hold_capacity", c.hold_capacity, 1..=usize::MAX)?;
         in_range("max_running_calls", c.max_running_calls, 1..=MAX_RUNNING_CALLS)?;
+        in_range("handshakes_per_source", c.handshakes_per_source, 1..=MAX_THREADS)?;
         in_range("blocking_idle", c.blocking_idle, Duration::ZERO..=A_DAY)?;
         in_range("peer_timeout", c.peer_timeout, MIN_PEER_TIMEOUT..=A_DAY)?;
         in_range("etcd (ttl)", c.names_ttl, Duration::ZERO..=A_DAY)?;

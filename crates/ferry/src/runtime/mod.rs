@@ -45,6 +45,7 @@ mod delivery;
 mod dispatch;
 mod endpoints;
 mod executor;
+mod handshakes;
 pub(crate) mod idle;
 pub(crate) mod inbox;
 mod outbox;
@@ -58,7 +59,7 @@ mod timer;
 
 pub(crate) use calls::CancelGuard;
 pub use channel::CONTROL_BACKLOG;
-pub use cluster::Cluster;
+pub use cluster::{Cidr, Cluster};
 pub use config::{Config, TeamBuilder, MESSAGE_OVERHEAD};
 pub(crate) use deadline::deadline_after;
 pub use delivery::Delivery;

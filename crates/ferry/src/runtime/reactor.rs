@@ -5,8 +5,9 @@
 //! for shared memory its bind socket, whose hang-up means the peer died).
 //! It is never on the path of a message.
 //!
-//! A TCP bind is taken on a blocking thread (its handshake has three
-//! steps), at most `MAX_PENDING` at once; one that names another team of
+//! A TCP bind is taken on a thread of its own, never the team's blocking
+//! pool (its handshake has three steps), within one deadline, and only as
+//! many at once as `handshakes` allows; one that names another team of
 //! this node is handed to that team over its Unix socket (see `cluster`):
 //! after its hello, or in TLS after its preamble, before TLS starts (a TLS
 //! session cannot move to another process).
@@ -18,6 +19,7 @@
 //! most `MAX_PENDING` of them are kept.
 
 use super::channel::Channel;
+use super::handshakes::{Full, Handshakes, Ticket};
 use super::TeamInner;
 use crate::error::{Error, Result};
 use crate::transport::shm::area::{Cooler, COOL_AFTER};
@@ -29,11 +31,11 @@ use rustix::event::{epoll, eventfd, EventfdFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use std::collections::HashMap;
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -58,8 +60,9 @@ pub(crate) enum Handed {
     Tls(crate::id::TeamId),
 }
 
-/// Most connections kept waiting for their hello; past that the oldest is
-/// closed (a connector that is really binding sends its hello at once).
+/// Most connections to the team's Unix socket kept waiting for their hello;
+/// past that the oldest is closed (a connector that is really binding sends
+/// its hello at once).
 const MAX_PENDING: usize = 1024;
 
 /// A connection whose hello has not come yet.
@@ -76,8 +79,8 @@ pub(crate) struct Reactor {
     wake: OwnedFd,
     /// The node's TCP address, listened on by all its teams (in a cluster).
     tcp: Option<TcpListener>,
-    /// TCP binds being taken on blocking threads.
-    tcp_binds: Arc<AtomicUsize>,
+    /// TCP connections whose handshake is under way.
+    handshakes: Arc<Handshakes>,
     watched: Mutex<HashMap<u64, Arc<Channel>>>,
     next_token: AtomicU64,
     /// Set once it stopped taking binds ([`Reactor::close`]).
@@ -89,7 +92,7 @@ pub(crate) struct Reactor {
 }
 
 impl Reactor {
-    pub fn new(path: &Path, tcp: Option<SocketAddr>) -> Result<Reactor> {
+    pub fn new(path: &Path, tcp: Option<SocketAddr>, handshakes: Handshakes) -> Result<Reactor> {
         // A stale socket file of a dead team with our number was swept with its lease.
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path).map_err(Error::io("bind team socket"))?;
@@ -112,7 +115,7 @@ impl Reactor {
             path: path.to_path_buf(),
             wake,
             tcp,
-            tcp_binds: Arc::default(),
+            handshakes: Arc::new(handshakes),
             watched: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(COOL + 1),
             closed: AtomicBool::new(false),
@@ -157,8 +160,8 @@ impl Reactor {
 
     /// Stops taking binds, once the reactor thread is gone: the socket file
     /// goes (connectors find no team), the listeners refuse, and connections
-    /// already queued are closed, so their connectors see the team gone at
-    /// once instead of waiting out a handshake. Done before the team number
+    /// already queued or in their handshake are closed, so their connectors
+    /// see the team gone at once instead of waiting out a handshake. Done before the team number
     /// is released: a later team with the number makes the file again.
     pub fn close(&self) {
         if self.closed.swap(true, Ordering::AcqRel) {
@@ -171,6 +174,8 @@ impl Reactor {
             let _ = rustix::net::shutdown(l, rustix::net::Shutdown::Both);
             while l.accept().is_ok() {}
         }
+        // Their threads end at once (each holds the team).
+        self.handshakes.shut_all();
     }
 }
 
@@ -192,7 +197,8 @@ pub(crate) fn run(team: Arc<TeamInner>) {
         events.clear();
         // Sleep until the first silent connection is due, the listeners' rest
         // ends, or the channels are to be cooled.
-        let timeout = pending.values().map(|p| p.until).chain(resting).chain(cool_at).min().map(|until| {
+        let due = pending.values().map(|p| p.until).chain(resting).chain(cool_at);
+        let timeout = due.chain(r.handshakes.next_deadline()).min().map(|until| {
             let d = until.saturating_duration_since(Instant::now());
             // Rounded up to a millisecond: waking just before it is due would spin.
             rustix::event::Timespec::try_from(d.max(std::time::Duration::from_millis(1))).unwrap_or_default()
@@ -242,6 +248,10 @@ pub(crate) fn run(team: Arc<TeamInner>) {
         if resting.is_some_and(|until| until <= now) {
             r.arm_listeners(true);
             resting = None;
+        }
+        let late = r.handshakes.expire(now);
+        if late > 0 {
+            tracing::warn!("shut {late} TCP connection(s) whose handshake took more than {:?}", shm::HANDSHAKE_TIMEOUT);
         }
         if cool_at.is_some_and(|at| at <= now) {
             cool_at = cool_channels(&team, now).then_some(now + COOL_AFTER);
@@ -409,23 +419,16 @@ fn listen_shared(addr: SocketAddr) -> Result<TcpListener> {
 }
 
 /// Takes every TCP connection waiting on the node's address: each is bound
-/// (or handed over) on a blocking thread, at most `MAX_PENDING` at once.
+/// (or handed over) on a thread of its own, as `handshakes` allows.
 fn accept_tcp(team: &Arc<TeamInner>) -> Result<()> {
     let r = &team.reactor;
     let Some(listener) = &r.tcp else { return Ok(()) };
     loop {
         match listener.accept() {
             Ok((stream, from)) => {
-                if r.tcp_binds.load(Ordering::Relaxed) >= MAX_PENDING {
-                    tracing::warn!(%from, "{MAX_PENDING} TCP binds under way: refused one");
-                    continue;
+                if let Some(ticket) = admit(team, &stream, from.ip()) {
+                    handshake_thread(team, ticket, stream, None);
                 }
-                r.tcp_binds.fetch_add(1, Ordering::Relaxed);
-                let (t, binds) = (team.clone(), r.tcp_binds.clone());
-                drop(team.blocking.spawn(move || {
-                    tcp_bind(&t, stream, None);
-                    binds.fetch_sub(1, Ordering::Relaxed);
-                }));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if listener_failed(&e) => return Err(Error::io("accept a TCP bind")(e)),
@@ -434,13 +437,50 @@ fn accept_tcp(team: &Arc<TeamInner>) -> Result<()> {
     }
 }
 
-/// Takes a TCP bind (on a blocking thread): reads what the connection
-/// opens with unless the team that handed it over did (a hello, a name
+/// A place for a TCP connection's handshake, if the bounds allow one;
+/// else it is refused at once (`LimitReached(Handshakes)` for a connector
+/// that reads the refusal) and closed.
+fn admit(team: &Arc<TeamInner>, stream: &TcpStream, from: IpAddr) -> Option<Ticket> {
+    let max = match team.reactor.handshakes.start(stream, from, shm::HANDSHAKE_TIMEOUT) {
+        Ok(ticket) => return Some(ticket),
+        Err(Full::Source(n)) => {
+            tracing::warn!(%from, "{n} TCP handshakes from this address under way: refused another");
+            n
+        }
+        Err(Full::Strangers) => {
+            let n = super::handshakes::MAX_STRANGERS;
+            tracing::warn!(%from, "{n} TCP handshakes from addresses that are no node's under way: refused another");
+            n
+        }
+    };
+    // What came is read (a socket closed with unread bytes resets, and the
+    // connector might lose the refusal); nothing waits for more.
+    let _ = rustix::net::recv(stream, &mut [0u8; 64], rustix::net::RecvFlags::DONTWAIT);
+    let refusal = crate::Limit::Handshakes.refusal(tcp::handshake::REFUSED, max as u64);
+    let _ = rustix::net::send(stream, &refusal, rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL);
+    None
+}
+
+/// Runs a TCP connection's handshake on a thread of its own (bounded by
+/// `handshakes`: the ticket's place), which ends with it.
+fn handshake_thread(team: &Arc<TeamInner>, ticket: Ticket, stream: TcpStream, handed: Option<Handed>) {
+    let t = team.clone();
+    let started = std::thread::Builder::new().name(format!("ferry-handshake-{}", team.id.team)).spawn(move || {
+        tcp_bind(&t, stream, handed, ticket);
+    });
+    if let Err(e) = started {
+        tracing::warn!(error = %e, "refused a TCP bind: cannot start its thread");
+    }
+}
+
+/// Takes a TCP bind (on its own thread, holding its `ticket`, its place
+/// among the handshakes): reads what the connection opens with unless the
+/// team that handed it over did (a hello, a name
 /// query, or a TLS preamble: then TLS, and the hello or query in it), then
 /// binds if it names this team, or hands it to the team of this node it
 /// names. A node with TLS refuses a connection without, and the other way
 /// round (both sides learn why: `Tls`).
-fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>) {
+fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>, ticket: Ticket) {
     let Some(cluster) = team.cfg.cluster.clone() else { return };
     let side = team.tcp_bind(&cluster);
     let _ = stream.set_nonblocking(false);
@@ -448,7 +488,7 @@ fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>
     // The link, its first 8 bytes (read), and whom its TLS preamble named.
     let (mut link, magic, tls_for) = match handed {
         Some(Handed::Hello(hello)) => {
-            return accept(team, Link::Plain(stream), hello, &side);
+            return accept(team, Link::Plain(stream), hello, &side, ticket);
         }
         Some(Handed::Tls(to)) => match start_tls(stream, &side) {
             Ok((link, magic)) => (link, magic, Some(to)),
@@ -501,12 +541,12 @@ fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>
         Some(_) if to.node != team.id.node || to.team != team.id.team => {
             tracing::debug!(%to, "refused a TCP bind in TLS for a team that is not here")
         }
-        Some(_) => accept(team, link, hello, &side),
+        Some(_) => accept(team, link, hello, &side, ticket),
         None if to.team != team.id.team || to.node != team.id.node => {
             let Link::Plain(stream) = link else { unreachable!("no TLS here") };
             hand_over(team, stream, Handed::Hello(hello), to)
         }
-        None => accept(team, link, hello, &side),
+        None => accept(team, link, hello, &side, ticket),
     }
 }
 
@@ -522,17 +562,60 @@ fn start_tls(stream: TcpStream, side: &tcp::handshake::TcpBind) -> Result<(Link,
 }
 
 /// The bind handshake's last steps, and the channel.
-fn accept(team: &Arc<TeamInner>, link: Link, hello: [u8; HELLO_BYTES], side: &tcp::handshake::TcpBind) {
+fn accept(team: &Arc<TeamInner>, link: Link, hello: [u8; HELLO_BYTES], side: &tcp::handshake::TcpBind, ticket: Ticket) {
     if let Err(Error::LimitReached { limit, max }) = team.room_for_a_channel() {
         tracing::warn!("refused a TCP bind: {}", Error::LimitReached { limit, max });
         return tcp::handshake::refuse(link, limit, max);
     }
-    match tcp::handshake::accept_hello(link, hello, side) {
+    let may_be = may_be(team, &link);
+    match tcp::handshake::accept_hello_from(link, hello, side, may_be) {
         Ok((end, peer)) => {
+            // Given back before the connection is a channel's: a place
+            // past its deadline would be shut with the channel's socket.
+            drop(ticket);
             team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));
             tracing::debug!(me = %team.id, %peer, "accepted TCP channel");
         }
         Err(e) => tracing::warn!(error = %e, "refused a TCP bind"),
+    }
+}
+
+/// Whether a connector on `link`, which proved the key, may be the team it
+/// claims: one of a node of the cluster file, with TLS whose certificate is
+/// valid for the node's `peer` address, else which connects from that
+/// address (or from a block its `peer ... from` line allows). Best effort
+/// without TLS: a node holding the key can send from another's address if
+/// the network lets it (the key is shared; it cannot tell the nodes apart).
+fn may_be(team: &TeamInner, link: &Link) -> impl FnOnce(crate::id::TeamId) -> std::result::Result<(), String> {
+    let cluster = team.cfg.cluster.clone();
+    let source = link.socket().peer_addr().map(|a| a.ip());
+    // With TLS: the nodes whose address its certificate is valid for.
+    let certified: Option<Vec<u16>> = match (link, &cluster) {
+        (Link::Tls(t), Some(c)) => {
+            let nodes = c.peers.keys().copied().chain([c.node]);
+            Some(nodes.filter(|&n| c.address_of(n).is_some_and(|a| tcp::tls::certified_for(t, a.ip()))).collect())
+        }
+        _ => None,
+    };
+    move |peer| {
+        let Some(c) = cluster else { return Ok(()) };
+        if c.address_of(peer.node).is_none() {
+            return Err(format!("node {} is not in this node's cluster file", peer.node));
+        }
+        if let Some(nodes) = certified {
+            return match nodes.contains(&peer.node) {
+                true => Ok(()),
+                false => Err(format!("its TLS certificate is not valid for node {}'s address", peer.node)),
+            };
+        }
+        match source {
+            Ok(ip) if c.may_come_from(peer.node, ip) => Ok(()),
+            Ok(ip) => Err(format!(
+                "it claims node {} from {ip}, not that node's address (a `peer N ADDR from CIDR` line allows others)",
+                peer.node
+            )),
+            Err(e) => Err(format!("its address is unknown ({e})")),
+        }
     }
 }
 
@@ -585,7 +668,8 @@ pub(crate) fn handed_over_bytes(read: &Handed) -> [u8; 8 + HELLO_BYTES] {
 }
 
 /// A TCP connection another team of this node handed over: the bind goes
-/// on (on a blocking thread) from the hello (or TLS preamble) that team read.
+/// on (on a thread of its own, if `handshakes` allows) from the hello (or
+/// TLS preamble) that team read.
 fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
     let mut msg = [0u8; 8 + HELLO_BYTES];
     let (n, mut fds) = match crate::sys::fdpass::try_recv(&unix, &mut msg) {
@@ -596,7 +680,10 @@ fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
     let Some(read) = handed_over(&msg[..n], fds.len()) else {
         return tracing::warn!("a TCP bind handed over came with {n} bytes and {} descriptors", fds.len());
     };
-    let stream = TcpStream::from(fds.pop().expect("one descriptor"));
-    let t = team.clone();
-    drop(team.blocking.spawn(move || tcp_bind(&t, stream, Some(read))));
+    let Some(fd) = fds.pop() else { return };
+    let stream = TcpStream::from(fd);
+    let Ok(from) = stream.peer_addr() else { return };
+    if let Some(ticket) = admit(team, &stream, from.ip()) {
+        handshake_thread(team, ticket, stream, Some(read));
+    }
 }

@@ -9,6 +9,7 @@ use super::channel_list::ChannelList;
 use super::config::{Config, TeamBuilder};
 use super::endpoints::Endpoints;
 use super::executor::{Executor, JoinHandle};
+use super::handshakes::Handshakes;
 use super::peers::Peers;
 use super::reactor::{self, Reactor};
 use super::timer::Timers;
@@ -218,7 +219,11 @@ impl TeamInner {
         }
         let plane = name_plane(&cfg, &dir)?;
         let doorbell = Arc::new(Doorbell::create()?);
-        let reactor = Reactor::new(&dir.team_socket(id.team), cfg.cluster.as_ref().map(|c| c.listen))?;
+        let handshakes = match &cfg.cluster {
+            Some(c) => Handshakes::new(c.handshakes_per_source.unwrap_or(cfg.handshakes_per_source), c.sources()),
+            None => Handshakes::new(cfg.handshakes_per_source, []),
+        };
+        let reactor = Reactor::new(&dir.team_socket(id.team), cfg.cluster.as_ref().map(|c| c.listen), handshakes)?;
         let loopback =
             Arc::new(Channel::new(id, Box::new(inproc::loopback(cfg.ring_bytes, cfg.max_message, doorbell.clone()))));
         let inner = Arc::new(TeamInner {

@@ -22,7 +22,7 @@
 //! | [`shm_area`] | payload-area descriptors (`Range::decode`) and the writer's book (`Allocator`), against a model |
 //! | [`tcp_handshake`] | the TCP bind: hello, welcome, proof, verdict (also as a peer that holds the key) |
 //! | [`tcp_frames`] | a TCP end's reading side (`Rx`): frames and credit frames split off a stream read in arbitrary pieces, credit checks, frames taken and kept |
-//! | [`names_query`] | a name query as a node reads it, an answer as the asker checks it (also signed) |
+//! | [`names_query`] | a name query as a node reads it, an answer (or a refusal) as the asker reads it (also signed) |
 //! | [`etcd`] | an etcd answer: HTTP/1.1 status and headers, chunked bodies, the JSON of every request ferry makes, watch streams, endpoint ids as text |
 //! | [`handover`] | a TCP bind handed over by another team of the node (`FERRYTHO`), and the hello it carries |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
@@ -911,20 +911,33 @@ pub fn names_query(data: &[u8]) {
     } else {
         let query = remote::query_bytes(KEY, &[3; 16], "echo");
         let query = &query[..query.len() - remote::MAC_LEN];
-        let mut answer: [u8; remote::ANSWER_LEN] = input.array();
-        if signed {
+        let got = if signed {
+            let mut answer: [u8; remote::ANSWER_LEN] = input.array();
             let body = remote::ANSWER_LEN - remote::MAC_LEN;
             let tag = handshake::mac(KEY, b"ferry-names-1 answer", &[query, &answer[..body]]).finalize().into_bytes();
             answer[body..].copy_from_slice(&tag);
-        }
-        match remote::check_answer(KEY, query, &answer, 2) {
+            remote::read_answer(&mut &answer[..], KEY, query, 2)
+        } else {
+            // The peer's bytes as they come: an answer, a refusal, a TLS node's word, or less.
+            remote::read_answer(&mut input.rest(), KEY, query, 2)
+        };
+        match got {
             Ok(Some(ep)) => {
                 // An endpoint from the wire prints and parses back (names files and etcd keep it as text).
                 assert_eq!(ep.to_string().parse::<EndpointId>(), Ok(ep));
             }
             Ok(None) => {}
-            Err(crate::Error::Unauthenticated { .. }) => assert!(!signed),
-            Err(e) => assert!(matches!(e, crate::Error::Protocol { .. }), "{e:?}"),
+            Err(crate::Error::Unauthenticated { peer, .. }) => assert!(!signed && peer.node == 2),
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    crate::Error::Protocol { .. }
+                        | crate::Error::Tls { .. }
+                        | crate::Error::Io { .. }
+                        | crate::Error::LimitReached { .. }
+                ),
+                "{e:?}"
+            ),
         }
     }
 }
@@ -1241,6 +1254,12 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         a.extend_from_slice(&remote::answer_bytes(KEY, asked, found));
         add("names_query", name, a);
     }
+    let mut a = vec![1];
+    a.extend_from_slice(remote::REFUSED);
+    add("names_query", "answer-refused", a);
+    let mut a = vec![1];
+    a.extend_from_slice(&crate::Limit::Handshakes.refusal(handshake::REFUSED, 8));
+    add("names_query", "answer-limit", a);
 
     // etcd: answers in the JSON gateway's format (captured ones from a real
     // etcd sit beside them in the corpus, named `etcd-3.4-*`).
@@ -1335,6 +1354,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         n(u64::MAX),
         n(u64::MAX),
         n(1 << 20),
+        n(1024),
         vec![1],
         d(86_400_000_000_000),
     ];
@@ -1379,7 +1399,8 @@ pub fn settings(data: &[u8]) {
         .peer_timeout(any_duration(&mut input))
         .max_names(input.u64() as usize)
         .max_channels(input.u64() as usize)
-        .max_running_calls(input.u64() as usize);
+        .max_running_calls(input.u64() as usize)
+        .handshakes_per_source(input.u64() as usize);
     let b = if input.byte() & 1 == 1 { b.etcd(([127, 0, 0, 1], 2379).into(), any_duration(&mut input)) } else { b };
     let Ok(cfg) = b.checked() else { return };
     // A shared-memory bind maps what it asks for; a TCP peer takes the grant.

@@ -15,6 +15,9 @@
 //! 4. The acceptor checks the proof and answers `FERRYTOK`, or `FERRYTNA`
 //!    and closes (`Unauthenticated` on both sides). A connector that goes
 //!    away before proving its key is `Unauthenticated` for the acceptor.
+//!    A node's listener also checks that the connector may be the node its
+//!    hello claims (its address, or its TLS certificate: see `reactor`),
+//!    else answers `FERRYTNN` (`Unauthenticated` on both sides).
 //!
 //! Each side's nonce makes the other's MAC fresh, so a recorded handshake
 //! cannot be replayed. Both sides wait for each message at most their
@@ -42,9 +45,12 @@ pub const HELLO: &[u8; 8] = b"FERRYTC1";
 pub const WELCOME: &[u8; 8] = b"FERRYTW1";
 pub(crate) const ACCEPTED: &[u8; 8] = b"FERRYTOK";
 pub(crate) const NOT_AUTHENTICATED: &[u8; 8] = b"FERRYTNA";
+/// The acceptor's verdict on a connector that proved the key but may not be
+/// the node its hello claims.
+pub(crate) const NOT_THAT_NODE: &[u8; 8] = b"FERRYTNN";
 /// Magic of an acceptor's refusal in place of a welcome: a limit of its was
 /// reached (its number and value follow; see [`crate::Limit::refusal`]).
-const REFUSED: &[u8; 8] = b"FERRYTRF";
+pub(crate) const REFUSED: &[u8; 8] = b"FERRYTRF";
 /// Magic of a connector's TLS preamble: TLS follows, for the team whose id
 /// comes next (12 bytes; team 0: any team of the node, for a name query).
 pub const TLS_START: &[u8; 8] = b"FERRYTS1";
@@ -239,6 +245,7 @@ pub(crate) fn open(sock: TcpStream, tls: Option<&TlsConfig>, to: TeamId) -> Resu
     (&sock).read_exact(&mut answer).map_err(|e| read_failed(e, to, Error::NoSuchTeam(to)))?;
     match &answer {
         a if a == TLS_YES => Ok(Link::Tls(Box::new(tls::client(sock, cfg, to)?))),
+        a if a == REFUSED => Err(read_refusal(&mut &sock, to)),
         a if a == TLS_NO => {
             let what = format!("node {} does not use TLS, and this node does (the cluster files disagree)", to.node);
             Err(Error::Tls { peer: to, what })
@@ -361,6 +368,12 @@ pub(crate) fn check_verdict(verdict: &[u8; 8], expect: TeamId) -> Result<()> {
         v if v == NOT_AUTHENTICATED => {
             Err(Error::Unauthenticated { peer: expect, what: "it does not take our proof of the cluster key".into() })
         }
+        v if v == NOT_THAT_NODE => Err(Error::Unauthenticated {
+            peer: expect,
+            what: "it does not take us for our node from where we connect (our address, or our TLS certificate, \
+                   is not our node's in its cluster file)"
+                .into(),
+        }),
         v => Err(Error::Protocol { peer: expect, what: format!("bad verdict {v:?}") }),
     }
 }
@@ -406,6 +419,16 @@ pub(crate) fn hello_target(hello: &[u8; HELLO_LEN]) -> Result<TeamId> {
     Ok(get_id(&hello[20..32]))
 }
 
+/// What an acceptor's refusal (a peer's bytes), its magic read, says: the
+/// limit it reached (`LimitReached`), else `Protocol` (or the read's failure).
+pub(crate) fn read_refusal(sock: &mut impl Read, peer: TeamId) -> Error {
+    let mut body = [0u8; 12];
+    if let Err(e) = read_exact(sock, &mut body) {
+        return read_failed(e, peer, Error::NoSuchTeam(peer));
+    }
+    crate::Limit::refused(&body).unwrap_or_else(|| Error::Protocol { peer, what: "bad refusal".into() })
+}
+
 /// Connector side: binds over a connected `sock` to the team `expect`.
 pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd> {
     sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
@@ -421,9 +444,7 @@ pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd
         return Err(tls_required(expect));
     }
     if &welcome[..8] == REFUSED {
-        read_exact(&mut sock, &mut welcome[8..20]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
-        let bad = || Error::Protocol { peer: expect, what: "bad refusal".into() };
-        return Err(crate::Limit::refused(&welcome[8..20]).unwrap_or_else(bad));
+        return Err(read_refusal(&mut sock, expect));
     }
     read_exact(&mut sock, &mut welcome[8..]).map_err(|e| read_failed(e, expect, Error::NoSuchTeam(expect)))?;
     let theirs = check_welcome(&side.key, &hello, &welcome, expect)?;
@@ -493,7 +514,22 @@ pub fn refuse(mut sock: Link, limit: crate::Limit, max: u64) {
 
 /// Acceptor side, after [`read_hello_rest`] (here or in the team that
 /// handed the connection over): answers the welcome and checks the proof.
-pub fn accept_hello(mut sock: Link, hello: [u8; HELLO_LEN], side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
+#[cfg(any(test, feature = "testing"))]
+pub fn accept_hello(sock: Link, hello: [u8; HELLO_LEN], side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
+    accept_hello_from(sock, hello, side, |_| Ok(()))
+}
+
+/// The acceptor's last steps (after [`read_hello_rest`], here or in the
+/// team that handed the connection over): answers the welcome and checks
+/// the proof; `may_be` says (once the key is proven) whether
+/// the connector may be the team its hello claims (else why not: it is
+/// refused with `Unauthenticated`, and told so).
+pub(crate) fn accept_hello_from(
+    mut sock: Link,
+    hello: [u8; HELLO_LEN],
+    side: &TcpBind,
+    may_be: impl FnOnce(TeamId) -> std::result::Result<(), String>,
+) -> Result<(TcpEnd, TeamId)> {
     sock.socket().set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
     sock.socket().set_nodelay(true).map_err(Error::io("tcp nodelay"))?;
     let (peer, theirs) = check_hello(&hello)?;
@@ -507,6 +543,10 @@ pub fn accept_hello(mut sock: Link, hello: [u8; HELLO_LEN], side: &TcpBind) -> R
     if !proof_ok(&side.key, &hello, &welcome, &proof) {
         let _ = sock.write_all(NOT_AUTHENTICATED);
         return Err(not_proven("its proof is not signed with our cluster key"));
+    }
+    if let Err(why) = may_be(peer) {
+        let _ = sock.write_all(NOT_THAT_NODE);
+        return Err(Error::Unauthenticated { peer, what: why });
     }
     write_all(&mut sock, ACCEPTED)?;
     Ok((sock.into_end(side.grant, theirs, side)?, peer))

@@ -198,6 +198,14 @@ mod real {
         &s.sock
     }
 
+    /// Whether the certificate the other side presented (its chain checked
+    /// by the handshake) is valid for `ip`: an IP address SAN.
+    pub(crate) fn certified_for(s: &TlsStream, ip: std::net::IpAddr) -> bool {
+        let Some(cert) = s.conn.peer_certificates().and_then(|c| c.first()) else { return false };
+        let Ok(parsed) = rustls::server::ParsedCertificate::try_from(cert) else { return false };
+        rustls::client::verify_server_name(&parsed, &ServerName::IpAddress(ip.into())).is_ok()
+    }
+
     /// The connector's TLS handshake on `sock` (its preamble answered), as
     /// a client of the node of `to`, at most its read timeout per step.
     pub(crate) fn client(mut sock: TcpStream, cfg: &TlsConfig, to: TeamId) -> Result<TlsStream> {
@@ -443,6 +451,10 @@ mod none {
     }
 
     pub(crate) fn socket(s: &TlsStream) -> &TcpStream {
+        match *s {}
+    }
+
+    pub(crate) fn certified_for(s: &TlsStream, _: std::net::IpAddr) -> bool {
         match *s {}
     }
 
