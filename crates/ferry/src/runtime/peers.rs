@@ -26,8 +26,11 @@ use std::time::Duration;
 
 #[derive(Default)]
 pub(crate) struct Peers {
-    /// The channel used to send to each peer team.
-    map: Mutex<HashMap<u32, Arc<Channel>>>,
+    /// The channel used to send to each peer team, by its node and number
+    /// (numbers are pids: teams of different nodes, containers above all,
+    /// often have the same one). The incarnation tells an entry's team from
+    /// a later one with its number.
+    map: Mutex<HashMap<(u16, u32), Arc<Channel>>>,
     /// Binds in progress, one per peer team: later callers wait for it
     /// (async sends queue in it) rather than bind again.
     binding: Mutex<HashMap<TeamId, Arc<Binding>>>,
@@ -121,25 +124,22 @@ pub(crate) enum Route {
 }
 
 impl Peers {
-    /// The live channel to `team`; `NoSuchTeam` if its number belongs to
-    /// another incarnation now (numbers are unique among live teams, so the
-    /// one asked for is gone).
-    fn live(&self, team: TeamId) -> Result<Option<Arc<Channel>>> {
-        match self.map.lock().get(&team.team).filter(|c| !c.is_gone()) {
-            Some(c) if c.peer == team => Ok(Some(c.clone())),
-            Some(_) => Err(Error::NoSuchTeam(team)),
-            None => Ok(None),
-        }
+    /// The live channel to `team`. An entry for another incarnation of its
+    /// node and number is no route to it: whether `team` is gone, or the
+    /// entry's team is (a container restarted with the same pid, its old
+    /// channel not yet found dead), the bind's handshake tells.
+    fn live(&self, team: TeamId) -> Option<Arc<Channel>> {
+        self.map.lock().get(&route_key(team)).filter(|c| !c.is_gone() && c.peer == team).cloned()
     }
 
     /// Makes `ch` the channel to its peer, unless a live one to the same
     /// incarnation is there already.
     fn insert(&self, ch: &Arc<Channel>) {
         let mut map = self.map.lock();
-        match map.get(&ch.peer.team) {
+        match map.get(&route_key(ch.peer)) {
             Some(old) if !old.is_gone() && old.peer == ch.peer => {}
             _ => {
-                map.insert(ch.peer.team, ch.clone());
+                map.insert(route_key(ch.peer), ch.clone());
             }
         }
     }
@@ -147,14 +147,19 @@ impl Peers {
     /// Forgets `ch` if it is the channel to its peer.
     fn remove(&self, ch: &Arc<Channel>) {
         let mut map = self.map.lock();
-        if map.get(&ch.peer.team).is_some_and(|c| Arc::ptr_eq(c, ch)) {
-            map.remove(&ch.peer.team);
+        if map.get(&route_key(ch.peer)).is_some_and(|c| Arc::ptr_eq(c, ch)) {
+            map.remove(&route_key(ch.peer));
         }
     }
 
     pub fn clear(&self) {
         self.map.lock().clear();
     }
+}
+
+/// A route's key: the team's node and number (its incarnation aside).
+fn route_key(team: TeamId) -> (u16, u32) {
+    (team.node, team.team)
 }
 
 impl TeamInner {
@@ -192,12 +197,12 @@ impl TeamInner {
             // Not in our cluster (or we are in none): out of reach.
             return Err(Error::NoSuchTeam(team));
         }
-        if let Some(ch) = self.peers.live(team)? {
+        if let Some(ch) = self.peers.live(team) {
             return Ok((Route::Ready(ch), false));
         }
         let mut binding = self.peers.binding.lock();
         // Looked at again: a bind may have ended since.
-        if let Some(ch) = self.peers.live(team)? {
+        if let Some(ch) = self.peers.live(team) {
             return Ok((Route::Ready(ch), false));
         }
         if let Some(bind) = binding.get(&team) {
