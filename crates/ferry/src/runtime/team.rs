@@ -155,6 +155,16 @@ impl Team {
         self.inner.late_wakeups.load(Ordering::Relaxed)
     }
 
+    /// How many sends looked their route up in the team's peers map
+    /// instead of taking their sender's cached channel: a sender's first
+    /// send, the first after its channel died (a new one is cached then),
+    /// and every send of a sender whose peer reconnected more than 64
+    /// times (it caches no more). A diagnostic: growing with the sends
+    /// means they take the slow path.
+    pub fn route_lookups(&self) -> u64 {
+        self.inner.route_lookups.load(Ordering::Relaxed)
+    }
+
     /// Leaves now: fails what waits on this team with `Shutdown`, closes
     /// channels, removes files, drops tasks. Returns within about
     /// `shutdown_grace` (default 1 s) even if a handler or task never does:
@@ -189,6 +199,8 @@ pub(crate) struct TeamInner {
     names_held: AtomicUsize,
     /// See [`Team::late_wakeups`].
     pub(super) late_wakeups: AtomicU64,
+    /// See [`Team::route_lookups`].
+    pub(crate) route_lookups: AtomicU64,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub(super) reactor: Reactor,
 }
@@ -238,6 +250,7 @@ impl TeamInner {
             shut_down: AtomicBool::new(false),
             names_held: AtomicUsize::new(0),
             late_wakeups: AtomicU64::new(0),
+            route_lookups: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
             reactor,
             cfg,
