@@ -112,6 +112,9 @@ fn channels_per_team_are_bounded_over_tcp() {
 #[ignore = "run as a child process by the other tests"]
 fn child_entry() {
     let Some(role) = common::child_role() else { return };
+    if role == "one-left" {
+        return one_descriptor_left();
+    }
     assert_eq!(role, "starved");
     let t = Team::builder().start().unwrap();
     let port = t.open_raw_port().unwrap();
@@ -148,6 +151,47 @@ fn child_entry() {
     while let Ok(m) = port.recv_timeout(Duration::from_secs(10)) {
         common::say(format!("got {}", String::from_utf8_lossy(m.payload())));
     }
+}
+
+/// The child "one-left": a team whose process can take one descriptor
+/// more (a bind's connection, not the descriptors its hello carries).
+fn one_descriptor_left() {
+    let t = Team::builder().start().unwrap();
+    let port = t.open_raw_port().unwrap();
+    // Its threads' first sleeps open their epoll sets: done before the count.
+    std::thread::sleep(Duration::from_millis(200));
+    let limit = common::fd_count() as u64 + 16;
+    let lim = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+    // SAFETY: setrlimit with a valid struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    let mut hoard = Vec::new();
+    while let Ok(f) = std::fs::File::open("/dev/null") {
+        hoard.push(f);
+    }
+    hoard.pop();
+    common::say(format!("limit {limit}"));
+    common::say(format!("port {}", port.id()));
+    let _ = common::hear();
+    drop(t);
+}
+
+/// Defect 13 of issue 15: a live team out of descriptors accepted a bind's
+/// connection, could not take the descriptors its hello carried, and
+/// closed it: the connector got `NoSuchTeam`, which must mean only that the
+/// team is gone. It gets `LimitReached(OpenFiles)` with the server's limit.
+#[test]
+fn a_bind_to_a_team_out_of_descriptors_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = team(dir.path()).start().unwrap();
+    let mut child = Child::spawn("one-left", dir.path());
+    let limit: u64 = child.expect("limit ", Duration::from_secs(20)).parse().unwrap();
+    let theirs: EndpointId = child.expect("port ", Duration::from_secs(10)).parse().unwrap();
+    let r = parent.raw_sender(theirs).with_timeout(Duration::from_secs(4)).send(b"x", Checkpoint::OnReceipt);
+    match r {
+        Err(Error::LimitReached { limit: Limit::OpenFiles, max }) => assert_eq!(max, limit),
+        other => panic!("a bind to a team out of descriptors: {other:?}"),
+    }
+    child.tell("done");
 }
 
 /// A process out of descriptors: its own binds fail with

@@ -929,17 +929,39 @@ pub(crate) fn accept_with(
     is_peer: impl Fn(TeamId, u32) -> bool,
     welcome_magic: &[u8; 8],
 ) -> Result<Accepted> {
-    let mut buf = [0u8; 64];
-    let Some((n, fds)) = fdpass::try_recv(&stream, &mut buf)? else { return Ok(Accepted::Waiting(stream)) };
-    let (peer, cap, area) = match check_hello(&buf[..n], cfg.me.node, cfg.max_ring_bytes) {
-        Err(Error::LimitReached { limit, max }) => {
-            // Well formed, only more than we map: the connector is told so.
-            refuse(&stream, limit, max);
-            return Err(Error::LimitReached { limit, max });
+    // Out of a resource of ours (descriptors, most often), the connector
+    // is told which (`LimitReached`), not left to think we are gone.
+    match take_hello(&stream, cfg, is_peer, welcome_magic) {
+        Ok(None) => Ok(Accepted::Waiting(stream)),
+        Ok(Some((segment, sizes, bell, line, peer))) => {
+            let mut end = ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream);
+            end.cooler = cfg.cooler.clone();
+            Ok(Accepted::Bound(Box::new(end), peer))
         }
-        checked => checked?,
-    };
-    if peer.node != cfg.me.node || !peer_pid(&stream).is_some_and(|pid| is_peer(peer, pid)) {
+        Err(Error::LimitReached { limit, max }) => {
+            refuse(&stream, limit, max);
+            Err(Error::LimitReached { limit, max })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What the acceptor makes of a bind: its segment, ring and area sizes, the
+/// connector's bell, this side's line, and the connector.
+type Taken = (Mapping, (usize, u64, u64), Bell, Line, TeamId);
+
+/// [`accept_with`]'s work on `stream`: the connector's hello (`None` while
+/// it has not come) and the welcome sent.
+fn take_hello(
+    stream: &UnixStream,
+    cfg: &BindConfig,
+    is_peer: impl Fn(TeamId, u32) -> bool,
+    welcome_magic: &[u8; 8],
+) -> Result<Option<Taken>> {
+    let mut buf = [0u8; 64];
+    let Some((n, fds)) = fdpass::try_recv(stream, &mut buf)? else { return Ok(None) };
+    let (peer, cap, area) = check_hello(&buf[..n], cfg.me.node, cfg.max_ring_bytes)?;
+    if peer.node != cfg.me.node || !peer_pid(stream).is_some_and(|pid| is_peer(peer, pid)) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
     let [segment, page, one, all] =
@@ -958,10 +980,7 @@ pub(crate) fn accept_with(
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()])?;
     // The connector sized the areas; this side stages at most what its own
     // settings say in the one it writes (the peer's word does not size our memory).
-    let sizes = (cap, area, cfg.area_bytes);
-    let mut end = ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream);
-    end.cooler = cfg.cooler.clone();
-    Ok(Accepted::Bound(Box::new(end), peer))
+    Ok(Some((segment, (cap, area, cfg.area_bytes), bell, line, peer)))
 }
 
 /// A connected pair in one process, for the transport conformance suite
