@@ -4,7 +4,7 @@
 //! rings and two payload areas (see [`area`]), one of each per direction,
 //! and hands it with its doorbell to the other team
 //! (the *acceptor*) over the acceptor's Unix socket (SCM_RIGHTS); the acceptor
-//! answers with its own doorbell ([`connect`], [`accept`]: the shared-memory
+//! answers with its own doorbell ([`connect`], [`accept_hello`]: the shared-memory
 //! flavor of the bind handshake of the transport contract). The socket then
 //! stays open and carries nothing; each [`ShmEnd`] owns its side, and its
 //! hang-up is how each end learns the other is gone (the end's
@@ -48,7 +48,7 @@ use crate::sys::{fdpass, shm::Mapping};
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 use area::{Allocator, Cooler, Range, PAGE};
 use ring::{Consumer, Producer, RingError, RingMem, RingMemory};
-use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, AtomicU64 as SharedU64};
 use std::sync::Arc;
@@ -900,7 +900,8 @@ pub fn refuse(stream: &UnixStream, limit: crate::Limit, max: u64) {
     let _ = rustix::net::send(stream, &limit.refusal(REFUSED, max), rustix::net::SendFlags::DONTWAIT);
 }
 
-/// How far an [`accept`] got.
+/// How far an [`accept_with`] got.
+#[cfg(any(test, feature = "testing"))]
 pub enum Accepted {
     /// The connector's hello has not come: the connection, to try again
     /// when it is readable.
@@ -910,57 +911,87 @@ pub enum Accepted {
     Bound(Box<ShmEnd>, TeamId),
 }
 
-/// Acceptor side of the bind: takes a channel offered on a freshly accepted
-/// `stream`, without waiting: [`Accepted::Waiting`] while the connector's
-/// hello has not come (call again when the socket is readable; the caller
-/// bounds the wait, see [`HANDSHAKE_TIMEOUT`]). The hello is one message,
-/// so it comes whole. `is_peer(team, pid)` checks that the process on the
-/// other end (its pid, as the kernel reports it) is the team it claims to
-/// be. A refused connection is closed.
-pub fn accept(stream: UnixStream, cfg: &BindConfig, is_peer: impl Fn(TeamId, u32) -> bool) -> Result<Accepted> {
-    accept_with(stream, cfg, is_peer, WELCOME)
-}
-
-/// [`accept`] with the welcome's magic given (a test poses as a peer of
+/// Acceptor side of the bind, for tests: takes a channel offered on a
+/// freshly accepted `stream`, without waiting: [`Accepted::Waiting`] while
+/// the connector's hello has not come (the reactor reads it itself: see
+/// [`accept_hello`]); the welcome's magic given (a test poses as a peer of
 /// another protocol or version).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn accept_with(
     stream: UnixStream,
     cfg: &BindConfig,
     is_peer: impl Fn(TeamId, u32) -> bool,
     welcome_magic: &[u8; 8],
 ) -> Result<Accepted> {
-    // Out of a resource of ours (descriptors, most often), the connector
-    // is told which (`LimitReached`), not left to think we are gone.
-    match take_hello(&stream, cfg, is_peer, welcome_magic) {
-        Ok(None) => Ok(Accepted::Waiting(stream)),
-        Ok(Some((segment, sizes, bell, line, peer))) => {
+    let mut buf = [0u8; 64];
+    let received = match fdpass::try_recv(&stream, &mut buf) {
+        Ok(Some(got)) => got,
+        Ok(None) => return Ok(Accepted::Waiting(stream)),
+        Err(e) => return Err(refusing(&stream, e)),
+    };
+    let (end, peer) = accept_hello_with(stream, &buf[..received.0], received.1, cfg, is_peer, welcome_magic)?;
+    Ok(Accepted::Bound(end, peer))
+}
+
+/// Acceptor side of the bind, once the connector's message (`msg`, with
+/// the descriptors `fds` that came with it) was read from `stream`: checks
+/// it as a hello and answers. The hello is one message, so it comes whole.
+/// `is_peer(team, pid)` checks that the process on the other end (its pid,
+/// as the kernel reports it) is the team it claims to be. A refused
+/// connection is closed.
+pub fn accept_hello(
+    stream: UnixStream,
+    msg: &[u8],
+    fds: Vec<OwnedFd>,
+    cfg: &BindConfig,
+    is_peer: impl Fn(TeamId, u32) -> bool,
+) -> Result<(Box<ShmEnd>, TeamId)> {
+    accept_hello_with(stream, msg, fds, cfg, is_peer, WELCOME)
+}
+
+fn accept_hello_with(
+    stream: UnixStream,
+    msg: &[u8],
+    fds: Vec<OwnedFd>,
+    cfg: &BindConfig,
+    is_peer: impl Fn(TeamId, u32) -> bool,
+    welcome_magic: &[u8; 8],
+) -> Result<(Box<ShmEnd>, TeamId)> {
+    match take_hello(&stream, msg, fds, cfg, is_peer, welcome_magic) {
+        Ok((segment, sizes, bell, line, peer)) => {
             let mut end = ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream);
             end.cooler = cfg.cooler.clone();
-            Ok(Accepted::Bound(Box::new(end), peer))
+            Ok((Box::new(end), peer))
         }
-        Err(Error::LimitReached { limit, max }) => {
-            refuse(&stream, limit, max);
-            Err(Error::LimitReached { limit, max })
-        }
-        Err(e) => Err(e),
+        Err(e) => Err(refusing(&stream, e)),
     }
+}
+
+/// `e`, the acceptor's failure; out of a resource of ours (descriptors,
+/// most often), the connector is told which (`LimitReached`) rather than
+/// left to think we are gone.
+fn refusing(stream: &UnixStream, e: Error) -> Error {
+    if let Error::LimitReached { limit, max } = e {
+        refuse(stream, limit, max);
+    }
+    e
 }
 
 /// What the acceptor makes of a bind: its segment, ring and area sizes, the
 /// connector's bell, this side's line, and the connector.
 type Taken = (Mapping, (usize, u64, u64), Bell, Line, TeamId);
 
-/// [`accept_with`]'s work on `stream`: the connector's hello (`None` while
-/// it has not come) and the welcome sent.
+/// The acceptor's work on the connector's hello `msg` (read from `stream`
+/// with `fds`): checked, and the welcome sent.
 fn take_hello(
     stream: &UnixStream,
+    msg: &[u8],
+    fds: Vec<OwnedFd>,
     cfg: &BindConfig,
     is_peer: impl Fn(TeamId, u32) -> bool,
     welcome_magic: &[u8; 8],
-) -> Result<Option<Taken>> {
-    let mut buf = [0u8; 64];
-    let Some((n, fds)) = fdpass::try_recv(stream, &mut buf)? else { return Ok(None) };
-    let (peer, cap, area) = check_hello(&buf[..n], cfg.me.node, cfg.max_ring_bytes)?;
+) -> Result<Taken> {
+    let (peer, cap, area) = check_hello(msg, cfg.me.node, cfg.max_ring_bytes)?;
     if peer.node != cfg.me.node || !peer_pid(stream).is_some_and(|pid| is_peer(peer, pid)) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
@@ -980,7 +1011,7 @@ fn take_hello(
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()])?;
     // The connector sized the areas; this side stages at most what its own
     // settings say in the one it writes (the peer's word does not size our memory).
-    Ok(Some((segment, (cap, area, cfg.area_bytes), bell, line, peer)))
+    Ok((segment, (cap, area, cfg.area_bytes), bell, line, peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite
