@@ -356,7 +356,10 @@ fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
         return None;
     }
     let names = &team.names;
-    let is_peer = |peer: crate::id::TeamId, pid| names.team_pid(peer.team) == Some(pid);
+    let is_peer = |peer: crate::id::TeamId, pid, lease: Option<&std::fs::File>| match lease {
+        Some(lock) => names.holds_lease(peer.team, lock),
+        None => names.team_pid(peer.team) == Some(pid),
+    };
     match shm::accept_hello(p.stream, msg, fds, &team.bind_config(), is_peer) {
         Ok((end, peer)) => {
             // Watched from now on as the channel's liveness, under another token.

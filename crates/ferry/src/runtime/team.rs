@@ -320,6 +320,9 @@ impl TeamInner {
             area_bytes: shm::area_for(self.cfg.max_message),
             handshake_timeout: shm::HANDSHAKE_TIMEOUT,
             cooler: Some(self.reactor.cooler.clone()),
+            // A second descriptor of the locked file (not the lease's own: a
+            // bind must not keep the lock once the team left).
+            lease: self.lease.lock().as_ref().and_then(|l| l.lock_file().try_clone().ok()).map(Arc::new),
         }
     }
 
@@ -449,8 +452,10 @@ fn claim_team_number(dir: &RuntimeDir) -> Result<TeamLease> {
         }
     }
     let first = EXTRA_TEAMS + (pid % 2048) * 2048 + n % 2048;
+    // Each tried once: a number held is most likely a live team's (in
+    // containers, teams of other PID namespaces hold these numbers too).
     for t in first..crate::id::MAX_TEAM {
-        if let Ok(l) = TeamLease::acquire(dir, t) {
+        if let Ok(l) = TeamLease::acquire_within(dir, t, Duration::ZERO) {
             return Ok(l);
         }
     }

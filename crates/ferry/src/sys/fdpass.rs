@@ -10,7 +10,7 @@ use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 
 /// Most descriptors one message carries.
-pub const MAX_FDS: usize = 4;
+pub const MAX_FDS: usize = 5;
 
 /// Sends `bytes` (all of it, in one message) with `fds` attached.
 pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {

@@ -731,6 +731,10 @@ pub struct BindConfig {
     /// The team's reactor's, which cools the payload area this end writes
     /// (see [`area`]); without one the area keeps what it touched.
     pub cooler: Option<Arc<Cooler>>,
+    /// The connector's team lock file, sent with the hello: it proves the
+    /// team's identity whatever PID namespace the acceptor is in (without
+    /// it, the acceptor checks the connector's pid).
+    pub lease: Option<Arc<std::fs::File>>,
 }
 
 pub(crate) fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32, area: u64) -> [u8; HELLO_LEN] {
@@ -864,7 +868,8 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
     let hello = hello_bytes(magic, cfg.me, cap as u32, area);
     let line = cfg.doorbell.new_line()?;
     let (one, all) = line.fds();
-    let fds = [segment.fd().as_fd(), cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()];
+    let mut fds = vec![segment.fd().as_fd(), cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()];
+    fds.extend(cfg.lease.as_ref().map(|l| l.as_fd()));
     fdpass::send(stream.as_fd(), &hello, &fds).map_err(acceptor_failed(expect))?;
     let mut buf = [0u8; 64];
     let (n, fds) = fdpass::recv(&stream, &mut buf).map_err(acceptor_failed(expect))?;
@@ -920,7 +925,7 @@ pub enum Accepted {
 pub(crate) fn accept_with(
     stream: UnixStream,
     cfg: &BindConfig,
-    is_peer: impl Fn(TeamId, u32) -> bool,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
     welcome_magic: &[u8; 8],
 ) -> Result<Accepted> {
     let mut buf = [0u8; 64];
@@ -936,15 +941,16 @@ pub(crate) fn accept_with(
 /// Acceptor side of the bind, once the connector's message (`msg`, with
 /// the descriptors `fds` that came with it) was read from `stream`: checks
 /// it as a hello and answers. The hello is one message, so it comes whole.
-/// `is_peer(team, pid)` checks that the process on the other end (its pid,
-/// as the kernel reports it) is the team it claims to be. A refused
-/// connection is closed.
+/// `is_peer(team, pid, lease)` checks that the process on the other end is
+/// the team it claims to be: by the team lock file the hello carried
+/// (`lease`), or else by its pid as the kernel reports it (0 if this PID
+/// namespace does not see it). A refused connection is closed.
 pub fn accept_hello(
     stream: UnixStream,
     msg: &[u8],
     fds: Vec<OwnedFd>,
     cfg: &BindConfig,
-    is_peer: impl Fn(TeamId, u32) -> bool,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
 ) -> Result<(Box<ShmEnd>, TeamId)> {
     accept_hello_with(stream, msg, fds, cfg, is_peer, WELCOME)
 }
@@ -954,7 +960,7 @@ fn accept_hello_with(
     msg: &[u8],
     fds: Vec<OwnedFd>,
     cfg: &BindConfig,
-    is_peer: impl Fn(TeamId, u32) -> bool,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
     welcome_magic: &[u8; 8],
 ) -> Result<(Box<ShmEnd>, TeamId)> {
     match take_hello(&stream, msg, fds, cfg, is_peer, welcome_magic) {
@@ -988,13 +994,19 @@ fn take_hello(
     msg: &[u8],
     fds: Vec<OwnedFd>,
     cfg: &BindConfig,
-    is_peer: impl Fn(TeamId, u32) -> bool,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
     welcome_magic: &[u8; 8],
 ) -> Result<Taken> {
     let (peer, cap, area) = check_hello(msg, cfg.me.node, cfg.max_ring_bytes)?;
-    if peer.node != cfg.me.node || !peer_pid(stream).is_some_and(|pid| is_peer(peer, pid)) {
+    let mut fds = fds;
+    // The fifth, if any: the connector's team lock file.
+    let lease = if fds.len() == 5 { fds.pop().map(std::fs::File::from) } else { None };
+    let pid = peer_pid(stream).unwrap_or(0);
+    if peer.node != cfg.me.node || !is_peer(peer, pid, lease.as_ref()) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
+    // Closed now: held, it would keep the connector's lock after its death.
+    drop(lease);
     let [segment, page, one, all] =
         <[_; 4]>::try_from(fds).map_err(|fds| refused(peer, format!("sent {} descriptors, want 4", fds.len())))?;
     let segment = Mapping::open(segment, segment_len(cap, area))?;
