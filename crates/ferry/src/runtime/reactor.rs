@@ -82,6 +82,11 @@ pub(crate) struct Reactor {
     next_token: AtomicU64,
     /// Set once it stopped taking binds ([`Reactor::close`]).
     closed: AtomicBool,
+    /// A descriptor kept in reserve: out of descriptors, the reactor lets
+    /// it go to take a waiting bind and refuse it, naming the limit (else
+    /// the connector would wait for its handshake's timeout). Taken again
+    /// when binds are next taken.
+    reserve: Mutex<Option<OwnedFd>>,
     /// Armed by the team's shared-memory ends when their payload areas
     /// hold pages to give back later: the reactor then cools every
     /// channel once per `COOL_AFTER` until none has such pages.
@@ -116,6 +121,7 @@ impl Reactor {
             watched: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(COOL + 1),
             closed: AtomicBool::new(false),
+            reserve: Mutex::new(reserve_fd()),
             cooler,
         })
     }
@@ -288,6 +294,12 @@ fn listener_failed(e: &std::io::Error) -> bool {
 /// once if its hello is there, else waits in `pending`.
 fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) -> Result<()> {
     let r = &team.reactor;
+    {
+        let mut reserve = r.reserve.lock();
+        if reserve.is_none() {
+            *reserve = reserve_fd();
+        }
+    }
     loop {
         match r.listener.accept() {
             Ok((stream, _)) => {
@@ -314,10 +326,20 @@ fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) -> Res
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            // Out of descriptors (what accept says first, whether or not a
+            // bind waits): the reserve makes room to take one, which its
+            // handshake refuses once its hello came, naming the limit.
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) && r.reserve.lock().take().is_some() => {}
             Err(e) if listener_failed(&e) => return Err(Error::io("accept a bind")(e)),
             Err(e) => tracing::debug!(error = %e, "a bind went away before it was taken"),
         }
     }
+}
+
+/// A descriptor to keep in reserve (see `Reactor::reserve`).
+fn reserve_fd() -> Option<OwnedFd> {
+    rustix::fs::open("/dev/null", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        .ok()
 }
 
 /// Takes the connector's hello if it has come, and binds; hands the
@@ -559,8 +581,16 @@ fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, read: Handed, to: crate::
         return tracing::warn!(%to, "refused a TCP bind for a team of another node");
     }
     let path = team.names.dir().team_socket(to.team);
-    let Ok(unix) = UnixStream::connect(&path) else {
-        return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
+    let unix = match UnixStream::connect(&path) {
+        Ok(unix) => unix,
+        Err(e) => {
+            if let (Handed::Hello(_), Error::LimitReached { limit, max }) = (&read, Error::io("connect")(e)) {
+                // We are out of descriptors, not the team gone: the connector is told so.
+                tracing::warn!(%to, "refused a TCP bind: {}", Error::LimitReached { limit, max });
+                return tcp::handshake::refuse(Link::Plain(stream), limit, max);
+            }
+            return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
+        }
     };
     let msg = handed_over_bytes(&read);
     if let Err(e) = crate::sys::fdpass::send(unix.as_fd(), &msg, &[stream.as_fd()]) {
