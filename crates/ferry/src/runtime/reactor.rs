@@ -645,7 +645,10 @@ fn take_handed_over(team: &Arc<TeamInner>, msg: &[u8], mut fds: Vec<OwnedFd>) {
 /// connection, before it reads what came: what the hook sends comes as
 /// the reactor looks.
 #[cfg(test)]
-pub(crate) static AS_IT_LOOKS: Mutex<Option<(u32, Box<dyn FnOnce() + Send>)>> = Mutex::new(None);
+pub(crate) static AS_IT_LOOKS: Mutex<Option<(u32, Hook)>> = Mutex::new(None);
+
+#[cfg(test)]
+type Hook = Box<dyn FnOnce() + Send>;
 
 #[cfg(test)]
 fn as_it_looks(team: u32) {
