@@ -233,7 +233,7 @@ impl TeamInner {
         let path = self.names.dir().team_socket(team.team);
         let stream = std::os::unix::net::UnixStream::connect(&path).map_err(unreachable(team))?;
         // A team that exits while we bind resets or closes the socket: it is gone.
-        let end = shm::connect(stream, &self.bind_config(), team)?;
+        let end = shm::connect(stream, &self.connect_config(), team)?;
         tracing::debug!(me = %self.id, peer = %team, "bound shared-memory channel");
         Ok(Arc::new(Channel::new(team, Box::new(end))))
     }

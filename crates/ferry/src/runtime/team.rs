@@ -320,10 +320,16 @@ impl TeamInner {
             area_bytes: shm::area_for(self.cfg.max_message),
             handshake_timeout: shm::HANDSHAKE_TIMEOUT,
             cooler: Some(self.reactor.cooler.clone()),
-            // A second descriptor of the locked file (not the lease's own: a
-            // bind must not keep the lock once the team left).
-            lease: self.lease.lock().as_ref().and_then(|l| l.lock_file().try_clone().ok()).map(Arc::new),
+            lease: None,
         }
+    }
+
+    /// The settings of a bind this team starts: with its lock file, which
+    /// proves its identity to the acceptor (a second descriptor of it, not
+    /// the lease's own: a bind must not keep the lock once the team left).
+    pub(super) fn connect_config(&self) -> shm::BindConfig {
+        let lease = self.lease.lock().as_ref().and_then(|l| l.lock_file().try_clone().ok()).map(Arc::new);
+        shm::BindConfig { lease, ..self.bind_config() }
     }
 
     pub(crate) fn shutdown(&self) {
