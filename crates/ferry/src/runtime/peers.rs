@@ -124,12 +124,15 @@ pub(crate) enum Route {
 }
 
 impl Peers {
-    /// The live channel to `team`. An entry for another incarnation of its
-    /// node and number is no route to it: whether `team` is gone, or the
-    /// entry's team is (a container restarted with the same pid, its old
-    /// channel not yet found dead), the bind's handshake tells.
-    fn live(&self, team: TeamId) -> Option<Arc<Channel>> {
-        self.map.lock().get(&route_key(team)).filter(|c| !c.is_gone() && c.peer == team).cloned()
+    /// The live channel to `team`; `NoSuchTeam` if its node and number
+    /// belong to another incarnation now, whose channel lives (they are
+    /// unique among a node's live teams, so the one asked for is gone).
+    fn live(&self, team: TeamId) -> Result<Option<Arc<Channel>>> {
+        match self.map.lock().get(&route_key(team)).filter(|c| !c.is_gone()) {
+            Some(c) if c.peer == team => Ok(Some(c.clone())),
+            Some(_) => Err(Error::NoSuchTeam(team)),
+            None => Ok(None),
+        }
     }
 
     /// Makes `ch` the channel to its peer, unless a live one to the same
@@ -197,12 +200,12 @@ impl TeamInner {
             // Not in our cluster (or we are in none): out of reach.
             return Err(Error::NoSuchTeam(team));
         }
-        if let Some(ch) = self.peers.live(team) {
+        if let Some(ch) = self.peers.live(team)? {
             return Ok((Route::Ready(ch), false));
         }
         let mut binding = self.peers.binding.lock();
         // Looked at again: a bind may have ended since.
-        if let Some(ch) = self.peers.live(team) {
+        if let Some(ch) = self.peers.live(team)? {
             return Ok((Route::Ready(ch), false));
         }
         if let Some(bind) = binding.get(&team) {
