@@ -6,9 +6,10 @@
 # (crates/ferry/tests/netns.rs) runs one team per namespace, in processes
 # started with `ip netns exec`, and cuts links with `ip link set ... down`;
 # the port and RPC suites run their cases with one side on node a and the
-# other on node b (tests/common/pair.rs).
+# other on node b (tests/common/pair.rs). Some teams run as pid 1 of PID
+# namespaces of their own (`unshare --pid --fork`), as in containers.
 #
-# Needs root (CI is) and iproute2 (installed if missing). Everything made
+# Needs root (CI is), iproute2 (installed if missing) and util-linux's unshare. Everything made
 # here is removed on exit, failure or interrupt.
 # Ends with "netns: N passed, N failed" (scripts/test.sh adds it up).
 set -euo pipefail

@@ -257,7 +257,7 @@ impl Error {
 }
 
 /// The process's open-file limit (its soft `RLIMIT_NOFILE`).
-fn open_files_limit() -> u64 {
+pub(crate) fn open_files_limit() -> u64 {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 

@@ -157,6 +157,7 @@ impl ShmBind {
             area_bytes: self.area_bytes,
             handshake_timeout: self.patience,
             cooler: None,
+            lease: None,
         }
     }
 }
@@ -185,7 +186,8 @@ pub fn shm_accept(
     let until = Instant::now() + side.patience;
     let mut stream = stream;
     loop {
-        match shm::accept_with(stream, &side.config(), &is_peer, side.magic.as_ref().unwrap_or(WELCOME))? {
+        let is_peer = |team, pid, _lease: Option<&std::fs::File>| is_peer(team, pid);
+        match shm::accept_with(stream, &side.config(), is_peer, side.magic.as_ref().unwrap_or(WELCOME))? {
             Accepted::Bound(end, peer) => return Ok((*end, peer)),
             Accepted::Waiting(s) => stream = s,
         }

@@ -120,6 +120,9 @@ fn channels_per_team_are_bounded_over_tcp() {
 #[ignore = "run as a child process by the other tests"]
 fn child_entry() {
     let Some(role) = common::child_role() else { return };
+    if role == "one-left" {
+        return one_descriptor_left();
+    }
     assert_eq!(role, "starved");
     let t = Team::builder().start().unwrap();
     let port = t.open_raw_port().unwrap();
@@ -158,8 +161,50 @@ fn child_entry() {
     }
 }
 
+/// The child "one-left": a team whose process can take one descriptor
+/// more (a bind's connection, not the descriptors its hello carries).
+fn one_descriptor_left() {
+    let t = Team::builder().start().unwrap();
+    let port = t.open_raw_port().unwrap();
+    // Its threads' first sleeps open their epoll sets: done before the count.
+    std::thread::sleep(Duration::from_millis(200));
+    let limit = common::fd_count() as u64 + 16;
+    let lim = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+    // SAFETY: setrlimit with a valid struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    let mut hoard = Vec::new();
+    while let Ok(f) = std::fs::File::open("/dev/null") {
+        hoard.push(f);
+    }
+    hoard.pop();
+    common::say(format!("limit {limit}"));
+    common::say(format!("port {}", port.id()));
+    let _ = common::hear();
+    drop(t);
+}
+
+/// Defect 13 of issue 15: a live team out of descriptors accepted a bind's
+/// connection, could not take the descriptors its hello carried, and
+/// closed it: the connector got `NoSuchTeam`, which must mean only that the
+/// team is gone. It gets `LimitReached(OpenFiles)` with the server's limit.
+#[test]
+fn a_bind_to_a_team_out_of_descriptors_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = team(dir.path()).start().unwrap();
+    let mut child = Child::spawn("one-left", dir.path());
+    let limit: u64 = child.expect("limit ", Duration::from_secs(20)).parse().unwrap();
+    let theirs: EndpointId = child.expect("port ", Duration::from_secs(10)).parse().unwrap();
+    let r = parent.raw_sender(theirs).with_timeout(Duration::from_secs(4)).send(b"x", Checkpoint::OnReceipt);
+    match r {
+        Err(Error::LimitReached { limit: Limit::OpenFiles, max }) => assert_eq!(max, limit),
+        other => panic!("a bind to a team out of descriptors: {other:?}"),
+    }
+    child.tell("done");
+}
+
 /// A process out of descriptors: its own binds fail with
-/// `LimitReached(OpenFiles)`; a bind to it does not hang, and its reactor
+/// `LimitReached(OpenFiles)`; a bind to it fails so too (a descriptor kept
+/// in reserve takes and refuses it), and its reactor
 /// rests meanwhile (it used to spin on the listener it could not accept
 /// from); with descriptors back, binds succeed.
 #[test]
@@ -176,10 +221,17 @@ fn a_process_out_of_descriptors_says_so_and_does_not_spin() {
     child.tell("measure");
     let to = parent.raw_sender(theirs).with_timeout(Duration::from_secs(1));
     let t0 = Instant::now();
-    // It fails, or (if the starved process freed a descriptor meanwhile: a
-    // thread of its own that ended) gets through; it must not hang.
-    let _ = to.send(b"early", Checkpoint::OnReceipt);
+    // It fails, saying why (issue 15, defect 13: it waited for its
+    // handshake's timeout, `DeadlineExceeded`, while the starved process
+    // could not take the connection), or (if the starved process freed a
+    // descriptor meanwhile: a thread of its own that ended) gets through;
+    // it must not hang.
+    let early = to.send(b"early", Checkpoint::OnReceipt);
     assert!(t0.elapsed() < Duration::from_secs(8), "the bind took {:?}", t0.elapsed());
+    assert!(
+        matches!(early, Ok(_) | Err(Error::LimitReached { limit: Limit::OpenFiles, .. })),
+        "a bind to a process out of descriptors: {early:?}"
+    );
     let cpu: u64 = child.expect("cpu ", Duration::from_secs(10)).parse().unwrap();
     assert!(cpu < 500, "the starved process used {cpu} ms of CPU in 1.5 s: its reactor spins");
     child.expect("freed", Duration::from_secs(10));

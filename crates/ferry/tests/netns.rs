@@ -2,7 +2,8 @@
 //! (which runs these tests): one team per namespace, each a process started
 //! with `ip netns exec`, talking over TCP between addresses that exist only
 //! among the namespaces. Ports and RPC across them, a team killed mid-call,
-//! a link cut mid-call.
+//! a link cut mid-call. Teams in PID namespaces of their own (containers):
+//! with one team number on two nodes, and two on one node.
 
 mod common;
 
@@ -76,6 +77,33 @@ fn child_entry() {
                             })
                         })
                     }
+                    // Echo calls to two endpoints at once, the second's
+                    // first contact while calls to the first are in flight;
+                    // every 10th call by a new sender (a route look-up).
+                    "both" => {
+                        let (first, second) = (id(1), id(2));
+                        let calls = |to: ferry::EndpointId| {
+                            let team = &team;
+                            move || {
+                                let mut s = team.sender::<String>(to);
+                                (0..200).try_for_each(|i| {
+                                    if i % 10 == 0 {
+                                        s = team.sender::<String>(to);
+                                    }
+                                    let back: String = s.call(&format!("{i}"))?;
+                                    assert_eq!(back, format!("{i}"));
+                                    Ok::<_, Error>(())
+                                })
+                            }
+                        };
+                        team.sender::<String>(first).call::<String>(&"first".into()).and_then(|_| {
+                            std::thread::scope(|s| {
+                                let a = s.spawn(calls(first));
+                                let b = s.spawn(calls(second));
+                                a.join().unwrap().and(b.join().unwrap())
+                            })
+                        })
+                    }
                     "hold" => {
                         // A limit of 0: no deadline at all.
                         let limit: u64 = words[2].parse().unwrap();
@@ -114,6 +142,18 @@ fn node(n: &str, role: &str) -> Child {
     Child::spawn_in_netns(&namespace(n), role, &work.join(format!("{n}.run")), &[("FERRY_CLUSTER", &cluster)])
 }
 
+/// Starts `role` as node `n` in its namespace and in a PID namespace of
+/// its own (`unshare --pid --fork`): the test binary is pid 1 there, so its
+/// team number is 1, as a container's first process's is.
+fn node_as_pid_1(n: &str, role: &str) -> Child {
+    let (_, work) = netns();
+    let ns = namespace(n);
+    let under = ["unshare", "--pid", "--fork", "--kill-child", "ip", "netns", "exec", &ns];
+    let mut cmd = Child::command_under(&under, "child_entry", role, &work.join(format!("{n}.run")));
+    cmd.env("FERRY_CLUSTER", work.join(format!("{n}.cluster")));
+    Child::from_command(cmd, role)
+}
+
 /// A server's endpoints, as it said them.
 struct Server {
     child: Child,
@@ -123,7 +163,10 @@ struct Server {
 }
 
 fn server(n: &str) -> Server {
-    let mut child = node(n, "server");
+    serving(node(n, "server"))
+}
+
+fn serving(mut child: Child) -> Server {
     let echo = child.expect("echo ", START);
     let hold = child.expect("hold ", START);
     let calc = child.expect("calc ", START);
@@ -163,6 +206,48 @@ fn ports_and_rpc_across_three_nodes() {
     }
     // Names registered on nodes b and c, looked up from node a.
     assert_eq!(ask(&mut client, "calc-by-name calc", START), "ok");
+}
+
+/// Defect 1 of issue 15: routes were keyed by team number alone, so a
+/// team talking to `2.1` lost its route to `3.1` (containers: every node's
+/// first process is pid 1). Nodes b and c run their teams as pid 1 of PID
+/// namespaces of their own; node a calls both at once, in both orders of
+/// first contact, each first contact while calls to the other are in
+/// flight, with new senders (route look-ups) all along.
+#[test]
+#[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
+fn teams_with_one_number_on_two_nodes_are_both_reached() {
+    let (b, c) = (serving(node_as_pid_1("b", "server")), serving(node_as_pid_1("c", "server")));
+    let number = |s: &Server| s.echo.parse::<ferry::EndpointId>().unwrap().team_id();
+    let (tb, tc) = (number(&b), number(&c));
+    assert_eq!((tb.node, tb.team, tc.node, tc.team), (2, 1, 3, 1), "not one number on two nodes");
+    for (first, second) in [(&b, &c), (&c, &b)] {
+        let mut client = client();
+        assert_eq!(ask(&mut client, &format!("both {} {}", first.echo, second.echo), START), "ok");
+        // And RPC to both, on the routes the sends made.
+        for s in [first, second] {
+            assert_eq!(ask(&mut client, &format!("calc {}", s.calc), START), "ok");
+        }
+    }
+}
+
+/// Defect 2 of issue 15: two teams of one node in PID namespaces of their
+/// own (containers sharing a runtime directory). The acceptor of a bind
+/// checked the pid in the connector's lock file against the pid the kernel
+/// reports for the socket's other end, which another PID namespace sees
+/// otherwise (or not at all): binds were refused and the connector told
+/// `NoSuchTeam`. Both teams are pid 1, each in its own namespace.
+#[test]
+#[ignore = "run by scripts/netns-test.sh (PID namespaces need root)"]
+fn teams_in_two_pid_namespaces_of_one_node_bind() {
+    let dir = tempfile::tempdir().unwrap();
+    let own_pid_ns = ["unshare", "--pid", "--fork", "--kill-child"];
+    let spawn = |role| Child::from_command(Child::command_under(&own_pid_ns, "child_entry", role, dir.path()), role);
+    let server = serving(spawn("server"));
+    let mut client = spawn("client");
+    client.expect("ready", START);
+    assert_eq!(ask(&mut client, &format!("echo {}", server.echo), START), "ok");
+    assert_eq!(ask(&mut client, &format!("calc {}", server.calc), START), "ok");
 }
 
 /// A team killed (SIGKILL) while a call to it waits: the call fails with

@@ -217,10 +217,16 @@ impl TeamLease {
     /// left behind. Fails with `AddrInUse` ("team number in use") while a live
     /// process holds the number.
     pub fn acquire(dir: &RuntimeDir, team: u32) -> Result<TeamLease> {
+        TeamLease::acquire_within(dir, team, CLAIM_PATIENCE)
+    }
+
+    /// [`TeamLease::acquire`], retrying a held lock for at most `patience`
+    /// (none: a team looking for a free number among many tries each once).
+    pub fn acquire_within(dir: &RuntimeDir, team: u32, patience: Duration) -> Result<TeamLease> {
         if team > MAX_TEAM {
             return Err(os_error("team number out of range", libc::EINVAL));
         }
-        let give_up = Instant::now() + CLAIM_PATIENCE;
+        let give_up = Instant::now() + patience;
         let lock = loop {
             if let Some(lock) = claim(dir, team, true)? {
                 break lock;
@@ -246,6 +252,12 @@ impl TeamLease {
     /// The runtime directory the lease is in.
     pub fn dir(&self) -> &RuntimeDir {
         &self.dir
+    }
+
+    /// The locked file: a bind's hello carries it, for the acceptor to see
+    /// that the connector holds the lease (see [`NodeNames::holds_lease`]).
+    pub fn lock_file(&self) -> &File {
+        &self.lock
     }
 }
 
@@ -454,6 +466,20 @@ impl NodeNames {
         std::fs::read_to_string(self.dir.team_lock(team)).ok()?.trim().parse().ok()
     }
 
+    /// Whether `lock` (a descriptor a bind's connector sent) is the open
+    /// lock file by which a live team holds `team`'s lease: the file at
+    /// `teams/<team>.lock`, locked by someone (a fresh open cannot take a
+    /// shared lock), and by `lock` itself (an exclusive lock on it is
+    /// granted again: a lock belongs to the open file, which only the team
+    /// and those it sent it to have). Unlike a pid, this does not depend on
+    /// the PID namespace that looks (containers sharing a runtime directory).
+    pub fn holds_lease(&self, team: u32, lock: &File) -> bool {
+        let (Ok(held), Ok(at)) = (lock.metadata(), fs::metadata(self.dir.team_lock(team))) else { return false };
+        (held.dev(), held.ino()) == (at.dev(), at.ino())
+            && self.team_alive(team)
+            && matches!(try_flock(lock, FlockOperation::NonBlockingLockExclusive), Ok(true))
+    }
+
     /// Binds `name` to `ep`, an endpoint of `lease`'s team. `NameTaken` while
     /// the name is bound by a live team (this one included); a dead team's
     /// binding is replaced.
@@ -623,6 +649,28 @@ mod tests {
 
     fn ep(team: u32, slot: u32) -> EndpointId {
         crate::id::TeamId { node: 0, team, incarnation: 1 }.endpoint(slot).unwrap()
+    }
+
+    /// A bind's connector proves its team by the open lock file it holds
+    /// the lease by (issue 15, defect 2): that file is accepted; the same
+    /// file opened anew (anyone who can read it can), another team's, or
+    /// a dead team's are not.
+    #[test]
+    fn only_the_lease_holders_open_lock_file_proves_the_team() {
+        let (_tmp, dir) = fresh();
+        let names = NodeNames::new(dir.clone());
+        let lease = TeamLease::acquire(&dir, 5).unwrap();
+        let other = TeamLease::acquire(&dir, 6).unwrap();
+        let held = lease.lock_file().try_clone().unwrap();
+        assert!(names.holds_lease(5, &held));
+        // Still held by the team after the check (and checked again).
+        assert!(names.team_alive(5) && names.holds_lease(5, &held));
+        let anew = File::open(dir.team_lock(5)).unwrap();
+        assert!(!names.holds_lease(5, &anew));
+        assert!(!names.holds_lease(5, other.lock_file()));
+        drop((held, lease));
+        let stale = File::create(dir.team_lock(5)).unwrap();
+        assert!(!names.holds_lease(5, &stale), "no live team holds 5's lease");
     }
 
     fn mode(path: &Path) -> u32 {

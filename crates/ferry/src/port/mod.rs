@@ -1,9 +1,12 @@
 //! Ports (DESIGN §1, StarMod §4.2): named, typed queuing points for
 //! messages, not bound to a task. A send picks its completion checkpoint.
 
+mod cached_channel;
 mod select;
 
 pub use select::Select;
+
+use cached_channel::CachedChannel;
 
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
@@ -18,7 +21,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::borrow::Cow;
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -54,7 +57,7 @@ impl Team {
 
     /// A sender of raw-bytes messages to the endpoint `to`.
     pub fn raw_sender(&self, to: EndpointId) -> RawSender {
-        RawSender { team: self.inner.clone(), to, timeout: None, channel: Arc::new(OnceLock::new()) }
+        RawSender { team: self.inner.clone(), to, timeout: None, channel: Arc::new(CachedChannel::new()) }
     }
 
     /// Looks `name` up and returns a sender to it.
@@ -382,13 +385,13 @@ pub struct RawSender {
     team: Arc<TeamInner>,
     to: EndpointId,
     timeout: Option<Duration>,
-    /// The channel to `to`'s team, found on first use. If it dies, sends
-    /// look the team's current channel up instead (binding a new one).
-    /// Held weakly: the team owns its channels, and a sender kept after
-    /// its peer died (a program keeps its senders and clients) must not
-    /// keep the dead channel's shared memory, doorbell and socket once
-    /// the team has reclaimed it (it did, until the crash matrix found it).
-    channel: Arc<OnceLock<Weak<Channel>>>,
+    /// The channel to `to`'s team, found on first use, and found again
+    /// (binding a new one) when it dies. Held weakly: the team owns its
+    /// channels, and a sender kept after its peer died (a program keeps its
+    /// senders and clients) must not keep the dead channel's shared memory,
+    /// doorbell and socket once the team has reclaimed it (it did, until
+    /// the crash matrix found it).
+    channel: Arc<CachedChannel>,
 }
 
 impl Clone for RawSender {
@@ -402,7 +405,7 @@ impl RawSender {
     /// upgrade per send: non-`Immediate` sends clone the channel anyway.)
     #[inline]
     fn cached(&self) -> Option<Arc<Channel>> {
-        self.channel.get().and_then(Weak::upgrade).filter(|c| !c.is_gone())
+        self.channel.get()
     }
 
     /// The destination endpoint.
@@ -445,16 +448,17 @@ impl RawSender {
             return self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking);
         }
         // First use, or the channel died: the team finds (or binds) the
-        // current one. A blocking send with no deadline binds on this
+        // current one, and it is cached for the next sends. A blocking send with no deadline binds on this
         // thread (the handshake's own timeouts bound it); one with a
         // deadline waits for the bind no longer than that.
+        self.team.route_lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let route = match blocking && deadline.is_none() {
             true => self.team.channel_to(self.to.team_id()).map(Route::Ready),
             false => self.team.route_async(self.to.team_id()),
         };
         match route {
             Ok(Route::Ready(ch)) => {
-                let _ = self.channel.set(Arc::downgrade(&ch));
+                self.channel.set(&ch);
                 self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking)
             }
             Ok(Route::Binding(bind)) => self.team.send_when_bound(&bind, src, self.to, bytes, checkpoint, deadline),

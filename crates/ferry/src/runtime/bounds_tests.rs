@@ -34,6 +34,7 @@ impl RawPeer {
             area_bytes: 4096,
             handshake_timeout: shm::HANDSHAKE_TIMEOUT,
             cooler: None,
+            lease: None,
         };
         let end = shm::connect(socket, &cfg, team.id()).unwrap();
         RawPeer { end, me: posing_as.id() }

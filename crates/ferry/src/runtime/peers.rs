@@ -26,8 +26,11 @@ use std::time::Duration;
 
 #[derive(Default)]
 pub(crate) struct Peers {
-    /// The channel used to send to each peer team.
-    map: Mutex<HashMap<u32, Arc<Channel>>>,
+    /// The channel used to send to each peer team, by its node and number
+    /// (numbers are pids: teams of different nodes, containers above all,
+    /// often have the same one). The incarnation tells an entry's team from
+    /// a later one with its number.
+    map: Mutex<HashMap<(u16, u32), Arc<Channel>>>,
     /// Binds in progress, one per peer team: later callers wait for it
     /// (async sends queue in it) rather than bind again.
     binding: Mutex<HashMap<TeamId, Arc<Binding>>>,
@@ -121,11 +124,11 @@ pub(crate) enum Route {
 }
 
 impl Peers {
-    /// The live channel to `team`; `NoSuchTeam` if its number belongs to
-    /// another incarnation now (numbers are unique among live teams, so the
-    /// one asked for is gone).
+    /// The live channel to `team`; `NoSuchTeam` if its node and number
+    /// belong to another incarnation now, whose channel lives (they are
+    /// unique among a node's live teams, so the one asked for is gone).
     fn live(&self, team: TeamId) -> Result<Option<Arc<Channel>>> {
-        match self.map.lock().get(&team.team).filter(|c| !c.is_gone()) {
+        match self.map.lock().get(&route_key(team)).filter(|c| !c.is_gone()) {
             Some(c) if c.peer == team => Ok(Some(c.clone())),
             Some(_) => Err(Error::NoSuchTeam(team)),
             None => Ok(None),
@@ -136,10 +139,10 @@ impl Peers {
     /// incarnation is there already.
     fn insert(&self, ch: &Arc<Channel>) {
         let mut map = self.map.lock();
-        match map.get(&ch.peer.team) {
+        match map.get(&route_key(ch.peer)) {
             Some(old) if !old.is_gone() && old.peer == ch.peer => {}
             _ => {
-                map.insert(ch.peer.team, ch.clone());
+                map.insert(route_key(ch.peer), ch.clone());
             }
         }
     }
@@ -147,14 +150,19 @@ impl Peers {
     /// Forgets `ch` if it is the channel to its peer.
     fn remove(&self, ch: &Arc<Channel>) {
         let mut map = self.map.lock();
-        if map.get(&ch.peer.team).is_some_and(|c| Arc::ptr_eq(c, ch)) {
-            map.remove(&ch.peer.team);
+        if map.get(&route_key(ch.peer)).is_some_and(|c| Arc::ptr_eq(c, ch)) {
+            map.remove(&route_key(ch.peer));
         }
     }
 
     pub fn clear(&self) {
         self.map.lock().clear();
     }
+}
+
+/// A route's key: the team's node and number (its incarnation aside).
+fn route_key(team: TeamId) -> (u16, u32) {
+    (team.node, team.team)
 }
 
 impl TeamInner {
@@ -228,7 +236,7 @@ impl TeamInner {
         let path = self.names.dir().team_socket(team.team);
         let stream = std::os::unix::net::UnixStream::connect(&path).map_err(unreachable(team))?;
         // A team that exits while we bind resets or closes the socket: it is gone.
-        let end = shm::connect(stream, &self.bind_config(), team)?;
+        let end = shm::connect(stream, &self.connect_config(), team)?;
         tracing::debug!(me = %self.id, peer = %team, "bound shared-memory channel");
         Ok(Arc::new(Channel::new(team, Box::new(end))))
     }

@@ -85,6 +85,11 @@ pub(crate) struct Reactor {
     next_token: AtomicU64,
     /// Set once it stopped taking binds ([`Reactor::close`]).
     closed: AtomicBool,
+    /// A descriptor kept in reserve: out of descriptors, the reactor lets
+    /// it go to take a waiting bind and refuse it, naming the limit (else
+    /// the connector would wait for its handshake's timeout). Taken again
+    /// when binds are next taken.
+    reserve: Mutex<Option<OwnedFd>>,
     /// Armed by the team's shared-memory ends when their payload areas
     /// hold pages to give back later: the reactor then cools every
     /// channel once per `COOL_AFTER` until none has such pages.
@@ -119,6 +124,7 @@ impl Reactor {
             watched: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(COOL + 1),
             closed: AtomicBool::new(false),
+            reserve: Mutex::new(reserve_fd()),
             cooler,
         })
     }
@@ -298,6 +304,12 @@ fn listener_failed(e: &std::io::Error) -> bool {
 /// once if its hello is there, else waits in `pending`.
 fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) -> Result<()> {
     let r = &team.reactor;
+    {
+        let mut reserve = r.reserve.lock();
+        if reserve.is_none() {
+            *reserve = reserve_fd();
+        }
+    }
     loop {
         match r.listener.accept() {
             Ok((stream, _)) => {
@@ -324,39 +336,64 @@ fn accept_all(team: &Arc<TeamInner>, pending: &mut HashMap<u64, Pending>) -> Res
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            // Out of descriptors (what accept says first, whether or not a
+            // bind waits): the reserve makes room to take one, which its
+            // handshake refuses once its hello came, naming the limit.
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) && r.reserve.lock().take().is_some() => {}
             Err(e) if listener_failed(&e) => return Err(Error::io("accept a bind")(e)),
             Err(e) => tracing::debug!(error = %e, "a bind went away before it was taken"),
         }
     }
 }
 
+/// A descriptor to keep in reserve (see `Reactor::reserve`).
+fn reserve_fd() -> Option<OwnedFd> {
+    rustix::fs::open("/dev/null", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        .ok()
+}
+
 /// Takes the connector's hello if it has come, and binds; hands the
-/// connection back if it has not (it stays in epoll, or joins it).
+/// connection back if it has not (it stays in epoll, or joins it). What
+/// came is read once and then told apart (a hello, or a TCP connection
+/// another team of this node hands over): a look before the read would let
+/// a hand-over that came between them be read as a bad hello (and the TCP
+/// connection's connector told `NoSuchTeam`).
 fn handshake(team: &Arc<TeamInner>, p: Pending) -> Option<Pending> {
-    let mut magic = [0u8; 8];
-    let peeked =
-        rustix::net::recv(&p.stream, &mut magic, rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT);
-    // (Nothing yet, a hello in pieces or a hang-up: `shm::accept` sorts it out.)
-    let here = peeked.is_ok_and(|(n, _)| n == 8);
-    if here && (&magic == HANDED_OVER || &magic == HANDED_OVER_TLS) {
-        take_handed_over(team, p.stream);
+    #[cfg(test)]
+    as_it_looks(team.id.team);
+    // Room for a shared-memory hello or a hand-over, the larger.
+    let mut buf = [0u8; 8 + HELLO_BYTES];
+    let (n, fds) = match crate::sys::fdpass::try_recv(&p.stream, &mut buf) {
+        Ok(Some(got)) => got,
+        Ok(None) => return Some(p),
+        Err(e) => {
+            if let Error::LimitReached { limit, max } = e {
+                shm::refuse(&p.stream, limit, max);
+            }
+            tracing::warn!(error = %e, "refused a bind");
+            return None;
+        }
+    };
+    let msg = &buf[..n];
+    if msg.starts_with(HANDED_OVER) || msg.starts_with(HANDED_OVER_TLS) {
+        take_handed_over(team, msg, fds);
         return None;
     }
-    if let (true, Err(Error::LimitReached { limit, max })) = (here, team.room_for_a_channel()) {
-        // Refused once its hello is here, and read (its descriptors closed
-        // with it): the connector then waits for our answer, and a socket
-        // closed with unread data would reset its read.
+    if let Err(Error::LimitReached { limit, max }) = team.room_for_a_channel() {
+        // Refused once its hello was read (its descriptors closed with it):
+        // the connector then waits for our answer, and a socket closed with
+        // unread data would reset its read.
         tracing::warn!("refused a bind: {}", Error::LimitReached { limit, max });
-        let _ = rustix::net::recv(&p.stream, &mut [0u8; 64], rustix::net::RecvFlags::DONTWAIT);
         shm::refuse(&p.stream, limit, max);
         return None;
     }
     let names = &team.names;
-    let is_peer = |peer: crate::id::TeamId, pid| names.team_pid(peer.team) == Some(pid);
-    let Pending { stream, until } = p;
-    match shm::accept(stream, &team.bind_config(), is_peer) {
-        Ok(shm::Accepted::Waiting(stream)) => Some(Pending { stream, until }),
-        Ok(shm::Accepted::Bound(end, peer)) => {
+    let is_peer = |peer: crate::id::TeamId, pid, lease: Option<&std::fs::File>| match lease {
+        Some(lock) => names.holds_lease(peer.team, lock),
+        None => names.team_pid(peer.team) == Some(pid),
+    };
+    match shm::accept_hello(p.stream, msg, fds, &team.bind_config(), is_peer) {
+        Ok((end, peer)) => {
             // Watched from now on as the channel's liveness, under another token.
             let end: Box<dyn crate::transport::Transport> = end;
             if let Some(fd) = end.liveness_fd() {
@@ -627,8 +664,16 @@ fn hand_over(team: &Arc<TeamInner>, stream: TcpStream, read: Handed, to: crate::
         return tracing::warn!(%to, "refused a TCP bind for a team of another node");
     }
     let path = team.names.dir().team_socket(to.team);
-    let Ok(unix) = UnixStream::connect(&path) else {
-        return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
+    let unix = match UnixStream::connect(&path) {
+        Ok(unix) => unix,
+        Err(e) => {
+            if let (Handed::Hello(_), Error::LimitReached { limit, max }) = (&read, Error::io("connect")(e)) {
+                // We are out of descriptors, not the team gone: the connector is told so.
+                tracing::warn!(%to, "refused a TCP bind: {}", Error::LimitReached { limit, max });
+                return tcp::handshake::refuse(Link::Plain(stream), limit, max);
+            }
+            return tracing::debug!(%to, "refused a TCP bind for a team that is not here");
+        }
     };
     let msg = handed_over_bytes(&read);
     if let Err(e) = crate::sys::fdpass::send(unix.as_fd(), &msg, &[stream.as_fd()]) {
@@ -667,23 +712,102 @@ pub(crate) fn handed_over_bytes(read: &Handed) -> [u8; 8 + HELLO_BYTES] {
     msg
 }
 
-/// A TCP connection another team of this node handed over: the bind goes
-/// on (on a thread of its own, if `handshakes` allows) from the hello (or
+/// A TCP connection another team of this node handed over (its message
+/// `msg`, read, and the descriptors that came with it): the bind goes on
+/// (on a thread of its own, if `handshakes` allows) from the hello (or
 /// TLS preamble) that team read.
-fn take_handed_over(team: &Arc<TeamInner>, unix: UnixStream) {
-    let mut msg = [0u8; 8 + HELLO_BYTES];
-    let (n, mut fds) = match crate::sys::fdpass::try_recv(&unix, &mut msg) {
-        Ok(Some(got)) => got,
-        Ok(None) => return,
-        Err(e) => return tracing::warn!(error = %e, "a TCP bind handed over could not be read"),
-    };
-    let Some(read) = handed_over(&msg[..n], fds.len()) else {
-        return tracing::warn!("a TCP bind handed over came with {n} bytes and {} descriptors", fds.len());
+fn take_handed_over(team: &Arc<TeamInner>, msg: &[u8], mut fds: Vec<OwnedFd>) {
+    let Some(read) = handed_over(msg, fds.len()) else {
+        return tracing::warn!("a TCP bind handed over came with {} bytes and {} descriptors", msg.len(), fds.len());
     };
     let Some(fd) = fds.pop() else { return };
     let stream = TcpStream::from(fd);
     let Ok(from) = stream.peer_addr() else { return };
     if let Some(ticket) = admit(team, &stream, from.ip()) {
         handshake_thread(team, ticket, stream, Some(read));
+    }
+}
+
+/// Tests: run once by the reactor of team `.0` as it looks at a bind's
+/// connection, before it reads what came: what the hook sends comes as
+/// the reactor looks.
+#[cfg(test)]
+pub(crate) static AS_IT_LOOKS: Mutex<Option<(u32, Hook)>> = Mutex::new(None);
+
+#[cfg(test)]
+type Hook = Box<dyn FnOnce() + Send>;
+
+#[cfg(test)]
+fn as_it_looks(team: u32) {
+    let mut hook = AS_IT_LOOKS.lock();
+    if let Some((_, f)) = hook.take_if(|(t, _)| *t == team) {
+        drop(hook);
+        f();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::cluster::Cluster;
+    use crate::wire::Checkpoint;
+    use crate::Team;
+    use std::collections::BTreeMap;
+    use std::io::Write;
+    use std::time::Duration;
+
+    /// Defect 13 of issue 15 (a send to a live team of another node failed
+    /// `NoSuchTeam`, once in a soak): a TCP bind that node 1's team X took
+    /// for team T, X hands over on T's Unix socket. T's reactor looked (a
+    /// peek) for what came on that connection, then read it as a bind
+    /// hello: a hand-over that came between the two was read as a bad
+    /// hello, and the TCP connection closed on its connector. Here the
+    /// hand-over comes just as the reactor looks; the bind must succeed.
+    #[test]
+    fn a_connection_handed_over_as_the_reactor_looks_is_taken() {
+        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        // Node 1's address in node 2's cluster is the test's, which plays X.
+        let x = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (listen1, listen2) = (free(), free());
+        let cluster = |node: u16, listen, peer: u16, at| Cluster {
+            node,
+            listen,
+            peers: BTreeMap::from([(peer, at)]),
+            key: key.clone(),
+            tls: None,
+            from: BTreeMap::new(),
+            handshakes_per_source: None,
+        };
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let t = Team::builder().runtime_dir(dirs[0].path()).cluster(cluster(1, listen1, 2, listen2)).start().unwrap();
+        let c = Team::builder()
+            .runtime_dir(dirs[1].path())
+            .cluster(cluster(2, listen2, 1, x.local_addr().unwrap()))
+            .start()
+            .unwrap();
+        let port = t.open_raw_port().unwrap();
+        let to = c.raw_sender(port.id()).with_timeout(Duration::from_secs(5));
+        let send = std::thread::spawn(move || to.send(b"x", Checkpoint::OnReceipt));
+        // X takes node 2's connection and its hello, and hands them to T.
+        let (tcp, _) = x.accept().unwrap();
+        let mut hello = [0u8; HELLO_BYTES];
+        (&tcp).read_exact(&mut hello).unwrap();
+        let (give, take) = std::sync::mpsc::channel::<UnixStream>();
+        let msg = handed_over_bytes(&Handed::Hello(hello));
+        *AS_IT_LOOKS.lock() = Some((
+            t.id().team,
+            Box::new(move || {
+                let unix = take.recv().unwrap();
+                crate::sys::fdpass::send(unix.as_fd(), &msg, &[tcp.as_fd()]).unwrap();
+                (&unix).flush().unwrap();
+            }),
+        ));
+        let unix = UnixStream::connect(t.inner.names.dir().team_socket(t.id().team)).unwrap();
+        give.send(unix.try_clone().unwrap()).unwrap();
+        let r = send.join().unwrap();
+        assert!(r.is_ok(), "a bind handed over as the reactor looked: {r:?}");
+        assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"x");
+        drop(unix);
     }
 }

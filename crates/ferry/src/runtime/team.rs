@@ -156,6 +156,16 @@ impl Team {
         self.inner.late_wakeups.load(Ordering::Relaxed)
     }
 
+    /// How many sends looked their route up in the team's peers map
+    /// instead of taking their sender's cached channel: a sender's first
+    /// send, the first after its channel died (a new one is cached then),
+    /// and every send of a sender whose peer reconnected more than 64
+    /// times (it caches no more). A diagnostic: growing with the sends
+    /// means they take the slow path.
+    pub fn route_lookups(&self) -> u64 {
+        self.inner.route_lookups.load(Ordering::Relaxed)
+    }
+
     /// Leaves now: fails what waits on this team with `Shutdown`, closes
     /// channels, removes files, drops tasks. Returns within about
     /// `shutdown_grace` (default 1 s) even if a handler or task never does:
@@ -190,6 +200,8 @@ pub(crate) struct TeamInner {
     names_held: AtomicUsize,
     /// See [`Team::late_wakeups`].
     pub(super) late_wakeups: AtomicU64,
+    /// See [`Team::route_lookups`].
+    pub(crate) route_lookups: AtomicU64,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub(super) reactor: Reactor,
 }
@@ -243,6 +255,7 @@ impl TeamInner {
             shut_down: AtomicBool::new(false),
             names_held: AtomicUsize::new(0),
             late_wakeups: AtomicU64::new(0),
+            route_lookups: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
             reactor,
             cfg,
@@ -312,7 +325,16 @@ impl TeamInner {
             area_bytes: shm::area_for(self.cfg.max_message),
             handshake_timeout: shm::HANDSHAKE_TIMEOUT,
             cooler: Some(self.reactor.cooler.clone()),
+            lease: None,
         }
+    }
+
+    /// The settings of a bind this team starts: with its lock file, which
+    /// proves its identity to the acceptor (a second descriptor of it, not
+    /// the lease's own: a bind must not keep the lock once the team left).
+    pub(super) fn connect_config(&self) -> shm::BindConfig {
+        let lease = self.lease.lock().as_ref().and_then(|l| l.lock_file().try_clone().ok()).map(Arc::new);
+        shm::BindConfig { lease, ..self.bind_config() }
     }
 
     pub(crate) fn shutdown(&self) {
@@ -441,8 +463,10 @@ fn claim_team_number(dir: &RuntimeDir) -> Result<TeamLease> {
         }
     }
     let first = EXTRA_TEAMS + (pid % 2048) * 2048 + n % 2048;
+    // Each tried once: a number held is most likely a live team's (in
+    // containers, teams of other PID namespaces hold these numbers too).
     for t in first..crate::id::MAX_TEAM {
-        if let Ok(l) = TeamLease::acquire(dir, t) {
+        if let Ok(l) = TeamLease::acquire_within(dir, t, Duration::ZERO) {
             return Ok(l);
         }
     }

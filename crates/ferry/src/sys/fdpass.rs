@@ -3,14 +3,14 @@
 use crate::error::{Error, Result};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{
-    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
-    SendFlags,
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
 };
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 
 /// Most descriptors one message carries.
-pub const MAX_FDS: usize = 4;
+pub const MAX_FDS: usize = 5;
 
 /// Sends `bytes` (all of it, in one message) with `fds` attached.
 pub fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
@@ -41,7 +41,7 @@ pub fn try_recv(sock: impl AsFd, buf: &mut [u8]) -> Result<Option<(usize, Vec<Ow
 fn recv_with(sock: impl AsFd, buf: &mut [u8], flags: RecvFlags) -> Result<Option<(usize, Vec<OwnedFd>)>> {
     let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
-    let msg = match recvmsg(sock, &mut [IoSliceMut::new(buf)], &mut cmsg, flags | RecvFlags::CMSG_CLOEXEC) {
+    let msg = match recvmsg(&sock, &mut [IoSliceMut::new(buf)], &mut cmsg, flags | RecvFlags::CMSG_CLOEXEC) {
         Ok(msg) => msg,
         Err(rustix::io::Errno::AGAIN) => return Ok(None),
         Err(e) => return Err(Error::io("recvmsg")(e.into())),
@@ -52,5 +52,17 @@ fn recv_with(sock: impl AsFd, buf: &mut [u8], flags: RecvFlags) -> Result<Option
             fds.extend(rights);
         }
     }
+    if msg.flags.contains(ReturnFlags::CTRUNC) && out_of_descriptors(&sock) {
+        // The kernel dropped descriptors it could not give us: the message
+        // is lost for want of descriptors here, not for what the peer sent.
+        return Err(Error::io("recvmsg")(std::io::Error::from_raw_os_error(libc::EMFILE)));
+    }
     Ok(Some((msg.bytes, fds)))
+}
+
+/// Whether this process is at its open-files limit now (a descriptor
+/// cannot be duplicated): what a truncated `SCM_RIGHTS` message meant, as
+/// opposed to a peer that sent more descriptors than we take.
+fn out_of_descriptors(sock: &impl AsFd) -> bool {
+    matches!(rustix::io::fcntl_dupfd_cloexec(sock, 0), Err(rustix::io::Errno::MFILE))
 }

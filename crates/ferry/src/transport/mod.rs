@@ -36,7 +36,7 @@
 //!    - [`Error::Tls`](crate::Error::Tls) (both sides, over a network):
 //!      one side uses TLS and the other does not, or the TLS session broke.
 //!
-//!    The shared-memory flavor is [`shm::connect`] / [`shm::accept`] (the
+//!    The shared-memory flavor is [`shm::connect`] / [`shm::accept_hello`] (the
 //!    hello carries the segment, the doorbell's state page and the
 //!    channel's wake-up lines as descriptors; see `docs/WIRE.md`). The TCP
 //!    flavor is [`tcp::handshake::connect`] / [`tcp::handshake::accept`]

@@ -93,11 +93,20 @@ impl Child {
     /// `role` in `FERRY_TEST_CHILD` and the runtime dir `dir`, inside network
     /// namespace `ns` if given, with piped stdin and stdout.
     pub fn command(test: &str, role: &str, dir: &Path, ns: Option<&str>) -> Command {
+        match ns {
+            Some(ns) => Child::command_under(&["ip", "netns", "exec", ns], test, role, dir),
+            None => Child::command_under(&[], test, role, dir),
+        }
+    }
+
+    /// [`Child::command`] run by the command line `under` (which execs the
+    /// test binary given after it), e.g. `ip netns exec NS`.
+    pub fn command_under(under: &[&str], test: &str, role: &str, dir: &Path) -> Command {
         let exe = std::env::current_exe().unwrap();
-        let mut cmd = match ns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(exe);
+        let mut cmd = match under.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
                 c
             }
             None => Command::new(exe),

@@ -4,7 +4,7 @@
 //! rings and two payload areas (see [`area`]), one of each per direction,
 //! and hands it with its doorbell to the other team
 //! (the *acceptor*) over the acceptor's Unix socket (SCM_RIGHTS); the acceptor
-//! answers with its own doorbell ([`connect`], [`accept`]: the shared-memory
+//! answers with its own doorbell ([`connect`], [`accept_hello`]: the shared-memory
 //! flavor of the bind handshake of the transport contract). The socket then
 //! stays open and carries nothing; each [`ShmEnd`] owns its side, and its
 //! hang-up is how each end learns the other is gone (the end's
@@ -48,7 +48,7 @@ use crate::sys::{fdpass, shm::Mapping};
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 use area::{Allocator, Cooler, Range, PAGE};
 use ring::{Consumer, Producer, RingError, RingMem, RingMemory};
-use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, AtomicU64 as SharedU64};
 use std::sync::Arc;
@@ -754,6 +754,10 @@ pub struct BindConfig {
     /// The team's reactor's, which cools the payload area this end writes
     /// (see [`area`]); without one the area keeps what it touched.
     pub cooler: Option<Arc<Cooler>>,
+    /// The connector's team lock file, sent with the hello: it proves the
+    /// team's identity whatever PID namespace the acceptor is in (without
+    /// it, the acceptor checks the connector's pid).
+    pub lease: Option<Arc<std::fs::File>>,
 }
 
 pub(crate) fn hello_bytes(magic: &[u8; 8], me: TeamId, cap: u32, area: u64) -> [u8; HELLO_LEN] {
@@ -889,7 +893,8 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
     let hello = hello_bytes(magic, cfg.me, cap as u32, area);
     let line = cfg.doorbell.new_line()?;
     let (one, all) = line.fds();
-    let fds = [segment.fd().as_fd(), cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()];
+    let mut fds = vec![segment.fd().as_fd(), cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()];
+    fds.extend(cfg.lease.as_ref().map(|l| l.as_fd()));
     fdpass::send(stream.as_fd(), &hello, &fds).map_err(acceptor_failed(expect))?;
     let mut buf = [0u8; 64];
     let (n, fds) = fdpass::recv(&stream, &mut buf).map_err(acceptor_failed(expect))?;
@@ -925,7 +930,8 @@ pub fn refuse(stream: &UnixStream, limit: crate::Limit, max: u64) {
     let _ = rustix::net::send(stream, &limit.refusal(REFUSED, max), rustix::net::SendFlags::DONTWAIT);
 }
 
-/// How far an [`accept`] got.
+/// How far an [`accept_with`] got.
+#[cfg(any(test, feature = "testing"))]
 pub enum Accepted {
     /// The connector's hello has not come: the connection, to try again
     /// when it is readable.
@@ -935,38 +941,97 @@ pub enum Accepted {
     Bound(Box<ShmEnd>, TeamId),
 }
 
-/// Acceptor side of the bind: takes a channel offered on a freshly accepted
-/// `stream`, without waiting: [`Accepted::Waiting`] while the connector's
-/// hello has not come (call again when the socket is readable; the caller
-/// bounds the wait, see [`HANDSHAKE_TIMEOUT`]). The hello is one message,
-/// so it comes whole. `is_peer(team, pid)` checks that the process on the
-/// other end (its pid, as the kernel reports it) is the team it claims to
-/// be. A refused connection is closed.
-pub fn accept(stream: UnixStream, cfg: &BindConfig, is_peer: impl Fn(TeamId, u32) -> bool) -> Result<Accepted> {
-    accept_with(stream, cfg, is_peer, WELCOME)
-}
-
-/// [`accept`] with the welcome's magic given (a test poses as a peer of
+/// Acceptor side of the bind, for tests: takes a channel offered on a
+/// freshly accepted `stream`, without waiting: [`Accepted::Waiting`] while
+/// the connector's hello has not come (the reactor reads it itself: see
+/// [`accept_hello`]); the welcome's magic given (a test poses as a peer of
 /// another protocol or version).
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn accept_with(
     stream: UnixStream,
     cfg: &BindConfig,
-    is_peer: impl Fn(TeamId, u32) -> bool,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
     welcome_magic: &[u8; 8],
 ) -> Result<Accepted> {
     let mut buf = [0u8; 64];
-    let Some((n, fds)) = fdpass::try_recv(&stream, &mut buf)? else { return Ok(Accepted::Waiting(stream)) };
-    let (peer, cap, area) = match check_hello(&buf[..n], cfg.me.node, cfg.max_ring_bytes) {
-        Err(Error::LimitReached { limit, max }) => {
-            // Well formed, only more than we map: the connector is told so.
-            refuse(&stream, limit, max);
-            return Err(Error::LimitReached { limit, max });
-        }
-        checked => checked?,
+    let received = match fdpass::try_recv(&stream, &mut buf) {
+        Ok(Some(got)) => got,
+        Ok(None) => return Ok(Accepted::Waiting(stream)),
+        Err(e) => return Err(refusing(&stream, e)),
     };
-    if peer.node != cfg.me.node || !peer_pid(&stream).is_some_and(|pid| is_peer(peer, pid)) {
+    let (end, peer) = accept_hello_with(stream, &buf[..received.0], received.1, cfg, is_peer, welcome_magic)?;
+    Ok(Accepted::Bound(end, peer))
+}
+
+/// Acceptor side of the bind, once the connector's message (`msg`, with
+/// the descriptors `fds` that came with it) was read from `stream`: checks
+/// it as a hello and answers. The hello is one message, so it comes whole.
+/// `is_peer(team, pid, lease)` checks that the process on the other end is
+/// the team it claims to be: by the team lock file the hello carried
+/// (`lease`), or else by its pid as the kernel reports it (0 if this PID
+/// namespace does not see it). A refused connection is closed.
+pub fn accept_hello(
+    stream: UnixStream,
+    msg: &[u8],
+    fds: Vec<OwnedFd>,
+    cfg: &BindConfig,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
+) -> Result<(Box<ShmEnd>, TeamId)> {
+    accept_hello_with(stream, msg, fds, cfg, is_peer, WELCOME)
+}
+
+fn accept_hello_with(
+    stream: UnixStream,
+    msg: &[u8],
+    fds: Vec<OwnedFd>,
+    cfg: &BindConfig,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
+    welcome_magic: &[u8; 8],
+) -> Result<(Box<ShmEnd>, TeamId)> {
+    match take_hello(&stream, msg, fds, cfg, is_peer, welcome_magic) {
+        Ok((segment, sizes, bell, line, peer)) => {
+            let mut end = ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream);
+            end.cooler = cfg.cooler.clone();
+            Ok((Box::new(end), peer))
+        }
+        Err(e) => Err(refusing(&stream, e)),
+    }
+}
+
+/// `e`, the acceptor's failure; out of a resource of ours (descriptors,
+/// most often), the connector is told which (`LimitReached`) rather than
+/// left to think we are gone.
+fn refusing(stream: &UnixStream, e: Error) -> Error {
+    if let Error::LimitReached { limit, max } = e {
+        refuse(stream, limit, max);
+    }
+    e
+}
+
+/// What the acceptor makes of a bind: its segment, ring and area sizes, the
+/// connector's bell, this side's line, and the connector.
+type Taken = (Mapping, (usize, u64, u64), Bell, Line, TeamId);
+
+/// The acceptor's work on the connector's hello `msg` (read from `stream`
+/// with `fds`): checked, and the welcome sent.
+fn take_hello(
+    stream: &UnixStream,
+    msg: &[u8],
+    fds: Vec<OwnedFd>,
+    cfg: &BindConfig,
+    is_peer: impl Fn(TeamId, u32, Option<&std::fs::File>) -> bool,
+    welcome_magic: &[u8; 8],
+) -> Result<Taken> {
+    let (peer, cap, area) = check_hello(msg, cfg.me.node, cfg.max_ring_bytes)?;
+    let mut fds = fds;
+    // The fifth, if any: the connector's team lock file.
+    let lease = if fds.len() == 5 { fds.pop().map(std::fs::File::from) } else { None };
+    let pid = peer_pid(stream).unwrap_or(0);
+    if peer.node != cfg.me.node || !is_peer(peer, pid, lease.as_ref()) {
         return Err(refused(peer, "is not the process on the other end".into()));
     }
+    // Closed now: held, it would keep the connector's lock after its death.
+    drop(lease);
     let [segment, page, one, all] =
         <[_; 4]>::try_from(fds).map_err(|fds| refused(peer, format!("sent {} descriptors, want 4", fds.len())))?;
     let segment = Mapping::open(segment, segment_len(cap, area))?;
@@ -983,10 +1048,7 @@ pub(crate) fn accept_with(
     fdpass::send(stream.as_fd(), &welcome, &[cfg.doorbell.page_fd().as_fd(), one.as_fd(), all.as_fd()])?;
     // The connector sized the areas; this side stages at most what its own
     // settings say in the one it writes (the peer's word does not size our memory).
-    let sizes = (cap, area, cfg.area_bytes);
-    let mut end = ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream);
-    end.cooler = cfg.cooler.clone();
-    Ok(Accepted::Bound(Box::new(end), peer))
+    Ok((segment, (cap, area, cfg.area_bytes), bell, line, peer))
 }
 
 /// A connected pair in one process, for the transport conformance suite

@@ -1,0 +1,114 @@
+//! A sender's cached channel to its destination's team: what a send uses
+//! with one atomic load (and the `Weak` upgrade), instead of looking the
+//! route up in the team's peers map.
+//!
+//! When the cached channel dies (a link cut, a peer that broke the
+//! protocol) and the team binds a new one, the new one is cached in its
+//! place, so sends are back on the fast path. A send may still be upgrading
+//! the channel it loaded as another replaces it, so a replaced entry is not
+//! released before the cache: it keeps at most [`MAX_CACHED`] channels
+//! (weakly: the allocation, not the channel's memory, rings or socket,
+//! which go when the team drops the channel). Past that, sends look the
+//! route up every time (counted: `Team::route_lookups`).
+
+use crate::runtime::channel::Channel;
+use parking_lot::Mutex;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Most channels one sender (with its clones) caches in its life: a peer
+/// reconnected to this often stays on the slow path.
+pub(crate) const MAX_CACHED: usize = 64;
+
+pub(crate) struct CachedChannel {
+    /// The newest entry of `held`, or null: what sends read.
+    current: AtomicPtr<Channel>,
+    /// Every channel cached so far, oldest first: each a `Weak::into_raw`
+    /// pointer, which owns one weak reference until the cache drops.
+    held: Mutex<Vec<*mut Channel>>,
+}
+
+// SAFETY: the pointers are weak references to channels (`Weak<Channel>` is
+// `Send` and `Sync`); they are only upgraded or released through `Weak`.
+unsafe impl Send for CachedChannel {}
+// SAFETY: as above; `held` is behind a mutex, `current` is atomic.
+unsafe impl Sync for CachedChannel {}
+
+impl CachedChannel {
+    pub fn new() -> CachedChannel {
+        CachedChannel { current: AtomicPtr::new(std::ptr::null_mut()), held: Mutex::new(Vec::new()) }
+    }
+
+    /// The cached channel, while it lives and its peer is not gone.
+    #[inline]
+    pub fn get(&self) -> Option<Arc<Channel>> {
+        let p = self.current.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: `p` came from `Weak::into_raw` and is in `held`, whose weak
+        // references are released only when the cache drops, so the
+        // allocation outlives `self`. `ManuallyDrop`: this borrows that
+        // reference and must not release it.
+        let weak = ManuallyDrop::new(unsafe { Weak::from_raw(p) });
+        weak.upgrade().filter(|c| !c.is_gone())
+    }
+
+    /// Caches `ch`, the current channel to the destination's team, unless
+    /// it is cached already or the cache is full.
+    pub fn set(&self, ch: &Arc<Channel>) {
+        let mut held = self.held.lock();
+        if held.last().is_some_and(|&p| std::ptr::eq(p, Arc::as_ptr(ch))) || held.len() >= MAX_CACHED {
+            return;
+        }
+        let p = Weak::into_raw(Arc::downgrade(ch)).cast_mut();
+        held.push(p);
+        self.current.store(p, Ordering::Release);
+    }
+}
+
+impl Drop for CachedChannel {
+    fn drop(&mut self) {
+        for p in self.held.get_mut().drain(..) {
+            // SAFETY: each came from `Weak::into_raw` and is released once, here.
+            drop(unsafe { Weak::from_raw(p) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::wire::Checkpoint;
+    use crate::Team;
+    use std::time::Duration;
+
+    /// Defect 8 of issue 15: the cache was a `OnceLock`, so once its
+    /// channel died every send of the sender looked its route up in the
+    /// peers map for good. After a reconnect the new channel is cached:
+    /// one look-up for the first send, none for the next hundred.
+    #[test]
+    fn a_sender_caches_the_channel_bound_after_its_channel_died() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Team::builder().runtime_dir(dir.path()).start().unwrap();
+        let b = Team::builder().runtime_dir(dir.path()).start().unwrap();
+        let port = b.open_raw_port().unwrap();
+        let to = a.raw_sender(port.id());
+        let send = |n: usize| {
+            for _ in 0..n {
+                to.send(b"x", Checkpoint::OnReceipt).unwrap();
+                port.recv_timeout(Duration::from_secs(5)).unwrap();
+            }
+        };
+        send(100);
+        assert_eq!(a.route_lookups(), 1, "the first send looks the route up, the others take the cache");
+        // The channel dies (as when a link is cut, or the peer broke the protocol).
+        let ch = a.inner.channels.snapshot().iter().find(|c| c.peer == b.id()).unwrap().clone();
+        ch.close();
+        drop(ch);
+        send(1);
+        assert_eq!(a.route_lookups(), 2, "the first send after the channel died binds a new one");
+        send(100);
+        assert_eq!(a.route_lookups(), 2, "sends after the reconnect took the slow path");
+    }
+}
