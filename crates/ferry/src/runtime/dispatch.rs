@@ -10,9 +10,9 @@ use super::idle;
 use super::inbox::Offer;
 use super::payload::Payload;
 use super::team::TeamInner;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::id::Addr;
-use crate::transport::{Body, Recv};
+use crate::transport::{Body, Recv, RecvError};
 use crate::wire::{Checkpoint, Header, Kind, NackReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -46,8 +46,8 @@ impl TeamInner {
                     // was taken: the transport says so with `PeerGone`.
                     d.peer_gone && !ch.finished.load(Ordering::Acquire)
                 }
-                Err(what) => {
-                    tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
+                Err(violation) => {
+                    tracing::warn!(peer = %ch.peer, %violation, "closing channel: peer broke the protocol");
                     ch.close();
                     true
                 }
@@ -121,7 +121,7 @@ impl TeamInner {
 
     /// Takes frames from one channel until it is empty, a destination is
     /// full, or a budget is spent (so one busy peer cannot starve the rest).
-    pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<Drained, String> {
+    pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<Drained, Violation> {
         // Held messages first, in order per endpoint, as far as their inboxes
         // take them, and while their answers have room (see `CONTROL_BACKLOG`).
         if !rx.held.is_empty() {
@@ -157,7 +157,7 @@ impl TeamInner {
             if let Some(v) = violation.take() {
                 return Err(v);
             }
-            match got.map_err(|e| e.to_string())? {
+            match got.map_err(|RecvError::Corrupt(v)| v)? {
                 Recv::Consumed => d.taken += 1,
                 Recv::Empty | Recv::Kept => break,
                 Recv::PeerGone => {
@@ -192,10 +192,10 @@ impl TeamInner {
         rx: &mut RxState,
         h: &Header,
         body: Body<'_>,
-        violation: &mut Option<String>,
+        violation: &mut Option<Violation>,
     ) -> bool {
         if !ch.carries(h, self.id) {
-            *violation = Some(format!("a frame from {} to {} on the channel from team {}", h.src, h.dst, ch.peer));
+            *violation = Some(Violation::Misaddressed { src: h.src, dst: h.dst });
             return false;
         }
         let len = match &body {
@@ -212,7 +212,7 @@ impl TeamInner {
                 true
             }
             Kind::Release => {
-                *violation = Some("a payload release outside its transport".into());
+                *violation = Some(Violation::StrayRelease);
                 false
             }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {

@@ -128,6 +128,7 @@ pub struct Header {
 
 /// Why a header was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HeaderError {
     /// Fewer bytes than a header (how many).
     #[error("frame too short ({0} bytes)")]
