@@ -108,9 +108,9 @@ pub enum Error {
         /// Its value.
         max: u64,
     },
-    /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
+    /// The receiver (or this team) refused the operation; the [`Refusal`] says why.
     #[error("refused: {0}")]
-    Refused(String),
+    Refused(Refusal),
     /// A task or handler panicked; the text is its panic message.
     #[error("panicked: {0}")]
     Panicked(String),
@@ -272,6 +272,34 @@ pub enum Violation {
     /// errors are not part of this type.
     #[error("TLS: {0}")]
     Tls(String),
+}
+
+/// Why an operation was refused: [`Error::Refused`]'s cause.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The receiver dropped the message without the reply `OnReturn` asked
+    /// for (or did not decode it).
+    #[error("the receiver dropped the message without the reply it asked for")]
+    NoReply,
+    /// A blocking bind found no blocking thread free to bind on.
+    #[error("no blocking thread to bind on (TeamBuilder::blocking_threads)")]
+    NoBlockingThread,
+    /// Every team number of this node is taken by a live team.
+    #[error("no free team number on this node")]
+    NoTeamNumber,
+    /// A reply larger than this team's `max_message` (it was dropped).
+    #[error("a reply of {len} bytes, larger than this team's max_message of {max} (TeamBuilder::max_message)")]
+    ReplyTooLarge {
+        /// The reply's size in bytes.
+        len: usize,
+        /// This team's `max_message`.
+        max: usize,
+    },
+    /// The peer refused for a reason this build does not know; the text is
+    /// the peer's own words, as it sent them.
+    #[error("{0}")]
+    Peer(String),
 }
 
 /// A handshake message, as [`Violation`] names it.
@@ -447,7 +475,7 @@ impl Error {
             Error::Unauthenticated { peer, what } => Error::Unauthenticated { peer: *peer, what: what.clone() },
             Error::Tls { peer, what } => Error::Tls { peer: *peer, what: what.clone() },
             Error::LimitReached { limit, max } => Error::LimitReached { limit: *limit, max: *max },
-            Error::Refused(s) => Error::Refused(s.clone()),
+            Error::Refused(r) => Error::Refused(r.clone()),
             Error::Panicked(s) => Error::Panicked(s.clone()),
             Error::InvalidSetting { setting, value, allowed } => {
                 Error::InvalidSetting { setting, value: value.clone(), allowed: allowed.clone() }

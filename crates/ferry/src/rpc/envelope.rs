@@ -240,7 +240,6 @@ impl<E> From<Error> for RpcError<E> {
             Error::DeadlineExceeded => RpcError::DeadlineExceeded,
             Error::Cancelled => RpcError::Cancelled,
             Error::Codec(s) => RpcError::Codec(s),
-            Error::Refused(s) => RpcError::Refused(s),
             Error::Panicked(s) => RpcError::HandlerPanicked(s),
             other => RpcError::Ferry(other),
         }

@@ -10,10 +10,10 @@ use super::idle;
 use super::inbox::Offer;
 use super::payload::Payload;
 use super::team::TeamInner;
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::Addr;
 use crate::transport::{Body, Recv, RecvError};
-use crate::wire::{Checkpoint, Header, Kind, NackReason};
+use crate::wire::{Checkpoint, Header, Kind, Nack, NackReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -222,10 +222,12 @@ impl TeamInner {
                         let d = slot.take().expect("a detached body is offered once");
                         if d.len() > self.cfg.max_message {
                             // Taken (so released at once) and refused.
-                            let why = format!("{} bytes, larger than {}", d.len(), self.cfg.max_message);
+                            let (len, max) = (d.len(), self.cfg.max_message);
                             match h.kind {
-                                Kind::Data => self.nack(ch, h, NackReason::TooLarge, &why),
-                                _ => self.complete(ch, h, Err(Error::Refused(format!("reply too large: {why}")))),
+                                Kind::Data => {
+                                    self.nack(ch, h, NackReason::TooLarge, &Nack::too_large(len as u64, max as u64))
+                                }
+                                _ => self.complete(ch, h, Err(Error::Refused(Refusal::ReplyTooLarge { len, max }))),
                             }
                         } else {
                             self.dispatch(ch, rx, h, len, || Payload::Detached(d));
@@ -271,7 +273,7 @@ impl TeamInner {
         let slot = h.dst.slot();
         if rx.last_inbox.as_ref().is_none_or(|(s, _)| *s != slot) {
             let Some(i) = self.endpoints.get(h.dst) else {
-                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("no endpoint {}", h.dst));
+                self.nack(ch, h, NackReason::NoSuchEndpoint, format!("no endpoint {}", h.dst).as_bytes());
                 return true;
             };
             rx.last_inbox = Some((slot, i));
@@ -309,7 +311,7 @@ impl TeamInner {
             Offer::Full => false,
             Offer::Closed => {
                 rx.last_inbox = None;
-                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("endpoint {} closed", h.dst));
+                self.nack(ch, h, NackReason::NoSuchEndpoint, format!("endpoint {} closed", h.dst).as_bytes());
                 true
             }
         }
@@ -329,12 +331,13 @@ impl TeamInner {
     }
 }
 
+/// The error a nack (its payload: a peer's bytes) means for the send it answers.
 fn nack_error(ch: &Channel, h: &Header, payload: &[u8]) -> Error {
-    let text = String::from_utf8_lossy(payload.get(1..).unwrap_or_default()).into_owned();
-    match payload.first().map(|b| NackReason::from_u8(*b)) {
-        Some(NackReason::NoSuchEndpoint) => Error::NoSuchEndpoint(ch.peer_endpoint(h.src)),
-        Some(NackReason::TooLarge) => Error::Refused(format!("too large: {text}")),
-        Some(NackReason::NoReply) => Error::Refused(format!("no reply: {text}")),
-        _ => Error::Refused(text),
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    match Nack::parse(payload) {
+        Nack::NoSuchEndpoint => Error::NoSuchEndpoint(ch.peer_endpoint(h.src)),
+        Nack::NoReply => Error::Refused(Refusal::NoReply),
+        Nack::TooLarge { len, max } => Error::TooLarge { len: size(len), max: size(max) },
+        Nack::Other(text) => Error::Refused(Refusal::Peer(String::from_utf8_lossy(text).into_owned())),
     }
 }
