@@ -1075,9 +1075,11 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ("deadline", env::DEADLINE),
         ("refused", env::REFUSED),
         ("codec-error", env::CODEC),
+        ("mismatch", env::MISMATCH),
     ] {
         add("rpc", name, env::status(code, "why"));
     }
+    add("rpc", "no-method", env::no_such_method(7));
     add("rpc", "limit", env::limit(crate::Limit::BatchCalls, 13_107));
     // A batch that counts more calls than its size allows.
     let mut many = vec![env::BATCH];
