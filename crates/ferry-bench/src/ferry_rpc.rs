@@ -266,15 +266,15 @@ pub fn breakdown(calls: usize) -> ferry::Result<ferry::cost::Breakdown> {
         .map_err(ferry::Error::io("start the server process"))?;
     let team = team(&run_id, Mode::Spin, 0);
     let c = bind(&team);
-    c.cost_blocking(true).map_err(|e| ferry::Error::Refused(e.to_string()))?;
+    c.cost_blocking(true).map_err(|e| crate::failed("RPC breakdown", e))?;
     ferry::cost::reset();
     ferry::cost::set_enabled(true);
     for _ in 0..calls {
-        c.null_blocking().map_err(|e| ferry::Error::Refused(e.to_string()))?;
+        c.null_blocking().map_err(|e| crate::failed("RPC breakdown", e))?;
     }
     ferry::cost::set_enabled(false);
     let client = ferry::cost::snapshot();
-    let server = c.cost_blocking(false).map_err(|e| ferry::Error::Refused(e.to_string()))?;
+    let server = c.cost_blocking(false).map_err(|e| crate::failed("RPC breakdown", e))?;
     let _ = c.stop_blocking();
     let _ = child.wait();
     team.shutdown();

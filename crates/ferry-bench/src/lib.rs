@@ -52,6 +52,12 @@ pub use shm::ShmRegion;
 pub use stats::Stats;
 pub use suites::{all_cases, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs};
 
+/// A failed check of a bench (not of ferry) as the bench's error: `what`
+/// went wrong while doing `context`.
+pub(crate) fn failed(context: &'static str, what: impl std::fmt::Display) -> ferry::Error {
+    ferry::Error::Io { context, source: std::io::Error::other(what.to_string()) }
+}
+
 /// First thing in `main()` of a binary that runs suites: if this process is
 /// a benchmark's second process, play that part and exit.
 pub fn child_main() {

@@ -279,7 +279,7 @@ pub(crate) fn send_as(
             if back == sum {
                 Ok(())
             } else {
-                Err(Error::Refused("the reply's checksum differs".into()))
+                Err(crate::failed("soak call", "the reply's checksum differs"))
             }
         }),
     }
@@ -364,7 +364,7 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
                 return Ok(v);
             }
         }
-        Err(ferry::Error::Refused(format!("a soak team ended before saying {key:?}")))
+        Err(crate::failed("soak", format!("a soak team ended before saying {key:?}")))
     };
     // A watchdog: a team that hangs fails the run, it does not hang it.
     let finished = Arc::new(AtomicBool::new(false));
@@ -533,10 +533,13 @@ pub fn run(args: &SoakArgs) -> ferry::Result<()> {
     let bad = lost + duplicated + reordered + corrupted + failed;
     let grew = !args.no_memory_bound && (rss_growth_pct > 10.0 || fd_growth > 0.0);
     if bad > 0 || grew {
-        return Err(ferry::Error::Refused(format!(
-            "soak failed: {lost} lost, {duplicated} duplicated, {reordered} reordered, {corrupted} corrupted, \
-             {failed} failed; RSS +{rss_growth_pct:.1} %, descriptors +{fd_growth}"
-        )));
+        return Err(crate::failed(
+            "soak",
+            format!(
+                "soak failed: {lost} lost, {duplicated} duplicated, {reordered} reordered, {corrupted} corrupted, \
+                 {failed} failed; RSS +{rss_growth_pct:.1} %, descriptors +{fd_growth}"
+            ),
+        ));
     }
     Ok(())
 }

@@ -253,7 +253,7 @@ fn tour(team: &Team) -> Result<()> {
 
 /// An RPC error as the tour's error.
 fn rpc_err(e: RpcError) -> ferry::Error {
-    ferry::Error::Refused(e.to_string())
+    ferry::Error::Io { context: "RPC tour", source: std::io::Error::other(e.to_string()) }
 }
 
 fn rpc_tour(team: &Team) -> Result<()> {

@@ -296,11 +296,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
             pub fn from_call(__ferry_call: ::ferry::rpc::IncomingCall) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
                 match __ferry_call.method() {
                     #(#request_arms)*
-                    other => {
-                        let why = format!("no method #{other}");
-                        let _ = __ferry_call.refuse(&why);
-                        ::core::result::Result::Err(::ferry::rpc::RpcError::Refused(why))
-                    }
+                    _ => ::core::result::Result::Err(::ferry::rpc::__private::refuse_no_such_method(__ferry_call)),
                 }
             }
         }

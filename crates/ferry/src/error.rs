@@ -1,7 +1,9 @@
 //! The one error type of ferry. Every variant names what went wrong.
 
-use crate::id::{EndpointId, TeamId};
+use crate::id::{Addr, EndpointId, TeamId};
 use std::io;
+
+pub use crate::wire::HeaderError;
 
 /// ferry's result: [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -67,13 +69,15 @@ pub enum Error {
     /// A payload could not be encoded or decoded.
     #[error("codec: {0}")]
     Codec(String),
-    /// A peer sent something that breaks the protocol; its channel is closed.
-    #[error("protocol violation by {peer}: {what}")]
+    /// A peer sent something that breaks the protocol; its channel (or
+    /// connection) is closed.
+    #[error("protocol violation by {peer}: {violation}")]
     Protocol {
-        /// The team that broke the protocol.
+        /// The team that broke the protocol (`node.0.0` when only its node
+        /// is known, `0.0.0` when not even that).
         peer: TeamId,
         /// What it did.
-        what: String,
+        violation: Violation,
     },
     /// A peer over the network could not prove it holds the cluster's key
     /// (or we could not prove it to the peer): the connection was refused.
@@ -104,9 +108,9 @@ pub enum Error {
         /// Its value.
         max: u64,
     },
-    /// The receiver refused the message (e.g. it was dropped without the reply `OnReturn` asked for).
+    /// The receiver (or this team) refused the operation; the [`Refusal`] says why.
     #[error("refused: {0}")]
-    Refused(String),
+    Refused(Refusal),
     /// A task or handler panicked; the text is its panic message.
     #[error("panicked: {0}")]
     Panicked(String),
@@ -137,6 +141,214 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// How a peer broke the protocol: [`Error::Protocol`]'s cause, and why a
+/// transport closed a channel. One variant per way a peer can misbehave.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// A handshake message with the wrong magic or length.
+    #[error("a malformed {message} (wrong magic or layout, {len} bytes)")]
+    MalformedHandshake {
+        /// Which message.
+        message: HandshakeMessage,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The connection closed before a handshake message was whole.
+    #[error("closed before its {0} was whole")]
+    ClosedBefore(HandshakeMessage),
+    /// A shared-memory hello asked for a ring that is not a power of two
+    /// of at least the smallest ring.
+    #[error("asked for a {0}-byte ring (a power of two of at least 4 KiB)")]
+    RingSize(u64),
+    /// A shared-memory hello asked for a payload area that is not whole
+    /// pages or is past the largest area.
+    #[error("asked for a {0}-byte payload area (whole pages, at most 64 GiB)")]
+    AreaSize(u64),
+    /// A TCP hello or welcome granted credit outside the handshake's bounds.
+    #[error("granted {frames} frame bytes and {detached} payload bytes (out of bounds)")]
+    GrantOutOfBounds {
+        /// Frame bytes granted.
+        frames: u64,
+        /// Large-payload bytes granted.
+        detached: u64,
+    },
+    /// A hello claimed incarnation 0, which no team has.
+    #[error("its hello claims incarnation 0")]
+    NoIncarnation,
+    /// A shared-memory hello came from a process other than the team it names.
+    #[error("it is not the process on the other end of the socket")]
+    NotThatProcess,
+    /// A handshake carried the wrong number of descriptors.
+    #[error("sent {got} descriptors, want {want}")]
+    Descriptors {
+        /// How many came.
+        got: usize,
+        /// How many the message carries.
+        want: usize,
+    },
+    /// The doorbell descriptors a peer sent are not a sealed page and two
+    /// eventfds.
+    #[error("sent doorbell descriptors that are not a sealed page and two eventfds")]
+    BadDoorbell,
+    /// A shared-memory segment whose header is not this version's or not
+    /// the size the hello asked for.
+    #[error("sent a segment of another version or size")]
+    SegmentMismatch,
+    /// A TCP bind in TLS whose hello names another team than its TLS preamble did.
+    #[error("its TLS preamble named {preamble}, its hello {hello}")]
+    PreambleMismatch {
+        /// The team the preamble named.
+        preamble: TeamId,
+        /// The team the hello names.
+        hello: TeamId,
+    },
+    /// A frame header that does not decode.
+    #[error("a frame header that does not decode: {0}")]
+    BadHeader(HeaderError),
+    /// A frame on a channel that carries frames between two other teams.
+    #[error("a frame from {src} to {dst}")]
+    Misaddressed {
+        /// Its source.
+        src: Addr,
+        /// Its destination.
+        dst: Addr,
+    },
+    /// The peer broke the shared-memory ring's invariants.
+    #[error("corrupt ring: {0}")]
+    Ring(RingFault),
+    /// A payload descriptor naming a range outside the payload area (or
+    /// empty, or not page-aligned).
+    #[error("a payload descriptor outside the area (offset {offset}, {len} bytes)")]
+    DescriptorOutsideArea {
+        /// The range's offset.
+        offset: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// A payload descriptor of the wrong size.
+    #[error("a payload descriptor of {0} bytes")]
+    DescriptorLength(usize),
+    /// A payload range given back that was never lent (or lent on a
+    /// channel with no payload area).
+    #[error("gave back a payload range never lent (offset {offset}, {len} bytes)")]
+    ReleaseNotLent {
+        /// The range's offset.
+        offset: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// A payload release outside the transport that lends payloads.
+    #[error("a payload release outside its transport")]
+    StrayRelease,
+    /// A TCP frame larger than the credit granted.
+    #[error("a {len}-byte frame, past the credit granted")]
+    PastCredit {
+        /// The frame's payload bytes.
+        len: usize,
+    },
+    /// A TCP credit frame of the wrong size.
+    #[error("a {len}-byte credit frame")]
+    BadCreditFrame {
+        /// Its payload bytes.
+        len: usize,
+    },
+    /// Credit returned for more than was ever sent.
+    #[error("credit returned past the grant: {frames} of {granted_frames} frame bytes, {detached} of {granted_detached} payload bytes")]
+    CreditPastGrant {
+        /// Frame bytes of credit now held.
+        frames: u64,
+        /// Frame bytes granted.
+        granted_frames: u64,
+        /// Payload bytes of credit now held.
+        detached: u64,
+        /// Payload bytes granted.
+        granted_detached: u64,
+    },
+    /// The TLS record layer failed (bytes that are not TLS, or fail its
+    /// checks). The text is rustls's: TLS is an optional feature, and its
+    /// errors are not part of this type.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+/// Why an operation was refused: [`Error::Refused`]'s cause.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The receiver dropped the message without the reply `OnReturn` asked
+    /// for (or did not decode it).
+    #[error("the receiver dropped the message without the reply it asked for")]
+    NoReply,
+    /// A blocking bind found no blocking thread free to bind on.
+    #[error("no blocking thread to bind on (TeamBuilder::blocking_threads)")]
+    NoBlockingThread,
+    /// Every team number of this node is taken by a live team.
+    #[error("no free team number on this node")]
+    NoTeamNumber,
+    /// A reply larger than this team's `max_message` (it was dropped).
+    #[error("a reply of {len} bytes, larger than this team's max_message of {max} (TeamBuilder::max_message)")]
+    ReplyTooLarge {
+        /// The reply's size in bytes.
+        len: usize,
+        /// This team's `max_message`.
+        max: usize,
+    },
+    /// The peer refused for a reason this build does not know; the text is
+    /// the peer's own words, as it sent them.
+    #[error("{0}")]
+    Peer(String),
+}
+
+/// A handshake message, as [`Violation`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeMessage {
+    /// The connector's hello.
+    #[error("hello")]
+    Hello,
+    /// The acceptor's welcome.
+    #[error("welcome")]
+    Welcome,
+    /// The acceptor's last word on the proof.
+    #[error("verdict")]
+    Verdict,
+    /// The acceptor's refusal (a limit of its was reached).
+    #[error("refusal")]
+    Refusal,
+    /// The 8 bytes that say what a TCP connection wants (a bind, a name
+    /// query, TLS).
+    #[error("opening bytes")]
+    Opening,
+    /// The preamble that starts TLS.
+    #[error("TLS preamble")]
+    TlsPreamble,
+    /// A node's answer to a name query.
+    #[error("name answer")]
+    NameAnswer,
+}
+
+/// How a peer broke a shared-memory ring (it shares the ring's memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RingFault {
+    /// The consumer's head moved backwards or past the tail.
+    #[error("consumer head moved backwards or past the tail")]
+    Head,
+    /// A record's stamp has the wrong lap.
+    #[error("record stamp has the wrong lap")]
+    Lap,
+    /// Padding at the start of the ring (or twice in a row).
+    #[error("padding at the start of the ring")]
+    PaddingAtStart,
+    /// Padding that does not reach the ring's end.
+    #[error("bad padding length")]
+    PaddingLength,
+    /// A record longer than the ring allows.
+    #[error("bad record length")]
+    RecordLength,
 }
 
 /// A resource limit (see `docs/RELIABILITY.md`, "Limits", for every limit
@@ -277,11 +489,11 @@ impl Error {
             Error::InvalidName(n) => Error::InvalidName(n.clone()),
             Error::TooLarge { len, max } => Error::TooLarge { len: *len, max: *max },
             Error::Codec(s) => Error::Codec(s.clone()),
-            Error::Protocol { peer, what } => Error::Protocol { peer: *peer, what: what.clone() },
+            Error::Protocol { peer, violation } => Error::Protocol { peer: *peer, violation: violation.clone() },
             Error::Unauthenticated { peer, what } => Error::Unauthenticated { peer: *peer, what: what.clone() },
             Error::Tls { peer, what } => Error::Tls { peer: *peer, what: what.clone() },
             Error::LimitReached { limit, max } => Error::LimitReached { limit: *limit, max: *max },
-            Error::Refused(s) => Error::Refused(s.clone()),
+            Error::Refused(r) => Error::Refused(r.clone()),
             Error::Panicked(s) => Error::Panicked(s.clone()),
             Error::InvalidSetting { setting, value, allowed } => {
                 Error::InvalidSetting { setting, value: value.clone(), allowed: allowed.clone() }

@@ -34,7 +34,7 @@ pub mod testing;
 pub(crate) mod transport;
 pub(crate) mod wire;
 
-pub use error::{Error, Limit, Result};
+pub use error::{Error, Limit, Refusal, Result, Violation};
 pub use id::{EndpointId, TeamId};
 pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select, Sender};
 pub use runtime::{AbortHandle, Cidr, Cluster, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};

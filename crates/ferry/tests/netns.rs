@@ -61,22 +61,14 @@ fn child_entry() {
                         })
                     }
                     // By name: the other nodes are asked for it.
-                    "calc-by-name" => {
-                        CalcClient::bind(&team, words[1]).map_err(|e| Error::Refused(e.to_string())).and_then(|c| {
-                            c.add_blocking(1, 2).map(|r| assert_eq!(r, 3)).map_err(|e| Error::Refused(e.to_string()))
-                        })
-                    }
+                    "calc-by-name" => CalcClient::bind(&team, words[1])
+                        .map_err(rpc_error)
+                        .and_then(|c| c.add_blocking(1, 2).map(|r| assert_eq!(r, 3)).map_err(rpc_error)),
                     // A look-up by name (the other nodes are asked), and the endpoint it should find.
                     "lookup" => team.lookup(words[1]).map(|ep| assert_eq!(ep.to_string(), words[2])),
-                    "calc" => {
-                        CalcClient::bind_to(&team, id(1)).map_err(|e| Error::Refused(e.to_string())).and_then(|c| {
-                            (0..100).try_for_each(|i| {
-                                c.add_blocking(i, i)
-                                    .map(|r| assert_eq!(r, 2 * i))
-                                    .map_err(|e| Error::Refused(e.to_string()))
-                            })
-                        })
-                    }
+                    "calc" => CalcClient::bind_to(&team, id(1)).map_err(rpc_error).and_then(|c| {
+                        (0..100).try_for_each(|i| c.add_blocking(i, i).map(|r| assert_eq!(r, 2 * i)).map_err(rpc_error))
+                    }),
                     // Echo calls to two endpoints at once, the second's
                     // first contact while calls to the first are in flight;
                     // every 10th call by a new sender (a route look-up).
@@ -120,6 +112,15 @@ fn child_entry() {
             }
         }
         other => panic!("unknown role {other}"),
+    }
+}
+
+/// An RPC failure as the child's outcome: the runtime's error as it is,
+/// any other as its text.
+fn rpc_error(e: ferry::rpc::RpcError) -> Error {
+    match e {
+        ferry::rpc::RpcError::Ferry(e) => e,
+        other => Error::Io { context: "RPC", source: std::io::Error::other(other.to_string()) },
     }
 }
 

@@ -14,7 +14,7 @@ mod common;
 use common::pair::{pair, Placement, Side, PATIENCE};
 use common::pattern;
 use ferry::codec;
-use ferry::{Checkpoint, EndpointId, Error, Port, RawPort, Select, Team, TeamBuilder};
+use ferry::{Checkpoint, EndpointId, Error, Port, RawPort, Refusal, Select, Team, TeamBuilder};
 use serde::{Deserialize, Serialize};
 use std::future::{poll_fn, Future};
 use std::path::Path;
@@ -320,10 +320,10 @@ fn dropped_without_reply_is_refused(p: Placement) {
         },
         |tx| {
             let s = tx.team.sender::<u32>(tx.get("port"));
-            assert!(matches!(s.call::<u32>(&1), Err(Error::Refused(_))));
+            assert!(matches!(s.call::<u32>(&1), Err(Error::Refused(Refusal::NoReply))));
             assert!(matches!(
                 s.as_raw().send(&codec::encode(&2u32).unwrap(), Checkpoint::OnReturn),
-                Err(Error::Refused(_))
+                Err(Error::Refused(Refusal::NoReply))
             ));
             s.send(&3, Checkpoint::OnReceipt).unwrap();
         },
@@ -342,7 +342,7 @@ fn undecodable_message(p: Placement) {
         },
         |tx| {
             let raw = tx.team.raw_sender(tx.get("port"));
-            assert!(matches!(raw.call(&[0xc1]), Err(Error::Refused(_))));
+            assert!(matches!(raw.call(&[0xc1]), Err(Error::Refused(Refusal::NoReply))));
         },
     );
 }
@@ -969,8 +969,9 @@ fn message_over_the_receivers_limit_fails_the_sender(p: Placement) {
                 let _ = done.send(big.send(&vec![1u8; 200_000], Checkpoint::OnReceipt));
             });
             match result.recv_timeout(Duration::from_secs(5)) {
-                Ok(Err(Error::Refused(_) | Error::TooLarge { .. })) => {}
-                Ok(r) => panic!("expected Refused or TooLarge, got {r:?}"),
+                // The receiver's nack carries the numbers (it used to be `Refused` with them as text).
+                Ok(Err(Error::TooLarge { len: 200_000, max: 100_000 })) => {}
+                Ok(r) => panic!("expected TooLarge {{ len: 200000, max: 100000 }}, got {r:?}"),
                 Err(_) => panic!("the sender of a too-large message was still blocked after 5 s"),
             }
             let after = s.with_timeout(Duration::from_secs(2)).send(b"after", Checkpoint::OnReceipt);

@@ -220,13 +220,23 @@ fn mismatched_client_is_refused_at_bind(p: Placement) {
     with_calc_server(p, |cli| {
         cli.get::<String>("serving");
         match v2::CalcClient::bind(&cli.team, "calc") {
-            Err(RpcError::Refused(why)) => {
-                assert_eq!(why, "interface mismatch: add: argument a is i32 here, a is i64 in the client")
+            Err(RpcError::InterfaceMismatch(why)) => {
+                assert_eq!(why, "add: argument a is i32 here, a is i64 in the client")
             }
             Ok(_) => panic!("a mismatched client was accepted"),
-            Err(e) => panic!("want Refused, got {e:?}"),
+            Err(e) => panic!("want InterfaceMismatch, got {e:?}"),
         }
-        assert!(matches!(NotifyClient::bind(&cli.team, "calc"), Err(RpcError::Refused(_))));
+        assert!(matches!(NotifyClient::bind(&cli.team, "calc"), Err(RpcError::InterfaceMismatch(_))));
+        // A request for a method the service lacks (CALL, method 99, no
+        // arguments): typed, naming the method (it was Refused("no method #99")).
+        let to = cli.team.raw_sender(cli.team.lookup("calc").unwrap());
+        let mut request = vec![2u8];
+        request.extend_from_slice(&99u32.to_le_bytes());
+        request.push(0x90);
+        let answer = to.send(&request, Checkpoint::OnReturn).unwrap();
+        let r = ferry::rpc::__private::decode_response::<(), ferry::rpc::Never>(&answer);
+        assert!(matches!(r, Err(RpcError::NoSuchMethod(99))), "{r:?}");
+        assert_eq!(r.unwrap_err().to_string(), "the server has no method #99");
     });
 }
 

@@ -22,11 +22,12 @@
 
 mod common;
 
+use ferry::error::{HandshakeMessage, HeaderError};
 use ferry::testing::{
     flags, shm_accept, shm_connect, tcp_accept, tcp_connect, Addr, Body, Detached, Doorbell, Grant, Header, Kind,
     Liveness, Recv, RecvError, SendError, ShmBind, Staged, TcpBind, TcpEnd, TlsConfig, Transport,
 };
-use ferry::{Checkpoint, Error, TeamId};
+use ferry::{Checkpoint, Error, TeamId, Violation};
 use std::marker::PhantomData;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -1355,7 +1356,16 @@ fn refused_handshake_of_another_protocol<F: Factory>() {
         let plan = Plan { fault, ..honest() };
         let out = handshake_of::<F>().bind(&plan);
         let (c, a) = (show(&out.connector), show(&out.acceptor));
-        assert!(matches!(out.acceptor, Some(Err(Error::Protocol { .. }))), "{fault:?}: acceptor {a}, want Protocol");
+        assert!(
+            matches!(
+                out.acceptor,
+                Some(Err(Error::Protocol {
+                    violation: Violation::MalformedHandshake { message: HandshakeMessage::Hello, .. },
+                    ..
+                }))
+            ),
+            "{fault:?}: acceptor {a}, want Protocol (a malformed hello)"
+        );
         assert!(
             matches!(out.connector, Some(Err(Error::NoSuchTeam(t))) if t == plan.expect),
             "{fault:?}: connector {c}, want NoSuchTeam"
@@ -1364,7 +1374,16 @@ fn refused_handshake_of_another_protocol<F: Factory>() {
     let plan = Plan { fault: Fault::WelcomeMagic, ..honest() };
     let out = handshake_of::<F>().bind(&plan);
     let c = show(&out.connector);
-    assert!(matches!(out.connector, Some(Err(Error::Protocol { .. }))), "bad welcome: connector {c}, want Protocol");
+    assert!(
+        matches!(
+            out.connector,
+            Some(Err(Error::Protocol {
+                violation: Violation::MalformedHandshake { message: HandshakeMessage::Welcome, .. },
+                ..
+            }))
+        ),
+        "bad welcome: connector {c}, want Protocol (a malformed welcome)"
+    );
     acceptor_of_a_refused_bind(out.acceptor, "a refused welcome");
 }
 
@@ -1605,20 +1624,22 @@ mod shm_corrupt_peer {
         panic!("could not find the channel's segment in /proc/self/fd");
     }
 
-    /// The reader reports `Corrupt`, offers nothing, and its end is closed.
-    fn assert_corrupt(pipe: &Pipe, what: &str) {
+    /// The reader reports `Corrupt`, offers nothing, and its end is
+    /// closed. Returns the violation it names.
+    fn assert_corrupt(pipe: &Pipe, what: &str) -> Violation {
         let mut offered = false;
         let r = pipe.b.try_recv(&mut |_, _| {
             offered = true;
             true
         });
-        assert!(matches!(r, Err(RecvError::Corrupt(_))), "{what}: got {r:?}");
+        let Err(RecvError::Corrupt(violation)) = r else { panic!("{what}: got {r:?}") };
         assert!(!offered, "{what}: a corrupt frame was offered");
         assert!(pipe.b.is_closed(), "{what}: a corrupt channel must be closed");
         assert_eq!(pipe.b.try_send(&data(2), b"x"), Err(SendError::Closed), "{what}");
         // Final: asking again does not hand anything over either.
         let again = pipe.b.try_recv(&mut |_, _| panic!("{what}: offered a frame after corruption"));
         assert!(!matches!(again, Ok(Recv::Consumed)), "{what}");
+        violation
     }
 
     #[test]
@@ -1634,24 +1655,26 @@ mod shm_corrupt_peer {
     fn bad_header_version() {
         let (pipe, seg, _) = pipe_and_segment();
         seg.write(RING0 + STAMP, &[9]);
-        assert_corrupt(&pipe, "version 9");
+        assert_eq!(assert_corrupt(&pipe, "version 9"), Violation::BadHeader(HeaderError::Version(9)));
     }
 
     #[test]
     fn bad_header_kind_and_flags() {
         let (pipe, seg, _) = pipe_and_segment();
         seg.write(RING0 + STAMP + 1, &[200]);
-        assert_corrupt(&pipe, "kind 200");
+        assert_eq!(assert_corrupt(&pipe, "kind 200"), Violation::BadHeader(HeaderError::Kind(200)));
         let (pipe, seg, _) = pipe_and_segment();
         seg.write(RING0 + STAMP + 2, &[0, 0x80]);
-        assert_corrupt(&pipe, "unknown flags");
+        let v = assert_corrupt(&pipe, "unknown flags");
+        assert!(matches!(v, Violation::BadHeader(HeaderError::Flags(_))), "{v:?}");
     }
 
     #[test]
     fn header_length_disagrees_with_record() {
         let (pipe, seg, _) = pipe_and_segment();
         seg.write(RING0 + STAMP + 4, &1000u32.to_le_bytes());
-        assert_corrupt(&pipe, "len 1000 in a 32-byte frame");
+        let v = assert_corrupt(&pipe, "len 1000 in a 32-byte frame");
+        assert!(matches!(v, Violation::BadHeader(HeaderError::Length { len: 1000, .. })), "{v:?}");
     }
 
     #[test]
@@ -1667,7 +1690,8 @@ mod shm_corrupt_peer {
         ] {
             let (pipe, seg, _) = pipe_and_segment();
             seg.write_u64(RING0, f(stamp(&seg)));
-            assert_corrupt(&pipe, what);
+            let v = assert_corrupt(&pipe, what);
+            assert!(matches!(v, Violation::Ring(_)), "{what}: {v:?}");
         }
     }
 
@@ -1797,7 +1821,8 @@ mod tcp_corrupt_peer {
         h.len = (SMALL * 4) as u32;
         h.encode(&mut head);
         raw.write_all(&head).unwrap();
-        assert!(matches!(outcome(&end), Err(RecvError::Corrupt(_))));
+        let len = SMALL * 4;
+        assert_eq!(outcome(&end), Err(RecvError::Corrupt(Violation::PastCredit { len })));
         // Frames within the size but past the credit in total: refused too.
         let (end, mut raw) = end_and_raw();
         let p = vec![7u8; SMALL / 2 - 64];
@@ -1813,7 +1838,7 @@ mod tcp_corrupt_peer {
             }
             std::thread::yield_now();
         };
-        assert!(matches!(r, Err(RecvError::Corrupt(_))), "{r:?}");
+        assert!(matches!(r, Err(RecvError::Corrupt(Violation::PastCredit { .. }))), "{r:?}");
     }
 
     #[test]
@@ -1859,7 +1884,7 @@ mod tls_corrupt_peer {
         raw.send(&frame(&data(1), b"fine")).unwrap();
         assert_eq!(outcome(&end), Ok(Recv::Consumed));
         raw.send_raw(&[0xEE; 64]).unwrap();
-        assert!(matches!(outcome(&end), Err(RecvError::Corrupt(_))));
+        assert!(matches!(outcome(&end), Err(RecvError::Corrupt(Violation::Tls(_)))));
         assert!(end.is_closed());
         assert!(matches!(end.try_send(&data(2), b"no"), Err(SendError::Closed)));
         // The other channel goes on.

@@ -504,7 +504,7 @@ fn write_cluster(dir: &Path, hosts: usize) -> std::io::Result<()> {
 
 /// Runs the cluster soak and prints its report; an error if a check failed.
 pub fn run(args: &SoakArgs) -> ferry::Result<()> {
-    let fail = |e: String| Error::Refused(format!("cluster soak: {e}"));
+    let fail = |e: String| crate::failed("cluster soak", e);
     let prefix = std::env::var("FERRY_SOAK_NETNS")
         .map_err(|_| fail("needs the network namespaces scripts/cluster-soak.sh makes ($FERRY_SOAK_NETNS)".into()))?;
     let (hosts, per) = (args.hosts, args.teams_per_host.max(1));

@@ -125,7 +125,11 @@ pub(crate) fn check_answer(
         return Err(Error::Unauthenticated { peer, what: "its name answer is not signed with our cluster key".into() });
     }
     if &answer[..8] != ANSWER {
-        return Err(Error::Protocol { peer, what: "bad name answer".into() });
+        let violation = crate::error::Violation::MalformedHandshake {
+            message: crate::error::HandshakeMessage::NameAnswer,
+            len: ANSWER_LEN,
+        };
+        return Err(Error::Protocol { peer, violation });
     }
     if answer[8] != 0 {
         return Ok(None);

@@ -375,7 +375,7 @@ impl Responder {
 impl Drop for Responder {
     fn drop(&mut self) {
         if let Some((h, ch)) = self.to.take() {
-            self.team.nack(&ch, &h, NackReason::NoReply, "message dropped without a reply");
+            self.team.nack(&ch, &h, NackReason::NoReply, b"message dropped without a reply");
         }
     }
 }

@@ -12,8 +12,8 @@
 //!   run's reply (see `server::Once`).
 //!
 //! Response: one status byte, then MessagePack of the value (`OK`,
-//! `REMOTE`), a limit's number (u32 LE) and value (u64 LE) (`LIMIT`), or
-//! UTF-8 text (the other statuses).
+//! `REMOTE`), a limit's number (u32 LE) and value (u64 LE) (`LIMIT`), a
+//! method index (u32 LE) (`NO_METHOD`), or UTF-8 text (the other statuses).
 
 use super::RpcError;
 use crate::error::{Error, Limit, Result};
@@ -36,6 +36,10 @@ pub const REFUSED: u8 = 5;
 pub const CODEC: u8 = 6;
 /// The request was refused by a limit: `Error::LimitReached` at the caller.
 pub const LIMIT: u8 = 7;
+/// The client's interface differs from the server's (at bind): UTF-8 text, the first difference.
+pub const MISMATCH: u8 = 8;
+/// The server has no method of the index that follows (u32 LE).
+pub const NO_METHOD: u8 = 9;
 
 /// Most calls one batch may carry.
 pub const MAX_BATCH_CALLS: usize = 65_536;
@@ -201,6 +205,13 @@ pub fn limit(limit: Limit, max: u64) -> Vec<u8> {
     out
 }
 
+/// A `NO_METHOD` response: the server has no method `method`.
+pub fn no_such_method(method: u32) -> Vec<u8> {
+    let mut out = vec![NO_METHOD];
+    out.extend_from_slice(&method.to_le_bytes());
+    out
+}
+
 pub fn status(code: u8, text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + text.len());
     out.push(code);
@@ -218,6 +229,10 @@ pub fn decode_response<R: DeserializeOwned, E: DeserializeOwned>(p: &[u8]) -> st
         Some(&CANCELLED) => Err(RpcError::Cancelled),
         Some(&DEADLINE) => Err(RpcError::DeadlineExceeded),
         Some(&REFUSED) => Err(RpcError::Refused(text())),
+        Some(&MISMATCH) => Err(RpcError::InterfaceMismatch(text())),
+        Some(&NO_METHOD) => {
+            Err(u32_at(p, 1).map_or_else(|| RpcError::Codec("malformed response".into()), RpcError::NoSuchMethod))
+        }
         Some(&CODEC) => Err(RpcError::Codec(text())),
         Some(&LIMIT) => Err(Limit::refused(&p[1..]).map_or_else(|| RpcError::Codec(text()), RpcError::Ferry)),
         _ => Err(RpcError::Codec("malformed response".into())),
@@ -240,7 +255,6 @@ impl<E> From<Error> for RpcError<E> {
             Error::DeadlineExceeded => RpcError::DeadlineExceeded,
             Error::Cancelled => RpcError::Cancelled,
             Error::Codec(s) => RpcError::Codec(s),
-            Error::Refused(s) => RpcError::Refused(s),
             Error::Panicked(s) => RpcError::HandlerPanicked(s),
             other => RpcError::Ferry(other),
         }

@@ -41,6 +41,7 @@ impl fmt::Display for Never {
 
 /// Why a call failed. `E` is the handler's own error type.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum RpcError<E = Never> {
     /// The handler returned its own error.
     Remote(E),
@@ -55,11 +56,20 @@ pub enum RpcError<E = Never> {
     Cancelled,
     /// The handler panicked; the server keeps serving. The text is the panic message.
     HandlerPanicked(String),
-    /// The server refused the call (interface mismatch at bind, unknown method, ...).
+    /// The server refused the call ([`IncomingCall::refuse`], or a
+    /// retryable call dropped unanswered or replaced by a later repeat);
+    /// the text is the server's.
     Refused(String),
+    /// The server serves another interface than the client's (found at
+    /// bind); the text is the server's account of the first difference.
+    InterfaceMismatch(String),
+    /// The server has no method of this index (a client of another
+    /// interface, or a hand-made request).
+    NoSuchMethod(u32),
     /// Arguments or result could not be encoded or decoded.
     Codec(String),
-    /// Anything else the runtime reports (no such team, shutdown, I/O).
+    /// Anything else the runtime reports (no such team, shutdown, I/O, a
+    /// [`crate::Refusal`] such as a request dropped without its reply).
     Ferry(crate::Error),
 }
 
@@ -72,6 +82,8 @@ impl<E: fmt::Debug> fmt::Display for RpcError<E> {
             RpcError::Cancelled => write!(f, "cancelled"),
             RpcError::HandlerPanicked(m) => write!(f, "the handler panicked: {m}"),
             RpcError::Refused(m) => write!(f, "refused: {m}"),
+            RpcError::InterfaceMismatch(m) => write!(f, "the server serves another interface: {m}"),
+            RpcError::NoSuchMethod(m) => write!(f, "the server has no method #{m}"),
             RpcError::Codec(m) => write!(f, "codec: {m}"),
             RpcError::Ferry(e) => write!(f, "{e}"),
         }
@@ -90,6 +102,8 @@ impl<E> RpcError<E> {
             RpcError::Cancelled => RpcError::Cancelled,
             RpcError::HandlerPanicked(m) => RpcError::HandlerPanicked(m),
             RpcError::Refused(m) => RpcError::Refused(m),
+            RpcError::InterfaceMismatch(m) => RpcError::InterfaceMismatch(m),
+            RpcError::NoSuchMethod(m) => RpcError::NoSuchMethod(m),
             RpcError::Codec(m) => RpcError::Codec(m),
             RpcError::Ferry(e) => RpcError::Ferry(e),
         }
@@ -132,7 +146,14 @@ pub mod __private {
     }
 
     pub fn no_such_method(method: u32) -> HandlerFuture {
-        let response = envelope::status(envelope::REFUSED, &format!("no method #{method}"));
+        let response = envelope::no_such_method(method);
         Box::pin(async move { response })
+    }
+
+    /// Refuses an accepted call of a method the service lacks (explicit receipt).
+    pub fn refuse_no_such_method(call: super::IncomingCall) -> super::RpcError {
+        let method = call.method();
+        let _ = call.reply_raw(&envelope::no_such_method(method));
+        super::RpcError::NoSuchMethod(method)
     }
 }

@@ -605,7 +605,7 @@ impl ServiceEndpoint {
                     Err(e) => envelope::status(envelope::CODEC, &format!("bad descriptor: {e}")),
                     Ok(client) => match self.descriptor.first_difference(&client) {
                         None => envelope::ok(&()),
-                        Some(diff) => envelope::status(envelope::REFUSED, &format!("interface mismatch: {diff}")),
+                        Some(diff) => envelope::status(envelope::MISMATCH, &diff),
                     },
                 };
                 answer(responder, response);

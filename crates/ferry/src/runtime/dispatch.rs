@@ -10,10 +10,10 @@ use super::idle;
 use super::inbox::Offer;
 use super::payload::Payload;
 use super::team::TeamInner;
-use crate::error::{Error, Result};
+use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::Addr;
-use crate::transport::{Body, Recv};
-use crate::wire::{Checkpoint, Header, Kind, NackReason};
+use crate::transport::{Body, Recv, RecvError};
+use crate::wire::{Checkpoint, Header, Kind, Nack, NackReason};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -46,8 +46,8 @@ impl TeamInner {
                     // was taken: the transport says so with `PeerGone`.
                     d.peer_gone && !ch.finished.load(Ordering::Acquire)
                 }
-                Err(what) => {
-                    tracing::warn!(peer = %ch.peer, %what, "closing channel: peer broke the protocol");
+                Err(violation) => {
+                    tracing::warn!(peer = %ch.peer, %violation, "closing channel: peer broke the protocol");
                     ch.close();
                     true
                 }
@@ -121,7 +121,7 @@ impl TeamInner {
 
     /// Takes frames from one channel until it is empty, a destination is
     /// full, or a budget is spent (so one busy peer cannot starve the rest).
-    pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<Drained, String> {
+    pub(super) fn drain(&self, ch: &Arc<Channel>, rx: &mut RxState) -> std::result::Result<Drained, Violation> {
         // Held messages first, in order per endpoint, as far as their inboxes
         // take them, and while their answers have room (see `CONTROL_BACKLOG`).
         if !rx.held.is_empty() {
@@ -157,7 +157,7 @@ impl TeamInner {
             if let Some(v) = violation.take() {
                 return Err(v);
             }
-            match got.map_err(|e| e.to_string())? {
+            match got.map_err(|RecvError::Corrupt(v)| v)? {
                 Recv::Consumed => d.taken += 1,
                 Recv::Empty | Recv::Kept => break,
                 Recv::PeerGone => {
@@ -192,10 +192,10 @@ impl TeamInner {
         rx: &mut RxState,
         h: &Header,
         body: Body<'_>,
-        violation: &mut Option<String>,
+        violation: &mut Option<Violation>,
     ) -> bool {
         if !ch.carries(h, self.id) {
-            *violation = Some(format!("a frame from {} to {} on the channel from team {}", h.src, h.dst, ch.peer));
+            *violation = Some(Violation::Misaddressed { src: h.src, dst: h.dst });
             return false;
         }
         let len = match &body {
@@ -212,7 +212,7 @@ impl TeamInner {
                 true
             }
             Kind::Release => {
-                *violation = Some("a payload release outside its transport".into());
+                *violation = Some(Violation::StrayRelease);
                 false
             }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
@@ -222,10 +222,12 @@ impl TeamInner {
                         let d = slot.take().expect("a detached body is offered once");
                         if d.len() > self.cfg.max_message {
                             // Taken (so released at once) and refused.
-                            let why = format!("{} bytes, larger than {}", d.len(), self.cfg.max_message);
+                            let (len, max) = (d.len(), self.cfg.max_message);
                             match h.kind {
-                                Kind::Data => self.nack(ch, h, NackReason::TooLarge, &why),
-                                _ => self.complete(ch, h, Err(Error::Refused(format!("reply too large: {why}")))),
+                                Kind::Data => {
+                                    self.nack(ch, h, NackReason::TooLarge, &Nack::too_large(len as u64, max as u64))
+                                }
+                                _ => self.complete(ch, h, Err(Error::Refused(Refusal::ReplyTooLarge { len, max }))),
                             }
                         } else {
                             self.dispatch(ch, rx, h, len, || Payload::Detached(d));
@@ -271,7 +273,7 @@ impl TeamInner {
         let slot = h.dst.slot();
         if rx.last_inbox.as_ref().is_none_or(|(s, _)| *s != slot) {
             let Some(i) = self.endpoints.get(h.dst) else {
-                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("no endpoint {}", h.dst));
+                self.nack(ch, h, NackReason::NoSuchEndpoint, format!("no endpoint {}", h.dst).as_bytes());
                 return true;
             };
             rx.last_inbox = Some((slot, i));
@@ -309,7 +311,7 @@ impl TeamInner {
             Offer::Full => false,
             Offer::Closed => {
                 rx.last_inbox = None;
-                self.nack(ch, h, NackReason::NoSuchEndpoint, &format!("endpoint {} closed", h.dst));
+                self.nack(ch, h, NackReason::NoSuchEndpoint, format!("endpoint {} closed", h.dst).as_bytes());
                 true
             }
         }
@@ -329,12 +331,13 @@ impl TeamInner {
     }
 }
 
+/// The error a nack (its payload: a peer's bytes) means for the send it answers.
 fn nack_error(ch: &Channel, h: &Header, payload: &[u8]) -> Error {
-    let text = String::from_utf8_lossy(payload.get(1..).unwrap_or_default()).into_owned();
-    match payload.first().map(|b| NackReason::from_u8(*b)) {
-        Some(NackReason::NoSuchEndpoint) => Error::NoSuchEndpoint(ch.peer_endpoint(h.src)),
-        Some(NackReason::TooLarge) => Error::Refused(format!("too large: {text}")),
-        Some(NackReason::NoReply) => Error::Refused(format!("no reply: {text}")),
-        _ => Error::Refused(text),
+    let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    match Nack::parse(payload) {
+        Nack::NoSuchEndpoint => Error::NoSuchEndpoint(ch.peer_endpoint(h.src)),
+        Nack::NoReply => Error::Refused(Refusal::NoReply),
+        Nack::TooLarge { len, max } => Error::TooLarge { len: size(len), max: size(max) },
+        Nack::Other(text) => Error::Refused(Refusal::Peer(String::from_utf8_lossy(text).into_owned())),
     }
 }

@@ -80,7 +80,7 @@ impl TeamInner {
         if let Some(inbox) = self.endpoints.remove(id) {
             for m in inbox.close() {
                 if let Some(ch) = &m.channel {
-                    self.nack(ch, &m.header, NackReason::NoSuchEndpoint, "endpoint closed");
+                    self.nack(ch, &m.header, NackReason::NoSuchEndpoint, b"endpoint closed");
                 }
             }
         }

@@ -108,7 +108,7 @@ impl Drop for BindJob {
         if let Some(bind) = self.bind.take() {
             let e = match self.team.is_shut_down() {
                 true => Error::Shutdown,
-                false => Error::Refused("no blocking thread to bind on".into()),
+                false => Error::Refused(crate::error::Refusal::NoBlockingThread),
             };
             let _ = self.team.end_bind(&bind, Err(e));
         }

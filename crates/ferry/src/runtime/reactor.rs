@@ -572,9 +572,10 @@ fn tcp_bind(team: &Arc<TeamInner>, mut stream: TcpStream, handed: Option<Handed>
     };
     match tls_for {
         // In TLS the preamble said whom, and the connection stays here.
-        Some(said) if said != to => {
-            refused(Error::Protocol { peer: to, what: format!("its TLS preamble named {said}") })
-        }
+        Some(said) if said != to => refused(Error::Protocol {
+            peer: to,
+            violation: crate::error::Violation::PreambleMismatch { preamble: said, hello: to },
+        }),
         Some(_) if to.node != team.id.node || to.team != team.id.team => {
             tracing::debug!(%to, "refused a TCP bind in TLS for a team that is not here")
         }
@@ -592,7 +593,10 @@ fn start_tls(stream: TcpStream, side: &tcp::handshake::TcpBind) -> Result<(Link,
     let mut link = tcp::handshake::start_tls(stream, side)?;
     let mut magic = [0u8; 8];
     link.read_exact(&mut magic).map_err(|e| {
-        let closed = Error::Protocol { peer: tcp::tls::UNKNOWN, what: "closed before saying what it wants".into() };
+        let closed = Error::Protocol {
+            peer: tcp::tls::UNKNOWN,
+            violation: crate::error::Violation::ClosedBefore(crate::error::HandshakeMessage::Opening),
+        };
         tcp::handshake::read_failed(e, tcp::tls::UNKNOWN, closed)
     })?;
     Ok((link, magic))

@@ -355,13 +355,13 @@ impl TeamInner {
         ch.send_control(a, Vec::new());
     }
 
-    pub fn nack(&self, ch: &Arc<Channel>, h: &Header, why: NackReason, text: &str) {
+    pub fn nack(&self, ch: &Arc<Channel>, h: &Header, why: NackReason, detail: &[u8]) {
         if h.call_id == 0 {
-            tracing::warn!(from = %h.src, to = %h.dst, ?why, text, "dropping a message nobody waits on");
+            tracing::warn!(from = %h.src, to = %h.dst, ?why, "dropping a message nobody waits on");
             return;
         }
         let mut p = vec![why as u8];
-        p.extend_from_slice(text.as_bytes());
+        p.extend_from_slice(detail);
         ch.send_control(Header::new(Kind::Nack, h.dst, h.src, h.call_id), p);
     }
 

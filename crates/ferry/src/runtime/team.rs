@@ -470,5 +470,5 @@ fn claim_team_number(dir: &RuntimeDir) -> Result<TeamLease> {
             return Ok(l);
         }
     }
-    Err(Error::Refused("no free team number on this node".into()))
+    Err(Error::Refused(crate::error::Refusal::NoTeamNumber))
 }

@@ -37,7 +37,7 @@ use crate::transport::shm::ring::{Consumer, Producer, RingMem, CELL};
 use crate::transport::shm::{self, AreaMemory, ShmEnd};
 use crate::transport::tcp::{self, handshake, Grant};
 use crate::transport::{Body, Detached, Recv, Staged, Transport};
-use crate::wire::{codec as wire_codec, flags, Header, Kind, NackReason, HEADER_LEN};
+use crate::wire::{codec as wire_codec, flags, Header, Kind, Nack, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -130,10 +130,16 @@ pub fn frame(data: &[u8]) {
     let payload = &data[HEADER_LEN..];
     match h.kind {
         // What `dispatch::nack_error` reads.
-        Kind::Nack => {
-            let _ = payload.first().map(|b| NackReason::from_u8(*b));
-            let _ = String::from_utf8_lossy(payload.get(1..).unwrap_or_default());
-        }
+        Kind::Nack => match Nack::parse(payload) {
+            Nack::TooLarge { len, max } => {
+                assert_eq!(payload.len(), 17);
+                assert_eq!(payload[1..], Nack::too_large(len, max));
+            }
+            Nack::Other(text) => {
+                let _ = String::from_utf8_lossy(text);
+            }
+            Nack::NoSuchEndpoint | Nack::NoReply => {}
+        },
         // A shared-memory release or descriptor: a checked range, or none.
         Kind::Release | Kind::Data | Kind::Reply => {
             if let Some(r) = Range::decode(payload, shm::MAX_AREA) {
@@ -1030,9 +1036,12 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         frame_bytes(Header::new(Kind::Ack, ep(9, 2), ep(7, 1), 42).with_checkpoint(Checkpoint::OnReceipt), b""),
     );
     add("frame", "reply", frame_bytes(Header::new(Kind::Reply, ep(9, 2), ep(7, 1), 42), &env::ok(&3u32)));
-    let mut nack = vec![NackReason::NoSuchEndpoint as u8];
+    let mut nack = vec![crate::wire::NackReason::NoSuchEndpoint as u8];
     nack.extend_from_slice(b"no endpoint 1.9.2");
     add("frame", "nack", frame_bytes(Header::new(Kind::Nack, ep(9, 2), ep(7, 1), 42), &nack));
+    let mut too_large = vec![crate::wire::NackReason::TooLarge as u8];
+    too_large.extend_from_slice(&Nack::too_large(200_000, 100_000));
+    add("frame", "nack-too-large", frame_bytes(Header::new(Kind::Nack, ep(9, 2), ep(7, 1), 42), &too_large));
     add("frame", "cancel", frame_bytes(Header::new(Kind::Cancel, ep(7, 1), ep(9, 2), 42), b""));
     add("frame", "release", frame_bytes(Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0), &descriptor));
     add("frame", "tcp-credit", tcp::credit_frame(4096, 1 << 20));
@@ -1079,9 +1088,11 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ("deadline", env::DEADLINE),
         ("refused", env::REFUSED),
         ("codec-error", env::CODEC),
+        ("mismatch", env::MISMATCH),
     ] {
         add("rpc", name, env::status(code, "why"));
     }
+    add("rpc", "no-method", env::no_such_method(7));
     add("rpc", "limit", env::limit(crate::Limit::BatchCalls, 13_107));
     // A batch that counts more calls than its size allows.
     let mut many = vec![env::BATCH];

@@ -82,6 +82,7 @@ pub mod inproc;
 pub mod shm;
 pub mod tcp;
 
+use crate::error::Violation;
 use crate::wire::{Header, HeaderError};
 use std::os::fd::BorrowedFd;
 
@@ -181,12 +182,12 @@ pub enum Body<'a> {
 pub enum RecvError {
     /// The peer wrote something that is not a valid frame.
     #[error("corrupt channel: {0}")]
-    Corrupt(String),
+    Corrupt(Violation),
 }
 
 impl From<HeaderError> for RecvError {
     fn from(e: HeaderError) -> Self {
-        RecvError::Corrupt(e.to_string())
+        RecvError::Corrupt(Violation::BadHeader(e))
     }
 }
 

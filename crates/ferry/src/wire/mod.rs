@@ -107,6 +107,46 @@ impl NackReason {
     }
 }
 
+/// What a `Nack`'s payload (a peer's bytes) says: its reason byte, then
+/// for `TooLarge` the message's size and the receiver's `max_message`
+/// (u64 LE each), for the other reasons UTF-8 text (`Other`: the peer's
+/// only account of why; the others' text is not read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nack<'a> {
+    NoSuchEndpoint,
+    NoReply,
+    TooLarge {
+        len: u64,
+        max: u64,
+    },
+    /// An unknown reason (or a `TooLarge` without its numbers): the text after the reason byte.
+    Other(&'a [u8]),
+}
+
+impl<'a> Nack<'a> {
+    /// Reads a nack's payload.
+    pub fn parse(p: &'a [u8]) -> Nack<'a> {
+        let body = p.get(1..).unwrap_or_default();
+        match p.first().map(|b| NackReason::from_u8(*b)) {
+            Some(NackReason::NoSuchEndpoint) => Nack::NoSuchEndpoint,
+            Some(NackReason::NoReply) => Nack::NoReply,
+            Some(NackReason::TooLarge) if body.len() == 16 => Nack::TooLarge {
+                len: u64::from_le_bytes(body[..8].try_into().expect("8 bytes")),
+                max: u64::from_le_bytes(body[8..].try_into().expect("8 bytes")),
+            },
+            _ => Nack::Other(body),
+        }
+    }
+
+    /// What follows the reason byte of a `TooLarge` nack.
+    pub fn too_large(len: u64, max: u64) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&len.to_le_bytes());
+        b[8..].copy_from_slice(&max.to_le_bytes());
+        b
+    }
+}
+
 /// A decoded, validated frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -128,6 +168,7 @@ pub struct Header {
 
 /// Why a header was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HeaderError {
     /// Fewer bytes than a header (how many).
     #[error("frame too short ({0} bytes)")]
@@ -222,6 +263,21 @@ impl Header {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A too-large nack carries the numbers, and the sender reads them
+    /// back (it used to carry them as text, read as `Refused`); without
+    /// its 16 bytes it is read as the peer's words.
+    #[test]
+    fn nacks_read_back_their_reason() {
+        let mut p = vec![NackReason::TooLarge as u8];
+        p.extend_from_slice(&Nack::too_large(200_000, 100_000));
+        assert_eq!(Nack::parse(&p), Nack::TooLarge { len: 200_000, max: 100_000 });
+        assert_eq!(Nack::parse(&p[..10]), Nack::Other(&p[1..10]));
+        assert_eq!(Nack::parse(&[NackReason::NoReply as u8, b'x']), Nack::NoReply);
+        assert_eq!(Nack::parse(&[NackReason::NoSuchEndpoint as u8]), Nack::NoSuchEndpoint);
+        assert_eq!(Nack::parse(b"\x09why"), Nack::Other(b"why"));
+        assert_eq!(Nack::parse(b""), Nack::Other(b""));
+    }
 
     fn frame(h: &Header, payload: &[u8]) -> Vec<u8> {
         let mut head = [0u8; HEADER_LEN];

@@ -40,7 +40,7 @@ pub mod ring;
 
 use super::doorbell::{Bell, Doorbell, DoorbellMemory, DoorbellPage, Line};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
-use crate::error::{Error, Result};
+use crate::error::{Error, HandshakeMessage, Result, Violation};
 use crate::id::Addr;
 use crate::id::TeamId;
 use crate::sync::{fence, AtomicBool, AtomicU32Ops, AtomicU64, Mutex, Ordering};
@@ -403,8 +403,8 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             // The writer-waiting word is left alone: another writer may be waiting.
             Ok(()) => {}
             Err(RingError::Full) => return Err(SendError::Full),
-            Err(RingError::Corrupt(what)) => {
-                tracing::warn!(what, "shared-memory channel corrupted by peer; closing it");
+            Err(RingError::Corrupt(fault)) => {
+                tracing::warn!(%fault, "shared-memory channel corrupted by peer; closing it");
                 self.close();
                 return Err(SendError::Closed);
             }
@@ -459,11 +459,11 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     }
 
     /// The peer gave a range of our area back.
-    fn take_back(&self, payload: &[u8]) -> std::result::Result<(), String> {
-        let Some(area) = &self.tx_area else { return Err("a release with no payload area".into()) };
+    fn take_back(&self, payload: &[u8]) -> std::result::Result<(), Violation> {
+        let Some(area) = &self.tx_area else { return Err(not_lent(payload)) };
         let mut alloc = area.alloc.lock();
-        let r = Range::decode(payload, alloc.size()).ok_or("a release of a range outside the area")?;
-        alloc.release(r).map_err(|e| format!("a release of a range never lent: {:?}", e.0))?;
+        let r = Range::decode(payload, alloc.size()).ok_or_else(|| not_lent(payload))?;
+        alloc.release(r).map_err(|e| Violation::ReleaseNotLent { offset: e.0.offset, len: e.0.len })?;
         if alloc.is_warm_above() {
             drop(alloc);
             // Pages above the warm part: the reactor comes to give back
@@ -631,8 +631,8 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
             if h.kind == Kind::Release {
                 return match self.take_back(payload) {
                     Ok(()) => true,
-                    Err(what) => {
-                        bad = Some(RecvError::Corrupt(what));
+                    Err(violation) => {
+                        bad = Some(RecvError::Corrupt(violation));
                         false
                     }
                 };
@@ -652,7 +652,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
                 })
             });
             let Some(lent) = lent else {
-                bad = Some(RecvError::Corrupt(format!("a payload descriptor outside the area: {payload:?}")));
+                bad = Some(RecvError::Corrupt(outside_area(payload)));
                 return false;
             };
             let mut slot = Some(Detached::Shm(Box::new(lent)));
@@ -678,9 +678,9 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
             Ok(None) => Ok(Recv::Empty),
             Ok(Some(false)) => Ok(Recv::Kept),
             Ok(Some(true)) => Ok(Recv::Consumed),
-            Err(RingError::Corrupt(what)) => {
+            Err(RingError::Corrupt(fault)) => {
                 self.close();
-                Err(RecvError::Corrupt(what.to_string()))
+                Err(RecvError::Corrupt(Violation::Ring(fault)))
             }
             Err(RingError::Full) => unreachable!("the consumer never reports Full"),
         }
@@ -793,17 +793,18 @@ fn parse_hello(b: &[u8], magic: &[u8; 8]) -> Option<(TeamId, u32, u64)> {
 /// connector, the ring's and the area's bytes.
 pub(crate) fn check_hello(b: &[u8], node: u16, max_ring: usize) -> Result<(TeamId, usize, u64)> {
     let Some((peer, cap, area)) = parse_hello(b, HELLO) else {
-        return Err(refused(TeamId { node, team: 0, incarnation: 0 }, format!("bad hello ({} bytes)", b.len())));
+        let peer = TeamId { node, team: 0, incarnation: 0 };
+        return Err(refused(peer, Violation::MalformedHandshake { message: HandshakeMessage::Hello, len: b.len() }));
     };
     let cap = cap as usize;
     if cap.is_power_of_two() && cap > max_ring {
         return Err(Error::LimitReached { limit: crate::Limit::RingBytes, max: max_ring as u64 });
     }
     if !cap.is_power_of_two() || cap < MIN_RING {
-        return Err(refused(peer, format!("asked for a {cap}-byte ring")));
+        return Err(refused(peer, Violation::RingSize(cap as u64)));
     }
     if !area.is_multiple_of(PAGE) || area > MAX_AREA {
-        return Err(refused(peer, format!("asked for a {area}-byte payload area")));
+        return Err(refused(peer, Violation::AreaSize(area)));
     }
     Ok((peer, cap, area))
 }
@@ -814,10 +815,15 @@ pub(crate) fn check_hello(b: &[u8], node: u16, max_ring: usize) -> Result<(TeamI
 pub(crate) fn check_welcome(b: &[u8], expect: TeamId) -> Result<()> {
     if b.len() == 20 && &b[..8] == REFUSED {
         // The acceptor's refusal: one of its limits.
-        return Err(crate::Limit::refused(&b[8..20]).unwrap_or_else(|| refused(expect, "bad refusal".into())));
+        return Err(crate::Limit::refused(&b[8..20]).unwrap_or_else(|| {
+            refused(expect, Violation::MalformedHandshake { message: HandshakeMessage::Refusal, len: b.len() })
+        }));
     }
     let Some((peer, _, _)) = parse_hello(b, WELCOME) else {
-        return Err(refused(expect, format!("bad welcome ({} bytes)", b.len())));
+        return Err(refused(
+            expect,
+            Violation::MalformedHandshake { message: HandshakeMessage::Welcome, len: b.len() },
+        ));
     };
     if peer != expect {
         // The socket at `expect`'s path belongs to someone else: `expect` is not there.
@@ -849,8 +855,35 @@ pub(crate) fn segment_header_ok(h: &[u8; SEGMENT_HEADER], cap: usize, area: u64)
 }
 
 /// The process on the other end broke the bind protocol.
-fn refused(peer: TeamId, what: String) -> Error {
-    Error::Protocol { peer, what }
+fn refused(peer: TeamId, violation: Violation) -> Error {
+    Error::Protocol { peer, violation }
+}
+
+/// What a range (descriptor `b`, a peer's bytes) that does not decode inside the area is.
+fn outside_area(b: &[u8]) -> Violation {
+    match <[u8; 16]>::try_from(b) {
+        Ok(b) => Violation::DescriptorOutsideArea {
+            offset: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            len: u64::from_le_bytes(b[8..].try_into().expect("8 bytes")),
+        },
+        Err(_) => Violation::DescriptorLength(b.len()),
+    }
+}
+
+/// A release (descriptor `b`) of a range this side never lent.
+fn not_lent(b: &[u8]) -> Violation {
+    match outside_area(b) {
+        Violation::DescriptorOutsideArea { offset, len } => Violation::ReleaseNotLent { offset, len },
+        other => other,
+    }
+}
+
+/// A peer's doorbell descriptors that `Bell::open` refused (why is logged).
+fn bad_doorbell(peer: TeamId) -> impl FnOnce(Error) -> Error {
+    move |e| {
+        tracing::debug!(%peer, error = %e, "refused a peer's doorbell");
+        refused(peer, Violation::BadDoorbell)
+    }
 }
 
 /// What a failed exchange with the acceptor means for the connector: the
@@ -903,9 +936,9 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
         return Err(Error::NoSuchTeam(expect));
     }
     check_welcome(&buf[..n], expect)?;
-    let [page, one, all] = <[_; 3]>::try_from(fds)
-        .map_err(|fds| refused(expect, format!("welcome carried {} descriptors, want 3", fds.len())))?;
-    let bell = Bell::open(page, one, all).map_err(|e| refused(expect, e.to_string()))?;
+    let [page, one, all] =
+        <[_; 3]>::try_from(fds).map_err(|fds| refused(expect, Violation::Descriptors { got: fds.len(), want: 3 }))?;
+    let bell = Bell::open(page, one, all).map_err(bad_doorbell(expect))?;
     let mut end = ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell, line), stream);
     end.cooler = cfg.cooler.clone();
     Ok(end)
@@ -1028,19 +1061,19 @@ fn take_hello(
     let lease = if fds.len() == 5 { fds.pop().map(std::fs::File::from) } else { None };
     let pid = peer_pid(stream).unwrap_or(0);
     if peer.node != cfg.me.node || !is_peer(peer, pid, lease.as_ref()) {
-        return Err(refused(peer, "is not the process on the other end".into()));
+        return Err(refused(peer, Violation::NotThatProcess));
     }
     // Closed now: held, it would keep the connector's lock after its death.
     drop(lease);
     let [segment, page, one, all] =
-        <[_; 4]>::try_from(fds).map_err(|fds| refused(peer, format!("sent {} descriptors, want 4", fds.len())))?;
+        <[_; 4]>::try_from(fds).map_err(|fds| refused(peer, Violation::Descriptors { got: fds.len(), want: 4 }))?;
     let segment = Mapping::open(segment, segment_len(cap, area))?;
     // SAFETY: the segment is at least 4096 bytes; we read its 24 header bytes by copy.
     let header = unsafe { std::ptr::read_volatile(segment.as_ptr() as *const [u8; SEGMENT_HEADER]) };
     if !segment_header_ok(&header, cap, area) {
-        return Err(refused(peer, "sent a segment of another version".into()));
+        return Err(refused(peer, Violation::SegmentMismatch));
     }
-    let bell = Bell::open(page, one, all).map_err(|e| refused(peer, e.to_string()))?;
+    let bell = Bell::open(page, one, all).map_err(bad_doorbell(peer))?;
     let line = cfg.doorbell.new_line()?;
     let welcome = hello_bytes(welcome_magic, cfg.me, cap as u32, area);
     let (one, all) = line.fds();
@@ -1080,6 +1113,25 @@ mod tests {
     use super::area::{COOL_AFTER, WARM_BYTES};
     use super::*;
     use std::time::Instant;
+
+    /// A hello that breaks the layout comes back as the typed violation
+    /// naming it (it was text), and reads as well.
+    #[test]
+    fn a_bad_hello_is_a_typed_violation() {
+        let me = TeamId { node: 1, team: 7, incarnation: 9 };
+        let bad = |b: &[u8]| match check_hello(b, 1, 1 << 20) {
+            Err(Error::Protocol { violation, .. }) => violation,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(bad(&[0; 5]), Violation::MalformedHandshake { message: HandshakeMessage::Hello, len: 5 });
+        assert_eq!(bad(&hello_bytes(HELLO, me, 4095, 0)), Violation::RingSize(4095));
+        assert_eq!(bad(&hello_bytes(HELLO, me, 4096, 100)), Violation::AreaSize(100));
+        let e = Error::Protocol { peer: me, violation: bad(&hello_bytes(WELCOME, me, 4096, 0)) };
+        assert_eq!(
+            e.to_string(),
+            format!("protocol violation by {me}: a malformed hello (wrong magic or layout, {HELLO_LEN} bytes)")
+        );
+    }
 
     /// Bytes the segment's memfd has allocated.
     fn allocated(end: &ShmEnd) -> u64 {

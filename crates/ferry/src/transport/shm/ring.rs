@@ -26,6 +26,7 @@
 //! [`RingMem`] (the mapped segment) in production, heap memory with loom's
 //! atomics in the loom models (`loom_models::ring`), which run this code.
 
+use crate::error::RingFault;
 use crate::sync::{AtomicU32Ops, AtomicU64Ops, Ordering};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -89,7 +90,7 @@ unsafe impl Sync for RingMem {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RingError {
     Full,
-    Corrupt(&'static str),
+    Corrupt(RingFault),
 }
 
 impl RingMem {
@@ -199,7 +200,7 @@ impl<M: RingMemory> Producer<M> {
         if self.tail + (pad + need) as u64 - self.cached_head > cap as u64 {
             let head = self.mem.head().load(Ordering::Acquire);
             if head > self.tail || head < self.cached_head {
-                return Err(RingError::Corrupt("consumer head moved backwards or past the tail"));
+                return Err(RingError::Corrupt(RingFault::Head));
             }
             self.cached_head = head;
             if self.tail + (pad + need) as u64 - head > cap as u64 {
@@ -304,17 +305,17 @@ impl<M: RingMemory> Consumer<M> {
                 return Ok(None);
             }
             if stamp >> 32 != lap(cap, self.head) {
-                return Err(RingError::Corrupt("record stamp has the wrong lap"));
+                return Err(RingError::Corrupt(RingFault::Lap));
             }
             let len = (stamp & LEN_MASK) as usize;
             if stamp & PAD_FLAG != 0 {
                 // A record at cell 0 always fits (`max_body`), so the
                 // producer never pads there.
                 if pos == 0 || padded {
-                    return Err(RingError::Corrupt("padding at the start of the ring"));
+                    return Err(RingError::Corrupt(RingFault::PaddingAtStart));
                 }
                 if len != cap - pos || !len.is_multiple_of(CELL) {
-                    return Err(RingError::Corrupt("bad padding length"));
+                    return Err(RingError::Corrupt(RingFault::PaddingLength));
                 }
                 self.mem.stamp(pos).store(0, Ordering::Relaxed);
                 self.advance(len);
@@ -323,7 +324,7 @@ impl<M: RingMemory> Consumer<M> {
             }
             let need = cells_for(len);
             if len < STAMP || len - STAMP > RingMem::max_body(cap) || pos + need > cap {
-                return Err(RingError::Corrupt("bad record length"));
+                return Err(RingError::Corrupt(RingFault::RecordLength));
             }
             let body = len - STAMP;
             self.buf.clear();
@@ -445,7 +446,7 @@ mod tests {
         // there; a padding of the whole ring used to be skipped as a lap.
         let (m, _p, mut c) = ring();
         m_stamp(&m, PAD_FLAG | 1024);
-        assert_eq!(c.pop(&mut |_| true), Err(RingError::Corrupt("padding at the start of the ring")));
+        assert_eq!(c.pop(&mut |_| true), Err(RingError::Corrupt(RingFault::PaddingAtStart)));
     }
 
     #[test]
@@ -559,7 +560,7 @@ mod tests {
         }));
         let mut c = Consumer::starting_at(mem, start);
         // The padding of the last cell is legitimate; the next one (at cell 0) is not.
-        assert_eq!(c.pop(&mut |_| true), Err(RingError::Corrupt("padding at the start of the ring")));
+        assert_eq!(c.pop(&mut |_| true), Err(RingError::Corrupt(RingFault::PaddingAtStart)));
         assert_eq!(c.next(), PEER_CAP as u64);
     }
 }

@@ -29,7 +29,7 @@
 
 use super::tls::{self, TlsConfig, UNKNOWN};
 use super::{Grant, TcpEnd};
-use crate::error::{Error, Result};
+use crate::error::{Error, HandshakeMessage, Result, Violation};
 use crate::id::TeamId;
 use crate::transport::doorbell::Doorbell;
 use hmac::{Hmac, Mac};
@@ -172,6 +172,11 @@ pub(crate) fn grant_ok(g: Grant) -> bool {
     (MIN_GRANT..=MAX_GRANT).contains(&g.frames) && g.detached <= MAX_DETACHED
 }
 
+/// The violation of a grant that is not `grant_ok`.
+fn out_of_bounds(g: Grant) -> Violation {
+    Violation::GrantOutOfBounds { frames: g.frames as u64, detached: g.detached as u64 }
+}
+
 pub(crate) fn nonce() -> [u8; 16] {
     let mut n = [0u8; 16];
     // SAFETY: `n` is a writable buffer of the length given.
@@ -258,7 +263,7 @@ pub(crate) fn open(sock: TcpStream, tls: Option<&TlsConfig>, to: TeamId) -> Resu
 /// (at most the socket's read timeout): whom the connector means to reach.
 pub fn read_tls_start_rest(sock: &mut TcpStream, me: TeamId) -> Result<TeamId> {
     let mut id = [0u8; 12];
-    read_exact(sock, &mut id).map_err(|e| read_failed(e, UNKNOWN, closed_early(me)))?;
+    read_exact(sock, &mut id).map_err(|e| read_failed(e, UNKNOWN, closed_early(me, HandshakeMessage::TlsPreamble)))?;
     Ok(get_id(&id))
 }
 
@@ -341,7 +346,8 @@ pub(crate) fn check_welcome(
     expect: TeamId,
 ) -> Result<Grant> {
     if &welcome[..8] != WELCOME {
-        return Err(Error::Protocol { peer: expect, what: format!("bad welcome magic {:?}", &welcome[..8]) });
+        let violation = Violation::MalformedHandshake { message: HandshakeMessage::Welcome, len: WELCOME_LEN };
+        return Err(Error::Protocol { peer: expect, violation });
     }
     if get_id(&welcome[8..20]) != expect {
         // Someone else answers at `expect`'s address: `expect` is not there.
@@ -356,7 +362,7 @@ pub(crate) fn check_welcome(
         });
     }
     if !grant_ok(theirs) {
-        return Err(Error::Protocol { peer: expect, what: format!("granted {theirs:?}") });
+        return Err(Error::Protocol { peer: expect, violation: out_of_bounds(theirs) });
     }
     Ok(theirs)
 }
@@ -374,7 +380,10 @@ pub(crate) fn check_verdict(verdict: &[u8; 8], expect: TeamId) -> Result<()> {
                    is not our node's in its cluster file)"
                 .into(),
         }),
-        v => Err(Error::Protocol { peer: expect, what: format!("bad verdict {v:?}") }),
+        v => Err(Error::Protocol {
+            peer: expect,
+            violation: Violation::MalformedHandshake { message: HandshakeMessage::Verdict, len: v.len() },
+        }),
     }
 }
 
@@ -384,11 +393,15 @@ pub(crate) fn check_verdict(verdict: &[u8; 8], expect: TeamId) -> Result<()> {
 pub(crate) fn check_hello(hello: &[u8; HELLO_LEN]) -> Result<(TeamId, Grant)> {
     let peer = get_id(&hello[8..20]);
     if &hello[..8] != HELLO {
-        return Err(Error::Protocol { peer, what: format!("bad hello magic {:?}", &hello[..8]) });
+        let violation = Violation::MalformedHandshake { message: HandshakeMessage::Hello, len: HELLO_LEN };
+        return Err(Error::Protocol { peer, violation });
     }
     let theirs = get_grant(&hello[32..44]);
-    if !grant_ok(theirs) || peer.incarnation == 0 {
-        return Err(Error::Protocol { peer, what: format!("granted {theirs:?} as {peer}") });
+    if !grant_ok(theirs) {
+        return Err(Error::Protocol { peer, violation: out_of_bounds(theirs) });
+    }
+    if peer.incarnation == 0 {
+        return Err(Error::Protocol { peer, violation: Violation::NoIncarnation });
     }
     Ok((peer, theirs))
 }
@@ -413,7 +426,7 @@ pub(crate) fn hello_target(hello: &[u8; HELLO_LEN]) -> Result<TeamId> {
     if &hello[..8] != HELLO {
         return Err(Error::Protocol {
             peer: get_id(&hello[8..20]),
-            what: format!("bad hello magic {:?}", &hello[..8]),
+            violation: Violation::MalformedHandshake { message: HandshakeMessage::Hello, len: HELLO_LEN },
         });
     }
     Ok(get_id(&hello[20..32]))
@@ -426,7 +439,11 @@ pub(crate) fn read_refusal(sock: &mut impl Read, peer: TeamId) -> Error {
     if let Err(e) = read_exact(sock, &mut body) {
         return read_failed(e, peer, Error::NoSuchTeam(peer));
     }
-    crate::Limit::refused(&body).unwrap_or_else(|| Error::Protocol { peer, what: "bad refusal".into() })
+    let bad = Error::Protocol {
+        peer,
+        violation: Violation::MalformedHandshake { message: HandshakeMessage::Refusal, len: 20 },
+    };
+    crate::Limit::refused(&body).unwrap_or(bad)
 }
 
 /// Connector side: binds over a connected `sock` to the team `expect`.
@@ -458,10 +475,10 @@ pub fn connect(sock: TcpStream, side: &TcpBind, expect: TeamId) -> Result<TcpEnd
 /// Bytes of a hello.
 pub const HELLO_BYTES: usize = HELLO_LEN;
 
-fn closed_early(me: TeamId) -> Error {
+fn closed_early(me: TeamId, message: HandshakeMessage) -> Error {
     Error::Protocol {
         peer: TeamId { node: me.node, team: 0, incarnation: 0 },
-        what: "closed before its hello was whole".into(),
+        violation: Violation::ClosedBefore(message),
     }
 }
 
@@ -479,7 +496,8 @@ pub fn read_hello_rest(
     sock.socket().set_read_timeout(Some(patience)).map_err(Error::io("tcp timeout"))?;
     let mut hello = [0u8; HELLO_LEN];
     hello[..8].copy_from_slice(&magic);
-    read_exact(sock, &mut hello[8..]).map_err(|e| read_failed(e, UNKNOWN, closed_early(me)))?;
+    read_exact(sock, &mut hello[8..])
+        .map_err(|e| read_failed(e, UNKNOWN, closed_early(me, HandshakeMessage::Hello)))?;
     Ok((hello, hello_target(&hello)?))
 }
 
@@ -491,11 +509,13 @@ pub fn read_hello_rest(
 pub fn accept(mut sock: TcpStream, side: &TcpBind) -> Result<(TcpEnd, TeamId)> {
     let mut magic = [0u8; 8];
     sock.set_read_timeout(Some(side.patience)).map_err(Error::io("tcp timeout"))?;
-    read_exact(&mut sock, &mut magic).map_err(|e| read_failed(e, UNKNOWN, closed_early(side.me)))?;
+    read_exact(&mut sock, &mut magic)
+        .map_err(|e| read_failed(e, UNKNOWN, closed_early(side.me, HandshakeMessage::Opening)))?;
     let mut link = if &magic == TLS_START {
         read_tls_start_rest(&mut sock, side.me)?;
         let mut link = start_tls(sock, side)?;
-        read_exact(&mut link, &mut magic).map_err(|e| read_failed(e, UNKNOWN, closed_early(side.me)))?;
+        read_exact(&mut link, &mut magic)
+            .map_err(|e| read_failed(e, UNKNOWN, closed_early(side.me, HandshakeMessage::Opening)))?;
         link
     } else if side.tls.is_some() {
         return Err(refuse_plain(sock, side.patience));

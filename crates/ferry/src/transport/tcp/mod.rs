@@ -48,7 +48,7 @@
 
 use super::doorbell::{Doorbell, Watch};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
-use crate::error::Result;
+use crate::error::{Result, Violation};
 use crate::id::Addr;
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 use parking_lot::Mutex;
@@ -362,7 +362,7 @@ impl Rx {
                 self.grant.saturating_sub(HEADER_LEN)
             };
             if len > limit {
-                return Err(RecvError::Corrupt(format!("a {len}-byte frame, past the credit granted")));
+                return Err(RecvError::Corrupt(Violation::PastCredit { len }));
             }
             if rest.len() < HEADER_LEN + len {
                 break;
@@ -370,7 +370,7 @@ impl Rx {
             let h = Header::decode(&rest[..HEADER_LEN + len])?;
             if h.kind == Kind::Release {
                 if len != CREDIT_LEN {
-                    return Err(RecvError::Corrupt(format!("a {len}-byte credit frame")));
+                    return Err(RecvError::Corrupt(Violation::BadCreditFrame { len }));
                 }
                 let p = &rest[HEADER_LEN..HEADER_LEN + len];
                 credit.0 = credit.0.saturating_add(u64::from_le_bytes(p[..8].try_into().expect("8")) as usize);
@@ -378,7 +378,7 @@ impl Rx {
             } else {
                 let (f, d) = TcpEnd::cost(&h);
                 if f > self.grant || d > self.grant_detached {
-                    return Err(RecvError::Corrupt("a frame past the credit granted".into()));
+                    return Err(RecvError::Corrupt(Violation::PastCredit { len }));
                 }
                 self.grant -= f;
                 self.grant_detached -= d;
@@ -856,10 +856,12 @@ impl TcpEnd {
             if frames > self.granted.frames || detached > self.granted.detached {
                 // Credit for bytes we never sent: believed, it would let us
                 // queue without bound for a peer that reads nothing.
-                return Err(RecvError::Corrupt(format!(
-                    "credit returned past the grant: {frames} of {} frame bytes, {detached} of {} payload bytes",
-                    self.granted.frames, self.granted.detached
-                )));
+                return Err(RecvError::Corrupt(Violation::CreditPastGrant {
+                    frames: frames as u64,
+                    granted_frames: self.granted.frames as u64,
+                    detached: detached as u64,
+                    granted_detached: self.granted.detached as u64,
+                }));
             }
             tx.credit = frames;
             tx.credit_detached = detached;

@@ -348,7 +348,9 @@ mod real {
             session: &Mutex<Session>,
         ) -> std::result::Result<bool, crate::transport::RecvError> {
             use std::io::ErrorKind as K;
-            let corrupt = |e: &dyn std::fmt::Display| crate::transport::RecvError::Corrupt(format!("TLS: {e}"));
+            let corrupt = |e: &dyn std::fmt::Display| {
+                crate::transport::RecvError::Corrupt(crate::error::Violation::Tls(e.to_string()))
+            };
             let mut s = session.lock();
             let Session { conn, scratch } = &mut *s;
             // `scratch[fed..got]` is read from the kernel, not yet given to rustls.
