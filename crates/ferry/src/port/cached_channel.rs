@@ -22,18 +22,12 @@ use std::sync::{Arc, Weak};
 pub(crate) const MAX_CACHED: usize = 64;
 
 pub(crate) struct CachedChannel {
-    /// The newest entry of `held`, or null: what sends read.
+    /// The newest entry of `held` (`Weak::as_ptr`), or null: what sends read.
     current: AtomicPtr<Channel>,
-    /// Every channel cached so far, oldest first: each a `Weak::into_raw`
-    /// pointer, which owns one weak reference until the cache drops.
-    held: Mutex<Vec<*mut Channel>>,
+    /// Every channel cached so far, oldest first. Never shrinks while the
+    /// cache lives: a send may be upgrading any of them.
+    held: Mutex<Vec<Weak<Channel>>>,
 }
-
-// SAFETY: the pointers are weak references to channels (`Weak<Channel>` is
-// `Send` and `Sync`); they are only upgraded or released through `Weak`.
-unsafe impl Send for CachedChannel {}
-// SAFETY: as above; `held` is behind a mutex, `current` is atomic.
-unsafe impl Sync for CachedChannel {}
 
 impl CachedChannel {
     pub fn new() -> CachedChannel {
@@ -47,10 +41,10 @@ impl CachedChannel {
         if p.is_null() {
             return None;
         }
-        // SAFETY: `p` came from `Weak::into_raw` and is in `held`, whose weak
-        // references are released only when the cache drops, so the
-        // allocation outlives `self`. `ManuallyDrop`: this borrows that
-        // reference and must not release it.
+        // SAFETY: `p` is `Weak::as_ptr` of a `Weak` in `held`, which is kept
+        // until the cache drops, so the allocation (and the weak reference
+        // `from_raw` stands for) outlives this borrow. `ManuallyDrop`: the
+        // reference is `held`'s, not ours to release.
         let weak = ManuallyDrop::new(unsafe { Weak::from_raw(p) });
         weak.upgrade().filter(|c| !c.is_gone())
     }
@@ -59,21 +53,12 @@ impl CachedChannel {
     /// it is cached already or the cache is full.
     pub fn set(&self, ch: &Arc<Channel>) {
         let mut held = self.held.lock();
-        if held.last().is_some_and(|&p| std::ptr::eq(p, Arc::as_ptr(ch))) || held.len() >= MAX_CACHED {
+        if held.last().is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(ch))) || held.len() >= MAX_CACHED {
             return;
         }
-        let p = Weak::into_raw(Arc::downgrade(ch)).cast_mut();
-        held.push(p);
-        self.current.store(p, Ordering::Release);
-    }
-}
-
-impl Drop for CachedChannel {
-    fn drop(&mut self) {
-        for p in self.held.get_mut().drain(..) {
-            // SAFETY: each came from `Weak::into_raw` and is released once, here.
-            drop(unsafe { Weak::from_raw(p) });
-        }
+        let weak = Arc::downgrade(ch);
+        self.current.store(weak.as_ptr().cast_mut(), Ordering::Release);
+        held.push(weak);
     }
 }
 

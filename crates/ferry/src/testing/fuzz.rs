@@ -941,6 +941,8 @@ pub fn names_query(data: &[u8]) {
                         | crate::Error::Tls { .. }
                         | crate::Error::Io { .. }
                         | crate::Error::LimitReached { .. }
+                        // A refusal cut short: the node hung up (as a bind reads it).
+                        | crate::Error::NoSuchTeam(_)
                 ),
                 "{e:?}"
             ),
