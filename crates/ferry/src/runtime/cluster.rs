@@ -31,7 +31,10 @@
 //! behind a NAT, say): `peer 2 10.77.0.2:7400 from 192.168.0.0/16 10.9.0.7`.
 //! With TLS its certificate must instead be valid for N's address. Without
 //! TLS this is best effort: the key is shared, so it cannot prove which
-//! node holds it.
+//! node holds it. An unspecified address (`listen 0.0.0.0:7400`, as in
+//! containers) is no address to check: only a `from` lets a connection
+//! claim that node. A connection claiming this node is always refused (its
+//! teams bind over shared memory).
 //!
 //! **Strangers.** `handshakes-per-source N` bounds the connections from
 //! one address still in their handshake (default 8; see
@@ -221,11 +224,11 @@ impl Cluster {
     /// Whether a connection from `source` may be node `node`'s: its
     /// address's, or one its `from` allows. Best effort: a node that holds
     /// the key and sends from another's address passes (the key is shared).
-    /// An unspecified address (`0.0.0.0`) allows any source.
+    /// An unspecified address (`0.0.0.0`, `::`) is no address to check:
+    /// only its `from` blocks allow a source then.
     pub fn may_come_from(&self, node: u16, source: IpAddr) -> bool {
         let Some(addr) = self.address_of(node) else { return false };
-        addr.ip().is_unspecified()
-            || addr.ip().to_canonical() == source.to_canonical()
+        (!addr.ip().is_unspecified() && addr.ip().to_canonical() == source.to_canonical())
             || self.from.get(&node).is_some_and(|blocks| blocks.iter().any(|b| b.contains(source)))
     }
 
@@ -285,6 +288,13 @@ mod tests {
         }
         assert!(!c.may_come_from(3, "10.0.0.2".parse().unwrap()), "a node not in the file");
         assert!(c.may_come_from(1, "10.0.0.1".parse().unwrap()));
+        // An unspecified address (a container's `listen 0.0.0.0:7400`) is no
+        // address to check: only a `from` block lets a source in.
+        let text = "node 1\nlisten 0.0.0.0:1\nkey-file k\npeer 2 0.0.0.0:1\npeer 3 [::]:1 from 10.7.0.0/16\n";
+        let c = Cluster::parse(text, dir.path()).unwrap();
+        for (node, ip, ok) in [(1, "10.0.0.1", false), (2, "10.0.0.2", false), (3, "::1", false), (3, "10.7.1.1", true)] {
+            assert_eq!(c.may_come_from(node, ip.parse().unwrap()), ok, "node {node} from {ip}");
+        }
         let block: Cidr = "10.1.0.0/15".parse().unwrap();
         assert!(block.contains("10.0.255.1".parse().unwrap()) && !block.contains("10.2.0.1".parse().unwrap()));
         for bad in [

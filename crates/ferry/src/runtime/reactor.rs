@@ -18,6 +18,7 @@
 //! A burst of connections costs a descriptor and a few words each, and at
 //! most `MAX_PENDING` of them are kept.
 
+use super::cluster::Cluster;
 use super::channel::Channel;
 use super::handshakes::{Full, Handshakes, Ticket};
 use super::TeamInner;
@@ -638,25 +639,41 @@ fn may_be(team: &TeamInner, link: &Link) -> impl FnOnce(crate::id::TeamId) -> st
         }
         _ => None,
     };
-    move |peer| {
-        let Some(c) = cluster else { return Ok(()) };
-        if c.address_of(peer.node).is_none() {
-            return Err(format!("node {} is not in this node's cluster file", peer.node));
-        }
-        if let Some(nodes) = certified {
-            return match nodes.contains(&peer.node) {
-                true => Ok(()),
-                false => Err(format!("its TLS certificate is not valid for node {}'s address", peer.node)),
-            };
-        }
-        match source {
-            Ok(ip) if c.may_come_from(peer.node, ip) => Ok(()),
-            Ok(ip) => Err(format!(
-                "it claims node {} from {ip}, not that node's address (a `peer N ADDR from CIDR` line allows others)",
-                peer.node
-            )),
-            Err(e) => Err(format!("its address is unknown ({e})")),
-        }
+    move |peer| match cluster {
+        Some(c) => claim_allowed(&c, certified.as_deref(), source, peer.node),
+        None => Ok(()),
+    }
+}
+
+/// Whether a connector that proved the key may be node `node` of `c`:
+/// never this node (teams of one node always bind over shared memory, so a
+/// TCP claim of it is never honest: it would take the route to our own
+/// team), else as [`may_be`] says (`certified`: the nodes its TLS
+/// certificate is valid for; `source`: its address).
+fn claim_allowed(
+    c: &Cluster,
+    certified: Option<&[u16]>,
+    source: std::io::Result<IpAddr>,
+    node: u16,
+) -> std::result::Result<(), String> {
+    if node == c.node {
+        return Err(format!("it claims node {node}, this node (whose teams bind over shared memory)"));
+    }
+    if c.address_of(node).is_none() {
+        return Err(format!("node {node} is not in this node's cluster file"));
+    }
+    if let Some(nodes) = certified {
+        return match nodes.contains(&node) {
+            true => Ok(()),
+            false => Err(format!("its TLS certificate is not valid for node {node}'s address")),
+        };
+    }
+    match source {
+        Ok(ip) if c.may_come_from(node, ip) => Ok(()),
+        Ok(ip) => Err(format!(
+            "it claims node {node} from {ip}, not that node's address (a `peer N ADDR from CIDR` line allows others)"
+        )),
+        Err(e) => Err(format!("its address is unknown ({e})")),
     }
 }
 
@@ -753,7 +770,6 @@ fn as_it_looks(team: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::cluster::Cluster;
     use crate::wire::Checkpoint;
     use crate::Team;
     use std::collections::BTreeMap;
@@ -813,5 +829,34 @@ mod tests {
         assert!(r.is_ok(), "a bind handed over as the reactor looked: {r:?}");
         assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"x");
         drop(unix);
+    }
+
+    /// Review of issue 15's defect 10: node 1 listens on `0.0.0.0` (common
+    /// in containers), which let any source claim node 1, and nothing
+    /// refused a TCP claim of the accepting node itself. A team holding the
+    /// key that says it is node 1 (team S) binds to node 1's team T over
+    /// TCP: refused with `Unauthenticated` (it took the route to our own team).
+    #[test]
+    fn a_tcp_claim_of_the_accepting_nodes_own_identity_is_refused() {
+        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
+        let port = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+        let elsewhere = std::net::TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap();
+        let cluster = |listen| Cluster {
+            node: 1,
+            listen,
+            peers: BTreeMap::from([(2, "127.0.0.9:1".parse().unwrap())]),
+            key: key.clone(),
+            tls: None,
+            from: BTreeMap::new(),
+            handshakes_per_source: None,
+        };
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let listen: SocketAddr = ([0, 0, 0, 0], port).into();
+        let t = Team::builder().runtime_dir(dirs[0].path()).cluster(cluster(listen)).start().unwrap();
+        let s = Team::builder().runtime_dir(dirs[1].path()).cluster(cluster(elsewhere)).start().unwrap();
+        let side = s.inner.tcp_bind(&cluster(elsewhere));
+        let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let r = tcp::handshake::connect(sock, &side, t.id());
+        assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{:?}", r.map(|_| ()));
     }
 }
