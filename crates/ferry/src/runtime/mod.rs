@@ -61,6 +61,7 @@ pub(crate) use calls::CancelGuard;
 pub use channel::CONTROL_BACKLOG;
 pub use cluster::{Cidr, Cluster};
 pub use config::{Config, TeamBuilder, MESSAGE_OVERHEAD};
+pub(crate) use config::MAX_THREADS;
 pub(crate) use deadline::deadline_after;
 pub use delivery::Delivery;
 pub(crate) use endpoints::EndpointInbox;
