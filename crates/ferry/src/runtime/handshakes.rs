@@ -49,6 +49,9 @@ pub(crate) enum Full {
     Source(usize),
     /// `MAX_STRANGERS` handshakes from addresses that are no node's.
     Strangers,
+    /// The process is out of descriptors (the connection's second one,
+    /// to shut it at its deadline, could not be made).
+    OpenFiles,
 }
 
 /// One handshake's place; given back when dropped.
@@ -76,8 +79,9 @@ impl Handshakes {
         if stranger && s.strangers >= MAX_STRANGERS {
             return Err(Full::Strangers);
         }
-        // Without a second descriptor it could not be shut at its deadline: not taken.
-        let sock = sock.try_clone().map_err(|_| Full::Strangers)?;
+        // Without a second descriptor it could not be shut at its deadline:
+        // not taken (dup fails only for want of descriptors).
+        let sock = sock.try_clone().map_err(|_| Full::OpenFiles)?;
         *s.from.entry(from).or_default() += 1;
         s.strangers += usize::from(stranger);
         s.next += 1;

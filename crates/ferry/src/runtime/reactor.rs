@@ -477,24 +477,30 @@ fn accept_tcp(team: &Arc<TeamInner>) -> Result<()> {
 
 /// A place for a TCP connection's handshake, if the bounds allow one;
 /// else it is refused at once (`LimitReached(Handshakes)` for a connector
-/// that reads the refusal) and closed.
+/// that reads the refusal, or `LimitReached(OpenFiles)` if this process
+/// is out of descriptors) and closed.
 fn admit(team: &Arc<TeamInner>, stream: &TcpStream, from: IpAddr) -> Option<Ticket> {
-    let max = match team.reactor.handshakes.start(stream, from, shm::HANDSHAKE_TIMEOUT) {
+    let (limit, max) = match team.reactor.handshakes.start(stream, from, shm::HANDSHAKE_TIMEOUT) {
         Ok(ticket) => return Some(ticket),
         Err(Full::Source(n)) => {
             tracing::warn!(%from, "{n} TCP handshakes from this address under way: refused another");
-            n
+            (crate::Limit::Handshakes, n as u64)
         }
         Err(Full::Strangers) => {
             let n = super::handshakes::MAX_STRANGERS;
             tracing::warn!(%from, "{n} TCP handshakes from addresses that are no node's under way: refused another");
-            n
+            (crate::Limit::Handshakes, n as u64)
+        }
+        Err(Full::OpenFiles) => {
+            let n = crate::error::open_files_limit();
+            tracing::warn!(%from, "out of descriptors (open-files limit {n}): refused a TCP connection");
+            (crate::Limit::OpenFiles, n)
         }
     };
     // What came is read (a socket closed with unread bytes resets, and the
     // connector might lose the refusal); nothing waits for more.
     let _ = rustix::net::recv(stream, &mut [0u8; 64], rustix::net::RecvFlags::DONTWAIT);
-    let refusal = crate::Limit::Handshakes.refusal(tcp::handshake::REFUSED, max as u64);
+    let refusal = limit.refusal(tcp::handshake::REFUSED, max);
     let _ = rustix::net::send(stream, &refusal, rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL);
     None
 }
