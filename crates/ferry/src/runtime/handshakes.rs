@@ -125,10 +125,19 @@ impl Handshakes {
     }
 }
 
-impl Drop for Ticket {
-    fn drop(&mut self) {
+impl Ticket {
+    /// Gives the place back as the handshake succeeds, before its
+    /// connection becomes a channel's: false if it was shut at its
+    /// deadline meanwhile (the channel would be born dead). Under the lock,
+    /// so that `expire` shuts it either before (false) or never.
+    pub fn finish(self) -> bool {
+        self.give_back().is_some_and(|shut| !shut)
+    }
+
+    /// Gives the place back; whether its connection was shut (`None`: given back already).
+    fn give_back(&self) -> Option<bool> {
         let mut s = self.of.state.lock();
-        let Some(l) = s.live.remove(&self.id) else { return };
+        let l = s.live.remove(&self.id)?;
         if let Some(n) = s.from.get_mut(&l.from) {
             *n -= 1;
             if *n == 0 {
@@ -138,12 +147,20 @@ impl Drop for Ticket {
         if !self.of.nodes.contains(&l.from) {
             s.strangers -= 1;
         }
+        Some(l.shut)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::net::TcpListener;
 
     fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
@@ -181,6 +198,20 @@ mod tests {
         let mut b = [0u8; 1];
         assert_eq!(std::io::Read::read(&mut c, &mut b).unwrap(), 0);
         drop(t);
+        assert_eq!(hs.count(), 2);
+        // A handshake that ends before its deadline keeps its connection;
+        // one shut at its deadline first says so (its channel would be dead).
+        let (mut c, s) = pair(&l);
+        let t = hs.start(&s, "127.0.0.1".parse().unwrap(), patience).unwrap();
+        assert!(t.finish(), "finished in time");
+        assert_eq!(hs.count(), 2);
+        hs.shut_all();
+        (&s).write_all(b"alive").unwrap();
+        assert_eq!(std::io::Read::read(&mut c, &mut b).unwrap(), 1, "a finished handshake's connection was shut");
+        let (_c, s) = pair(&l);
+        let t = hs.start(&s, "127.0.0.1".parse().unwrap(), Duration::ZERO).unwrap();
+        assert_eq!(hs.expire(Instant::now()), 1);
+        assert!(!t.finish(), "shut at its deadline");
         assert_eq!(hs.count(), 2);
         // When the team leaves, every one is shut.
         let (mut c, s) = pair(&l);

@@ -618,9 +618,15 @@ fn accept(team: &Arc<TeamInner>, link: Link, hello: [u8; HELLO_BYTES], side: &tc
     let may_be = may_be(team, &link);
     match tcp::handshake::accept_hello_from(link, hello, side, may_be) {
         Ok((end, peer)) => {
+            #[cfg(test)]
+            run_hook(&AT_THE_DEADLINE, team.id.team);
             // Given back before the connection is a channel's: a place
             // past its deadline would be shut with the channel's socket.
-            drop(ticket);
+            // Shut at its deadline just now (after `ACCEPTED`): the channel
+            // would be born dead, so there is none (the connector's ends).
+            if !ticket.finish() {
+                return tracing::warn!(%peer, "refused a TCP bind: its handshake's deadline passed as it ended");
+            }
             team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));
             tracing::debug!(me = %team.id, %peer, "accepted TCP channel");
         }
@@ -761,12 +767,23 @@ fn take_handed_over(team: &Arc<TeamInner>, msg: &[u8], mut fds: Vec<OwnedFd>) {
 #[cfg(test)]
 pub(crate) static AS_IT_LOOKS: Mutex<Option<(u32, Hook)>> = Mutex::new(None);
 
+/// Tests: run once by team `.0` as a TCP bind's handshake has succeeded,
+/// before its connection becomes a channel (when the deadline may pass).
+#[cfg(test)]
+pub(crate) static AT_THE_DEADLINE: Mutex<Option<(u32, Hook)>> = Mutex::new(None);
+
 #[cfg(test)]
 type Hook = Box<dyn FnOnce() + Send>;
 
 #[cfg(test)]
 fn as_it_looks(team: u32) {
-    let mut hook = AS_IT_LOOKS.lock();
+    run_hook(&AS_IT_LOOKS, team);
+}
+
+/// Runs `hook` if it is team `team`'s (once).
+#[cfg(test)]
+fn run_hook(hook: &Mutex<Option<(u32, Hook)>>, team: u32) {
+    let mut hook = hook.lock();
     if let Some((_, f)) = hook.take_if(|(t, _)| *t == team) {
         drop(hook);
         f();
@@ -864,5 +881,46 @@ mod tests {
         let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let r = tcp::handshake::connect(sock, &side, t.id());
         assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{:?}", r.map(|_| ()));
+    }
+
+    /// Review of issue 15's defect 3: the reactor could shut a TCP
+    /// handshake's connection at its deadline between the final
+    /// `ACCEPTED` and the ticket's return, and the team took the connection
+    /// as a channel already dead. Here the deadline passes just then: no
+    /// channel is added. (T is a blocking team: nothing of its own would
+    /// drain a dead channel out of its list.)
+    #[test]
+    fn a_handshake_shut_at_its_deadline_as_it_ends_adds_no_channel() {
+        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let addrs = [free(), free()];
+        let cluster = |node: u16| Cluster {
+            node,
+            listen: addrs[node as usize - 1],
+            peers: BTreeMap::from([(3 - node, addrs[2 - node as usize])]),
+            key: key.clone(),
+            tls: None,
+            from: BTreeMap::new(),
+            handshakes_per_source: None,
+        };
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let t = Team::builder().blocking().runtime_dir(dirs[0].path()).cluster(cluster(1)).start().unwrap();
+        let c = Team::builder().blocking().runtime_dir(dirs[1].path()).cluster(cluster(2)).start().unwrap();
+        let inner = t.inner.clone();
+        let deadline_passes = move || {
+            inner.reactor.handshakes.expire(Instant::now() + Duration::from_secs(3600));
+        };
+        *AT_THE_DEADLINE.lock() = Some((t.id().team, Box::new(deadline_passes)));
+        let before = t.inner.channels.len();
+        let side = c.inner.tcp_bind(&cluster(2));
+        // The connector is told `ACCEPTED` (before the deadline passed).
+        let _end = tcp::handshake::connect(TcpStream::connect(addrs[0]).unwrap(), &side, t.id()).unwrap();
+        // Looked at without a pause: a dead channel would soon be reaped.
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            assert_eq!(t.inner.channels.len(), before, "a channel born dead was added");
+            std::thread::yield_now();
+        }
+        assert!(AT_THE_DEADLINE.lock().is_none(), "the hook did not run");
     }
 }
