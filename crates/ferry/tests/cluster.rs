@@ -200,7 +200,8 @@ fn a_bind_past_the_handshakes_from_its_address_waits_for_a_place() {
 fn a_burst_of_binds_from_one_node_past_the_handshakes_per_source_all_succeed() {
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let addrs = [free_addr(), free_addr()];
-    let server = Team::builder().blocking().runtime_dir(dirs[0].path()).cluster(cluster(&addrs, 1, KEY)).start().unwrap();
+    let server =
+        Team::builder().blocking().runtime_dir(dirs[0].path()).cluster(cluster(&addrs, 1, KEY)).start().unwrap();
     let port = server.open_named_raw_port("burst").unwrap();
     let start = || Team::builder().blocking().runtime_dir(dirs[1].path()).cluster(cluster(&addrs, 2, KEY)).start();
     let teams: Vec<Team> = (0..24).map(|_| start().unwrap()).collect();

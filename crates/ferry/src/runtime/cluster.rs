@@ -326,7 +326,8 @@ mod tests {
         // address to check: only a `from` block lets a source in.
         let text = "node 1\nlisten 0.0.0.0:1\nkey-file k\npeer 2 0.0.0.0:1\npeer 3 [::]:1 from 10.7.0.0/16\n";
         let c = Cluster::parse(text, dir.path()).unwrap();
-        for (node, ip, ok) in [(1, "10.0.0.1", false), (2, "10.0.0.2", false), (3, "::1", false), (3, "10.7.1.1", true)] {
+        for (node, ip, ok) in [(1, "10.0.0.1", false), (2, "10.0.0.2", false), (3, "::1", false), (3, "10.7.1.1", true)]
+        {
             assert_eq!(c.may_come_from(node, ip.parse().unwrap()), ok, "node {node} from {ip}");
         }
         // A block built in code with more bits than its address has (a

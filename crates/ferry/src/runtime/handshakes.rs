@@ -7,7 +7,12 @@
 //! file (a node's address always has its own `per_source`). A connection
 //! past either bound is closed at once. The whole handshake has one
 //! deadline: the reactor shuts a connection still here then (a stranger
-//! trickling a byte at a time cannot stretch it read by read).
+//! trickling a byte at a time cannot stretch it read by read). One that
+//! succeeds as its deadline passes is dropped, not made a dead channel
+//! (`Ticket::finish`). A connection refused for a bound is told so
+//! (`LimitReached(Handshakes)`; `LimitReached(OpenFiles)` if the process
+//! is out of descriptors); a connector refused for `Handshakes` tries
+//! again within its deadline.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};

@@ -18,8 +18,8 @@
 //! A burst of connections costs a descriptor and a few words each, and at
 //! most `MAX_PENDING` of them are kept.
 
-use super::cluster::Cluster;
 use super::channel::Channel;
+use super::cluster::Cluster;
 use super::handshakes::{Full, Handshakes, Ticket};
 use super::TeamInner;
 use crate::error::{Error, Result};

@@ -461,9 +461,7 @@ pub(crate) fn retry_while_busy<T>(deadline: Instant, mut attempt: impl FnMut(Dur
     loop {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         match attempt(left) {
-            Err(Error::LimitReached { limit: crate::Limit::Handshakes, .. })
-                if Instant::now() + pause < deadline =>
-            {
+            Err(Error::LimitReached { limit: crate::Limit::Handshakes, .. }) if Instant::now() + pause < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(MAX_BUSY_PAUSE);
             }
