@@ -164,20 +164,68 @@ fn a_connection_from_another_address_than_its_nodes_is_refused_unless_allowed() 
 
 /// Past its bound of handshakes from one address, a node refuses a bind at
 /// once with a typed error naming the limit (not a silent close, which the
-/// connector would take for a team that is gone).
+/// connector would take for a team that is gone); the connector tries
+/// again within its bind's deadline, so it binds once a place is free.
 #[test]
-fn a_bind_past_the_handshakes_from_its_address_is_refused_with_the_limit() {
+fn a_bind_past_the_handshakes_from_its_address_waits_for_a_place() {
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let addrs = [free_addr(), free_addr()];
     let builder = Team::builder().handshakes_per_source(1).runtime_dir(dirs[0].path());
     let server = builder.cluster(cluster(&addrs, 1, KEY)).start().unwrap();
     let port = server.open_raw_port().unwrap();
     let client = team(dirs[1].path(), cluster(&addrs, 2, KEY));
-    // A silent connection from 127.0.0.1 holds the one place.
-    let _silent = std::net::TcpStream::connect(addrs[0]).unwrap();
+    // A silent connection from 127.0.0.1 holds the one place: it is refused at once.
+    let mut silent = std::net::TcpStream::connect(addrs[0]).unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    let r = client.raw_sender(port.id()).send(b"one too many", Checkpoint::OnReceipt);
-    assert!(matches!(r, Err(Error::LimitReached { limit: ferry::Limit::Handshakes, max: 1 })), "{r:?}");
+    let mut refusal = [0u8; 20];
+    let probe = std::net::TcpStream::connect(addrs[0]).unwrap();
+    std::io::Read::read_exact(&mut &probe, &mut refusal).unwrap();
+    assert_eq!(&refusal[..8], b"FERRYTRF");
+    // The bind waits until the silent connection goes (200 ms), then binds.
+    let id = port.id();
+    let send = std::thread::spawn(move || client.raw_sender(id).send(b"waited", Checkpoint::OnReceipt));
+    std::thread::sleep(Duration::from_millis(200));
+    std::io::Write::write_all(&mut silent, b"x").unwrap();
+    drop(silent);
+    send.join().unwrap().unwrap();
+    assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"waited");
+}
+
+/// Review of issue 15's defect 3: the bound of handshakes from one address
+/// (8) refused honest bursts, many teams of one node binding to (and
+/// looking up names on) one team of another at once, which succeeded
+/// before. The connector now tries again within its deadline: 24 teams of
+/// node 2 look a name of node 1 up and bind to it at once, all succeed.
+#[test]
+fn a_burst_of_binds_from_one_node_past_the_handshakes_per_source_all_succeed() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let addrs = [free_addr(), free_addr()];
+    let server =
+        Team::builder().blocking().runtime_dir(dirs[0].path()).cluster(cluster(&addrs, 1, KEY)).start().unwrap();
+    let port = server.open_named_raw_port("burst").unwrap();
+    let start = || Team::builder().blocking().runtime_dir(dirs[1].path()).cluster(cluster(&addrs, 2, KEY)).start();
+    let teams: Vec<Team> = (0..24).map(|_| start().unwrap()).collect();
+    let go = std::sync::Barrier::new(teams.len());
+    let results: Vec<ferry::Result<Vec<u8>>> = std::thread::scope(|s| {
+        let running: Vec<_> = teams
+            .iter()
+            .map(|t| {
+                let go = &go;
+                s.spawn(move || {
+                    go.wait();
+                    let id = t.lookup("burst")?;
+                    t.raw_sender(id).send(b"burst", Checkpoint::OnReceipt)
+                })
+            })
+            .collect();
+        running.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.is_ok(), "team {i}: {r:?}");
+    }
+    for _ in 0..teams.len() {
+        assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"burst");
+    }
 }
 
 /// A node out of the cluster, or one that is down, is out of reach: `NoSuchTeam`.

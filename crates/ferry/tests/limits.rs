@@ -202,6 +202,37 @@ fn a_bind_to_a_team_out_of_descriptors_says_so() {
     child.tell("done");
 }
 
+/// Review of issue 15's defect 3 (7 of the review): a node out of descriptors, which could
+/// not make the second descriptor a TCP connection's handshake deadline
+/// needs, refused it as if past its bound of strangers: the connector was
+/// told `LimitReached(Handshakes, 64)` (and tried again for nothing). It is
+/// told `LimitReached(OpenFiles)` with the node's limit. Here the child is
+/// node 1 of a cluster, one descriptor left (the connection's).
+#[test]
+fn a_tcp_bind_to_a_node_out_of_descriptors_says_so() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (one, two) = (free(), free());
+    let key = d1.path().join("cluster.key");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    let file = d1.path().join("cluster");
+    std::fs::write(&file, format!("node 1\nlisten {one}\nkey-file {}\npeer 2 {two}\n", key.display())).unwrap();
+    let mut child = Child::spawn_with("one-left", d1.path(), |c| {
+        c.env("FERRY_CLUSTER", &file);
+    });
+    let limit: u64 = child.expect("limit ", Duration::from_secs(20)).parse().unwrap();
+    let theirs: EndpointId = child.expect("port ", Duration::from_secs(10)).parse().unwrap();
+    let c2 = ferry::Cluster::parse(&format!("node 2\nlisten {two}\nkey-file cluster.key\npeer 1 {one}\n"), d1.path());
+    let c2 = c2.unwrap();
+    let parent = team(d2.path()).cluster(c2).start().unwrap();
+    let r = parent.raw_sender(theirs).with_timeout(Duration::from_secs(4)).send(b"x", Checkpoint::OnReceipt);
+    match r {
+        Err(Error::LimitReached { limit: Limit::OpenFiles, max }) => assert_eq!(max, limit),
+        other => panic!("a TCP bind to a node out of descriptors: {other:?}"),
+    }
+    child.tell("done");
+}
+
 /// A process out of descriptors: its own binds fail with
 /// `LimitReached(OpenFiles)`; a bind to it fails so too (a descriptor kept
 /// in reserve takes and refuses it), and its reactor

@@ -39,7 +39,7 @@ use crate::transport::tcp::handshake::{self, mac, Link};
 use hmac::Mac;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Magic of a name query: what a node's listener reads first.
 pub const QUERY: &[u8; 8] = b"FERRYNQ1";
@@ -64,13 +64,17 @@ pub fn ask(
     let key = &cluster.key;
     let peer = TeamId { node, team: 0, incarnation: 0 };
     let unreachable = |e: std::io::Error| Error::Io { context: "name query", source: e };
-    let sock = TcpStream::connect_timeout(&addr, patience).map_err(unreachable)?;
-    sock.set_read_timeout(Some(patience)).map_err(unreachable)?;
-    sock.set_nodelay(true).map_err(unreachable)?;
-    let mut sock = handshake::open(sock, cluster.tls.as_ref(), peer)?;
-    let query = query_bytes(key, &handshake::nonce(), name);
-    sock.write_all(&query).map_err(unreachable)?;
-    read_answer(&mut sock, key, &query[..query.len() - MAC_LEN], node)
+    // A node at its bound of handshakes from our address (other teams of
+    // this node asking or binding at once) is asked again within `patience`.
+    handshake::retry_while_busy(Instant::now() + patience, |left| {
+        let sock = TcpStream::connect_timeout(&addr, left).map_err(unreachable)?;
+        sock.set_read_timeout(Some(left)).map_err(unreachable)?;
+        sock.set_nodelay(true).map_err(unreachable)?;
+        let mut sock = handshake::open(sock, cluster.tls.as_ref(), peer)?;
+        let query = query_bytes(key, &handshake::nonce(), name);
+        sock.write_all(&query).map_err(unreachable)?;
+        read_answer(&mut sock, key, &query[..query.len() - MAC_LEN], node)
+    })
 }
 
 /// Reads and checks the answer (a peer's bytes) of node `node` to `query`

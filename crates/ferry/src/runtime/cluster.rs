@@ -31,7 +31,10 @@
 //! behind a NAT, say): `peer 2 10.77.0.2:7400 from 192.168.0.0/16 10.9.0.7`.
 //! With TLS its certificate must instead be valid for N's address. Without
 //! TLS this is best effort: the key is shared, so it cannot prove which
-//! node holds it.
+//! node holds it. An unspecified address (`listen 0.0.0.0:7400`, as in
+//! containers) is no address to check: only a `from` lets a connection
+//! claim that node. A connection claiming this node is always refused (its
+//! teams bind over shared memory).
 //!
 //! **Strangers.** `handshakes-per-source N` bounds the connections from
 //! one address still in their handshake (default 8; see
@@ -56,6 +59,7 @@
 //! [`TeamBuilder::cluster`]: crate::TeamBuilder::cluster
 //! [`TeamBuilder::handshakes_per_source`]: crate::TeamBuilder::handshakes_per_source
 
+use super::config::{in_range_as, MAX_THREADS};
 use crate::error::{Error, Result};
 use crate::transport::tcp::TlsConfig;
 use std::collections::BTreeMap;
@@ -122,10 +126,28 @@ impl std::str::FromStr for Cidr {
     }
 }
 
-/// Whether the first `bits` bits of `a` and `b` are equal.
+impl Cidr {
+    /// The most bits an address of its family has.
+    fn max_bits(&self) -> u8 {
+        if self.addr.to_canonical().is_ipv4() {
+            32
+        } else {
+            128
+        }
+    }
+}
+
+/// Whether the first `bits` bits of `a` and `b` are equal (never, if
+/// `bits` is more than they have: `Cidr::bits` is a public field).
 fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
     let (whole, rest) = (usize::from(bits / 8), bits % 8);
-    a[..whole] == b[..whole] && (rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0)
+    let (Some(x), Some(y)) = (a.get(..whole), b.get(..whole)) else { return false };
+    x == y
+        && (rest == 0
+            || match (a.get(whole), b.get(whole)) {
+                (Some(x), Some(y)) => (x ^ y) >> (8 - rest) == 0,
+                _ => false,
+            })
 }
 
 impl std::fmt::Debug for Cluster {
@@ -189,8 +211,9 @@ impl Cluster {
                     }
                 }
                 ["handshakes-per-source", n] => {
-                    let n = n.parse::<usize>().ok().filter(|n| *n >= 1);
-                    handshakes_per_source = Some(n.ok_or_else(|| bad(i, "handshakes-per-source wants a number of 1 or more"))?);
+                    let n = n.parse::<usize>().ok().filter(|n| (1..=MAX_THREADS).contains(n));
+                    let wants = format!("handshakes-per-source wants a number from 1 to {MAX_THREADS}");
+                    handshakes_per_source = Some(n.ok_or_else(|| bad(i, &wants))?);
                 }
                 _ => return Err(bad(i, &format!("{line:?}: want node N, listen ADDR, key-file PATH, peer N ADDR [from CIDR...], handshakes-per-source N, or tls-cert, tls-key, tls-ca PATH"))),
             }
@@ -218,21 +241,35 @@ impl Cluster {
         Ok(Cluster { node, listen, peers, key: key.into(), tls, from, handshakes_per_source })
     }
 
+    /// `InvalidSetting` for what a `Cluster` built in code may get wrong (a
+    /// file's parse refuses the same): a `from` block of more bits than its
+    /// address has, `handshakes_per_source` outside 1 to `MAX_THREADS`.
+    pub(crate) fn check(&self) -> Result<()> {
+        for b in self.from.values().flatten() {
+            let value = format!("{}/{}", b.addr, b.bits);
+            in_range_as("cluster (from)", b.bits, 0..=b.max_bits(), value)?;
+        }
+        if let Some(n) = self.handshakes_per_source {
+            in_range_as("cluster (handshakes_per_source)", n, 1..=MAX_THREADS, n.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Whether a connection from `source` may be node `node`'s: its
     /// address's, or one its `from` allows. Best effort: a node that holds
     /// the key and sends from another's address passes (the key is shared).
-    /// An unspecified address (`0.0.0.0`) allows any source.
+    /// An unspecified address (`0.0.0.0`, `::`) is no address to check:
+    /// only its `from` blocks allow a source then.
     pub fn may_come_from(&self, node: u16, source: IpAddr) -> bool {
         let Some(addr) = self.address_of(node) else { return false };
-        addr.ip().is_unspecified()
-            || addr.ip().to_canonical() == source.to_canonical()
+        (!addr.ip().is_unspecified() && addr.ip().to_canonical() == source.to_canonical())
             || self.from.get(&node).is_some_and(|blocks| blocks.iter().any(|b| b.contains(source)))
     }
 
     /// The addresses the cluster's nodes connect from (as far as it says).
     pub(crate) fn sources(&self) -> impl Iterator<Item = IpAddr> + '_ {
         let addrs = self.peers.values().chain([&self.listen]).map(|a| a.ip());
-        let blocks = self.from.values().flatten().filter(|b| b.bits == if b.addr.is_ipv4() { 32 } else { 128 });
+        let blocks = self.from.values().flatten().filter(|b| b.bits == b.max_bits());
         addrs.chain(blocks.map(|b| b.addr))
     }
 
@@ -285,6 +322,20 @@ mod tests {
         }
         assert!(!c.may_come_from(3, "10.0.0.2".parse().unwrap()), "a node not in the file");
         assert!(c.may_come_from(1, "10.0.0.1".parse().unwrap()));
+        // An unspecified address (a container's `listen 0.0.0.0:7400`) is no
+        // address to check: only a `from` block lets a source in.
+        let text = "node 1\nlisten 0.0.0.0:1\nkey-file k\npeer 2 0.0.0.0:1\npeer 3 [::]:1 from 10.7.0.0/16\n";
+        let c = Cluster::parse(text, dir.path()).unwrap();
+        for (node, ip, ok) in [(1, "10.0.0.1", false), (2, "10.0.0.2", false), (3, "::1", false), (3, "10.7.1.1", true)]
+        {
+            assert_eq!(c.may_come_from(node, ip.parse().unwrap()), ok, "node {node} from {ip}");
+        }
+        // A block built in code with more bits than its address has (a
+        // public field) contains nothing; it indexed past the address.
+        for bits in [33, 40, 129, 255] {
+            assert!(!Cidr { addr: [10, 0, 0, 1].into(), bits }.contains("10.0.0.1".parse().unwrap()), "{bits}");
+        }
+        assert!(!Cidr { addr: "::1".parse().unwrap(), bits: 129 }.contains("::1".parse().unwrap()));
         let block: Cidr = "10.1.0.0/15".parse().unwrap();
         assert!(block.contains("10.0.255.1".parse().unwrap()) && !block.contains("10.2.0.1".parse().unwrap()));
         for bad in [
@@ -292,6 +343,7 @@ mod tests {
             "peer 2 10.0.0.2:1 from 10.0.0.0/33",
             "peer 2 10.0.0.2:1 to x",
             "handshakes-per-source 0",
+            "handshakes-per-source 1025",
         ] {
             let text = format!("node 1\nlisten 10.0.0.1:1\nkey-file k\n{bad}\n");
             assert!(matches!(Cluster::parse(&text, dir.path()), Err(Error::InvalidArgument(_))), "{bad}");

@@ -378,17 +378,32 @@ impl TeamBuilder {
         in_range("blocking_idle", c.blocking_idle, Duration::ZERO..=A_DAY)?;
         in_range("peer_timeout", c.peer_timeout, MIN_PEER_TIMEOUT..=A_DAY)?;
         in_range("etcd (ttl)", c.names_ttl, Duration::ZERO..=A_DAY)?;
+        // A cluster built in code (a file's is checked as it is read).
+        if let Some(cluster) = &c.cluster {
+            cluster.check()?;
+        }
         Ok(self.cfg)
     }
 }
 
 /// `Ok` if `value` is in `allowed`, else `InvalidSetting` naming `setting`.
 fn in_range<T: PartialOrd + Debug>(setting: &'static str, value: T, allowed: RangeInclusive<T>) -> Result<()> {
+    let shown = format!("{value:?}");
+    in_range_as(setting, value, allowed, shown)
+}
+
+/// As [`in_range`], the value shown as `shown`.
+pub(super) fn in_range_as<T: PartialOrd + Debug>(
+    setting: &'static str,
+    value: T,
+    allowed: RangeInclusive<T>,
+    shown: String,
+) -> Result<()> {
     if allowed.contains(&value) {
         return Ok(());
     }
     let allowed = format!("{:?} to {:?}", allowed.start(), allowed.end());
-    Err(Error::InvalidSetting { setting, value: format!("{value:?}"), allowed })
+    Err(Error::InvalidSetting { setting, value: shown, allowed })
 }
 
 /// The etcd client addresses in `$FERRY_ETCD`'s form: `ip:port`,
@@ -438,6 +453,26 @@ mod tests {
         assert_eq!(refused(b().blocking_idle(Duration::MAX)).0, "blocking_idle");
         let etcd = ([127, 0, 0, 1], 1).into();
         assert_eq!(refused(b().etcd(etcd, Duration::MAX)).0, "etcd (ttl)");
+        // A cluster built in code: a `from` block of more bits than its
+        // address has panicked in the handshake thread, on a peer's connection.
+        let cluster = |from: Vec<crate::Cidr>, per_source| crate::Cluster {
+            node: 1,
+            listen: ([127, 0, 0, 1], 1).into(),
+            peers: [(2, ([127, 0, 0, 2], 1).into())].into(),
+            key: std::sync::Arc::from(&[7u8; 32][..]),
+            tls: None,
+            from: [(2, from)].into(),
+            handshakes_per_source: per_source,
+        };
+        let v4 = |bits| crate::Cidr { addr: [10, 0, 0, 0].into(), bits };
+        let v6 = |bits| crate::Cidr { addr: std::net::Ipv6Addr::LOCALHOST.into(), bits };
+        for from in [vec![v4(33)], vec![v4(8), v4(255)], vec![v6(129)]] {
+            assert_eq!(refused(b().cluster(cluster(from, None))).0, "cluster (from)");
+        }
+        for n in [0, MAX_THREADS + 1, usize::MAX] {
+            assert_eq!(refused(b().cluster(cluster(vec![], Some(n)))).0, "cluster (handshakes_per_source)");
+        }
+        assert!(b().cluster(cluster(vec![v4(32), v6(128)], Some(MAX_THREADS))).checked().is_ok());
         assert!(!std::env::temp_dir().join("ferry-never-made").exists());
     }
 

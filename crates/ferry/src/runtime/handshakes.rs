@@ -7,7 +7,12 @@
 //! file (a node's address always has its own `per_source`). A connection
 //! past either bound is closed at once. The whole handshake has one
 //! deadline: the reactor shuts a connection still here then (a stranger
-//! trickling a byte at a time cannot stretch it read by read).
+//! trickling a byte at a time cannot stretch it read by read). One that
+//! succeeds as its deadline passes is dropped, not made a dead channel
+//! (`Ticket::finish`). A connection refused for a bound is told so
+//! (`LimitReached(Handshakes)`; `LimitReached(OpenFiles)` if the process
+//! is out of descriptors); a connector refused for `Handshakes` tries
+//! again within its deadline.
 
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -49,6 +54,9 @@ pub(crate) enum Full {
     Source(usize),
     /// `MAX_STRANGERS` handshakes from addresses that are no node's.
     Strangers,
+    /// The process is out of descriptors (the connection's second one,
+    /// to shut it at its deadline, could not be made).
+    OpenFiles,
 }
 
 /// One handshake's place; given back when dropped.
@@ -76,8 +84,9 @@ impl Handshakes {
         if stranger && s.strangers >= MAX_STRANGERS {
             return Err(Full::Strangers);
         }
-        // Without a second descriptor it could not be shut at its deadline: not taken.
-        let sock = sock.try_clone().map_err(|_| Full::Strangers)?;
+        // Without a second descriptor it could not be shut at its deadline:
+        // not taken (dup fails only for want of descriptors).
+        let sock = sock.try_clone().map_err(|_| Full::OpenFiles)?;
         *s.from.entry(from).or_default() += 1;
         s.strangers += usize::from(stranger);
         s.next += 1;
@@ -121,10 +130,19 @@ impl Handshakes {
     }
 }
 
-impl Drop for Ticket {
-    fn drop(&mut self) {
+impl Ticket {
+    /// Gives the place back as the handshake succeeds, before its
+    /// connection becomes a channel's: false if it was shut at its
+    /// deadline meanwhile (the channel would be born dead). Under the lock,
+    /// so that `expire` shuts it either before (false) or never.
+    pub fn finish(self) -> bool {
+        self.give_back().is_some_and(|shut| !shut)
+    }
+
+    /// Gives the place back; whether its connection was shut (`None`: given back already).
+    fn give_back(&self) -> Option<bool> {
         let mut s = self.of.state.lock();
-        let Some(l) = s.live.remove(&self.id) else { return };
+        let l = s.live.remove(&self.id)?;
         if let Some(n) = s.from.get_mut(&l.from) {
             *n -= 1;
             if *n == 0 {
@@ -134,12 +152,20 @@ impl Drop for Ticket {
         if !self.of.nodes.contains(&l.from) {
             s.strangers -= 1;
         }
+        Some(l.shut)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.give_back();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::net::TcpListener;
 
     fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
@@ -177,6 +203,20 @@ mod tests {
         let mut b = [0u8; 1];
         assert_eq!(std::io::Read::read(&mut c, &mut b).unwrap(), 0);
         drop(t);
+        assert_eq!(hs.count(), 2);
+        // A handshake that ends before its deadline keeps its connection;
+        // one shut at its deadline first says so (its channel would be dead).
+        let (mut c, s) = pair(&l);
+        let t = hs.start(&s, "127.0.0.1".parse().unwrap(), patience).unwrap();
+        assert!(t.finish(), "finished in time");
+        assert_eq!(hs.count(), 2);
+        hs.shut_all();
+        (&s).write_all(b"alive").unwrap();
+        assert_eq!(std::io::Read::read(&mut c, &mut b).unwrap(), 1, "a finished handshake's connection was shut");
+        let (_c, s) = pair(&l);
+        let t = hs.start(&s, "127.0.0.1".parse().unwrap(), Duration::ZERO).unwrap();
+        assert_eq!(hs.expire(Instant::now()), 1);
+        assert!(!t.finish(), "shut at its deadline");
         assert_eq!(hs.count(), 2);
         // When the team leaves, every one is shut.
         let (mut c, s) = pair(&l);

@@ -245,9 +245,15 @@ impl TeamInner {
     fn connect_tcp(&self, team: TeamId) -> Result<Arc<Channel>> {
         let cluster = self.cfg.cluster.as_ref().ok_or(Error::NoSuchTeam(team))?;
         let addr = cluster.address_of(team.node).ok_or(Error::NoSuchTeam(team))?;
-        // Nobody listening there (the node is down, or the link): out of reach.
-        let sock = std::net::TcpStream::connect_timeout(&addr, shm::HANDSHAKE_TIMEOUT).map_err(unreachable(team))?;
-        let end = tcp::handshake::connect(sock, &self.tcp_bind(cluster), team)?;
+        let side = self.tcp_bind(cluster);
+        // A node at its bound of handshakes from our address is tried again
+        // (other teams of this node bind there at once) within the bind's deadline.
+        let deadline = std::time::Instant::now() + shm::HANDSHAKE_TIMEOUT;
+        let end = tcp::handshake::retry_while_busy(deadline, |left| {
+            // Nobody listening there (the node is down, or the link): out of reach.
+            let sock = std::net::TcpStream::connect_timeout(&addr, left).map_err(unreachable(team))?;
+            tcp::handshake::connect(sock, &side, team)
+        })?;
         tracing::debug!(me = %self.id, peer = %team, %addr, "bound TCP channel");
         Ok(Arc::new(Channel::new(team, Box::new(end))))
     }

@@ -19,6 +19,7 @@
 //! most `MAX_PENDING` of them are kept.
 
 use super::channel::Channel;
+use super::cluster::Cluster;
 use super::handshakes::{Full, Handshakes, Ticket};
 use super::TeamInner;
 use crate::error::{Error, Result};
@@ -476,24 +477,30 @@ fn accept_tcp(team: &Arc<TeamInner>) -> Result<()> {
 
 /// A place for a TCP connection's handshake, if the bounds allow one;
 /// else it is refused at once (`LimitReached(Handshakes)` for a connector
-/// that reads the refusal) and closed.
+/// that reads the refusal, or `LimitReached(OpenFiles)` if this process
+/// is out of descriptors) and closed.
 fn admit(team: &Arc<TeamInner>, stream: &TcpStream, from: IpAddr) -> Option<Ticket> {
-    let max = match team.reactor.handshakes.start(stream, from, shm::HANDSHAKE_TIMEOUT) {
+    let (limit, max) = match team.reactor.handshakes.start(stream, from, shm::HANDSHAKE_TIMEOUT) {
         Ok(ticket) => return Some(ticket),
         Err(Full::Source(n)) => {
             tracing::warn!(%from, "{n} TCP handshakes from this address under way: refused another");
-            n
+            (crate::Limit::Handshakes, n as u64)
         }
         Err(Full::Strangers) => {
             let n = super::handshakes::MAX_STRANGERS;
             tracing::warn!(%from, "{n} TCP handshakes from addresses that are no node's under way: refused another");
-            n
+            (crate::Limit::Handshakes, n as u64)
+        }
+        Err(Full::OpenFiles) => {
+            let n = crate::error::open_files_limit();
+            tracing::warn!(%from, "out of descriptors (open-files limit {n}): refused a TCP connection");
+            (crate::Limit::OpenFiles, n)
         }
     };
     // What came is read (a socket closed with unread bytes resets, and the
     // connector might lose the refusal); nothing waits for more.
     let _ = rustix::net::recv(stream, &mut [0u8; 64], rustix::net::RecvFlags::DONTWAIT);
-    let refusal = crate::Limit::Handshakes.refusal(tcp::handshake::REFUSED, max as u64);
+    let refusal = limit.refusal(tcp::handshake::REFUSED, max);
     let _ = rustix::net::send(stream, &refusal, rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL);
     None
 }
@@ -611,9 +618,15 @@ fn accept(team: &Arc<TeamInner>, link: Link, hello: [u8; HELLO_BYTES], side: &tc
     let may_be = may_be(team, &link);
     match tcp::handshake::accept_hello_from(link, hello, side, may_be) {
         Ok((end, peer)) => {
+            #[cfg(test)]
+            run_hook(&AT_THE_DEADLINE, team.id.team);
             // Given back before the connection is a channel's: a place
             // past its deadline would be shut with the channel's socket.
-            drop(ticket);
+            // Shut at its deadline just now (after `ACCEPTED`): the channel
+            // would be born dead, so there is none (the connector's ends).
+            if !ticket.finish() {
+                return tracing::warn!(%peer, "refused a TCP bind: its handshake's deadline passed as it ended");
+            }
             team.add_channel(Arc::new(Channel::new(peer, Box::new(end))));
             tracing::debug!(me = %team.id, %peer, "accepted TCP channel");
         }
@@ -638,25 +651,41 @@ fn may_be(team: &TeamInner, link: &Link) -> impl FnOnce(crate::id::TeamId) -> st
         }
         _ => None,
     };
-    move |peer| {
-        let Some(c) = cluster else { return Ok(()) };
-        if c.address_of(peer.node).is_none() {
-            return Err(format!("node {} is not in this node's cluster file", peer.node));
-        }
-        if let Some(nodes) = certified {
-            return match nodes.contains(&peer.node) {
-                true => Ok(()),
-                false => Err(format!("its TLS certificate is not valid for node {}'s address", peer.node)),
-            };
-        }
-        match source {
-            Ok(ip) if c.may_come_from(peer.node, ip) => Ok(()),
-            Ok(ip) => Err(format!(
-                "it claims node {} from {ip}, not that node's address (a `peer N ADDR from CIDR` line allows others)",
-                peer.node
-            )),
-            Err(e) => Err(format!("its address is unknown ({e})")),
-        }
+    move |peer| match cluster {
+        Some(c) => claim_allowed(&c, certified.as_deref(), source, peer.node),
+        None => Ok(()),
+    }
+}
+
+/// Whether a connector that proved the key may be node `node` of `c`:
+/// never this node (teams of one node always bind over shared memory, so a
+/// TCP claim of it is never honest: it would take the route to our own
+/// team), else as [`may_be`] says (`certified`: the nodes its TLS
+/// certificate is valid for; `source`: its address).
+fn claim_allowed(
+    c: &Cluster,
+    certified: Option<&[u16]>,
+    source: std::io::Result<IpAddr>,
+    node: u16,
+) -> std::result::Result<(), String> {
+    if node == c.node {
+        return Err(format!("it claims node {node}, this node (whose teams bind over shared memory)"));
+    }
+    if c.address_of(node).is_none() {
+        return Err(format!("node {node} is not in this node's cluster file"));
+    }
+    if let Some(nodes) = certified {
+        return match nodes.contains(&node) {
+            true => Ok(()),
+            false => Err(format!("its TLS certificate is not valid for node {node}'s address")),
+        };
+    }
+    match source {
+        Ok(ip) if c.may_come_from(node, ip) => Ok(()),
+        Ok(ip) => Err(format!(
+            "it claims node {node} from {ip}, not that node's address (a `peer N ADDR from CIDR` line allows others)"
+        )),
+        Err(e) => Err(format!("its address is unknown ({e})")),
     }
 }
 
@@ -738,12 +767,23 @@ fn take_handed_over(team: &Arc<TeamInner>, msg: &[u8], mut fds: Vec<OwnedFd>) {
 #[cfg(test)]
 pub(crate) static AS_IT_LOOKS: Mutex<Option<(u32, Hook)>> = Mutex::new(None);
 
+/// Tests: run once by team `.0` as a TCP bind's handshake has succeeded,
+/// before its connection becomes a channel (when the deadline may pass).
+#[cfg(test)]
+pub(crate) static AT_THE_DEADLINE: Mutex<Option<(u32, Hook)>> = Mutex::new(None);
+
 #[cfg(test)]
 type Hook = Box<dyn FnOnce() + Send>;
 
 #[cfg(test)]
 fn as_it_looks(team: u32) {
-    let mut hook = AS_IT_LOOKS.lock();
+    run_hook(&AS_IT_LOOKS, team);
+}
+
+/// Runs `hook` if it is team `team`'s (once).
+#[cfg(test)]
+fn run_hook(hook: &Mutex<Option<(u32, Hook)>>, team: u32) {
+    let mut hook = hook.lock();
     if let Some((_, f)) = hook.take_if(|(t, _)| *t == team) {
         drop(hook);
         f();
@@ -753,7 +793,6 @@ fn as_it_looks(team: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::cluster::Cluster;
     use crate::wire::Checkpoint;
     use crate::Team;
     use std::collections::BTreeMap;
@@ -813,5 +852,75 @@ mod tests {
         assert!(r.is_ok(), "a bind handed over as the reactor looked: {r:?}");
         assert_eq!(port.recv_timeout(Duration::from_secs(5)).unwrap().payload(), b"x");
         drop(unix);
+    }
+
+    /// Review of issue 15's defect 10: node 1 listens on `0.0.0.0` (common
+    /// in containers), which let any source claim node 1, and nothing
+    /// refused a TCP claim of the accepting node itself. A team holding the
+    /// key that says it is node 1 (team S) binds to node 1's team T over
+    /// TCP: refused with `Unauthenticated` (it took the route to our own team).
+    #[test]
+    fn a_tcp_claim_of_the_accepting_nodes_own_identity_is_refused() {
+        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
+        let port = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+        let elsewhere = std::net::TcpListener::bind("127.0.0.2:0").unwrap().local_addr().unwrap();
+        let cluster = |listen| Cluster {
+            node: 1,
+            listen,
+            peers: BTreeMap::from([(2, "127.0.0.9:1".parse().unwrap())]),
+            key: key.clone(),
+            tls: None,
+            from: BTreeMap::new(),
+            handshakes_per_source: None,
+        };
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let listen: SocketAddr = ([0, 0, 0, 0], port).into();
+        let t = Team::builder().runtime_dir(dirs[0].path()).cluster(cluster(listen)).start().unwrap();
+        let s = Team::builder().runtime_dir(dirs[1].path()).cluster(cluster(elsewhere)).start().unwrap();
+        let side = s.inner.tcp_bind(&cluster(elsewhere));
+        let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let r = tcp::handshake::connect(sock, &side, t.id());
+        assert!(matches!(r, Err(Error::Unauthenticated { .. })), "{:?}", r.map(|_| ()));
+    }
+
+    /// Review of issue 15's defect 3: the reactor could shut a TCP
+    /// handshake's connection at its deadline between the final
+    /// `ACCEPTED` and the ticket's return, and the team took the connection
+    /// as a channel already dead. Here the deadline passes just then: no
+    /// channel is added. (T is a blocking team: nothing of its own would
+    /// drain a dead channel out of its list.)
+    #[test]
+    fn a_handshake_shut_at_its_deadline_as_it_ends_adds_no_channel() {
+        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let addrs = [free(), free()];
+        let cluster = |node: u16| Cluster {
+            node,
+            listen: addrs[node as usize - 1],
+            peers: BTreeMap::from([(3 - node, addrs[2 - node as usize])]),
+            key: key.clone(),
+            tls: None,
+            from: BTreeMap::new(),
+            handshakes_per_source: None,
+        };
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let t = Team::builder().blocking().runtime_dir(dirs[0].path()).cluster(cluster(1)).start().unwrap();
+        let c = Team::builder().blocking().runtime_dir(dirs[1].path()).cluster(cluster(2)).start().unwrap();
+        let inner = t.inner.clone();
+        let deadline_passes = move || {
+            inner.reactor.handshakes.expire(Instant::now() + Duration::from_secs(3600));
+        };
+        *AT_THE_DEADLINE.lock() = Some((t.id().team, Box::new(deadline_passes)));
+        let before = t.inner.channels.len();
+        let side = c.inner.tcp_bind(&cluster(2));
+        // The connector is told `ACCEPTED` (before the deadline passed).
+        let _end = tcp::handshake::connect(TcpStream::connect(addrs[0]).unwrap(), &side, t.id()).unwrap();
+        // Looked at without a pause: a dead channel would soon be reaped.
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            assert_eq!(t.inner.channels.len(), before, "a channel born dead was added");
+            std::thread::yield_now();
+        }
+        assert!(AT_THE_DEADLINE.lock().is_none(), "the hook did not run");
     }
 }

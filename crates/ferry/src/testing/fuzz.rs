@@ -1372,7 +1372,12 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         d(86_400_000_000_000),
     ];
     let large = largest.concat();
-    add("settings", "largest", large);
+    add("settings", "largest", large.clone());
+    // A cluster built in code: a `from` block of 24 bits, then of 200
+    // (more than an IPv4 address has: it indexed past the address).
+    for (name, bits) in [("cluster", 24), ("cluster-long-block", 200)] {
+        add("settings", name, [large.clone(), vec![1, bits, 1], n(8), vec![1]].concat());
+    }
     add("settings", "ones", vec![0xff; 160]);
     out
 }
@@ -1415,7 +1420,28 @@ pub fn settings(data: &[u8]) {
         .max_running_calls(input.u64() as usize)
         .handshakes_per_source(input.u64() as usize);
     let b = if input.byte() & 1 == 1 { b.etcd(([127, 0, 0, 1], 2379).into(), any_duration(&mut input)) } else { b };
+    // A cluster built in code, with a `from` block of any bits (a public
+    // field): a block never panics, whatever it is asked.
+    let (v4, v6) = (std::net::IpAddr::from([10, 0, 0, 1]), std::net::IpAddr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1]));
+    let block = crate::Cidr { addr: if input.byte() & 1 == 1 { v4 } else { v6 }, bits: input.byte() };
+    let _ = (block.contains(v4), block.contains(v6));
+    let b = match input.byte() & 1 {
+        1 => b.cluster(crate::Cluster {
+            node: 1,
+            listen: ([127, 0, 0, 1], 1).into(),
+            peers: [(2, ([127, 0, 0, 2], 1).into())].into(),
+            key: std::sync::Arc::from(&[7u8; 32][..]),
+            tls: None,
+            from: [(2, vec![block])].into(),
+            handshakes_per_source: Some(input.u64() as usize).filter(|_| input.byte() & 1 == 1),
+        }),
+        _ => b,
+    };
     let Ok(cfg) = b.checked() else { return };
+    if let Some(c) = &cfg.cluster {
+        assert!(c.from.values().flatten().all(|b| b.bits <= if b.addr.to_canonical().is_ipv4() { 32 } else { 128 }));
+        assert!(c.handshakes_per_source.is_none_or(|n| (1..=crate::runtime::MAX_THREADS).contains(&n)));
+    }
     // A shared-memory bind maps what it asks for; a TCP peer takes the grant.
     let area = shm::area_for(cfg.max_message);
     assert!(shm::layout_ok(cfg.ring_bytes, area), "ring {} area {area}", cfg.ring_bytes);

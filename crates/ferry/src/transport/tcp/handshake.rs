@@ -37,7 +37,7 @@ use sha2::Sha256;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Magic of a connector's hello (the version is its last byte).
 pub const HELLO: &[u8; 8] = b"FERRYTC1";
@@ -444,6 +444,30 @@ pub(crate) fn read_refusal(sock: &mut impl Read, peer: TeamId) -> Error {
         violation: Violation::MalformedHandshake { message: HandshakeMessage::Refusal, len: 20 },
     };
     crate::Limit::refused(&body).unwrap_or(bad)
+}
+
+/// Longest pause between two tries of a connection an acceptor refused
+/// at its bound of handshakes from our address.
+const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Runs `attempt` (given the time left before `deadline`, at least 1 ms)
+/// and again, after 1, 2, 4 ... 50 ms, while the acceptor refuses it at
+/// its bound of handshakes from our address (`LimitReached(Handshakes)`:
+/// a burst of this node's teams binding at once, say) and `deadline`
+/// allows; then the refusal stands. Honest bursts only wait; a stranger
+/// gains nothing, since the acceptor's bound still holds.
+pub(crate) fn retry_while_busy<T>(deadline: Instant, mut attempt: impl FnMut(Duration) -> Result<T>) -> Result<T> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        match attempt(left) {
+            Err(Error::LimitReached { limit: crate::Limit::Handshakes, .. }) if Instant::now() + pause < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_BUSY_PAUSE);
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Connector side: binds over a connected `sock` to the team `expect`.
