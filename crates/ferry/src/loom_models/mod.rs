@@ -28,11 +28,14 @@
 //! | `wait_space` | the progress loop sends a frame queued in an outbox once the reader frees space | exhaustive |
 //! | `executor` (in `runtime::executor`) | `push` wakes a processor going to sleep | exhaustive |
 //! | `executor` | wakes racing the end of a poll queue the task once, never during the poll | exhaustive |
+//! | `gate` (`rpc::gate`) | a place freed as the serving task goes to wait for one wakes it | exhaustive |
+//! | `gate` | with two places freed at once, the task is woken | 3 preemptions |
 //! loom treats SeqCst loads, stores and RMWs as Acquire/Release, so every
 //! store → load (Dekker) step of the real code needs its `fence(SeqCst)`:
 //! each model fails if that fence, or its flag, is taken out.
 
 mod doorbell;
+mod gate;
 mod ring;
 mod wait_space;
 // The executor's model is `executor.rs` here too, but a child of

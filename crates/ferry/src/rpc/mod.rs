@@ -18,11 +18,12 @@
 mod client;
 mod descriptor;
 pub(crate) mod envelope;
-mod gate;
+pub(crate) mod gate;
 mod server;
 
 pub use client::{CallFuture, Client};
 pub use descriptor::{MethodDescriptor, ServiceDescriptor, CODEC};
+pub(crate) use gate::Place;
 pub use server::{CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, ServiceEndpoint, Serving, RETRY_WINDOW};
 
 use crate::id::TeamId;

@@ -514,7 +514,8 @@ impl ServiceEndpoint {
     /// Serving stops when the returned handle is dropped.
     ///
     /// At most [`TeamBuilder::max_running_calls`](crate::TeamBuilder::max_running_calls)
-    /// calls run at once (a batch counts as one); calls past it wait in the
+    /// calls run at once (a batch of n calls counts as n, or as the bound if
+    /// n is larger, until it has run to its end); calls past it wait in the
     /// endpoint's inbox, whose bounds push back on the callers.
     pub fn serve<D: Dispatch>(self, handler: Arc<D>) -> Serving {
         let endpoint = Arc::new(self);
@@ -551,11 +552,12 @@ impl ServiceEndpoint {
         }
     }
 
-    /// The serving task's next request, once a place is free for it: with
-    /// none free, requests stay in the inbox.
+    /// The serving task's next request, once a place is free for it (with
+    /// none free, requests stay in the inbox), and for a batch once all the
+    /// places it takes are (see `places_for`).
     async fn next_call(&self, gate: &Arc<Gate>) -> Result<(Received, Place)> {
         loop {
-            let (msg, place) = poll_fn(|cx| {
+            let (msg, mut place) = poll_fn(|cx| {
                 let Poll::Ready(place) = gate.poll_enter(cx) else { return Poll::Pending };
                 match self.port.inbox().poll_pop(cx) {
                     Poll::Ready(Some(m)) => Poll::Ready(Ok((crate::port::take(&self.team, m), place))),
@@ -565,6 +567,13 @@ impl ServiceEndpoint {
                 }
             })
             .await?;
+            let mut head = [0u8; 5];
+            let n = msg.read_head(&mut head);
+            // Places are gathered as they are freed (this task is the
+            // gate's one waiter): each is kept, so the batch's turn comes.
+            while place.count() < places_for(&head[..n], msg.len()).min(gate.max()) {
+                place.join(poll_fn(|cx| gate.poll_enter(cx)).await);
+            }
             if let Some(r) = self.parse(msg) {
                 return Ok((r, place));
             }
@@ -675,16 +684,28 @@ struct DirectCalls<D> {
 }
 
 impl<D: Dispatch> crate::runtime::inbox::Taker<crate::runtime::channel::Incoming> for DirectCalls<D> {
-    fn admit(&self) -> bool {
-        self.gate.reserve()
+    fn admit(&self, m: &crate::runtime::channel::Incoming) -> Option<Place> {
+        let mut head = [0u8; 5];
+        let n = m.payload.read_head(&mut head);
+        self.gate.try_enter(places_for(&head[..n], m.payload.len()))
     }
 
-    fn take(&self, m: crate::runtime::channel::Incoming) {
-        let place = self.gate.adopt();
+    fn take(&self, m: crate::runtime::channel::Incoming, place: Place) {
         let e = &self.endpoint;
         if let Some(r) = e.parse(crate::port::take(&e.team, m)) {
             e.handle(&self.handler, r, place);
         }
+    }
+}
+
+/// The places in the running-calls gate a request of `len` bytes that
+/// starts with `head` takes: one, or n for a batch of n calls (the gate
+/// takes at most its bound), so that many small batches cannot each hold
+/// as many calls as one large one may. A batch refused by its bound takes one.
+fn places_for(head: &[u8], len: usize) -> usize {
+    match head.first() {
+        Some(&envelope::BATCH) => envelope::batch_count(head, len).map_or(1, |n| n.max(1)),
+        _ => 1,
     }
 }
 
@@ -696,8 +717,9 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// Calls running now: handlers not finished yet, batches not run to
-    /// their end. Never more than [`Serving::max_running`].
+    /// Calls running now: handlers not finished yet, and the calls of
+    /// batches not run to their end (a batch larger than the bound counts
+    /// as the bound). Never more than [`Serving::max_running`].
     pub fn running(&self) -> usize {
         self.gate.running()
     }

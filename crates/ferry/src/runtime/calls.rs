@@ -7,7 +7,7 @@ use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::Result;
 use parking_lot::Mutex;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -84,34 +84,44 @@ pub(crate) struct Calls {
 /// that ended, or never were) cannot push out another's.
 #[derive(Default)]
 struct EarlyCancels {
-    keys: FxHashSet<CallKey>,
-    /// Per channel, the call ids in the order their cancels came (ids
-    /// taken since stay until their turn: removing them would be a scan).
-    order: FxHashMap<u64, VecDeque<u64>>,
+    /// Each key with the number its latest insertion got.
+    keys: FxHashMap<CallKey, u64>,
+    /// Per channel, the call ids in the order their cancels came, each
+    /// with its insertion's number (ids taken since stay until their turn:
+    /// removing them would be a scan). An id taken and cancelled again is
+    /// here twice: the older copy's number no longer matches its key's, so
+    /// its eviction leaves the live key alone.
+    order: FxHashMap<u64, VecDeque<(u64, u64)>>,
+    next: u64,
 }
 
 impl EarlyCancels {
     fn insert(&mut self, key: CallKey) {
-        if !self.keys.insert(key) {
-            return;
-        }
+        let seq = self.next;
+        match self.keys.entry(key) {
+            std::collections::hash_map::Entry::Occupied(_) => return,
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(seq),
+        };
+        self.next += 1;
         let order = self.order.entry(key.0).or_default();
         if order.len() == EARLY_CANCELS {
-            if let Some(old) = order.pop_front() {
-                self.keys.remove(&(key.0, old));
+            if let Some((old, old_seq)) = order.pop_front() {
+                if self.keys.get(&(key.0, old)) == Some(&old_seq) {
+                    self.keys.remove(&(key.0, old));
+                }
             }
         }
-        order.push_back(key.1);
+        order.push_back((key.1, seq));
     }
 
     /// Whether `key` was cancelled early (forgotten if so).
     fn take(&mut self, key: CallKey) -> bool {
-        self.keys.remove(&key)
+        self.keys.remove(&key).is_some()
     }
 
     /// Forgets channel `ch`'s.
     fn forget_channel(&mut self, ch: u64) {
-        for id in self.order.remove(&ch).unwrap_or_default() {
+        for (id, _) in self.order.remove(&ch).unwrap_or_default() {
             self.keys.remove(&(ch, id));
         }
     }
@@ -331,14 +341,32 @@ mod tests {
         {
             let early = calls.early_cancels.lock();
             assert_eq!(early.keys.len(), EARLY_CANCELS);
-            assert!(early.keys.contains(&(noisy.key(), 1_002_000)));
-            assert!(!early.keys.contains(&(noisy.key(), 1_000_001)));
+            assert!(early.keys.contains_key(&(noisy.key(), 1_002_000)));
+            assert!(!early.keys.contains_key(&(noisy.key(), 1_000_001)));
         }
         for ch in [&noisy, &honest] {
             ch.finished.store(true, Ordering::Release);
             calls.orphan_channel(ch);
         }
         assert!(calls.early_cancels.lock().is_empty(), "a finished channel's are forgotten");
+    }
+
+    /// Regression (review of issue 15, defect 7): a call id cancelled
+    /// early, taken by its hook, and cancelled early again was queued twice;
+    /// evicting the older copy removed the live newer cancel.
+    #[test]
+    fn evicting_a_taken_ids_old_copy_keeps_its_new_cancel() {
+        let mut early = EarlyCancels::default();
+        early.insert((1, 7));
+        assert!(early.take((1, 7)));
+        early.insert((1, 7));
+        // Fill the channel's order up to its bound, then one more: the first copy of 7 goes.
+        for id in 100..100 + EARLY_CANCELS as u64 - 1 {
+            early.insert((1, id));
+        }
+        assert!(early.keys.contains_key(&(1, 7)), "the live cancel was evicted with the taken one's copy");
+        assert_eq!(early.keys.len(), EARLY_CANCELS, "the channel's bound");
+        assert!(early.take((1, 7)));
     }
 
     #[test]

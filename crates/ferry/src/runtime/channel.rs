@@ -143,8 +143,9 @@ pub(crate) struct RxState {
     held_bytes: usize,
     /// Cost accounting: when the frame being routed was picked up.
     pub since: Option<std::time::Instant>,
-    /// Messages for direct takers, run once the channel's locks are released.
-    pub direct: Vec<(Direct, Incoming)>,
+    /// Messages for direct takers, with the places they were admitted to,
+    /// run once the channel's locks are released.
+    pub direct: Vec<(Direct, Incoming, crate::rpc::Place)>,
 }
 
 impl RxState {

@@ -209,8 +209,9 @@ impl TeamBuilder {
     }
     /// Most calls each service this team serves implicitly
     /// ([`ServiceEndpoint::serve`](crate::rpc::ServiceEndpoint::serve))
-    /// runs at once (default 1024, at most 2^20): handlers that wait, a
-    /// batch (one at a time, whatever its calls). Calls past it stay in the
+    /// runs at once (default 1024, at most 2^20): handlers that wait, and
+    /// a batch of n calls as n (as this bound if n is larger) until it has
+    /// run to its end. Calls past it stay in the
     /// endpoint's inbox, whose bounds (`inbox_capacity`, `inbox_bytes`)
     /// then push back on the callers; they run as running calls end.
     /// [`Serving::running`](crate::rpc::Serving::running) counts them.

@@ -12,6 +12,7 @@ use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::Addr;
+use crate::rpc::Place;
 use crate::transport::{Body, Recv, RecvError};
 use crate::wire::{Checkpoint, Header, Kind, Nack, NackReason};
 use std::sync::atomic::Ordering;
@@ -96,7 +97,7 @@ impl TeamInner {
     fn run_direct_now(&self, mut rx: parking_lot::MutexGuard<'_, RxState>) {
         thread_local! {
             /// A buffer to swap with `rx.direct`, so neither allocates per message.
-            static SPARE: std::cell::Cell<Vec<(Direct, Incoming)>> = const { std::cell::Cell::new(Vec::new()) };
+            static SPARE: std::cell::Cell<Vec<(Direct, Incoming, Place)>> = const { std::cell::Cell::new(Vec::new()) };
         }
         let mut batch = SPARE.take();
         std::mem::swap(&mut batch, &mut rx.direct);
@@ -105,8 +106,9 @@ impl TeamInner {
         // keep running the team's tasks (one of them may be what it waits for).
         let _in_task = executor::InTask::enter();
         idle::user_code(self, || {
-            for (taker, m) in batch.drain(..) {
-                taker.take(m);
+            // A panic here drops the rest, and their places with them.
+            for (taker, m, place) in batch.drain(..) {
+                taker.take(m, place);
             }
         });
         SPARE.set(batch);
@@ -301,11 +303,11 @@ impl TeamInner {
                 }
                 true
             }
-            Offer::Direct(taker, m) => {
+            Offer::Direct(taker, m, place) => {
                 if h.checkpoint() == Checkpoint::OnReceipt {
                     self.ack(ch, h, Checkpoint::OnReceipt);
                 }
-                rx.direct.push((taker, m));
+                rx.direct.push((taker, m, place));
                 true
             }
             Offer::Full => false,

@@ -3,6 +3,7 @@
 //! It knows nothing of what a message is or where it came from, only what
 //! each costs against its byte bound.
 
+use crate::rpc::Place;
 use crate::transport::doorbell::Doorbell;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -17,12 +18,13 @@ pub(crate) trait Cost {
 /// Takes an endpoint's messages as they arrive, instead of its queue (see
 /// [`Inbox::set_direct`]).
 pub(crate) trait Taker<M>: Send + Sync {
-    /// Whether it takes one more message now. Asked under the inbox's lock
-    /// just before a message is handed to it: a `true` commits it to take
-    /// that message; with `false` the message is queued.
-    fn admit(&self) -> bool;
-    /// Takes a message it admitted (run with no locks held).
-    fn take(&self, m: M);
+    /// Whether it takes message `m` now: the places it runs in, taken from
+    /// its gate, or `None` (`m` is queued). Asked under the inbox's lock.
+    /// The places travel with the message and are freed if it is dropped
+    /// on the way, so a message lost before `take` cannot keep them.
+    fn admit(&self, m: &M) -> Option<Place>;
+    /// Takes a message it admitted, with its places (run with no locks held).
+    fn take(&self, m: M, place: Place);
 }
 
 pub(crate) type Direct<M> = Arc<dyn Taker<M>>;
@@ -52,8 +54,9 @@ struct State<M> {
 
 pub(crate) enum Offer<M> {
     Accepted,
-    /// For the endpoint's direct taker: the caller runs it (with no locks held).
-    Direct(Direct<M>, M),
+    /// For the endpoint's direct taker, with the places it admitted it to:
+    /// the caller runs it (with no locks held).
+    Direct(Direct<M>, M, Place),
     Full,
     Closed,
 }
@@ -91,15 +94,28 @@ impl<M: Cost> Inbox<M> {
         if s.closed {
             return Offer::Closed;
         }
-        if let Some(d) = s.direct.as_ref().filter(|d| s.queue.is_empty() && direct_ok() && d.admit()) {
-            return Offer::Direct(d.clone(), make());
-        }
-        let full = s.queue.len() >= self.capacity || s.bytes.saturating_add(cost) > self.byte_capacity;
-        if full && !s.queue.is_empty() && !past_capacity {
-            s.refused = true;
-            return Offer::Full;
-        }
-        let m = make();
+        let direct = match s.direct.as_ref() {
+            Some(d) if s.queue.is_empty() => Some(d),
+            _ => None,
+        };
+        let m = match direct.filter(|_| direct_ok()) {
+            Some(d) => {
+                let m = make();
+                if let Some(place) = d.admit(&m) {
+                    return Offer::Direct(d.clone(), m, place);
+                }
+                // Not admitted: queued (an empty queue has room).
+                m
+            }
+            None => {
+                let full = s.queue.len() >= self.capacity || s.bytes.saturating_add(cost) > self.byte_capacity;
+                if full && !s.queue.is_empty() && !past_capacity {
+                    s.refused = true;
+                    return Offer::Full;
+                }
+                make()
+            }
+        };
         debug_assert_eq!(m.cost(), cost, "an offer named another cost than its message's");
         s.queue.push_back(m);
         s.bytes += cost;
@@ -254,5 +270,38 @@ mod tests {
         assert_eq!((i.len(), i.bytes()), (2, 200));
         assert_eq!(i.close(), vec![M(1, 100), M(2, 100)]);
         assert_eq!(i.bytes(), 0);
+    }
+
+    /// A direct taker admitting with places of a gate of `max`.
+    struct Taking(Arc<crate::rpc::gate::Gate>);
+
+    impl Taker<M> for Taking {
+        fn admit(&self, _: &M) -> Option<Place> {
+            self.0.try_enter(1)
+        }
+        fn take(&self, _: M, _: Place) {}
+    }
+
+    /// Regression (review of issue 15, defect 5): the direct taker's place
+    /// was counted at admission but owned only once `take` ran, so a direct
+    /// message dropped on the way (a panic unwinding through the loop that
+    /// runs them, a shutdown) kept it for good, and after `max_running_calls`
+    /// such losses the service ran nothing.
+    #[test]
+    fn a_direct_message_dropped_untaken_frees_its_place() {
+        let i = inbox(8, 1000);
+        let gate = crate::rpc::gate::Gate::new(1);
+        i.set_direct(Some(Arc::new(Taking(gate.clone()))));
+        let entry = match i.offer(|| true, 10, || M(1, 10), false) {
+            Offer::Direct(d, m, place) => (d, m, place),
+            _ => panic!("not for the direct taker"),
+        };
+        assert_eq!(gate.running(), 1);
+        // With no place free, a message is queued.
+        assert!(matches!(i.offer(|| true, 10, || M(2, 10), false), Offer::Accepted));
+        assert_eq!(i.try_pop(), Some(M(2, 10)));
+        drop(entry);
+        assert_eq!(gate.running(), 0, "the dropped message's place was not freed");
+        assert!(matches!(i.offer(|| true, 10, || M(3, 10), false), Offer::Direct(..)), "the service runs calls again");
     }
 }
