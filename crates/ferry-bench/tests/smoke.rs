@@ -1,12 +1,14 @@
-//! Runs every pingpong case briefly, each in a real child process (this test
-//! binary re-executes itself, hence `harness = false` and our own main).
+//! Runs every pingpong case and ferry's RPC cases briefly, each in a real
+//! child process (this test binary re-executes itself, hence `harness =
+//! false` and our own main): a case that no longer starts (a setting the
+//! team refuses, say) fails here, not first in a benchmark run.
 //! Also runs a case of its own, the way a binary adds cases to the floors.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
-use ferry_bench::{child_main_if_requested, pingpong_floor_cases, run_suite, Case, ChildCtx, Params, Peer};
+use ferry_bench::{child_main_if_requested, ferry_rpc, pingpong_cases, run_suite, Case, ChildCtx, Params, Peer};
 
 /// Passes a fresh socket to the child with `send_fd`, then makes round
 /// trips over it.
@@ -36,7 +38,8 @@ fn fdpass_child(ctx: &ChildCtx) {
 }
 
 fn main() {
-    let mut cases = pingpong_floor_cases();
+    let mut cases = pingpong_cases();
+    cases.extend(ferry_rpc::cases());
     cases.push(Case { name: "test.uds.fdpass", parent: fdpass_parent, child: fdpass_child });
     child_main_if_requested(&cases);
 
