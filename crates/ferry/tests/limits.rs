@@ -192,6 +192,13 @@ fn a_bind_to_a_team_out_of_descriptors_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let parent = team(dir.path()).start().unwrap();
     let mut child = Child::spawn("one-left", dir.path());
+    expect_open_files_refusal(&parent, &mut child);
+}
+
+/// A bind from `parent` to the port of `child` (a "one-left" child: one
+/// descriptor left, its limit and its port said) fails with
+/// `LimitReached(OpenFiles)` and the child's limit.
+fn expect_open_files_refusal(parent: &ferry::Team, child: &mut Child) {
     let limit: u64 = child.expect("limit ", Duration::from_secs(20)).parse().unwrap();
     let theirs: EndpointId = child.expect("port ", Duration::from_secs(10)).parse().unwrap();
     let r = parent.raw_sender(theirs).with_timeout(Duration::from_secs(4)).send(b"x", Checkpoint::OnReceipt);
@@ -220,17 +227,9 @@ fn a_tcp_bind_to_a_node_out_of_descriptors_says_so() {
     let mut child = Child::spawn_with("one-left", d1.path(), |c| {
         c.env("FERRY_CLUSTER", &file);
     });
-    let limit: u64 = child.expect("limit ", Duration::from_secs(20)).parse().unwrap();
-    let theirs: EndpointId = child.expect("port ", Duration::from_secs(10)).parse().unwrap();
     let c2 = ferry::Cluster::parse(&format!("node 2\nlisten {two}\nkey-file cluster.key\npeer 1 {one}\n"), d1.path());
-    let c2 = c2.unwrap();
-    let parent = team(d2.path()).cluster(c2).start().unwrap();
-    let r = parent.raw_sender(theirs).with_timeout(Duration::from_secs(4)).send(b"x", Checkpoint::OnReceipt);
-    match r {
-        Err(Error::LimitReached { limit: Limit::OpenFiles, max }) => assert_eq!(max, limit),
-        other => panic!("a TCP bind to a node out of descriptors: {other:?}"),
-    }
-    child.tell("done");
+    let parent = team(d2.path()).cluster(c2.unwrap()).start().unwrap();
+    expect_open_files_refusal(&parent, &mut child);
 }
 
 /// A process out of descriptors: its own binds fail with
