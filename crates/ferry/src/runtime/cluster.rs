@@ -59,7 +59,7 @@
 //! [`TeamBuilder::cluster`]: crate::TeamBuilder::cluster
 //! [`TeamBuilder::handshakes_per_source`]: crate::TeamBuilder::handshakes_per_source
 
-use super::config::{in_range_as, MAX_THREADS};
+use super::config::{in_range, in_range_as, MAX_THREADS};
 use crate::error::{Error, Result};
 use crate::transport::tcp::TlsConfig;
 use std::collections::BTreeMap;
@@ -250,7 +250,7 @@ impl Cluster {
             in_range_as("cluster (from)", b.bits, 0..=b.max_bits(), value)?;
         }
         if let Some(n) = self.handshakes_per_source {
-            in_range_as("cluster (handshakes_per_source)", n, 1..=MAX_THREADS, n.to_string())?;
+            in_range("cluster (handshakes_per_source)", n, 1..=MAX_THREADS)?;
         }
         Ok(())
     }

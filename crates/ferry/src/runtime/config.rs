@@ -387,7 +387,11 @@ impl TeamBuilder {
 }
 
 /// `Ok` if `value` is in `allowed`, else `InvalidSetting` naming `setting`.
-fn in_range<T: PartialOrd + Debug>(setting: &'static str, value: T, allowed: RangeInclusive<T>) -> Result<()> {
+pub(super) fn in_range<T: PartialOrd + Debug>(
+    setting: &'static str,
+    value: T,
+    allowed: RangeInclusive<T>,
+) -> Result<()> {
     let shown = format!("{value:?}");
     in_range_as(setting, value, allowed, shown)
 }
