@@ -1346,6 +1346,98 @@ fn a_tcp_peer_streaming_credit_frames_does_not_grow_the_ends_buffer() {
     assert!(largest <= 4 << 20, "the buffer grew to {largest} bytes");
 }
 
+/// Issue 16: a large payload was read into the end's buffer (which grew to
+/// hold the whole frame, and stayed that large until a heartbeat cooled it)
+/// and then copied out into the `Received` handed to the receiver: gathered
+/// whole twice, the buffer as large as the largest frame. Now its header
+/// sends the rest of it into a buffer of its own, which the receiver gets:
+/// the end's buffer stays at a few reads.
+#[test]
+fn a_large_tcp_payload_is_read_into_a_buffer_of_its_own_not_the_ends() {
+    const LEN: usize = 16 << 20;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut raw = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    let grant = Grant { frames: 64 << 10, detached: 32 << 20 };
+    let end = TcpEnd::new(sock, grant, grant, Arc::new(Doorbell::create().unwrap()), Duration::from_secs(10)).unwrap();
+    let mut h = Header::new(Kind::Data, ferry::testing::Addr::NONE, ferry::testing::Addr::NONE, 7);
+    h.flags |= flags::DETACHED;
+    let payload: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    let bytes = frame(&h, &payload);
+    // In 1 MiB writes, so the end reads it in many pieces, as it arrives.
+    let writer = std::thread::spawn(move || {
+        for chunk in bytes.chunks(1 << 20) {
+            raw.write_all(chunk).unwrap();
+        }
+        raw
+    });
+    let (mut largest, mut got) = (0, None);
+    let until = Instant::now() + Duration::from_secs(30);
+    while got.is_none() {
+        assert!(Instant::now() < until, "the frame never came whole");
+        let r = end.try_recv(&mut |h, body| {
+            let ferry::testing::Body::Detached(slot) = body else { panic!("a large payload came inline") };
+            let Some(ferry::testing::Detached::Received(r)) = slot.take() else { panic!("not a TCP payload") };
+            got = Some((h.call_id, r.into_vec()));
+            true
+        });
+        assert!(r.is_ok(), "{r:?}");
+        largest = largest.max(end.rx_buffer_len());
+    }
+    let _raw = writer.join().unwrap();
+    let (call, received) = got.unwrap();
+    assert_eq!(call, 7);
+    assert!(received == payload, "the payload came back altered");
+    // Its own buffer, of its size: not a larger one it was read into first.
+    assert_eq!(received.capacity(), LEN);
+    // A few reads' worth (64 KiB each), not the frame.
+    assert!(largest <= 256 << 10, "the end's buffer grew to {largest} bytes for a {LEN}-byte frame");
+}
+
+/// The other side of the above: the buffer a large payload gets is sized by
+/// its header, so a header claiming more than the credit we granted closes
+/// the channel from the header alone, nothing allocated for it (and one
+/// within the credit waits for its bytes).
+#[test]
+fn a_tcp_header_claiming_past_the_credit_closes_the_channel_before_any_allocation() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut raw = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    let grant = Grant { frames: 64 << 10, detached: 1 << 20 };
+    let end = TcpEnd::new(sock, grant, grant, Arc::new(Doorbell::create().unwrap()), Duration::from_secs(10)).unwrap();
+    let mut h = Header::new(Kind::Data, ferry::testing::Addr::NONE, ferry::testing::Addr::NONE, 0);
+    h.flags |= flags::DETACHED;
+    let mut head = [0u8; HEADER_LEN];
+    // Within the credit: its bytes are awaited.
+    h.len = 1 << 20;
+    h.encode(&mut head);
+    raw.write_all(&head).unwrap();
+    raw.write_all(&[1; 1000]).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until && end.rx_buffer_len() == 0 {
+        assert!(matches!(end.try_recv(&mut |_, _| true), Ok(ferry::testing::Recv::Empty)));
+    }
+    assert!(!end.is_closed());
+    // A second end: a header for 4 GiB - 1 bytes, 1 MiB granted.
+    let mut raw = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (sock, _) = listener.accept().unwrap();
+    let end = TcpEnd::new(sock, grant, grant, Arc::new(Doorbell::create().unwrap()), Duration::from_secs(10)).unwrap();
+    h.len = u32::MAX;
+    h.encode(&mut head);
+    raw.write_all(&head).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        assert!(Instant::now() < until, "the header was never refused");
+        match end.try_recv(&mut |_, _| panic!("a frame past the credit was received")) {
+            Ok(ferry::testing::Recv::Empty) => continue,
+            r => break r,
+        }
+    };
+    assert!(matches!(err, Err(ferry::testing::RecvError::Corrupt(_))), "{err:?}");
+    assert!(end.is_closed(), "the channel stayed open");
+    assert!(end.rx_buffer_len() <= 64 << 10, "{} bytes buffered", end.rx_buffer_len());
+}
+
 /// Regression: the team that binds a shared-memory channel sizes both its
 /// payload areas (up to 64 GiB: they are sparse), and the other team staged
 /// its large messages in the one it writes as long as there was room. So a

@@ -816,30 +816,38 @@ pub fn tcp_frames(data: &[u8]) {
     while !input.is_empty() {
         match input.byte() % tcp_op::COUNT {
             tcp_op::READ => {
-                // `TcpEnd::pump`: compact, read while reads fill the room, split.
+                // `TcpEnd::pump`: compact, read (splitting after each read, so
+                // a large payload goes to its own buffer) until the kernel is
+                // drained or the cap is reached (`pump` says `capped` then).
                 let n = input.u16() as usize;
                 let mut chunk = input.bytes(n);
                 rx.compact();
                 loop {
                     let n = rx.read(chunk);
                     chunk = &chunk[n..];
-                    // Stopped at the cap (`pump` says `capped` then), or drained.
-                    if n == 0 || !rx.full() || chunk.is_empty() {
+                    if let Err(e) = rx.split() {
+                        // The end aborts the channel: nothing more is read.
+                        assert!(!e.to_string().is_empty());
+                        return;
+                    }
+                    if n == 0 || chunk.is_empty() {
                         break;
                     }
-                }
-                if let Err(e) = rx.split() {
-                    // The end aborts the channel: nothing more is read.
-                    assert!(!e.to_string().is_empty());
-                    return;
                 }
             }
             op @ (tcp_op::TAKE | tcp_op::KEEP) => {
                 let take = op == tcp_op::TAKE;
-                if let Some((h, payload)) = rx.front() {
+                if let Some(h) = rx.front() {
                     assert_ne!(h.kind, Kind::Release, "a credit frame was queued");
+                    assert_eq!(rx.front_payload().len(), h.len as usize);
+                    rx.check();
+                    // What `try_recv` hands out, and takes back if refused.
+                    let payload = rx.take_front();
                     assert_eq!(payload.len(), h.len as usize);
-                    assert!(payload.end <= rx.check());
+                    if !take {
+                        rx.put_back(payload);
+                        assert_eq!(rx.front_payload().len(), h.len as usize);
+                    }
                     if take {
                         let (f, d) = tcp::TcpEnd::cost(&h);
                         consumed = (consumed.0 + f, consumed.1 + d);
@@ -1251,6 +1259,16 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     p.push(tcp_op::RETURN_CREDIT);
     read(&mut p, &small);
     add("tcp_frames", "credit", p);
+    // A large payload (past `OWN_BUFFER`) read into its own buffer, in
+    // pieces, a small frame after it; kept once, then taken.
+    let mut big = frame_bytes(detached, &[0xCD; 100_000]);
+    big.extend_from_slice(&frame_bytes(data, b"after"));
+    let mut p = vec![0, 128 + 20];
+    for piece in big.chunks(60_000) {
+        read(&mut p, piece);
+    }
+    p.extend_from_slice(&[tcp_op::KEEP, tcp_op::TAKE, tcp_op::TAKE, tcp_op::RETURN_CREDIT]);
+    add("tcp_frames", "large", p);
 
     // names_query
     let query = remote::query_bytes(KEY, &[1; 16], "echo");

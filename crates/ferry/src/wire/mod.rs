@@ -229,6 +229,18 @@ impl Header {
 
     /// Decodes and validates a header; `frame` is the whole frame (header and payload).
     pub fn decode(frame: &[u8]) -> Result<Header, HeaderError> {
+        let h = Header::decode_head(frame)?;
+        let avail = frame.len() - HEADER_LEN;
+        if h.len as usize != avail {
+            return Err(HeaderError::Length { len: h.len, avail });
+        }
+        Ok(h)
+    }
+
+    /// Decodes and validates a header from the frame's first `HEADER_LEN`
+    /// bytes, its payload not there yet (a TCP reader reads a large one
+    /// straight into a buffer of its own); the bytes past them are ignored.
+    pub fn decode_head(frame: &[u8]) -> Result<Header, HeaderError> {
         if frame.len() < HEADER_LEN {
             return Err(HeaderError::Short(frame.len()));
         }
@@ -244,10 +256,6 @@ impl Header {
             return Err(HeaderError::Flags(flags));
         }
         let len = u32_at(4);
-        let avail = frame.len() - HEADER_LEN;
-        if len as usize != avail {
-            return Err(HeaderError::Length { len, avail });
-        }
         Ok(Header {
             kind,
             flags,

@@ -94,6 +94,10 @@ const READ: usize = 64 * 1024;
 const KEEP: usize = 4 * READ;
 /// Small frames share a send buffer up to this size.
 const BATCH: usize = 64 * 1024;
+/// A large payload of more than this many bytes is read into a buffer of
+/// its own, of its exact size, which the receiver is handed (no copy); the
+/// read buffer never grows to hold it.
+const OWN_BUFFER: usize = READ;
 
 /// What an end grants its peer: bytes it may have in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,9 +232,15 @@ pub(crate) struct Rx {
     /// `buf[..at]` is consumed; whole frames start at `at`, parsed up to `parsed`.
     at: usize,
     parsed: usize,
-    /// Offsets of the whole data frames in `buf`, in order (credit frames
-    /// are applied when parsed, never queued).
-    frames: VecDeque<usize>,
+    /// The whole data frames, in order (credit frames are applied when
+    /// parsed, never queued).
+    frames: VecDeque<Frame>,
+    /// A large payload being read into its own buffer: reads go there
+    /// until it is whole, then it is queued.
+    big: Option<Big>,
+    /// Credit returned by the credit frames split, not yet applied (frame
+    /// bytes, large-payload bytes).
+    credit_in: (usize, usize),
     /// What the peer may still send us: a frame past it is a protocol violation.
     grant: usize,
     grant_detached: usize,
@@ -241,8 +251,45 @@ pub(crate) struct Rx {
     /// The last pump stopped at `cap`: the kernel may hold more, and no
     /// new edge will say so.
     pub(crate) capped: bool,
+    /// Bytes read into `buf` since the pump began ([`Rx::compact`]): a
+    /// pump stops at `cap` of them too, as frames are split after each
+    /// read (so credit frames, consumed as they come, never fill `buf`).
+    pumped: usize,
     /// The most buffer the reads needed since [`Rx::cool`] last looked.
     peak: usize,
+}
+
+/// A whole data frame waiting to be received.
+enum Frame {
+    /// In `buf`, from this offset (header and payload).
+    In(usize),
+    /// A large payload read into a buffer of its own; `at` is where the
+    /// frames after it start in `buf`.
+    Own { at: usize, header: Header, bytes: Vec<u8> },
+}
+
+impl Frame {
+    /// Where the frame (or, for an `Own`, the frames after it) start in `buf`.
+    fn at_mut(&mut self) -> &mut usize {
+        match self {
+            Frame::In(at) | Frame::Own { at, .. } => at,
+        }
+    }
+
+    fn at(&self) -> usize {
+        match *self {
+            Frame::In(at) | Frame::Own { at, .. } => at,
+        }
+    }
+}
+
+/// A large payload being read off the stream into its own buffer.
+struct Big {
+    header: Header,
+    /// Its payload's size (zeroed: a large allocation's pages come zeroed
+    /// from the kernel, so that costs nothing up front); `filled` bytes read.
+    bytes: Vec<u8>,
+    filled: usize,
 }
 
 /// The reading side's bookkeeping: pure (the socket reads go to
@@ -255,32 +302,40 @@ impl Rx {
             at: 0,
             parsed: 0,
             frames: VecDeque::new(),
+            big: None,
+            credit_in: (0, 0),
             grant: ours.frames,
             grant_detached: ours.detached,
             cap: ours.frames.saturating_add(ours.detached).saturating_add(READ),
             capped: false,
+            pumped: 0,
             peak: 0,
         }
     }
 
     /// Drops the consumed head of the buffer once it is half of what is
-    /// buffered (all of it, usually: then nothing moves).
+    /// buffered (all of it, usually: then nothing moves). A pump begins with it.
     pub(crate) fn compact(&mut self) {
+        self.pumped = 0;
         if self.at > 0 && self.at * 2 >= self.end {
             let at = self.at;
             self.buf.copy_within(at..self.end, 0);
             self.end -= at;
-            self.frames.iter_mut().for_each(|f| *f -= at);
+            self.frames.iter_mut().for_each(|f| *f.at_mut() -= at);
             self.parsed -= at;
             self.at = 0;
         }
     }
 
-    /// Where the next read goes: at least `READ` bytes after those buffered
-    /// (the caller adds what it read to `end`); `None` once `cap` bytes are
-    /// buffered (split them first: credit frames go, data frames wait for
-    /// their reader).
+    /// Where the next read goes (the caller says what it read with
+    /// [`Rx::filled`]): the rest of a large payload being read into its own
+    /// buffer, else at least `READ` bytes after those buffered; `None` once
+    /// `cap` bytes are buffered (split them first: credit frames go, data
+    /// frames wait for their reader).
     pub(crate) fn room(&mut self) -> Option<&mut [u8]> {
+        if self.big.is_some() {
+            return self.big_room();
+        }
         if self.at_cap() {
             return None;
         }
@@ -289,14 +344,41 @@ impl Rx {
         Some(&mut self.buf[from..to])
     }
 
-    /// Whether `cap` bytes are buffered past the consumed head.
+    /// The rest of the large payload being read, if one is.
+    fn big_room(&mut self) -> Option<&mut [u8]> {
+        self.big.as_mut().map(|big| &mut big.bytes[big.filled..])
+    }
+
+    /// `n` bytes were read into the room given last. A large payload read
+    /// whole is queued.
+    pub(crate) fn filled(&mut self, n: usize) {
+        let Some(big) = &mut self.big else {
+            self.end += n;
+            self.pumped += n;
+            return;
+        };
+        big.filled += n;
+        if big.filled == big.bytes.len() {
+            let Big { header, bytes, .. } = self.big.take().expect("checked above");
+            // Nothing was read into `buf` since it began: the next frame starts at its end.
+            self.frames.push_back(Frame::Own { at: self.end, header, bytes });
+        }
+    }
+
+    /// Whether `cap` bytes are buffered past the consumed head, or were
+    /// read since the pump began (a large payload being read has its room:
+    /// its credit was taken).
     pub(crate) fn at_cap(&self) -> bool {
-        self.end - self.at >= self.cap
+        self.big.is_none() && (self.end - self.at >= self.cap || self.pumped >= self.cap)
     }
 
     /// At least `READ` bytes of room, whatever is buffered (for bytes that
-    /// must go somewhere: what TLS decrypted of a record read before the cap).
+    /// must go somewhere: what TLS decrypted of a record read before the
+    /// cap), or the rest of a large payload being read.
     pub(crate) fn room_past_cap(&mut self) -> &mut [u8] {
+        if self.big.is_some() {
+            return self.big_room().unwrap_or_default();
+        }
         if self.buf.len() - self.end < READ {
             // Zeroed once, when the buffer grows; reads reuse it.
             let grown = self.end + READ;
@@ -323,7 +405,7 @@ impl Rx {
     /// reads since the last call needed, if nothing is buffered now (else
     /// at a later call). For a slow path: a heartbeat tick.
     pub(crate) fn cool(&mut self) {
-        if self.at < self.end {
+        if self.at < self.end || !self.frames.is_empty() {
             // Bytes wait (frames, or part of one): a later look.
             self.peak = self.end + READ;
             return;
@@ -340,12 +422,14 @@ impl Rx {
     }
 
     /// Splits the whole frames after `parsed`: data frames are queued (each
-    /// taking its credit), credit frames summed into what is returned
-    /// (frame bytes, large-payload bytes). A frame past the credit granted,
-    /// or malformed, is an error.
-    pub(crate) fn split(&mut self) -> std::result::Result<(usize, usize), RecvError> {
-        let mut credit = (0usize, 0usize);
-        loop {
+    /// taking its credit), credit frames summed into `credit_in`. A large
+    /// payload (more than `OWN_BUFFER` bytes) not yet read whole moves, with
+    /// its credit taken, into a buffer of its own, where the rest of it is
+    /// read. A frame past the credit granted, or malformed, is an error,
+    /// found from its header alone (before anything is allocated for it).
+    pub(crate) fn split(&mut self) -> std::result::Result<(), RecvError> {
+        let credit = &mut self.credit_in;
+        while self.big.is_none() {
             let rest = &self.buf[self.parsed..self.end];
             if rest.len() < HEADER_LEN {
                 break;
@@ -365,6 +449,22 @@ impl Rx {
                 return Err(RecvError::Corrupt(Violation::PastCredit { len }));
             }
             if rest.len() < HEADER_LEN + len {
+                if bits & flags::DETACHED != 0 && len > OWN_BUFFER && rest[1] != Kind::Release as u8 {
+                    // Its credit checked above: `len` is at most what we granted.
+                    let header = Header::decode_head(rest)?;
+                    let (f, d) = TcpEnd::cost(&header);
+                    if f > self.grant || d > self.grant_detached {
+                        return Err(RecvError::Corrupt(Violation::PastCredit { len }));
+                    }
+                    let part = &rest[HEADER_LEN..];
+                    let mut bytes = vec![0u8; len];
+                    bytes[..part.len()].copy_from_slice(part);
+                    let filled = part.len();
+                    self.grant -= f;
+                    self.grant_detached -= d;
+                    self.parsed = self.end;
+                    self.big = Some(Big { header, bytes, filled });
+                }
                 break;
             }
             let h = Header::decode(&rest[..HEADER_LEN + len])?;
@@ -382,32 +482,67 @@ impl Rx {
                 }
                 self.grant -= f;
                 self.grant_detached -= d;
-                self.frames.push_back(self.parsed);
+                self.frames.push_back(Frame::In(self.parsed));
             }
             self.parsed += HEADER_LEN + len;
         }
-        // Credit frames are not data: with nothing before them, the
-        // consumed head moves past them.
+        // Credit frames are not data (nor a large payload's head, now in
+        // its own buffer): with nothing before them, the consumed head
+        // moves past them.
         if self.frames.is_empty() {
             self.at = self.parsed;
         }
-        Ok(credit)
+        Ok(())
     }
 
-    /// The first whole data frame: its header, and where its payload is in `buf`.
+    /// The first whole data frame's header.
     #[inline]
-    pub(crate) fn front(&self) -> Option<(Header, std::ops::Range<usize>)> {
-        let &at = self.frames.front()?;
-        let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-        let h = Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before");
-        Some((h, at + HEADER_LEN..at + HEADER_LEN + len))
+    pub(crate) fn front(&self) -> Option<Header> {
+        Some(match self.frames.front()? {
+            &Frame::In(at) => {
+                let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+                Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before")
+            }
+            Frame::Own { header, .. } => *header,
+        })
+    }
+
+    /// The first whole data frame's payload (empty if there is none, or
+    /// while [`Rx::take_front`] has it).
+    #[inline]
+    pub(crate) fn front_payload(&self) -> &[u8] {
+        match self.frames.front() {
+            Some(&Frame::In(at)) => {
+                let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+                &self.buf[at + HEADER_LEN..at + HEADER_LEN + len]
+            }
+            Some(Frame::Own { bytes, .. }) => bytes,
+            None => &[],
+        }
+    }
+
+    /// The first frame's payload as a buffer of its own: the one it was
+    /// read into (no copy) if it has one, else a copy. Until the frame is
+    /// popped, [`Rx::put_back`] returns it.
+    pub(crate) fn take_front(&mut self) -> Vec<u8> {
+        match self.frames.front_mut() {
+            Some(Frame::Own { bytes, .. }) => std::mem::take(bytes),
+            _ => self.front_payload().to_vec(),
+        }
+    }
+
+    /// A payload [`Rx::take_front`] gave, back (its frame was kept).
+    pub(crate) fn put_back(&mut self, payload: Vec<u8>) {
+        if let Some(Frame::Own { bytes, .. }) = self.frames.front_mut() {
+            *bytes = payload;
+        }
     }
 
     /// The first data frame was taken.
     #[inline]
     pub(crate) fn pop_front(&mut self) {
         self.frames.pop_front();
-        self.at = self.frames.front().copied().unwrap_or(self.parsed);
+        self.at = self.frames.front().map_or(self.parsed, Frame::at);
     }
 }
 
@@ -420,17 +555,27 @@ impl Rx {
         let Some(room) = self.room() else { return 0 };
         let n = room.len().min(bytes.len());
         room[..n].copy_from_slice(&bytes[..n]);
-        self.end += n;
+        self.filled(n);
         n
     }
 
     /// What the frames waiting in the queue cost, of each credit.
     pub(crate) fn queued(&self) -> (usize, usize) {
         let mut sum = (0, 0);
-        for &at in &self.frames {
-            let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-            let h = Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before");
+        for frame in &self.frames {
+            let h = match *frame {
+                Frame::In(at) => {
+                    let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+                    Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before")
+                }
+                Frame::Own { header, .. } => header,
+            };
             let (f, d) = TcpEnd::cost(&h);
+            sum = (sum.0 + f, sum.1 + d);
+        }
+        // A large payload being read took its credit already.
+        if let Some(big) = &self.big {
+            let (f, d) = TcpEnd::cost(&big.header);
             sum = (sum.0 + f, sum.1 + d);
         }
         sum
@@ -447,11 +592,6 @@ impl Rx {
         self.grant_detached += detached;
     }
 
-    /// Whether a read would fill the room it was given (`pump` reads again then).
-    pub(crate) fn full(&self) -> bool {
-        self.end == self.room_end()
-    }
-
     /// Checks the bookkeeping's invariants: consumed ≤ parsed ≤ read ≤
     /// buffer; queued frames in order, between the consumed head and the
     /// parsed part. Returns the bytes buffered.
@@ -465,9 +605,20 @@ impl Rx {
             self.cap
         );
         let mut last = self.at;
-        for &f in &self.frames {
-            assert!(f >= last && f + HEADER_LEN <= self.parsed, "a queued frame outside the parsed bytes");
-            last = f + HEADER_LEN;
+        for f in &self.frames {
+            let (at, past) = match f {
+                Frame::In(at) => (*at, *at + HEADER_LEN),
+                Frame::Own { at, header, bytes } => {
+                    assert!(bytes.is_empty() || bytes.len() == header.len as usize);
+                    (*at, *at)
+                }
+            };
+            assert!(at >= last && past <= self.parsed, "a queued frame outside the parsed bytes");
+            last = past;
+        }
+        if let Some(big) = &self.big {
+            assert!(big.filled < big.bytes.len() && big.bytes.len() == big.header.len as usize);
+            assert!(self.parsed == self.end, "bytes read into the buffer while a large payload was");
         }
         self.end
     }
@@ -754,7 +905,7 @@ impl TcpEnd {
                 return Err(e);
             }
         }
-        let Some((h, payload)) = rx.front() else {
+        let Some(h) = rx.front() else {
             return if closed || self.stream_done.load(Ordering::Acquire) {
                 self.ended.store(true, Ordering::Relaxed);
                 Ok(Recv::PeerGone)
@@ -762,19 +913,21 @@ impl TcpEnd {
                 Ok(Recv::Empty)
             };
         };
-        let len = payload.len();
-        let payload = &rx.buf[payload];
+        let len = h.len as usize;
         let taken = if h.detached() {
             let back = self.returned.clone();
-            let mut slot = Some(Detached::Received(Received { bytes: payload.to_vec(), credit: len, back }));
+            // A large payload read into its own buffer is handed out as it is.
+            let bytes = rx.take_front();
+            let mut slot = Some(Detached::Received(Received { bytes, credit: len, back }));
             let taken = accept(&h, Body::Detached(&mut slot));
             if let Some(Detached::Received(mut refused)) = slot {
                 // Still ours: the frame stays, its credit is not given back.
                 refused.credit = 0;
+                rx.put_back(std::mem::take(&mut refused.bytes));
             }
             taken
         } else {
-            accept(&h, Body::Inline(payload))
+            accept(&h, Body::Inline(rx.front_payload()))
         };
         if !taken {
             return Ok(Recv::Kept);
@@ -805,50 +958,54 @@ impl TcpEnd {
             return Ok(());
         }
         rx.compact();
+        rx.grant += self.regranted.swap(0, Ordering::Acquire);
+        rx.grant_detached += self.regranted_detached.swap(0, Ordering::Acquire);
         rx.capped = match &self.tls {
-            None => self.read_plain(rx),
+            None => self.read_plain(rx)?,
             Some(session) => self.read_tls(rx, session)?,
         };
+        rx.split()?;
         self.parse(rx)?;
         self.rx_ready.store(rx.ready(), Ordering::Release);
         Ok(())
     }
 
     /// Reads what the kernel holds into `rx` as it is; true if it stopped
-    /// at `rx`'s cap.
+    /// at `rx`'s cap. Splits after each read, so a large payload's header
+    /// is seen before the rest of it is read: that goes into its own buffer.
     #[inline]
-    fn read_plain(&self, rx: &mut Rx) -> bool {
+    fn read_plain(&self, rx: &mut Rx) -> std::result::Result<bool, RecvError> {
         loop {
-            let Some(room) = rx.room() else { return true };
+            let Some(room) = rx.room() else { return Ok(true) };
+            let asked = room.len();
             match (&self.sock).read(room) {
                 Ok(n) => {
-                    rx.end += n;
+                    rx.filled(n);
                     self.last_heard.store(clock(), Ordering::Relaxed);
                     if n == 0 {
                         self.hang_up();
-                        return false;
+                        return Ok(false);
                     }
-                    if rx.end < rx.room_end() {
-                        return false;
+                    rx.split()?;
+                    if n < asked {
+                        return Ok(false);
                     }
                 }
                 Err(e) => match e.kind() {
-                    std::io::ErrorKind::WouldBlock => return false,
+                    std::io::ErrorKind::WouldBlock => return Ok(false),
                     std::io::ErrorKind::Interrupted => {}
                     _ => {
                         self.hang_up();
-                        return false;
+                        return Ok(false);
                     }
                 },
             }
         }
     }
 
-    /// Parses the whole frames after `rx.parsed`.
+    /// Applies the credit frames `rx` split (`pump` split the rest).
     fn parse(&self, rx: &mut Rx) -> std::result::Result<(), RecvError> {
-        rx.grant += self.regranted.swap(0, Ordering::Acquire);
-        rx.grant_detached += self.regranted_detached.swap(0, Ordering::Acquire);
-        let credit = rx.split()?;
+        let credit = std::mem::take(&mut rx.credit_in);
         if credit != (0, 0) {
             let mut tx = self.tx.lock();
             let frames = tx.credit.saturating_add(credit.0);
@@ -1118,8 +1275,8 @@ mod tests {
             at += rx.read(&bytes[at..]);
         }
         rx.split().unwrap();
-        while let Some((h, payload)) = rx.front() {
-            assert_eq!(payload.len(), h.len as usize);
+        while let Some(h) = rx.front() {
+            assert_eq!(rx.front_payload().len(), h.len as usize);
             let (f, d) = TcpEnd::cost(&h);
             rx.pop_front();
             rx.regrant(f, d);
@@ -1167,9 +1324,9 @@ mod tests {
         rx.split().unwrap();
         rx.cool();
         rx.cool();
-        let (h, payload) = rx.front().expect("the frame is still queued");
+        let h = rx.front().expect("the frame is still queued");
         assert_eq!(h.len, 1 << 20);
-        assert!(rx.buf[payload].iter().all(|&b| b == 7));
+        assert!(rx.front_payload().iter().all(|&b| b == 7));
         rx.pop_front();
         rx.check();
     }

@@ -367,7 +367,12 @@ mod real {
                 let ended = loop {
                     match conn.reader().read(rx.room_past_cap()) {
                         Ok(0) => break true, // the peer ended TLS (close_notify)
-                        Ok(n) => rx.end += n,
+                        Ok(n) => {
+                            rx.filled(n);
+                            // A large payload's header, once decrypted, sends
+                            // the rest of it into its own buffer.
+                            rx.split()?;
+                        }
                         Err(e) if e.kind() == K::WouldBlock => break false,
                         Err(_) => break true, // the stream ended without TLS's end
                     }
