@@ -21,7 +21,7 @@ pub struct BenchArgs {
     /// Untimed rounds before the timed ones.
     #[arg(long, default_value_t = Params::default().warmup)]
     pub warmup: usize,
-    /// Only the cases whose name starts with this.
+    /// Only the cases whose name starts with this (or with one of these, comma-separated).
     #[arg(long, default_value = "")]
     pub only: String,
 }
@@ -47,7 +47,7 @@ pub fn pingpong_cases() -> Vec<Case> {
 }
 
 fn run(suite: &str, cases: Vec<Case>, args: &BenchArgs, baseline: &str, targets: &[(&str, &str, f64)]) -> Report {
-    let chosen: Vec<_> = cases.into_iter().filter(|c| c.name.starts_with(&args.only)).collect();
+    let chosen: Vec<_> = cases.into_iter().filter(|c| args.only.split(',').any(|o| c.name.starts_with(o))).collect();
     let mut report = run_suite(suite, &chosen, &args.params());
     report.insert_ratios(baseline);
     let checks: Vec<_> = targets
@@ -185,6 +185,9 @@ pub mod tcp_suite {
             let calls = 1e9 / p.stats.median;
             let t = json!({"case": "ferry.tcp.pipelined", "calls_per_s": calls, "target_calls_per_s": 1e6, "met": calls >= 1e6});
             report.extra.insert("throughput_target".into(), t);
+        }
+        if let Some(large) = crate::tcp::large_echo_report(&report) {
+            report.extra.insert("large_echo".into(), large);
         }
         print(&report, args, BASELINE);
         Ok(())

@@ -13,6 +13,20 @@
 //!   never park while a call is out, polling the socket.
 //! - `ferry.tcp.pipelined`: 32 calls in flight on one connection; the
 //!   figure is ns per call (calls/s = 10^9 / it).
+//! - `floor.tcp.echo.64MiB`: a raw store-and-forward echo over a plain TCP
+//!   connection: the client writes 64 MiB, the server reads the whole
+//!   message into a buffer, then writes it back; the figure is the round
+//!   trip (bandwidth: 2 × 64 MiB / it).
+//! - `ferry.tcp.echo.64MiB`: the typed RPC echo as a new user writes it
+//!   (`async fn echo(&self, data: ByteBuf) -> ByteBuf`, default settings, a
+//!   fresh value each call, made outside the timed part); the report gives
+//!   its bandwidth's ratio to the floor's (target ≥ 0.70) and the server's
+//!   memory: its `VmHWM` minus its `VmRSS` just before the first echo,
+//!   minus the 64 MiB it holds itself (the argument it returns), in MiB and
+//!   as a multiple of the message (target ≤ 1.0).
+//! - `ferry.tcp.echo.vec.64MiB`: the same with a `Vec<u8>` argument and
+//!   result (fewer rounds: it is slow while `Vec<u8>` travels as an array
+//!   of integers), and its ratio to the `ByteBuf` one.
 //! - `zmq.tcp.null` (feature `zmq`): ZeroMQ REQ/REP over `tcp://`.
 //! - `tonic.tcp.null` (feature `tonic`): a tonic gRPC unary call over TCP.
 //! - `tarpc.tcp.null` (feature `tarpc`): a tarpc call over its TCP transport.
@@ -33,6 +47,8 @@ use std::time::Duration;
 
 /// Bytes each way of the floor's ping-pong.
 const FLOOR_BYTES: usize = 48;
+/// Bytes of the large echoes.
+const ECHO_BYTES: usize = 64 << 20;
 /// Calls in flight in `ferry.tcp.pipelined`.
 const IN_FLIGHT: usize = 32;
 const KEY: &[u8] = b"ferry bench tcp: the cluster's key";
@@ -99,6 +115,192 @@ fn floor_child(ctx: &ChildCtx) {
     while s.read_exact(&mut buf).is_ok() {
         s.write_all(&buf).unwrap();
     }
+}
+
+// ------------------------------------------------------------ floor.tcp.echo
+
+fn floor_echo_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let addr: SocketAddr = hear(&peer.sock).parse().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut back = vec![0u8; ECHO_BYTES];
+    let samples = echo_rounds(p, p.rounds, |round| {
+        let out = vec![round as u8; ECHO_BYTES];
+        let t0 = std::time::Instant::now();
+        // The server writes only once it read it all: no deadlock.
+        s.write_all(&out).unwrap();
+        s.read_exact(&mut back).unwrap();
+        let ns = t0.elapsed().as_nanos() as f64;
+        assert!(back == out, "the floor's echo came back altered");
+        ns
+    });
+    drop(s);
+    samples
+}
+
+fn floor_echo_child(ctx: &ChildCtx) {
+    let l = TcpListener::bind((child_ip(), 0)).unwrap();
+    tell(&ctx.sock, &l.local_addr().unwrap().to_string());
+    let (mut s, _) = l.accept().unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut buf = vec![0u8; ECHO_BYTES];
+    while s.read_exact(&mut buf).is_ok() {
+        s.write_all(&buf).unwrap();
+    }
+}
+
+/// `warmup` untimed rounds, then `rounds` timed ones: `round(i)` makes its
+/// value, times one echo and checks it, returning the ns of the echo.
+fn echo_rounds(p: &Params, rounds: usize, mut round: impl FnMut(usize) -> f64) -> Vec<f64> {
+    for i in 0..p.warmup.min(2) {
+        round(i);
+    }
+    (0..rounds).map(|i| round(i + 2)).collect()
+}
+
+// ------------------------------------------------------------ ferry.tcp.echo
+
+/// The large echoes' service, as a new user writes it.
+#[ferry::service]
+pub trait LargeEcho {
+    async fn echo(&self, data: ByteBuf) -> ByteBuf;
+    async fn echo_vec(&self, data: Vec<u8>) -> Vec<u8>;
+    async fn stop(&self);
+}
+
+struct LargeEchoImpl {
+    stopped: Arc<AtomicBool>,
+}
+
+impl LargeEcho for LargeEchoImpl {
+    async fn echo(&self, data: ByteBuf) -> ByteBuf {
+        data
+    }
+    async fn echo_vec(&self, data: Vec<u8>) -> Vec<u8> {
+        data
+    }
+    async fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The echo servers' memory, as their children told it: (case, bytes
+/// their peak passed their size before the first echo by, less the
+/// message they hold).
+static SERVER_MEMORY: std::sync::Mutex<Vec<(&'static str, f64)>> = std::sync::Mutex::new(Vec::new());
+
+/// A `/proc/self/status` field, in bytes.
+fn status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok());
+    kib.unwrap_or(0) * 1024
+}
+
+/// The echo server: as `serve`, with the large echoes' service; tells the
+/// parent, once stopped, its `VmHWM` and its `VmRSS` before the first echo.
+fn echo_child(ctx: &ChildCtx) {
+    let _dir = RemoveDir(run_dir(&format!("{}-2", ctx.run_id)));
+    let theirs: u16 = hear(&ctx.sock).parse().unwrap();
+    let ours = free_port(child_ip());
+    let team = team(&ctx.run_id, 2, (theirs, ours), false, 1);
+    let stopped = Arc::new(AtomicBool::new(false));
+    let _serving = LargeEchoServer::serve(&team, "bench.echo", LargeEchoImpl { stopped: stopped.clone() }).unwrap();
+    let before = status_bytes("VmRSS:");
+    tell(&ctx.sock, &format!("{ours} {}", team.lookup("bench.echo").unwrap()));
+    while !stopped.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    tell(&ctx.sock, &format!("{} {before}", status_bytes("VmHWM:")));
+    team.shutdown();
+}
+
+/// The echo client: as `client_with_team`, with the large echoes' service;
+/// records the server's memory under `case`.
+fn echo_parent(peer: &mut Peer, case: &'static str, measure: impl FnOnce(&LargeEchoClient) -> Vec<f64>) -> Vec<f64> {
+    let _dir = RemoveDir(run_dir(&format!("{}-1", peer.run_id)));
+    let ours = free_port(parent_ip());
+    tell(&peer.sock, &ours.to_string());
+    let answer = hear(&peer.sock);
+    let (theirs, ep) = answer.split_once(' ').expect("port and endpoint");
+    let team = team(&peer.run_id, 1, (ours, theirs.parse().unwrap()), false, 0);
+    let c = LargeEchoClient::bind_to(&team, ep.parse().unwrap()).expect("bind over TCP");
+    let samples = measure(&c);
+    c.stop_blocking().unwrap();
+    let memory = hear(&peer.sock);
+    let (hwm, before) = memory.split_once(' ').expect("peak and size before");
+    let (hwm, before): (f64, f64) = (hwm.parse().unwrap(), before.parse().unwrap());
+    SERVER_MEMORY.lock().unwrap().push((case, hwm - before - ECHO_BYTES as f64));
+    drop(c);
+    team.shutdown();
+    samples
+}
+
+fn echo_bytebuf_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    echo_parent(peer, "ferry.tcp.echo.64MiB", |c| {
+        echo_rounds(p, p.rounds, |round| {
+            let data = ByteBuf::from(vec![round as u8; ECHO_BYTES]);
+            let t0 = std::time::Instant::now();
+            let back = c.echo_blocking(data).unwrap();
+            let ns = t0.elapsed().as_nanos() as f64;
+            assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
+            ns
+        })
+    })
+}
+
+fn echo_vec_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    echo_parent(peer, "ferry.tcp.echo.vec.64MiB", |c| {
+        echo_rounds(p, p.rounds.min(3), |round| {
+            let data = vec![round as u8; ECHO_BYTES];
+            let t0 = std::time::Instant::now();
+            let back = c.echo_vec_blocking(data).unwrap();
+            let ns = t0.elapsed().as_nanos() as f64;
+            assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
+            ns
+        })
+    })
+}
+
+/// The large echoes' figures for the report: bandwidths, the ratio to the
+/// floor and the server's memory, with their targets.
+pub fn large_echo_report(report: &crate::Report) -> Option<serde_json::Value> {
+    let median = |name: &str| report.get(name).map(|r| r.stats.median);
+    let gbps = |ns: f64| 2.0 * ECHO_BYTES as f64 / ns;
+    let floor = median("floor.tcp.echo.64MiB");
+    let ferry = median("ferry.tcp.echo.64MiB");
+    let vec = median("ferry.tcp.echo.vec.64MiB");
+    if floor.is_none() && ferry.is_none() && vec.is_none() {
+        return None;
+    }
+    let memory = SERVER_MEMORY.lock().unwrap();
+    let mem_of = |case: &str| -> Option<f64> {
+        let mut v: Vec<f64> = memory.iter().filter(|(c, _)| *c == case).map(|&(_, b)| b).collect();
+        v.sort_by(f64::total_cmp);
+        v.last().copied()
+    };
+    let ratio = floor.zip(ferry).map(|(f, t)| f / t);
+    let mem = mem_of("ferry.tcp.echo.64MiB");
+    let x = mem.map(|m| m / ECHO_BYTES as f64);
+    Some(serde_json::json!({
+        "message_mib": ECHO_BYTES >> 20,
+        "floor_gbps": floor.map(gbps),
+        "ferry_gbps": ferry.map(gbps),
+        "ferry_vs_floor": ratio,
+        "target": 0.70,
+        "met": ratio.map(|r| r >= 0.70),
+        "vec_gbps": vec.map(gbps),
+        "vec_vs_bytebuf": vec.zip(ferry).map(|(v, f)| f / v),
+        // The most over the passes: peak less size before the first echo, less the message it holds.
+        "server_extra_mib": mem.map(|m| m / (1 << 20) as f64),
+        "server_extra_x_message": x,
+        "server_target_x": 1.0,
+        "server_met": x.map(|x| x <= 1.0),
+        "server_extra_mib_vec": mem_of("ferry.tcp.echo.vec.64MiB").map(|m| m / (1 << 20) as f64),
+    }))
 }
 
 // ------------------------------------------------------------ ferry.tcp.*
@@ -217,6 +419,9 @@ pub fn cases() -> Vec<Case> {
         Case { name: "ferry.tcp.arg1024", parent: arg1024_parent, child: default_child },
         Case { name: "ferry.tcp.busypoll.null", parent: busypoll_parent, child: busy_child },
         Case { name: "ferry.tcp.pipelined", parent: pipelined_parent, child: busy_child },
+        Case { name: "floor.tcp.echo.64MiB", parent: floor_echo_parent, child: floor_echo_child },
+        Case { name: "ferry.tcp.echo.64MiB", parent: echo_bytebuf_parent, child: echo_child },
+        Case { name: "ferry.tcp.echo.vec.64MiB", parent: echo_vec_parent, child: echo_child },
     ];
     #[cfg(feature = "zmq")]
     v.push(zmq_tcp::case());
