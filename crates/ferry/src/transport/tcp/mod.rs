@@ -22,9 +22,22 @@
 //! queues more than it was granted (credit returned for bytes it never
 //! sent closes the channel too), and `Full` means the same as for a ring.
 //!
+//! **Large payloads** stream through: a `DETACHED` frame of more than
+//! `OWN_BUFFER` (64 KiB) is read, once its header is in (its credit
+//! checked: a header past the credit closes the channel before anything
+//! is allocated), straight into a buffer of its own, of its exact size,
+//! which the receiver gets as the [`Received`] (no copy); the read buffer
+//! never grows to a large frame's size, so a 64 MiB message is gathered
+//! whole once, where the receiver's decode needs it. (Frames are split
+//! after every read for that, so a header is seen before the rest of its
+//! frame is read.) On the way out a staged payload goes to `writev` as it
+//! is, after its header: the kernel copies it from there as the socket
+//! takes it, a few MiB a write.
+//!
 //! **Batching:** frames queue in the end's send buffer while the socket
 //! cannot take them and go out together (one `writev`); a read takes
-//! everything the kernel holds. **Wake-ups:** the socket is watched by the
+//! everything the kernel holds, up to the credit granted and a read's
+//! worth per pump. **Wake-ups:** the socket is watched by the
 //! team's sleeping threads (see `doorbell`): data arriving wakes one, as a
 //! ring on a `one` line would, so a TCP channel needs no doorbell of its
 //! own; while the kernel's send buffer is full, room in it wakes one too.
@@ -44,7 +57,9 @@
 //! encrypted on the way out (the batch still goes out in one `writev` of
 //! records) and decrypted on the way in (a read still takes all the kernel
 //! holds), on the same socket, watched the same way; the plaintext path
-//! pays one check for it, in `flush` and in `pump`.
+//! pays one check for it, in `flush` and in `pump`. A large payload's
+//! plaintext goes from rustls's buffer straight into its own buffer too:
+//! TLS costs that one copy (the decryption's output) and no more.
 
 use super::doorbell::{Doorbell, Watch};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
