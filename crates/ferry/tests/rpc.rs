@@ -492,7 +492,52 @@ fn large_typed_arguments_and_results(p: Placement) {
     );
 }
 
+#[ferry::service]
+pub trait Holder {
+    /// Waits for a message on the server's `go` port; answers `b`'s length and the message's.
+    async fn hold(&self, b: Blob) -> (u64, u64);
+}
+
+struct HolderImpl {
+    go: ferry::RawPort,
+}
+
+impl Holder for HolderImpl {
+    async fn hold(&self, b: Blob) -> (u64, u64) {
+        let go = self.go.recv_timeout(Duration::from_secs(20)).map_or(0, |m| m.len() as u64);
+        ((b.data.len() + b.chunk.len()) as u64, go)
+    }
+}
+
+/// The server lets a call's request go once its arguments are decoded,
+/// before the handler runs: with room for one 20 MiB message on the way
+/// (32 MiB of payload area, or of TCP credit), a second one goes while the
+/// handler of the first still runs (the handler waits for it). Kept until
+/// the reply, the first request would hold the second up past its deadline.
+fn request_goes_before_the_handler_runs(p: Placement) {
+    const BIG: usize = 20 << 20;
+    pair(p).config(|b| b.processors(1).max_message(32 << 20)).run(
+        |srv| {
+            let go = srv.team.open_raw_port().unwrap();
+            srv.put("go", go.id());
+            let _serving = HolderServer::serve(&srv.team, "holder", HolderImpl { go }).unwrap();
+            srv.put("serving", "");
+            srv.get_within::<String>("done", Duration::from_secs(60));
+        },
+        |cli| {
+            let go = cli.team.raw_sender(cli.get("go")).with_timeout(Duration::from_secs(5));
+            cli.get::<String>("serving");
+            let holder = HolderClient::bind(&cli.team, "holder").unwrap();
+            let held = holder.hold(blob(1, BIG));
+            go.send(&vec![7u8; BIG], Checkpoint::OnReceipt).expect("the second large message went");
+            assert_eq!(held.wait().unwrap(), (BIG as u64, BIG as u64));
+            cli.put("done", "");
+        },
+    );
+}
+
 placements!(
+    request_goes_before_the_handler_runs,
     large_typed_arguments_and_results,
     calls_in_every_mode,
     errors_reach_the_caller_typed,

@@ -281,6 +281,15 @@ impl RawMessage {
         }
     }
 
+    /// Takes the bytes out, where they are (the message keeps none).
+    pub(crate) fn take_payload(&mut self) -> Payload {
+        let payload = std::mem::replace(&mut self.payload, Payload::from_slice(&[]));
+        match self.copied.take() {
+            Some(v) => Payload::Heap(v),
+            None => payload,
+        }
+    }
+
     /// Copies the first bytes into `out` (as many as fit) without copying
     /// a large payload in; returns how many.
     pub(crate) fn read_head(&self, out: &mut [u8]) -> usize {
@@ -560,11 +569,7 @@ impl<T: DeserializeOwned> Port<T> {
     /// `Payload::decode_at`), and its bytes are let go then: a large
     /// message's space goes back to its sender before the value is used.
     pub fn decode(mut raw: RawMessage) -> Result<Message<T>> {
-        let payload = std::mem::replace(&mut raw.payload, Payload::from_slice(&[]));
-        let value = match raw.copied.take() {
-            Some(copied) => codec::decode(&copied),
-            None => payload.decode_at(0),
-        }?;
+        let value = raw.take_payload().decode_at(0)?;
         Ok(Message { value, raw })
     }
 
@@ -573,11 +578,7 @@ impl<T: DeserializeOwned> Port<T> {
     /// capacity, with one copy out of a peer's area and none before), and
     /// gives the rest of the message (sender, reply) as a `Message<()>`.
     fn decode_into(mut raw: RawMessage, place: &mut T) -> Result<Message<()>> {
-        let payload = std::mem::replace(&mut raw.payload, Payload::from_slice(&[]));
-        match raw.copied.take() {
-            Some(copied) => codec::decode_in_place(&copied, place),
-            None => payload.decode_in_place(place),
-        }?;
+        raw.take_payload().decode_in_place(place)?;
         Ok(Message { value: (), raw })
     }
 
