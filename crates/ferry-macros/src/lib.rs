@@ -138,12 +138,12 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let respond = if m.result.is_some() {
             quote! {
                 match r {
-                    ::core::result::Result::Ok(v) => ::ferry::rpc::__private::ok(&v),
-                    ::core::result::Result::Err(e) => ::ferry::rpc::__private::remote(&e),
+                    ::core::result::Result::Ok(v) => ::ferry::rpc::__private::ok(v),
+                    ::core::result::Result::Err(e) => ::ferry::rpc::__private::remote(e),
                 }
             }
         } else {
-            quote!(::ferry::rpc::__private::ok(&r))
+            quote!(::ferry::rpc::__private::ok(r))
         };
         quote! {
             #i => {

@@ -199,12 +199,14 @@ pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     encoded(OK, value, "result")
 }
 
+/// (The server sends errors through `Response`; the fuzz seeds make them so.)
+#[cfg(any(test, feature = "testing"))]
 pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
     encoded(REMOTE, err, "error")
 }
 
 /// A status byte then `value` in MessagePack (or a CODEC status if it does not encode).
-fn encoded<T: Serialize + ?Sized>(code: u8, value: &T, what: &str) -> Vec<u8> {
+pub fn encoded<T: Serialize + ?Sized>(code: u8, value: &T, what: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
     out.push(code);
     match codec::encode_into(value, &mut out) {
