@@ -22,7 +22,6 @@
 
 mod common;
 
-use ferry::codec::Sink;
 use ferry::error::{HandshakeMessage, HeaderError};
 use ferry::testing::{
     flags, shm_accept, shm_connect, tcp_accept, tcp_connect, Addr, Body, Detached, Doorbell, Grant, Header, Kind,

@@ -199,12 +199,6 @@ pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     encoded(OK, value, "result")
 }
 
-/// (The server sends errors through `Response`; the fuzz seeds make them so.)
-#[cfg(any(test, feature = "testing"))]
-pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
-    encoded(REMOTE, err, "error")
-}
-
 /// A status byte then `value` in MessagePack (or a CODEC status if it does not encode).
 pub fn encoded<T: Serialize + ?Sized>(code: u8, value: &T, what: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
@@ -349,8 +343,13 @@ mod tests {
         let mut n = 0;
         push_batch_entry(&mut batch, &mut n, 1, b"hello");
         push_batch_entry(&mut batch, &mut n, 2, b"world!");
-        let seeds =
-            [batch, call(7, &(1u32, "two", [3u8; 4])).unwrap(), ok(&(1, "a")), remote(&"e"), status(REFUSED, "x")];
+        let seeds = [
+            batch,
+            call(7, &(1u32, "two", [3u8; 4])).unwrap(),
+            ok(&(1, "a")),
+            encoded(REMOTE, &"e", "error"),
+            status(REFUSED, "x"),
+        ];
         for i in 0..100_000 {
             let input = if i % 3 == 0 {
                 rng.bytes(48)
