@@ -147,11 +147,14 @@ impl Client {
             // A plain call: large arguments are encoded straight where they are staged.
             let mut head = [envelope::CALL, 0, 0, 0, 0];
             head[1..].copy_from_slice(&method.to_le_bytes());
-            let sent =
-                out::encoded_after(&head, args, &mut payload, |o| self.sender.start(o, Checkpoint::OnReturn, blocking));
+            let sent = out::encoded_after(&head, args, &mut payload, |o| {
+                // (A large one is encoded as it is staged: its time counts as the send's.)
+                let t = cost::record(Side::Client, Stage::Encode, t);
+                (self.sender.start(o, Checkpoint::OnReturn, blocking), t)
+            });
             SCRATCH.set(payload);
             return match sent {
-                Ok(delivery) => self.waiting(delivery, None, t),
+                Ok((delivery, t)) => self.waiting(delivery, None, t),
                 Err(e) => CallFuture::failed(e.into()),
             };
         }
@@ -166,7 +169,7 @@ impl Client {
         self.waiting(delivery, again, t)
     }
 
-    /// The future of a call sent (`t`: when its encoding began).
+    /// The future of a call sent (`t`: when its send began, for cost accounting).
     fn waiting<R: DeserializeOwned, E: DeserializeOwned>(
         &self,
         delivery: Delivery,

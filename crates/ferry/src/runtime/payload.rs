@@ -105,6 +105,9 @@ impl Payload {
     pub fn decode_at<T: serde::de::DeserializeOwned>(self, skip: usize) -> Result<T> {
         let short = || Error::Codec("a payload shorter than its header".into());
         let shared = |v: Vec<u8>| match skip <= v.len() {
+            // A small one is decoded from the slice: copying its byte fields
+            // costs less than a shared buffer's bookkeeping (an allocation).
+            true if v.len() <= SHARE_ABOVE => codec::decode(&v[skip..]),
             true => codec::decode_shared(&bytes::Bytes::from(v).slice(skip..)),
             false => Err(short()),
         };
@@ -141,6 +144,10 @@ impl Payload {
         }
     }
 }
+
+/// Payloads of this process up to this size are decoded from a slice;
+/// larger ones through a shared buffer (`ferry::Bytes` fields become views).
+const SHARE_ABOVE: usize = 64 << 10;
 
 /// Largest scratch buffer a thread keeps between payloads (a larger one is
 /// freed after use, so one huge message does not pin its size forever).

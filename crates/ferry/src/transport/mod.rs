@@ -121,7 +121,7 @@ pub fn check_written(len: usize, written: usize) -> Result<(), SendError> {
 /// and the buffer a TCP end writes to its socket).
 pub fn stage_vec(len: usize, write: &mut Writer<'_>) -> Result<Staged, SendError> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| SendError::TooLarge)?;
+    v.try_reserve_exact(len).map_err(|_| SendError::Unwritten(format!("no memory for {len} bytes")))?;
     let mut bounded = Bounded { out: &mut v, len };
     write(&mut bounded).map_err(|e| SendError::Unwritten(e.to_string()))?;
     check_written(len, v.len())?;
