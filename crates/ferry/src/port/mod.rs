@@ -487,17 +487,17 @@ impl RawSender {
 
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
-        self.send_out(Out::from(bytes), checkpoint)
-    }
-
-    /// [`RawSender::send`] of `bytes` made or encoded (a typed value).
-    pub(crate) fn send_out(&self, bytes: Out<'_>, checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
             if let Some(ch) = self.cached() {
                 let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
                 return self.team.send_immediate(&ch, h, bytes).map(|()| Vec::new());
             }
         }
+        self.send_out(Out::from(bytes), checkpoint)
+    }
+
+    /// [`RawSender::send`] of `bytes` made or encoded (a typed value).
+    pub(crate) fn send_out(&self, bytes: Out<'_>, checkpoint: Checkpoint) -> Result<Vec<u8>> {
         let mut d = self.start(bytes, checkpoint, true);
         match d.take_ready() {
             Some(r) => r,

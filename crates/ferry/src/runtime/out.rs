@@ -49,7 +49,16 @@ impl<'a> Out<'a> {
     pub fn into_vec(self) -> Result<Vec<u8>> {
         match self {
             Out::Bytes(b) => Ok(b.into_owned()),
+            encoded => encoded.to_vec(),
+        }
+    }
+
+    /// [`Out::into_vec`], by reference (copying bytes already made).
+    pub fn to_vec(&self) -> Result<Vec<u8>> {
+        match self {
+            Out::Bytes(b) => Ok(b.to_vec()),
             Out::Encoded { len, write } => {
+                let len = *len;
                 // `len` was checked against `max_message` before.
                 let mut v = Vec::with_capacity(len);
                 write(&mut v)?;

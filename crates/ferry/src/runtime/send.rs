@@ -36,23 +36,56 @@ impl TeamInner {
         &self,
         ch: &Channel,
         header: Header,
-        payload: Out<'_>,
+        payload: &[u8],
         wait: bool,
         deadline: Option<Instant>,
     ) -> Result<()> {
         self.check_size(ch, payload.len())?;
-        let payload = payload.framed(ch.max_payload)?;
         // The common case, tried first without the retry machinery below: a
         // message that fits a frame with no async send queued ahead of it
         // (the same first try `attempt` makes). Full goes on to the general path.
-        if let Out::Bytes(b) = &payload {
-            if b.len() <= ch.max_payload && !ch.outbox.is_used() {
-                let first = if ch.flush_backlog() { ch.transport.try_send(&header, b) } else { Err(SendError::Full) };
-                if let Some(r) = self.send_outcome(ch, &header, wait, first) {
-                    return r;
+        if payload.len() <= ch.max_payload && !ch.outbox.is_used() {
+            let first = if ch.flush_backlog() { ch.transport.try_send(&header, payload) } else { Err(SendError::Full) };
+            if let Some(r) = self.send_outcome(ch, &header, wait, first) {
+                return r;
+            }
+        }
+        self.send_waiting(ch, header, &Out::from(payload), wait, deadline)
+    }
+
+    /// [`TeamInner::send_message`] of bytes made or encoded (a typed value).
+    pub fn send_out(
+        &self,
+        ch: &Channel,
+        header: Header,
+        payload: &Out<'_>,
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        match payload {
+            Out::Bytes(b) => self.send_message(ch, header, b, wait, deadline),
+            Out::Encoded { len, .. } => {
+                self.check_size(ch, *len)?;
+                match *len <= ch.max_payload {
+                    true => self.send_message(ch, header, &payload.to_vec()?, wait, deadline),
+                    false => self.send_waiting(ch, header, payload, wait, deadline),
                 }
             }
         }
+    }
+
+    /// `send_message` past its first try (the message is one larger than a
+    /// frame if encoded): waits for room if `wait`. (Out of line: the first
+    /// try stays as short as it was.)
+    #[inline(never)]
+    fn send_waiting(
+        &self,
+        ch: &Channel,
+        header: Header,
+        payload: &Out<'_>,
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
         let staged = RefCell::new(None);
         self.wait_for_room(ch, &header, wait, deadline, &|| {
             // Once staged (the outbox was empty then), it is ahead of what
@@ -63,7 +96,7 @@ impl TeamInner {
                     return Err(SendError::Full);
                 }
             }
-            self.try_put(ch, &header, &payload, &mut staged.borrow_mut())
+            self.try_put(ch, &header, payload, &mut staged.borrow_mut())
         })
     }
 
@@ -197,7 +230,15 @@ impl TeamInner {
     ) -> Delivery {
         let mut header = data_header(src, dst, checkpoint, deadline);
         if checkpoint == Checkpoint::Immediate {
-            return match self.send_immediate(ch, header, payload) {
+            let sent = match &payload {
+                Out::Bytes(b) => self.send_immediate(ch, header, b),
+                encoded => {
+                    let sent = self.send_out(ch, header, encoded, false, None);
+                    self.hand_off(ch);
+                    sent
+                }
+            };
+            return match sent {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
@@ -205,7 +246,7 @@ impl TeamInner {
         let (call_id, completion) = self.calls.start(Some(ch));
         header.call_id = call_id;
         let sent = match wait_here {
-            true => self.send_message(ch, header, payload, true, deadline).map(|()| None),
+            true => self.send_out(ch, header, &payload, true, deadline).map(|()| None),
             false => self.send_or_queue(ch, header, payload, &completion),
         };
         let queued = match sent {
@@ -391,7 +432,7 @@ impl TeamInner {
     }
 
     /// An `Immediate` send: buffered in the channel now, or `WouldBlock`.
-    pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: Out<'_>) -> Result<()> {
+    pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: &[u8]) -> Result<()> {
         let sent = self.send_message(ch, header, payload, false, None);
         self.hand_off(ch);
         sent
