@@ -114,7 +114,7 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         self.serialize_i64(v.into())
     }
     fn serialize_i64(self, v: i64) -> Res {
-        marker!(self, rmp::encode::write_sint, v).map(drop)
+        marker!(self, rmp::encode::write_sint, v)
     }
     fn serialize_i128(self, v: i128) -> Res {
         self.bin(&v.to_be_bytes())
@@ -129,7 +129,7 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         self.serialize_u64(v.into())
     }
     fn serialize_u64(self, v: u64) -> Res {
-        marker!(self, rmp::encode::write_uint, v).map(drop)
+        marker!(self, rmp::encode::write_uint, v)
     }
     fn serialize_u128(self, v: u128) -> Res {
         self.bin(&v.to_be_bytes())

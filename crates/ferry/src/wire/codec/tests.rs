@@ -302,7 +302,7 @@ fn nesting_up_to_the_limit_decodes() {
     let mut bytes = vec![0x91u8; MAX_DEPTH - 1];
     bytes.push(0x90);
     assert!(decode::<serde_json::Value>(&bytes).is_ok());
-    let mut bytes = vec![0x81u8, 0xa6, b'N', b'e', b's', b't', b'e', b'd'].repeat(MAX_DEPTH - 1);
+    let mut bytes = [0x81u8, 0xa6, b'N', b'e', b's', b't', b'e', b'd'].repeat(MAX_DEPTH - 1);
     bytes.extend_from_slice(&[0xa5, b'E', b'm', b'p', b't', b'y']);
     assert!(decode::<Shape>(&bytes).is_ok());
 }
