@@ -309,6 +309,10 @@ fn nesting_up_to_the_limit_decodes() {
 
 /// Encode and decode speed of a 64 MiB byte field against serde_bytes and a
 /// memcpy: `cargo test -p ferry --release --lib codec_speed -- --ignored --nocapture`.
+/// At f988671 (2 shared cores, best of 5): memcpy warm 19.8 GB/s, fresh copy 2.15;
+/// encode warm Vec<u8> 21.9, ByteBuf 21.4, {id, Vec<u8>} 22.5, (id, ByteBuf) 22.9;
+/// decode Vec<u8> 2.45, ByteBuf 2.45, {id, Vec<u8>} 2.46, (id, ByteBuf) 2.45 (fresh
+/// memory each time), in place 20.6.
 #[test]
 #[ignore]
 fn codec_speed() {
