@@ -1019,13 +1019,13 @@ fn nothing_is_lost_when_the_sender_leaves_right_after_sending(p: Placement) {
 struct Blob {
     id: u64,
     data: Vec<u8>,
-    chunk: bytes::Bytes,
+    chunk: ferry::Bytes,
 }
 
 /// A blob of about `len` bytes (`data` below 128 each: one byte each in any encoding).
 fn blob(id: u64, len: usize) -> Blob {
     let data = (0..len / 2).map(|k| ((k as u64 * 31 + id) % 128) as u8).collect();
-    Blob { id, data, chunk: bytes::Bytes::from(vec![id as u8; len / 2]) }
+    Blob { id, data, chunk: ferry::Bytes::from(vec![id as u8; len / 2]) }
 }
 
 /// Large typed messages (far larger than a frame: staged out of band,

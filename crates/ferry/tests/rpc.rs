@@ -440,13 +440,13 @@ fn handlers_run_on_the_servers_processors(p: Placement) {
 pub struct Blob {
     id: u64,
     data: Vec<u8>,
-    chunk: bytes::Bytes,
+    chunk: ferry::Bytes,
 }
 
 /// A blob of about `len` bytes (`data` below 128 each: one byte each in any encoding).
 fn blob(id: u64, len: usize) -> Blob {
     let data = (0..len / 2).map(|k| ((k as u64 * 31 + id) % 128) as u8).collect();
-    Blob { id, data, chunk: bytes::Bytes::from(vec![id as u8; len / 2]) }
+    Blob { id, data, chunk: ferry::Bytes::from(vec![id as u8; len / 2]) }
 }
 
 #[ferry::service]
