@@ -283,7 +283,7 @@ impl RawMessage {
 
     /// Takes the bytes out, where they are (the message keeps none).
     pub(crate) fn take_payload(&mut self) -> Payload {
-        let payload = std::mem::replace(&mut self.payload, Payload::from_slice(&[]));
+        let payload = std::mem::replace(&mut self.payload, Payload::Heap(Vec::new()));
         match self.copied.take() {
             Some(v) => Payload::Heap(v),
             None => payload,
@@ -380,14 +380,15 @@ impl Responder {
     /// Sends `bytes` as the reply. It never waits for room: if the
     /// caller's channel is full it waits there, in order, until the caller
     /// reads (see `TeamInner::reply`); `Err` if the caller is gone.
-    pub fn reply(self, bytes: &[u8]) -> Result<()> {
-        self.reply_out(Out::from(bytes))
+    pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
+        let (h, ch) = self.to.take().unwrap();
+        self.team.reply(&ch, &h, bytes)
     }
 
     /// Sends `out` as the reply (a typed value encoded as it is sent).
     pub(crate) fn reply_out(mut self, out: Out<'_>) -> Result<()> {
         let (h, ch) = self.to.take().unwrap();
-        self.team.reply(&ch, &h, out)
+        self.team.reply_out(&ch, &h, out)
     }
 }
 

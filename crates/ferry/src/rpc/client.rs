@@ -7,6 +7,7 @@ use crate::error::{Error, Limit, Result};
 use crate::id::EndpointId;
 use crate::port::RawSender;
 use crate::runtime::out::{self, Out};
+use crate::runtime::payload::INLINE;
 use crate::runtime::{idle, Delivery, Team, TeamInner};
 use crate::wire::{codec, Checkpoint};
 use parking_lot::Mutex;
@@ -147,14 +148,17 @@ impl Client {
             // A plain call: large arguments are encoded straight where they are staged.
             let mut head = [envelope::CALL, 0, 0, 0, 0];
             head[1..].copy_from_slice(&method.to_le_bytes());
-            let sent = out::encoded_after(&head, args, &mut payload, |o| {
-                // (A large one is encoded as it is staged: its time counts as the send's.)
-                let t = cost::record(Side::Client, Stage::Encode, t);
-                (self.sender.start(o, Checkpoint::OnReturn, blocking), t)
-            });
+            let small = out::encode_small_into(&head, args, &mut payload);
+            let t = cost::record(Side::Client, Stage::Encode, t);
+            let sent = match small {
+                Ok(true) => Ok(self.sender.start(Out::from(&payload[..]), Checkpoint::OnReturn, blocking)),
+                // (Encoded as it is staged: its time counts as the send's.)
+                Ok(false) => out::encoded_large(&head, args, |o| self.sender.start(o, Checkpoint::OnReturn, blocking)),
+                Err(e) => Err(e),
+            };
             SCRATCH.set(payload);
             return match sent {
-                Ok((delivery, t)) => self.waiting(delivery, None, t),
+                Ok(delivery) => self.waiting(delivery, None, t),
                 Err(e) => CallFuture::failed(e.into()),
             };
         }
@@ -313,14 +317,18 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
                 self.delivery = None;
                 let t = cost::record(Side::Client, Stage::Poll, self.since);
                 let result = match r {
-                    Ok(payload) => {
+                    Ok(payload) => match payload.as_local() {
+                        // Small (most answers): from the bytes, as they are.
+                        Some(b) if b.len() <= INLINE => envelope::decode_response(b),
                         // A result is decoded where it arrived; other answers are short.
-                        let mut status = [0u8];
-                        match payload.read_head(&mut status) == 1 && status[0] == envelope::OK {
-                            true => payload.decode_at(1).map_err(RpcError::from),
-                            false => payload.with_bytes(envelope::decode_response),
+                        _ => {
+                            let mut status = [0u8];
+                            match payload.read_head(&mut status) == 1 && status[0] == envelope::OK {
+                                true => payload.decode_at(1).map_err(RpcError::from),
+                                false => payload.with_bytes(envelope::decode_response),
+                            }
                         }
-                    }
+                    },
                     Err(e) => Err(e.into()),
                 };
                 cost::record(Side::Client, Stage::Receive, t);

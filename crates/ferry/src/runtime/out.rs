@@ -103,14 +103,31 @@ pub fn encoded_after<T: Serialize + ?Sized, R>(
     buf: &mut Vec<u8>,
     send: impl FnOnce(Out<'_>) -> R,
 ) -> Result<R> {
+    match encode_small_into(head, value, buf)? {
+        true => Ok(send(Out::Bytes(Cow::Borrowed(&buf[..])))),
+        false => encoded_large(head, value, send),
+    }
+}
+
+/// Replaces `buf`'s contents with `head` then `value`'s encoding if that
+/// is at most [`ENCODE_IN_PLACE_ABOVE`] bytes (true); else leaves it
+/// empty (false: send it with [`encoded_large`]).
+pub fn encode_small_into<T: Serialize + ?Sized>(head: &[u8], value: &T, buf: &mut Vec<u8>) -> Result<bool> {
     buf.clear();
     buf.extend_from_slice(head);
     let mut small = Limited { out: buf, over: false };
     match codec::encode_to(value, &mut small) {
-        Ok(()) => return Ok(send(Out::Bytes(Cow::Borrowed(&buf[..])))),
-        Err(e) if !small.over => return Err(e),
-        Err(_) => buf.clear(),
+        Ok(()) => Ok(true),
+        Err(_) if small.over => {
+            buf.clear();
+            Ok(false)
+        }
+        Err(e) => Err(e),
     }
+}
+
+/// Runs `send` on `head` then `value`, counted, to be encoded where it is staged.
+pub fn encoded_large<T: Serialize + ?Sized, R>(head: &[u8], value: &T, send: impl FnOnce(Out<'_>) -> R) -> Result<R> {
     let len = head.len() + codec::encoded_len(value)?;
     let write = |sink: &mut dyn Sink| {
         sink.put(head)?;

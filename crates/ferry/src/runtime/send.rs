@@ -54,6 +54,7 @@ impl TeamInner {
     }
 
     /// [`TeamInner::send_message`] of bytes made or encoded (a typed value).
+    #[inline]
     pub fn send_out(
         &self,
         ch: &Channel,
@@ -380,9 +381,35 @@ impl TeamInner {
     /// holds up its own calls only.
     ///
     /// [`CONTROL_BACKLOG`]: super::channel::CONTROL_BACKLOG
-    pub fn reply(&self, ch: &Channel, h: &Header, payload: Out<'_>) -> Result<()> {
+    pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
         let header = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
         self.check_size(ch, payload.len())?;
+        // The common case first, as `send_message` does: it fits a frame and nothing waits.
+        if payload.len() <= ch.max_payload && !ch.outbox.is_used() && ch.flush_backlog() {
+            match ch.transport.try_send(&header, payload) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Closed) => return Err(self.gone_error(ch)),
+                Err(_) => {}
+            }
+        }
+        self.reply_queued(ch, header, Out::from(payload))
+    }
+
+    /// [`TeamInner::reply`] with bytes made or encoded (a typed value: a
+    /// large one is encoded where it is staged).
+    pub fn reply_out(&self, ch: &Channel, h: &Header, payload: Out<'_>) -> Result<()> {
+        match payload {
+            Out::Bytes(b) => self.reply(ch, h, &b),
+            encoded => {
+                self.check_size(ch, encoded.len())?;
+                self.reply_queued(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), encoded)
+            }
+        }
+    }
+
+    /// `reply` past its first try: staged (or framed), or left in the outbox.
+    #[inline(never)]
+    fn reply_queued(&self, ch: &Channel, header: Header, payload: Out<'_>) -> Result<()> {
         let payload = payload.framed(ch.max_payload)?;
         let mut staged = None;
         if !ch.outbox.is_used() {
