@@ -1126,7 +1126,35 @@ fn encoder_that_changes_its_length_is_a_codec_error(p: Placement) {
     );
 }
 
+/// A large typed async send that finds no room to stage (the first one
+/// holds most of the payload area, or the TCP credit) waits in the
+/// channel's outbox, encoded into a vector then, and goes once the first
+/// is received: both arrive whole, in order.
+fn large_typed_async_send_waits_encoded(p: Placement) {
+    const BIG: usize = 20 << 20;
+    pair(p).config(|b| b.max_message(32 << 20)).run(
+        |rx| {
+            let port = rx.team.open_port::<Blob>().unwrap();
+            rx.put("port", port.id());
+            rx.get::<String>("sent");
+            for id in [1, 2] {
+                let m = port.recv_timeout(PATIENCE).unwrap();
+                assert!(m.value == blob(id, BIG), "blob {id} damaged");
+            }
+        },
+        |tx| {
+            let s = tx.team.sender::<Blob>(tx.get("port"));
+            let first = s.send_async(&blob(1, BIG), Checkpoint::OnReceipt);
+            let second = s.send_async(&blob(2, BIG), Checkpoint::OnReceipt);
+            tx.put("sent", "");
+            within(&tx.team, PATIENCE, first).unwrap();
+            within(&tx.team, PATIENCE, second).unwrap();
+        },
+    );
+}
+
 placements!(
+    large_typed_async_send_waits_encoded,
     encoder_that_changes_its_length_is_a_codec_error,
     large_typed_messages_round_trip,
     typed_messages_round_trip,
