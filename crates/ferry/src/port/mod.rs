@@ -17,7 +17,7 @@ use crate::runtime::out::{self, Out};
 use crate::runtime::payload::Payload;
 use crate::runtime::EndpointInbox as Inbox;
 use crate::runtime::{idle, Delivery, Route, Team, TeamInner};
-use crate::wire::{codec, Checkpoint, Header, Kind, NackReason};
+use crate::wire::{Checkpoint, Header, Kind, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
@@ -651,15 +651,19 @@ impl<T: Serialize> Sender<T> {
         async move { d?.await.map(drop) }
     }
 
-    /// `OnReturn` send decoding the reply as `R`, blocking.
+    /// `OnReturn` send decoding the reply as `R` (where it arrived), blocking.
     pub fn call<R: DeserializeOwned>(&self, value: &T) -> Result<R> {
-        codec::decode(&out::encoded(value, |o| self.raw.send_out(o, Checkpoint::OnReturn))??)
+        let mut d = out::encoded(value, |o| self.raw.start(o, Checkpoint::OnReturn, true))?;
+        idle::block_on(&self.raw.team, poll_fn(|cx| d.poll_payload(cx)))?.decode_at(0)
     }
 
     /// `OnReturn` send; the future resolves to the decoded reply.
     pub fn call_async<R: DeserializeOwned>(&self, value: &T) -> impl Future<Output = Result<R>> {
         let d = out::encoded(value, |o| self.raw.start(o, Checkpoint::OnReturn, false));
-        async move { codec::decode(&d?.await?) }
+        async move {
+            let mut d = d?;
+            poll_fn(|cx| d.poll_payload(cx)).await?.decode_at(0)
+        }
     }
 }
 
