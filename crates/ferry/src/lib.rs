@@ -40,6 +40,7 @@ pub use port::{Message, Port, RawMessage, RawPort, RawSender, Responder, Select,
 pub use runtime::{AbortHandle, Cidr, Cluster, Config, Delivery, JoinHandle, Sleep, Team, TeamBuilder};
 pub use transport::tcp::TlsConfig;
 pub use wire::codec;
+pub use wire::codec::Bytes;
 pub use wire::Checkpoint;
 
 /// Makes a trait a ferry RPC service (see [`rpc`]).

@@ -1015,7 +1015,148 @@ fn nothing_is_lost_when_the_sender_leaves_right_after_sending(p: Placement) {
     );
 }
 
+#[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+struct Blob {
+    id: u64,
+    data: Vec<u8>,
+    chunk: ferry::Bytes,
+}
+
+/// A blob of about `len` bytes (`data` below 128 each: one byte each in any encoding).
+fn blob(id: u64, len: usize) -> Blob {
+    let data = (0..len / 2).map(|k| ((k as u64 * 31 + id) % 128) as u8).collect();
+    Blob { id, data, chunk: ferry::Bytes::from(vec![id as u8; len / 2]) }
+}
+
+/// Large typed messages (far larger than a frame: staged out of band,
+/// encoded where they are staged, decoded where they arrived) arrive
+/// whole by every send, their replies too; `recv_into` lands a
+/// `Vec<u8>` message in the caller's buffer, reusing its capacity.
+fn large_typed_messages_round_trip(p: Placement) {
+    const MIB: usize = 1 << 20;
+    pair(p).run(
+        |rx| {
+            let port = rx.team.open_port::<Blob>().unwrap();
+            let vecs = rx.team.open_port::<Vec<u8>>().unwrap();
+            rx.put("port", port.id());
+            rx.put("vecs", vecs.id());
+            for (id, len) in [(1, 12 * MIB), (2, 100), (3, 9 * MIB)] {
+                let m = port.recv_timeout(PATIENCE).unwrap();
+                assert!(m.value == blob(id, len), "blob {id} ({len} bytes) damaged");
+            }
+            let m = port.recv_timeout(PATIENCE).unwrap();
+            assert!(m.wants_reply());
+            let id = m.value.id;
+            m.reply(&blob(id + 1, 10 * MIB)).unwrap();
+            let mut buf: Vec<u8> = Vec::new();
+            for i in 0..3u8 {
+                let m = vecs.recv_into_blocking(&mut buf).unwrap();
+                assert_eq!(m.from().team_id(), rx.peer);
+                assert_eq!(buf.len(), 4 * MIB - usize::from(i));
+                assert!(buf.iter().all(|&b| b == i), "vector {i} damaged");
+                if i == 1 {
+                    assert!(m.wants_reply());
+                    m.reply(&()).unwrap();
+                }
+            }
+            let warm = buf.as_ptr();
+            let fut = vecs.recv_into(&mut buf);
+            let m = rx.team.block_on(fut).unwrap();
+            assert!(buf.len() == MIB && buf.iter().all(|&b| b == 9));
+            assert_eq!(buf.as_ptr(), warm, "a smaller message lands in the same buffer");
+            drop(m);
+        },
+        |tx| {
+            let s = tx.team.sender::<Blob>(tx.get("port"));
+            s.send(&blob(1, 12 * MIB), Checkpoint::OnReceipt).unwrap();
+            s.send(&blob(2, 100), Checkpoint::OnReceipt).unwrap();
+            within(&tx.team, PATIENCE, s.send_async(&blob(3, 9 * MIB), Checkpoint::OnReceipt)).unwrap();
+            let back: Blob = s.call(&blob(7, 11 * MIB)).unwrap();
+            assert!(back == blob(8, 10 * MIB), "the large reply damaged");
+            let v = tx.team.sender::<Vec<u8>>(tx.get("vecs"));
+            v.send(&vec![0u8; 4 * MIB], Checkpoint::OnReceipt).unwrap();
+            let () = v.call(&vec![1u8; 4 * MIB - 1]).unwrap();
+            v.send(&vec![2u8; 4 * MIB - 2], Checkpoint::OnReceipt).unwrap();
+            v.send(&vec![9u8; MIB], Checkpoint::OnReceipt).unwrap();
+        },
+    );
+}
+
+/// A large value whose encoding grows (or shrinks) by a byte each time it
+/// is encoded: a `Serialize` that differs between two passes.
+struct Flaky {
+    grow: bool,
+    passes: std::sync::atomic::AtomicUsize,
+}
+
+impl Serialize for Flaky {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = self.passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let len = if self.grow { (1 << 20) + n } else { (1 << 20) - n };
+        s.serialize_bytes(&vec![1u8; len])
+    }
+}
+
+/// A large typed value that encodes to another length than its size pass
+/// counted fails its send with `Codec`; nothing of it arrives, and the
+/// channel carries the next message whole (not a corrupt frame).
+fn encoder_that_changes_its_length_is_a_codec_error(p: Placement) {
+    pair(p).run(
+        |rx| {
+            let port = rx.team.open_port::<Vec<u32>>().unwrap();
+            rx.put("port", port.id());
+            let m = port.recv_timeout(PATIENCE).unwrap();
+            assert_eq!(m.value, vec![7u32; 1 << 18], "the message after the failed ones");
+            assert!(port.recv_timeout(Duration::from_millis(50)).is_err(), "nothing else arrived");
+        },
+        |tx| {
+            let to: EndpointId = tx.get("port");
+            let flaky = tx.team.sender::<Flaky>(to);
+            for grow in [true, false] {
+                for cp in [Checkpoint::OnReceipt, Checkpoint::Immediate] {
+                    let v = Flaky { grow, passes: Default::default() };
+                    match flaky.send(&v, cp) {
+                        Err(Error::Codec(_)) => {}
+                        other => panic!("grow {grow}, {cp:?}: {other:?}"),
+                    }
+                }
+            }
+            tx.team.sender::<Vec<u32>>(to).send(&vec![7u32; 1 << 18], Checkpoint::OnReceipt).unwrap();
+        },
+    );
+}
+
+/// A large typed async send that finds no room to stage (the first one
+/// holds most of the payload area, or the TCP credit) waits in the
+/// channel's outbox, encoded into a vector then, and goes once the first
+/// is received: both arrive whole, in order.
+fn large_typed_async_send_waits_encoded(p: Placement) {
+    const BIG: usize = 20 << 20;
+    pair(p).config(|b| b.max_message(32 << 20)).run(
+        |rx| {
+            let port = rx.team.open_port::<Blob>().unwrap();
+            rx.put("port", port.id());
+            rx.get::<String>("sent");
+            for id in [1, 2] {
+                let m = port.recv_timeout(PATIENCE).unwrap();
+                assert!(m.value == blob(id, BIG), "blob {id} damaged");
+            }
+        },
+        |tx| {
+            let s = tx.team.sender::<Blob>(tx.get("port"));
+            let first = s.send_async(&blob(1, BIG), Checkpoint::OnReceipt);
+            let second = s.send_async(&blob(2, BIG), Checkpoint::OnReceipt);
+            tx.put("sent", "");
+            within(&tx.team, PATIENCE, first).unwrap();
+            within(&tx.team, PATIENCE, second).unwrap();
+        },
+    );
+}
+
 placements!(
+    large_typed_async_send_waits_encoded,
+    encoder_that_changes_its_length_is_a_codec_error,
+    large_typed_messages_round_trip,
     typed_messages_round_trip,
     raw_messages_round_trip,
     immediate_completes_without_a_receiver,

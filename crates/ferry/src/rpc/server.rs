@@ -9,6 +9,7 @@ use crate::cost::{self, Side, Stage};
 use crate::error::Result;
 use crate::id::EndpointId;
 use crate::port::{RawMessage, RawPort, Responder};
+use crate::runtime::out;
 use crate::runtime::payload::Payload;
 use crate::runtime::{panic_message, CancelGuard, CatchUnwind, JoinHandle, Sleep, Team, TeamInner};
 use crate::wire::codec;
@@ -24,15 +25,77 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-/// What a handler resolves to: an encoded response (see `envelope`).
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+/// What a handler resolves to: its response.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// A handler's response: encoded (see `envelope`), or a large result
+/// still to encode, straight where its reply is staged.
+pub enum Response {
+    /// The response's bytes.
+    Bytes(Vec<u8>),
+    /// Sends the reply of the call it is given.
+    Value(Box<dyn FnOnce(IncomingCall) -> Result<()> + Send>),
+}
+
+impl Response {
+    /// A status byte then `value`: encoded now if small, else kept to be
+    /// encoded as its reply is sent (a status `CODEC` if it does not encode).
+    pub(crate) fn encoded<T: Serialize + Send + 'static>(code: u8, value: T, what: &'static str) -> Response {
+        match out::encode_small(&[code], &value) {
+            Ok(Some(bytes)) => Response::Bytes(bytes),
+            Ok(None) => Response::Value(Box::new(move |call| call.reply_encoded(code, &value, what))),
+            Err(e) => Response::Bytes(envelope::status(envelope::CODEC, &format!("the {what} did not encode: {e}"))),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Response {
+    fn from(bytes: Vec<u8>) -> Response {
+        Response::Bytes(bytes)
+    }
+}
 
 /// The dispatcher a `#[ferry::service]` trait generates (`<Trait>Server`).
 pub trait Dispatch: Send + Sync + 'static {
     /// The interface served, checked against each binding client's.
     fn descriptor(&self) -> ServiceDescriptor;
-    /// Runs method number `method` on encoded `args` (decoded before the future starts).
-    fn dispatch(self: Arc<Self>, method: u32, args: &[u8]) -> HandlerFuture;
+    /// Runs method number `method` on encoded `args` (decoded before the
+    /// future starts, which lets their request go).
+    fn dispatch(self: Arc<Self>, method: u32, args: Args) -> HandlerFuture;
+}
+
+/// A call's encoded arguments, where they arrived: its whole request (in a
+/// peer's area, a buffer handed over or read off a socket) and where they
+/// start in it. Decoding them consumes them: a large request is let go
+/// before the handler runs, not kept beside its decoded value and reply.
+pub struct Args {
+    payload: Payload,
+    at: usize,
+}
+
+impl Args {
+    /// Decodes them (see `Payload::decode_at`: byte fields are views of a
+    /// buffer this process owns, or copied once out of a peer's area).
+    pub(crate) fn decode<A: DeserializeOwned>(self) -> Result<A> {
+        match &self.payload {
+            // Small ones (most calls) straight from the bytes they came in.
+            Payload::Inline { len, bytes } => codec::decode(bytes[..*len as usize].get(self.at..).unwrap_or_default()),
+            _ => self.payload.decode_at(self.at),
+        }
+    }
+
+    /// Their bytes (copied if they are in a peer's area).
+    fn bytes_of(payload: &Payload, at: usize) -> std::borrow::Cow<'_, [u8]> {
+        match payload.as_local() {
+            Some(b) => std::borrow::Cow::Borrowed(b.get(at..).unwrap_or_default()),
+            None => {
+                let mut v = Vec::new();
+                payload.read_into(&mut v);
+                v.drain(..at.min(v.len()));
+                std::borrow::Cow::Owned(v)
+            }
+        }
+    }
 }
 
 /// Tells a handler its call was cancelled (the caller gave up or the deadline passed).
@@ -139,6 +202,10 @@ impl Drop for Cancelled<'_> {
 /// One call as the server receives it.
 pub struct IncomingCall {
     method: u32,
+    /// Where the arguments start in `args` (kept here, beside `method`: an
+    /// `Args` would make every call 8 bytes larger).
+    args_at: u32,
+    /// The call's request (see `Args`).
     args: Payload,
     from: EndpointId,
     deadline: Option<Instant>,
@@ -285,15 +352,28 @@ impl IncomingCall {
         self.service.methods.get(self.method as usize).map_or("?", |m| m.name.as_str())
     }
 
-    /// The encoded arguments (generated clients send a tuple of them).
-    pub fn args(&self) -> &[u8] {
-        // Arguments are copied out of the request when it is parsed.
-        self.args.as_local().expect("call arguments live in local memory")
+    /// The encoded arguments (generated clients send a tuple of them):
+    /// copied if large ones came in a peer's area. Empty once taken
+    /// ([`IncomingCall::take_args`]).
+    pub fn args(&self) -> std::borrow::Cow<'_, [u8]> {
+        Args::bytes_of(&self.args, self.args_at as usize)
     }
 
-    /// The arguments, decoded as `A`.
+    /// The arguments, decoded as `A` (the request stays: see [`IncomingCall::take_args`]).
     pub fn decode_args<A: DeserializeOwned>(&self) -> Result<A, RpcError> {
-        Ok(codec::decode(self.args())?)
+        Ok(codec::decode(&self.args())?)
+    }
+
+    /// The arguments, decoded as `A` where they arrived; the request goes
+    /// then (a large one does not stay beside its value). Later calls find
+    /// no arguments.
+    pub fn take_args<A: DeserializeOwned>(&mut self) -> Result<A, RpcError> {
+        Ok(self.take_request().decode()?)
+    }
+
+    /// The arguments with their request, taken (the call keeps none).
+    fn take_request(&mut self) -> Args {
+        Args { payload: std::mem::replace(&mut self.args, Payload::Heap(Vec::new())), at: self.args_at as usize }
     }
 
     /// The caller's endpoint.
@@ -351,14 +431,44 @@ impl IncomingCall {
         }
     }
 
-    /// Answers with a result.
+    /// Answers with a result (a large one encoded straight where its
+    /// reply is staged).
     pub fn reply_ok<R: Serialize + ?Sized>(self, value: &R) -> Result<()> {
-        self.reply_raw(&envelope::ok(value))
+        self.reply_encoded(envelope::OK, value, "result")
     }
 
     /// Answers with the handler's own error (`RpcError::Remote` at the caller).
     pub fn reply_err<E: Serialize + ?Sized>(self, err: &E) -> Result<()> {
-        self.reply_raw(&envelope::remote(err))
+        self.reply_encoded(envelope::REMOTE, err, "error")
+    }
+
+    /// Answers with a handler's response.
+    pub fn respond(self, response: Response) -> Result<()> {
+        match response {
+            Response::Bytes(b) => self.reply_raw(&b),
+            Response::Value(send) => send(self),
+        }
+    }
+
+    /// Answers with status `code` then `value`, encoded where the reply is
+    /// staged; a value that does not encode is answered `CODEC`.
+    fn reply_encoded<T: Serialize + ?Sized>(mut self, code: u8, value: &T, what: &str) -> Result<()> {
+        if self.once.is_some() || self.responder.is_none() {
+            // Remembered for repeats (or not sent at all): as bytes.
+            return self.reply_raw(&envelope::encoded(code, value, what));
+        }
+        let mut responder = self.responder.take();
+        let sent = out::encoded_after(&[code], value, &mut Vec::new(), |o| {
+            responder.take().map_or(Ok(()), |r| r.reply_out(o))
+        });
+        match (sent, responder) {
+            (Ok(r), _) => r,
+            // Not sent: it did not encode.
+            (Err(e), Some(r)) => {
+                r.reply(&envelope::status(envelope::CODEC, &format!("the {what} did not encode: {e}")))
+            }
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// Refuses the call; the caller gets `RpcError::Refused(why)`.
@@ -600,12 +710,29 @@ impl ServiceEndpoint {
             }
         };
         // A batch past its bound is refused before a large one is copied in.
-        let mut head = [0u8; 5];
-        if msg.read_head(&mut head) == head.len() && head[0] == envelope::BATCH {
-            if let Err(refusal) = envelope::batch_count(&head, msg.len()) {
+        let mut head = [0u8; 13];
+        let got = msg.read_head(&mut head);
+        if got >= 5 && head[0] == envelope::BATCH {
+            if let Err(refusal) = envelope::batch_count(&head[..5], msg.len()) {
                 answer(responder, refusal.response());
                 return None;
             }
+        }
+        // A call keeps its whole request, not copied: its arguments are
+        // decoded from where they arrived (see `Args`).
+        if let Some((method, id, at)) = envelope::call_head(&head[..got]) {
+            let args = Args { payload: msg.take_payload(), at };
+            let from = msg.from();
+            let once_key = id.map(|id| (from.team_id(), id));
+            let responder = match once_key {
+                // A repeat of a call run (or running) already is answered from its first run.
+                Some(key) => self.once.begin(key, responder)?,
+                None => responder,
+            };
+            let mut call = self.incoming(method, args, from, deadline, responder);
+            call.arrived = arrived;
+            call.once = once_key.map(|key| (self.once.clone(), key));
+            return Some(Received::One(call));
         }
         match envelope::parse(msg.payload()) {
             Err(refusal) => answer(responder, refusal.response()),
@@ -619,20 +746,8 @@ impl ServiceEndpoint {
                 };
                 answer(responder, response);
             }
-            Ok(Request::Call { method, args }) => {
-                let call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
-                let mut call = call;
-                call.arrived = arrived;
-                return Some(Received::One(call));
-            }
-            Ok(Request::CallOnce { id, method, args }) => {
-                let key = (msg.from().team_id(), id);
-                // A repeat of a call run (or running) already is answered from its first run.
-                let responder = self.once.begin(key, responder)?;
-                let mut call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
-                call.arrived = arrived;
-                call.once = Some((self.once.clone(), key));
-                return Some(Received::One(call));
+            Ok(Request::Call { .. } | Request::CallOnce { .. }) => {
+                answer(responder, envelope::status(envelope::CODEC, "short call request"));
             }
             Ok(Request::Batch(entries)) => {
                 let last = entries.len() - 1;
@@ -642,7 +757,8 @@ impl ServiceEndpoint {
                     .enumerate()
                     .map(|(i, (m, a))| {
                         let r = if i == last { responder.take() } else { None };
-                        self.incoming(m, Payload::from_slice(a), msg.from(), deadline, r)
+                        let args = Args { payload: Payload::from_slice(a), at: 0 };
+                        self.incoming(m, args, msg.from(), deadline, r)
                     })
                     .collect();
                 return Some(Received::Batch(calls));
@@ -654,14 +770,16 @@ impl ServiceEndpoint {
     fn incoming(
         &self,
         method: u32,
-        args: Payload,
+        args: Args,
         from: EndpointId,
         deadline: Option<Instant>,
         responder: Option<Responder>,
     ) -> IncomingCall {
         IncomingCall {
             method,
-            args,
+            // At most 13 (`envelope::call_head`).
+            args_at: args.at as u32,
+            args: args.payload,
             from,
             deadline,
             responder,
@@ -749,7 +867,7 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: Inco
         Poll::Ready(r) => {
             let response = handler_response(r);
             let t = cost::record(Side::Server, Stage::Handler, t);
-            let _ = call.reply_raw(&response);
+            let _ = call.respond(response);
             cost::record(Side::Server, Stage::Reply, t);
         }
         Poll::Pending => {
@@ -764,7 +882,7 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: Inco
 
 /// Starts a call's handler. `None` if the call is answered already: a
 /// flush, or a call whose deadline passed while it waited in the queue.
-fn start<D: Dispatch>(handler: &Arc<D>, call: IncomingCall) -> Option<(IncomingCall, Work, Option<Instant>)> {
+fn start<D: Dispatch>(handler: &Arc<D>, mut call: IncomingCall) -> Option<(IncomingCall, Work, Option<Instant>)> {
     let answered = if call.method == envelope::FLUSH {
         Some(envelope::ok(&()))
     } else if call.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -777,16 +895,19 @@ fn start<D: Dispatch>(handler: &Arc<D>, call: IncomingCall) -> Option<(IncomingC
         return None;
     }
     let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, call.args())));
+    // The arguments are decoded in `dispatch`, before the handler's future
+    // is made: their request goes then.
+    let args = call.take_request();
+    let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, args)));
     Some((call, work, t))
 }
 
-type Work = CatchUnwind<dyn Future<Output = Vec<u8>> + Send>;
+type Work = CatchUnwind<dyn Future<Output = Response> + Send>;
 
-fn handler_response(r: std::thread::Result<Vec<u8>>) -> Vec<u8> {
+fn handler_response(r: std::thread::Result<Response>) -> Response {
     match r {
         Ok(response) => response,
-        Err(p) => envelope::status(envelope::PANICKED, &panic_message(&*p)),
+        Err(p) => Response::Bytes(envelope::status(envelope::PANICKED, &panic_message(&*p))),
     }
 }
 
@@ -811,11 +932,11 @@ async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Wor
                 return Poll::Ready(handler_response(r));
             }
             if cancelled.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(envelope::status(envelope::CANCELLED, ""));
+                return Poll::Ready(Response::Bytes(envelope::status(envelope::CANCELLED, "")));
             }
             if let Some(d) = deadline.as_mut() {
                 if Pin::new(d).poll(cx).is_ready() {
-                    return Poll::Ready(envelope::status(envelope::DEADLINE, ""));
+                    return Poll::Ready(Response::Bytes(envelope::status(envelope::DEADLINE, "")));
                 }
             }
             Poll::Pending
@@ -824,7 +945,7 @@ async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Wor
     };
     drop(work);
     let t = cost::record(Side::Server, Stage::Handler, t);
-    let _ = call.reply_raw(&response);
+    let _ = call.respond(response);
     cost::record(Side::Server, Stage::Reply, t);
 }
 

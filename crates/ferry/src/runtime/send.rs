@@ -9,6 +9,7 @@ use super::channel::Channel;
 use super::deadline::budget_ns;
 use super::delivery::{Delivery, On, Waiting};
 use super::idle;
+use super::out::Out;
 use super::outbox::{Load, Queued};
 use super::peers::Binding;
 use super::team::TeamInner;
@@ -49,6 +50,43 @@ impl TeamInner {
                 return r;
             }
         }
+        self.send_waiting(ch, header, &Out::from(payload), wait, deadline)
+    }
+
+    /// [`TeamInner::send_message`] of bytes made or encoded (a typed value).
+    #[inline]
+    pub fn send_out(
+        &self,
+        ch: &Channel,
+        header: Header,
+        payload: &Out<'_>,
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        match payload {
+            Out::Bytes(b) => self.send_message(ch, header, b, wait, deadline),
+            Out::Encoded { len, .. } => {
+                self.check_size(ch, *len)?;
+                match *len <= ch.max_payload {
+                    true => self.send_message(ch, header, &payload.to_vec()?, wait, deadline),
+                    false => self.send_waiting(ch, header, payload, wait, deadline),
+                }
+            }
+        }
+    }
+
+    /// `send_message` past its first try (the message is one larger than a
+    /// frame if encoded): waits for room if `wait`. (Out of line: the first
+    /// try stays as short as it was.)
+    #[inline(never)]
+    fn send_waiting(
+        &self,
+        ch: &Channel,
+        header: Header,
+        payload: &Out<'_>,
+        wait: bool,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
         let staged = RefCell::new(None);
         self.wait_for_room(ch, &header, wait, deadline, &|| {
             // Once staged (the outbox was empty then), it is ahead of what
@@ -78,7 +116,8 @@ impl TeamInner {
 
     /// One try at writing a message: a small one in a frame; a large one
     /// staged out of band (once: `staged` keeps it between tries, so only
-    /// its frame waits for room), then its frame.
+    /// its frame waits for room; an encoded one is encoded there), then its
+    /// frame. An encoded `payload` is one larger than a frame (`Out::framed`).
     ///
     /// Control frames go first: while the backlog holds any, the channel
     /// counts as full. Room the peer makes by reading goes to our answers
@@ -90,14 +129,16 @@ impl TeamInner {
         &self,
         ch: &Channel,
         header: &Header,
-        payload: &[u8],
+        payload: &Out<'_>,
         staged: &mut Option<Staged>,
     ) -> std::result::Result<(), SendError> {
-        if payload.len() <= ch.max_payload {
-            return if ch.flush_backlog() { ch.transport.try_send(header, payload) } else { Err(SendError::Full) };
+        if let Out::Bytes(b) = payload {
+            if b.len() <= ch.max_payload {
+                return if ch.flush_backlog() { ch.transport.try_send(header, b) } else { Err(SendError::Full) };
+            }
         }
         if staged.is_none() {
-            *staged = Some(ch.transport.stage(payload)?);
+            *staged = Some(payload.stage(&*ch.transport)?);
         }
         if ch.flush_backlog() {
             ch.transport.try_send_staged(header, staged)
@@ -166,6 +207,7 @@ impl TeamInner {
             Ok(()) => Some(Ok(())),
             Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
             Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+            Err(SendError::Unwritten(e)) => Some(Err(Error::Codec(e))),
             Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: ch.peer_endpoint(h.dst) })),
             Err(SendError::Full) => None,
         }
@@ -182,14 +224,22 @@ impl TeamInner {
         ch: &Arc<Channel>,
         src: EndpointId,
         dst: EndpointId,
-        payload: Cow<'_, [u8]>,
+        payload: Out<'_>,
         checkpoint: Checkpoint,
         deadline: Option<Instant>,
         wait_here: bool,
     ) -> Delivery {
         let mut header = data_header(src, dst, checkpoint, deadline);
         if checkpoint == Checkpoint::Immediate {
-            return match self.send_immediate(ch, header, &payload) {
+            let sent = match &payload {
+                Out::Bytes(b) => self.send_immediate(ch, header, b),
+                encoded => {
+                    let sent = self.send_out(ch, header, encoded, false, None);
+                    self.hand_off(ch);
+                    sent
+                }
+            };
+            return match sent {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
@@ -197,7 +247,7 @@ impl TeamInner {
         let (call_id, completion) = self.calls.start(Some(ch));
         header.call_id = call_id;
         let sent = match wait_here {
-            true => self.send_message(ch, header, &payload, true, deadline).map(|()| None),
+            true => self.send_out(ch, header, &payload, true, deadline).map(|()| None),
             false => self.send_or_queue(ch, header, payload, &completion),
         };
         let queued = match sent {
@@ -225,15 +275,17 @@ impl TeamInner {
 
     /// An async send: written now if there is room, else queued in the
     /// channel's outbox with its message (a large one staged already if
-    /// there was room for that). Returns the queued send, if it waits.
+    /// there was room for that; one encoded as it is sent is made into
+    /// bytes to wait). Returns the queued send, if it waits.
     fn send_or_queue(
         &self,
         ch: &Channel,
         header: Header,
-        payload: Cow<'_, [u8]>,
+        payload: Out<'_>,
         completion: &Arc<Completion>,
     ) -> Result<Option<Arc<Queued>>> {
         self.check_size(ch, payload.len())?;
+        let payload = payload.framed(ch.max_payload)?;
         if ch.outbox.is_used() {
             // Maybe there is room for them now (or only withdrawn sends are left).
             self.advance_outbox(ch, false);
@@ -244,6 +296,7 @@ impl TeamInner {
                 Ok(()) => return Ok(None),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
                 Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+                Err(SendError::Unwritten(e)) => return Err(Error::Codec(e)),
                 Err(SendError::Full) => {}
             }
         }
@@ -254,7 +307,7 @@ impl TeamInner {
                 q
             }
             None => {
-                let q = Queued::new(header, completion.clone(), Load::Bytes(payload.into_owned()));
+                let q = Queued::new(header, completion.clone(), Load::Bytes(payload.into_vec()?));
                 ch.outbox.push(q.clone());
                 q
             }
@@ -276,13 +329,18 @@ impl TeamInner {
         bind: &Arc<Binding>,
         src: EndpointId,
         dst: EndpointId,
-        payload: Cow<'_, [u8]>,
+        payload: Out<'_>,
         checkpoint: Checkpoint,
         deadline: Option<Instant>,
     ) -> Delivery {
         if payload.len() > self.cfg.max_message {
             return Delivery::failed(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
+        // Waits for the bind as bytes (an encoded value is made into them).
+        let payload = match payload.into_vec() {
+            Ok(v) => v,
+            Err(e) => return Delivery::failed(e),
+        };
         let mut header = data_header(src, dst, checkpoint, deadline);
         let mut queued = None;
         let joined = bind.join(|| {
@@ -293,12 +351,12 @@ impl TeamInner {
                 _ => self.calls.start(None),
             };
             header.call_id = call_id;
-            let q = Queued::new(header, completion, Load::Bytes(payload.to_vec()));
+            let q = Queued::new(header, completion, Load::Bytes(payload.clone()));
             queued = Some(q.clone());
             q
         });
         match joined {
-            Some(Ok(ch)) => self.send_on(&ch, src, dst, payload, checkpoint, deadline, false),
+            Some(Ok(ch)) => self.send_on(&ch, src, dst, Out::Bytes(Cow::Owned(payload)), checkpoint, deadline, false),
             Some(Err(e)) => Delivery::failed(e),
             None => {
                 let q = queued.expect("queued");
@@ -326,19 +384,47 @@ impl TeamInner {
     pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
         let header = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
         self.check_size(ch, payload.len())?;
+        // The common case first, as `send_message` does: it fits a frame and nothing waits.
+        if payload.len() <= ch.max_payload && !ch.outbox.is_used() && ch.flush_backlog() {
+            match ch.transport.try_send(&header, payload) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Closed) => return Err(self.gone_error(ch)),
+                Err(_) => {}
+            }
+        }
+        self.reply_queued(ch, header, Out::from(payload))
+    }
+
+    /// [`TeamInner::reply`] with bytes made or encoded (a typed value: a
+    /// large one is encoded where it is staged).
+    pub fn reply_out(&self, ch: &Channel, h: &Header, payload: Out<'_>) -> Result<()> {
+        match payload {
+            Out::Bytes(b) => self.reply(ch, h, &b),
+            encoded => {
+                self.check_size(ch, encoded.len())?;
+                self.reply_queued(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), encoded)
+            }
+        }
+    }
+
+    /// `reply` past its first try: staged (or framed), or left in the outbox.
+    #[inline(never)]
+    fn reply_queued(&self, ch: &Channel, header: Header, payload: Out<'_>) -> Result<()> {
+        let payload = payload.framed(ch.max_payload)?;
         let mut staged = None;
         if !ch.outbox.is_used() {
-            match self.try_put(ch, &header, payload, &mut staged) {
+            match self.try_put(ch, &header, &payload, &mut staged) {
                 Ok(()) => return Ok(()),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
                 Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+                Err(SendError::Unwritten(e)) => return Err(Error::Codec(e)),
                 Err(SendError::Full) => {}
             }
         }
         match staged {
             // Staged when the outbox was empty: it goes first (as in `send_or_queue`).
             Some(s) => ch.outbox.push_first(Queued::new(header, Completion::detached(), Load::Staged(Some(s)))),
-            None => ch.outbox.push(Queued::new(header, Completion::detached(), Load::Bytes(payload.to_vec()))),
+            None => ch.outbox.push(Queued::new(header, Completion::detached(), Load::Bytes(payload.into_vec()?))),
         }
         if ch.finished.load(Ordering::Acquire) {
             // Its channel finished before the push: nobody else looks here now.

@@ -15,7 +15,7 @@
 //! | harness | the code it runs |
 //! |---|---|
 //! | [`frame`] | `Header::decode` (every frame of every transport), then what a receiver reads of a Nack's or a Release's payload |
-//! | [`codec`] | `codec::decode` (MessagePack through rmp-serde) into ferry's and typical user types |
+//! | [`codec`] | the payload codec's three inputs (`decode`, `decode_shared`, `decode_from`) and in-place decoding into ferry's and typical user types (byte fields, enums, maps, any value) |
 //! | [`rpc`] | the RPC envelopes: `envelope::parse` (requests, batches and their bound), `decode_response`, `decode_oneway_response`, a bind's `ServiceDescriptor` |
 //! | [`shm_handshake`] | the shared-memory bind: the acceptor's check of a hello and of the segment header, the connector's of a welcome |
 //! | [`shm_ring`] | a shared-memory end's receive (`ShmEnd::try_recv`: ring consumer, frame headers, payload descriptors, releases) on rings and areas in heap memory that a hostile peer writes at will |
@@ -170,24 +170,71 @@ struct Record {
     flag: Option<bool>,
 }
 
-/// Decodes `data` as `T`; what decodes re-encodes and decodes to the same value.
-fn round_trip<T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(data: &[u8]) {
-    if let Ok(v) = wire_codec::decode::<T>(data) {
-        let bytes = wire_codec::encode(&v).expect("a decoded value encodes");
-        assert_eq!(wire_codec::decode::<T>(&bytes).expect("an encoded value decodes"), v);
+/// A user struct with byte fields (bin on the wire).
+#[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+struct Blob {
+    id: u64,
+    data: Vec<u8>,
+    view: crate::Bytes,
+    parts: Vec<crate::Bytes>,
+}
+
+/// A `Source` over a slice (shared memory as the codec sees it: only copies).
+struct SliceSource<'a>(&'a [u8]);
+
+impl wire_codec::Source for SliceSource<'_> {
+    fn remaining(&self) -> usize {
+        self.0.len()
+    }
+    fn read(&mut self, out: &mut [u8]) {
+        let (a, b) = self.0.split_at(out.len());
+        out.copy_from_slice(a);
+        self.0 = b;
+    }
+    fn append_to(&mut self, n: usize, out: &mut Vec<u8>) {
+        let (a, b) = self.0.split_at(n);
+        out.extend_from_slice(a);
+        self.0 = b;
     }
 }
 
-/// `codec::decode` (a typed port's payload, an RPC's arguments and result)
-/// into ferry's own types and typical user types.
+/// Decodes `data` as `T` through the three inputs (a slice, a shared
+/// `bytes::Bytes`, a `Source`), which must agree; what decodes re-encodes
+/// (`encoded_len` telling its length) and decodes to the same value, also in place.
+fn round_trip<T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug + Clone>(data: &[u8]) {
+    let plain = wire_codec::decode::<T>(data);
+    let shared = wire_codec::decode_shared::<T>(&bytes::Bytes::copy_from_slice(data));
+    let source = wire_codec::decode_from::<T, _>(&mut SliceSource(data));
+    let ok = |r: &Result<T, crate::Error>| r.as_ref().ok().cloned();
+    assert_eq!(ok(&shared), ok(&plain), "decode_shared agrees with decode");
+    assert_eq!(ok(&source), ok(&plain), "decode_from agrees with decode");
+    if let Ok(v) = plain {
+        let bytes = wire_codec::encode(&v).expect("a decoded value encodes");
+        assert_eq!(wire_codec::encoded_len(&v).expect("a decoded value has a length"), bytes.len());
+        assert_eq!(wire_codec::decode::<T>(&bytes).expect("an encoded value decodes"), v);
+        let mut place = v.clone();
+        wire_codec::decode_in_place(&bytes, &mut place).expect("an encoded value decodes in place");
+        assert_eq!(place, v);
+        wire_codec::decode_from_in_place(&mut SliceSource(&bytes), &mut place).expect("and from a source");
+        assert_eq!(place, v);
+    }
+}
+
+/// `codec::decode`, `decode_shared`, `decode_from` (a typed port's payload,
+/// an RPC's arguments and result) into ferry's own types and typical user types.
 pub fn codec(data: &[u8]) {
     round_trip::<ServiceDescriptor>(data);
     round_trip::<Record>(data);
     round_trip::<Shape>(data);
     round_trip::<EndpointId>(data);
+    round_trip::<Blob>(data);
+    round_trip::<Vec<u8>>(data);
+    round_trip::<crate::Bytes>(data);
+    round_trip::<serde_json::Value>(data);
     round_trip::<(u32, String, Vec<u8>)>(data);
     round_trip::<Vec<Option<i64>>>(data);
     round_trip::<HashMap<String, Vec<u32>>>(data);
+    round_trip::<BTreeMap<String, Shape>>(data);
     round_trip::<(char, bool, u128, i16)>(data);
     let _ = wire_codec::decode::<(f64, f32)>(data);
     let _ = wire_codec::decode::<()>(data);
@@ -1080,6 +1127,10 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     add("codec", "map", enc(&[("a".to_string(), vec![1u32, 2])].into_iter().collect::<HashMap<_, _>>()));
     add("codec", "scalars", enc(&('é', true, u128::MAX, -2i16)));
     add("codec", "floats", enc(&(1.5f64, -0.25f32)));
+    let blob = Blob { id: 9, data: vec![1, 2, 3], view: vec![4u8; 300].into(), parts: vec![(&b"ab"[..]).into()] };
+    add("codec", "blob", enc(&blob));
+    add("codec", "bin", enc(&vec![7u8; 40]));
+    add("codec", "value", enc(&serde_json::json!({"a": [1, -2, 3.5, null, true], "b": {"c": "d"}})));
 
     // rpc
     add("rpc", "call", env::call(0, &(1i32, 2i32)).unwrap());
@@ -1095,7 +1146,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     wire_codec::encode_into(&sample_descriptor(), &mut bind).unwrap();
     add("rpc", "bind", bind);
     add("rpc", "ok", env::ok(&(7u32, "seven")));
-    add("rpc", "remote", env::remote(&Shape::New(3)));
+    add("rpc", "remote", env::encoded(env::REMOTE, &Shape::New(3), "error"));
     for (name, code) in [
         ("panicked", env::PANICKED),
         ("cancelled", env::CANCELLED),

@@ -1,0 +1,562 @@
+//! The Deserializer: one, generic over its input ([`Read`]): a slice
+//! (strings and bin borrowed from it), or a [`Source`] (every read a copy;
+//! strings through a scratch buffer).
+//!
+//! Bounded against a hostile peer: every length is checked against the bytes
+//! left before anything is reserved or read, arrays and maps nest at most
+//! [`MAX_DEPTH`] deep, and bytes left after the value are an error.
+
+use super::{CodecError, Source, MAX_DEPTH};
+use crate::error::{Error, Result};
+use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
+use std::any::TypeId;
+use std::sync::OnceLock;
+
+type Res<T> = std::result::Result<T, CodecError>;
+
+/// Bytes a read hands out: borrowed from the input, or copied into scratch.
+pub(super) enum Ref<'de, 's> {
+    Borrowed(&'de [u8]),
+    Copied(&'s [u8]),
+}
+
+/// The decoder's input (as serde_json's `SliceRead`/`IoRead`). Callers check
+/// `n <= remaining()` before every read.
+pub(super) trait Read<'de> {
+    fn remaining(&self) -> usize;
+    /// Bytes read so far (for errors).
+    fn offset(&self) -> usize;
+    fn read(&mut self, out: &mut [u8]);
+    fn append_to(&mut self, n: usize, out: &mut Vec<u8>);
+    fn bytes<'s>(&'s mut self, n: usize, scratch: &'s mut Vec<u8>) -> Ref<'de, 's>;
+}
+
+/// A slice the decoder may borrow from.
+pub(super) struct SliceRead<'de> {
+    slice: &'de [u8],
+    pos: usize,
+}
+
+impl<'de> SliceRead<'de> {
+    pub(super) fn new(slice: &'de [u8]) -> Self {
+        SliceRead { slice, pos: 0 }
+    }
+
+    fn take(&mut self, n: usize) -> &'de [u8] {
+        let s = self.slice;
+        let out = s.get(self.pos..self.pos + n).unwrap_or_default();
+        self.pos += out.len();
+        out
+    }
+}
+
+impl<'de> Read<'de> for SliceRead<'de> {
+    fn remaining(&self) -> usize {
+        self.slice.len() - self.pos
+    }
+    fn offset(&self) -> usize {
+        self.pos
+    }
+    fn read(&mut self, out: &mut [u8]) {
+        let src = self.take(out.len());
+        out[..src.len()].copy_from_slice(src);
+    }
+    fn append_to(&mut self, n: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.take(n));
+    }
+    fn bytes<'s>(&'s mut self, n: usize, _: &'s mut Vec<u8>) -> Ref<'de, 's> {
+        Ref::Borrowed(self.take(n))
+    }
+}
+
+/// A [`Source`]: bytes a peer may still write, only ever copied.
+pub(super) struct SourceRead<'a, S: Source + ?Sized> {
+    src: &'a mut S,
+    pos: usize,
+}
+
+impl<'a, S: Source + ?Sized> SourceRead<'a, S> {
+    pub(super) fn new(src: &'a mut S) -> Self {
+        SourceRead { src, pos: 0 }
+    }
+}
+
+impl<'de, S: Source + ?Sized> Read<'de> for SourceRead<'_, S> {
+    fn remaining(&self) -> usize {
+        self.src.remaining()
+    }
+    fn offset(&self) -> usize {
+        self.pos
+    }
+    fn read(&mut self, out: &mut [u8]) {
+        self.src.read(out);
+        self.pos += out.len();
+    }
+    fn append_to(&mut self, n: usize, out: &mut Vec<u8>) {
+        self.src.append_to(n, out);
+        self.pos += n;
+    }
+    fn bytes<'s>(&'s mut self, n: usize, scratch: &'s mut Vec<u8>) -> Ref<'de, 's> {
+        scratch.clear();
+        self.append_to(n, scratch);
+        Ref::Copied(scratch)
+    }
+}
+
+pub(super) fn decode<'de, T: DeserializeOwned, R: Read<'de>>(read: R) -> Result<T> {
+    let mut de = Deserializer { read, peeked: None, depth: 0, scratch: Vec::new() };
+    let value = T::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    value.map_err(|e| de.error(e))
+}
+
+pub(super) fn decode_in_place<'de, T: DeserializeOwned, R: Read<'de>>(read: R, place: &mut T) -> Result<()> {
+    let mut de = Deserializer { read, peeked: None, depth: 0, scratch: Vec::new() };
+    let value = T::deserialize_in_place(&mut de, place).and_then(|()| de.end());
+    value.map_err(|e| de.error(e))
+}
+
+pub(super) struct Deserializer<R> {
+    read: R,
+    /// A marker read ahead (options, enums, the bin fast paths look before they read).
+    peeked: Option<u8>,
+    depth: usize,
+    /// Strings from a `Source` are copied here before they are visited.
+    scratch: Vec<u8>,
+}
+
+/// What a marker announces.
+enum Head {
+    Nil,
+    Bool(bool),
+    Uint(u64),
+    Int(i64),
+    F32(f32),
+    F64(f64),
+    Str(usize),
+    Bin(usize),
+    Array(usize),
+    Map(usize),
+}
+
+const BIN8: u8 = 0xc4;
+const BIN16: u8 = 0xc5;
+const BIN32: u8 = 0xc6;
+
+impl<'de, R: Read<'de>> Deserializer<R> {
+    fn offset(&self) -> usize {
+        self.read.offset() - usize::from(self.peeked.is_some())
+    }
+
+    fn error(&self, e: CodecError) -> Error {
+        Error::Codec(format!("{} (at byte {})", e.0, self.offset()))
+    }
+
+    fn end(&mut self) -> Res<()> {
+        let left = self.read.remaining() + usize::from(self.peeked.is_some());
+        if left > 0 {
+            return Err(CodecError(format!("{left} bytes after the value")));
+        }
+        Ok(())
+    }
+
+    fn need(&self, n: usize, what: &str) -> Res<()> {
+        if n > self.read.remaining() {
+            return Err(CodecError(format!("{what} of length {n} but only {} bytes left", self.read.remaining())));
+        }
+        Ok(())
+    }
+
+    fn fixed<const N: usize>(&mut self) -> Res<[u8; N]> {
+        self.need(N, "a value")?;
+        let mut out = [0u8; N];
+        self.read.read(&mut out);
+        Ok(out)
+    }
+
+    fn peek(&mut self) -> Res<u8> {
+        if let Some(b) = self.peeked {
+            return Ok(b);
+        }
+        let [b] = self.fixed::<1>().map_err(|_| CodecError("the input ended where a value was expected".into()))?;
+        self.peeked = Some(b);
+        Ok(b)
+    }
+
+    fn head(&mut self) -> Res<Head> {
+        use rmp::Marker as M;
+        let b = self.peek()?;
+        self.peeked = None;
+        Ok(match M::from_u8(b) {
+            M::FixPos(v) => Head::Uint(v.into()),
+            M::FixNeg(v) => Head::Int(v.into()),
+            M::Null => Head::Nil,
+            M::True => Head::Bool(true),
+            M::False => Head::Bool(false),
+            M::U8 => Head::Uint(u8::from_be_bytes(self.fixed()?).into()),
+            M::U16 => Head::Uint(u16::from_be_bytes(self.fixed()?).into()),
+            M::U32 => Head::Uint(u32::from_be_bytes(self.fixed()?).into()),
+            M::U64 => Head::Uint(u64::from_be_bytes(self.fixed()?)),
+            M::I8 => Head::Int(i8::from_be_bytes(self.fixed()?).into()),
+            M::I16 => Head::Int(i16::from_be_bytes(self.fixed()?).into()),
+            M::I32 => Head::Int(i32::from_be_bytes(self.fixed()?).into()),
+            M::I64 => Head::Int(i64::from_be_bytes(self.fixed()?)),
+            M::F32 => Head::F32(f32::from_be_bytes(self.fixed()?)),
+            M::F64 => Head::F64(f64::from_be_bytes(self.fixed()?)),
+            M::FixStr(n) => Head::Str(n.into()),
+            M::Str8 => Head::Str(self.len8()?),
+            M::Str16 => Head::Str(self.len16()?),
+            M::Str32 => Head::Str(self.len32()?),
+            M::Bin8 => Head::Bin(self.len8()?),
+            M::Bin16 => Head::Bin(self.len16()?),
+            M::Bin32 => Head::Bin(self.len32()?),
+            M::FixArray(n) => Head::Array(n.into()),
+            M::Array16 => Head::Array(self.len16()?),
+            M::Array32 => Head::Array(self.len32()?),
+            M::FixMap(n) => Head::Map(n.into()),
+            M::Map16 => Head::Map(self.len16()?),
+            M::Map32 => Head::Map(self.len32()?),
+            M::Reserved => return Err(CodecError(format!("0x{b:02x} is not a MessagePack marker"))),
+            _ => return Err(CodecError(format!("an ext value (marker 0x{b:02x}) is not supported"))),
+        })
+    }
+
+    fn len8(&mut self) -> Res<usize> {
+        Ok(u8::from_be_bytes(self.fixed()?).into())
+    }
+    fn len16(&mut self) -> Res<usize> {
+        Ok(u16::from_be_bytes(self.fixed()?).into())
+    }
+    fn len32(&mut self) -> Res<usize> {
+        usize::try_from(u32::from_be_bytes(self.fixed()?)).map_err(|_| CodecError("a length over usize".into()))
+    }
+
+    /// If the next value is bin, reads its header and returns its length.
+    fn bin_head(&mut self) -> Res<Option<usize>> {
+        if !matches!(self.peek()?, BIN8 | BIN16 | BIN32) {
+            return Ok(None);
+        }
+        match self.head()? {
+            Head::Bin(n) => self.need(n, "bin").map(|()| Some(n)),
+            _ => Ok(None),
+        }
+    }
+
+    fn enter(&mut self) -> Res<()> {
+        if self.depth >= MAX_DEPTH {
+            return Err(CodecError(format!("arrays and maps nested deeper than {MAX_DEPTH}")));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn visit<V: Visitor<'de>>(&mut self, head: Head, visitor: V) -> Res<V::Value> {
+        match head {
+            Head::Nil => visitor.visit_unit(),
+            Head::Bool(b) => visitor.visit_bool(b),
+            Head::Uint(v) => visitor.visit_u64(v),
+            Head::Int(v) => visitor.visit_i64(v),
+            Head::F32(v) => visitor.visit_f32(v),
+            Head::F64(v) => visitor.visit_f64(v),
+            Head::Str(n) => {
+                self.need(n, "a string")?;
+                let (bytes, copied) = match self.read.bytes(n, &mut self.scratch) {
+                    Ref::Borrowed(b) => match std::str::from_utf8(b) {
+                        Ok(s) => return visitor.visit_borrowed_str(s),
+                        Err(_) => (b, false),
+                    },
+                    Ref::Copied(b) => (b, true),
+                };
+                match std::str::from_utf8(bytes) {
+                    Ok(s) if copied => visitor.visit_str(s),
+                    _ => Err(CodecError("a string that is not UTF-8".into())),
+                }
+            }
+            Head::Bin(n) => {
+                self.need(n, "bin")?;
+                match self.read.bytes(n, &mut self.scratch) {
+                    Ref::Borrowed(b) => visitor.visit_borrowed_bytes(b),
+                    Ref::Copied(b) => visitor.visit_bytes(b),
+                }
+            }
+            Head::Array(n) => {
+                self.need(n, "an array")?;
+                self.enter()?;
+                let mut seq = Seq { de: self, left: n };
+                let value = visitor.visit_seq(&mut seq)?;
+                let left = seq.left;
+                self.depth -= 1;
+                if left > 0 {
+                    return Err(CodecError(format!("an array of {n} elements where {} were expected", n - left)));
+                }
+                Ok(value)
+            }
+            Head::Map(n) => {
+                if n > self.read.remaining() / 2 {
+                    return Err(CodecError(format!(
+                        "a map of {n} entries but only {} bytes left",
+                        self.read.remaining()
+                    )));
+                }
+                self.enter()?;
+                let mut map = Seq { de: self, left: n };
+                let value = visitor.visit_map(&mut map)?;
+                let left = map.left;
+                self.depth -= 1;
+                if left > 0 {
+                    return Err(CodecError(format!("a map of {n} entries where {} were expected", n - left)));
+                }
+                Ok(value)
+            }
+        }
+    }
+
+    /// Bin where a sequence is expected, for a visitor other than `Vec<u8>`'s:
+    /// its bytes as a sequence of u8 (a `VecDeque<u8>`, a `[u8; N]`, a tuple).
+    fn bin_as_seq<V: Visitor<'de>>(&mut self, n: usize, visitor: V) -> Res<V::Value> {
+        let mut bytes = Vec::with_capacity(n);
+        self.read.append_to(n, &mut bytes);
+        let mut seq = de::value::SeqDeserializer::<_, CodecError>::new(bytes.into_iter());
+        let value = visitor.visit_seq(&mut seq)?;
+        seq.end()?;
+        Ok(value)
+    }
+}
+
+/// Elements of an array (or entries of a map) still to read.
+struct Seq<'a, R> {
+    de: &'a mut Deserializer<R>,
+    left: usize,
+}
+
+impl<'de, R: Read<'de>> de::SeqAccess<'de> for Seq<'_, R> {
+    type Error = CodecError;
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Res<Option<T::Value>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.de).map(Some)
+    }
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.left)
+    }
+}
+
+impl<'de, R: Read<'de>> de::MapAccess<'de> for Seq<'_, R> {
+    type Error = CodecError;
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Res<Option<K::Value>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.de).map(Some)
+    }
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Res<V::Value> {
+        seed.deserialize(&mut *self.de)
+    }
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.left)
+    }
+}
+
+/// An enum: a string (a unit variant) or a 1-entry map `{variant: value}`.
+struct Enum<'a, R> {
+    de: &'a mut Deserializer<R>,
+    map: bool,
+}
+
+impl<'de, R: Read<'de>> de::EnumAccess<'de> for Enum<'_, R> {
+    type Error = CodecError;
+    type Variant = Self;
+    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Res<(V::Value, Self)> {
+        let v = seed.deserialize(&mut *self.de)?;
+        Ok((v, self))
+    }
+}
+
+impl<'de, R: Read<'de>> de::VariantAccess<'de> for Enum<'_, R> {
+    type Error = CodecError;
+    fn unit_variant(self) -> Res<()> {
+        if self.map {
+            de::Deserialize::deserialize(&mut *self.de)
+        } else {
+            Ok(())
+        }
+    }
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Res<T::Value> {
+        self.value()?;
+        seed.deserialize(&mut *self.de)
+    }
+    fn tuple_variant<V: Visitor<'de>>(self, _: usize, visitor: V) -> Res<V::Value> {
+        self.value()?;
+        de::Deserializer::deserialize_any(&mut *self.de, visitor)
+    }
+    fn struct_variant<V: Visitor<'de>>(self, _: &'static [&'static str], visitor: V) -> Res<V::Value> {
+        self.value()?;
+        de::Deserializer::deserialize_any(&mut *self.de, visitor)
+    }
+}
+
+impl<R> Enum<'_, R> {
+    fn value(&self) -> Res<()> {
+        if self.map {
+            Ok(())
+        } else {
+            Err(CodecError("a variant with data sent as a plain string (expected {variant: value})".into()))
+        }
+    }
+}
+
+/// The TypeIds of serde's visitors for `Vec<u8>` (by value and in place),
+/// found once by a probe Deserializer that records what `deserialize_seq` is given.
+fn vec_u8_visitors() -> (Option<TypeId>, Option<TypeId>) {
+    static IDS: OnceLock<(Option<TypeId>, Option<TypeId>)> = OnceLock::new();
+    *IDS.get_or_init(|| {
+        let mut probe = Probe(None);
+        let _ = <Vec<u8> as de::Deserialize>::deserialize(&mut probe);
+        let by_value = probe.0.take();
+        let _ = <Vec<u8> as de::Deserialize>::deserialize_in_place(&mut probe, &mut Vec::new());
+        (by_value, probe.0)
+    })
+}
+
+struct Probe(Option<TypeId>);
+
+impl<'de> de::Deserializer<'de> for &mut Probe {
+    type Error = CodecError;
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
+        Err(CodecError("probe".into()))
+    }
+    fn deserialize_seq<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
+        self.0 = Some(typeid::of::<V>());
+        Err(CodecError("probe".into()))
+    }
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct tuple
+        tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
+    type Error = CodecError;
+
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        let head = self.head()?;
+        self.visit(head, visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        if self.peek()? == 0xc0 {
+            self.peeked = None;
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(self, _: &'static str, visitor: V) -> Res<V::Value> {
+        // Written as an empty array (as rmp-serde does); nil is accepted too.
+        if self.peek()? == 0x90 {
+            self.peeked = None;
+            return visitor.visit_unit();
+        }
+        self.deserialize_any(visitor)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(self, _: &'static str, visitor: V) -> Res<V::Value> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        visitor: V,
+    ) -> Res<V::Value> {
+        match rmp::Marker::from_u8(self.peek()?) {
+            rmp::Marker::FixStr(_) | rmp::Marker::Str8 | rmp::Marker::Str16 | rmp::Marker::Str32 => {
+                visitor.visit_enum(Enum { de: self, map: false })
+            }
+            rmp::Marker::FixMap(_) | rmp::Marker::Map16 | rmp::Marker::Map32 => {
+                let Head::Map(n) = self.head()? else {
+                    return Err(CodecError("a map marker without a map".into()));
+                };
+                if n != 1 {
+                    return Err(CodecError(format!("an enum as a map of {n} entries (expected 1)")));
+                }
+                self.enter()?;
+                let value = visitor.visit_enum(Enum { de: &mut *self, map: true })?;
+                self.depth -= 1;
+                Ok(value)
+            }
+            _ => Err(CodecError("an enum that is neither a string nor a 1-entry map".into())),
+        }
+    }
+
+    fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        match self.bin_head()? {
+            Some(16) => visitor.visit_i128(i128::from_be_bytes(self.fixed()?)),
+            Some(n) => Err(CodecError(format!("an i128 as bin of {n} bytes (expected 16)"))),
+            None => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_u128<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        match self.bin_head()? {
+            Some(16) => visitor.visit_u128(u128::from_be_bytes(self.fixed()?)),
+            Some(n) => Err(CodecError(format!("a u128 as bin of {n} bytes (expected 16)"))),
+            None => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        let Some(n) = self.bin_head()? else {
+            return self.deserialize_any(visitor);
+        };
+        let (by_value, in_place) = vec_u8_visitors();
+        let id = Some(typeid::of::<V>());
+        if id == by_value && typeid::of::<V::Value>() == typeid::of::<Vec<u8>>() {
+            let mut bytes = Vec::with_capacity(n);
+            self.read.append_to(n, &mut bytes);
+            let bytes = std::mem::ManuallyDrop::new(bytes);
+            // SAFETY: `V::Value` is `Vec<u8>` (checked just above by type
+            // identity), so this moves `bytes` out unchanged; it is not dropped
+            // here (ManuallyDrop).
+            return Ok(unsafe { std::mem::transmute_copy::<Vec<u8>, V::Value>(&bytes) });
+        }
+        if id == in_place
+            && typeid::of::<V::Value>() == typeid::of::<()>()
+            && std::mem::size_of::<V>() == std::mem::size_of::<&mut Vec<u8>>()
+        {
+            let visitor = std::mem::ManuallyDrop::new(visitor);
+            // SAFETY: `V` is serde's `VecInPlaceVisitor<'a, u8>` (the type the
+            // probe recorded for `Vec<u8>::deserialize_in_place`), a struct whose
+            // only field is the `&'a mut Vec<u8>` to fill (the size check above
+            // guards that it still holds nothing else); the visitor is not used
+            // again, so this is the only live use of that reference.
+            let place: &mut Vec<u8> = unsafe { std::mem::transmute_copy::<V, &mut Vec<u8>>(&visitor) };
+            place.clear();
+            self.read.append_to(n, place);
+            // SAFETY: `V::Value` is `()` (checked above); a zero-sized copy.
+            return Ok(unsafe { std::mem::transmute_copy::<(), V::Value>(&()) });
+        }
+        self.bin_as_seq(n, visitor)
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(self, _: usize, visitor: V) -> Res<V::Value> {
+        match self.bin_head()? {
+            Some(n) => self.bin_as_seq(n, visitor),
+            None => self.deserialize_any(visitor),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str string
+        bytes byte_buf unit tuple_struct map struct identifier ignored_any
+    }
+}

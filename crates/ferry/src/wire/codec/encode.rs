@@ -1,0 +1,323 @@
+//! The Serializer: rmp-serde 1.3's default encoding, byte sequences as bin.
+//!
+//! Markers come from `rmp::encode` (most compact int forms, str/bin/array/map
+//! headers) written into a small stack buffer, then put into the sink; the
+//! bytes of a str or bin go to the sink as one `put` (a memcpy).
+
+use super::{CodecError, Sink};
+use crate::error::{Error, Result};
+use serde::ser::{self, Serialize};
+
+type Res = std::result::Result<(), CodecError>;
+
+/// A sink that only counts (`encoded_len`).
+pub(super) struct Counter(pub(super) usize);
+
+impl Sink for Counter {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.0 += bytes.len();
+        Ok(())
+    }
+}
+
+pub(super) fn encode<T: Serialize + ?Sized, S: Sink + ?Sized>(value: &T, sink: &mut S) -> Result<()> {
+    value.serialize(&mut Serializer { sink }).map_err(Error::from)
+}
+
+pub(super) struct Serializer<'a, S: Sink + ?Sized> {
+    sink: &'a mut S,
+}
+
+fn sink_error(e: Error) -> CodecError {
+    match e {
+        Error::Codec(s) => CodecError(s),
+        other => CodecError(other.to_string()),
+    }
+}
+
+/// Runs one of `rmp::encode`'s marker writers into a stack buffer and puts what it wrote.
+macro_rules! marker {
+    ($self:ident, $f:path, $($arg:expr),*) => {{
+        let mut buf = [0u8; 9];
+        let mut w = &mut buf[..];
+        $f(&mut w, $($arg),*).map_err(|e| CodecError(format!("cannot write a marker: {e}")))?;
+        let n = 9 - w.len();
+        $self.put(&buf[..n])
+    }};
+}
+
+fn len32(len: usize) -> std::result::Result<u32, CodecError> {
+    u32::try_from(len).map_err(|_| CodecError(format!("a length of {len} is over MessagePack's 2^32 - 1")))
+}
+
+impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) -> Res {
+        self.sink.put(bytes).map_err(sink_error)
+    }
+
+    fn bin(&mut self, v: &[u8]) -> Res {
+        let len = len32(v.len())?;
+        marker!(self, rmp::encode::write_bin_len, len)?;
+        self.put(v)
+    }
+
+    fn array_len(&mut self, len: usize) -> Res {
+        let len = len32(len)?;
+        marker!(self, rmp::encode::write_array_len, len)
+    }
+
+    fn map_len(&mut self, len: usize) -> Res {
+        let len = len32(len)?;
+        marker!(self, rmp::encode::write_map_len, len)
+    }
+
+    /// A compound: with its length known, written straight; without
+    /// (an iterator with no exact size), its elements are buffered and
+    /// counted, then the header and the buffer are written (as rmp-serde does).
+    fn compound(&mut self, len: Option<usize>, map: bool) -> std::result::Result<Compound<'_, 'a, S>, CodecError> {
+        match len {
+            Some(n) if map => self.map_len(n)?,
+            Some(n) => self.array_len(n)?,
+            None => return Ok(Compound { ser: self, buffered: Some((Vec::new(), 0, map)) }),
+        }
+        Ok(Compound { ser: self, buffered: None })
+    }
+}
+
+impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
+    type Ok = ();
+    type Error = CodecError;
+    type SerializeSeq = Compound<'s, 'a, S>;
+    type SerializeTuple = Compound<'s, 'a, S>;
+    type SerializeTupleStruct = Compound<'s, 'a, S>;
+    type SerializeTupleVariant = Compound<'s, 'a, S>;
+    type SerializeMap = Compound<'s, 'a, S>;
+    type SerializeStruct = Compound<'s, 'a, S>;
+    type SerializeStructVariant = Compound<'s, 'a, S>;
+
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+
+    fn serialize_bool(self, v: bool) -> Res {
+        self.put(&[if v { 0xc3 } else { 0xc2 }])
+    }
+    fn serialize_i8(self, v: i8) -> Res {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i16(self, v: i16) -> Res {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i32(self, v: i32) -> Res {
+        self.serialize_i64(v.into())
+    }
+    fn serialize_i64(self, v: i64) -> Res {
+        marker!(self, rmp::encode::write_sint, v)
+    }
+    fn serialize_i128(self, v: i128) -> Res {
+        self.bin(&v.to_be_bytes())
+    }
+    fn serialize_u8(self, v: u8) -> Res {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u16(self, v: u16) -> Res {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u32(self, v: u32) -> Res {
+        self.serialize_u64(v.into())
+    }
+    fn serialize_u64(self, v: u64) -> Res {
+        marker!(self, rmp::encode::write_uint, v)
+    }
+    fn serialize_u128(self, v: u128) -> Res {
+        self.bin(&v.to_be_bytes())
+    }
+    fn serialize_f32(self, v: f32) -> Res {
+        marker!(self, rmp::encode::write_f32, v)
+    }
+    fn serialize_f64(self, v: f64) -> Res {
+        marker!(self, rmp::encode::write_f64, v)
+    }
+    fn serialize_char(self, v: char) -> Res {
+        self.serialize_str(v.encode_utf8(&mut [0; 4]))
+    }
+    fn serialize_str(self, v: &str) -> Res {
+        let len = len32(v.len())?;
+        marker!(self, rmp::encode::write_str_len, len)?;
+        self.put(v.as_bytes())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Res {
+        self.bin(v)
+    }
+    fn serialize_none(self) -> Res {
+        self.serialize_unit()
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Res {
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Res {
+        self.put(&[0xc0])
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Res {
+        self.array_len(0)
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Res {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, v: &T) -> Res {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        v: &T,
+    ) -> Res {
+        self.map_len(1)?;
+        self.serialize_str(variant)?;
+        v.serialize(self)
+    }
+    fn serialize_seq(self, len: Option<usize>) -> std::result::Result<Compound<'s, 'a, S>, CodecError> {
+        self.compound(len, false)
+    }
+    fn serialize_tuple(self, len: usize) -> std::result::Result<Compound<'s, 'a, S>, CodecError> {
+        self.compound(Some(len), false)
+    }
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> std::result::Result<Compound<'s, 'a, S>, CodecError> {
+        self.compound(Some(len), false)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> std::result::Result<Compound<'s, 'a, S>, CodecError> {
+        self.map_len(1)?;
+        self.serialize_str(variant)?;
+        self.compound(Some(len), false)
+    }
+    fn serialize_map(self, len: Option<usize>) -> std::result::Result<Compound<'s, 'a, S>, CodecError> {
+        self.compound(len, true)
+    }
+    fn serialize_struct(self, _: &'static str, len: usize) -> std::result::Result<Compound<'s, 'a, S>, CodecError> {
+        self.compound(Some(len), false)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> std::result::Result<Compound<'s, 'a, S>, CodecError> {
+        self.map_len(1)?;
+        self.serialize_str(variant)?;
+        self.compound(Some(len), false)
+    }
+
+    /// serde's `Vec<T>` and `[T]` call this with `I` = `&Vec<T>` / `&[T]`:
+    /// for `T` = `u8` the sequence is written as bin, one memcpy.
+    fn collect_seq<I>(self, iter: I) -> Res
+    where
+        I: IntoIterator,
+        I::Item: Serialize,
+    {
+        if typeid::of::<I>() == typeid::of::<&Vec<u8>>() {
+            // SAFETY: `I` is `&Vec<u8>` (type identity up to lifetimes, which
+            // do not change layout); the reference is used only in this call,
+            // while `iter` (which it was copied from) is alive.
+            let v: &Vec<u8> = unsafe { std::mem::transmute_copy::<I, &Vec<u8>>(&iter) };
+            return self.bin(v);
+        }
+        if typeid::of::<I>() == typeid::of::<&[u8]>() {
+            // SAFETY: as above, `I` is `&[u8]` (a fat reference, same layout).
+            let v: &[u8] = unsafe { std::mem::transmute_copy::<I, &[u8]>(&iter) };
+            return self.bin(v);
+        }
+        let iter = iter.into_iter();
+        let len = match iter.size_hint() {
+            (lo, Some(hi)) if lo == hi => Some(lo),
+            _ => None,
+        };
+        let mut seq = ser::Serializer::serialize_seq(self, len)?;
+        for item in iter {
+            ser::SerializeSeq::serialize_element(&mut seq, &item)?;
+        }
+        ser::SerializeSeq::end(seq)
+    }
+}
+
+/// An array or map being written; `buffered` holds (bytes, count, is a map)
+/// when its length was not known up front.
+pub(super) struct Compound<'s, 'a, S: Sink + ?Sized> {
+    ser: &'s mut Serializer<'a, S>,
+    buffered: Option<(Vec<u8>, usize, bool)>,
+}
+
+impl<S: Sink + ?Sized> Compound<'_, '_, S> {
+    fn element<T: Serialize + ?Sized>(&mut self, v: &T) -> Res {
+        match &mut self.buffered {
+            None => v.serialize(&mut *self.ser),
+            Some((buf, count, _)) => {
+                *count += 1;
+                v.serialize(&mut Serializer { sink: buf })
+            }
+        }
+    }
+
+    fn finish(self) -> Res {
+        if let Some((buf, count, map)) = self.buffered {
+            if map {
+                self.ser.map_len(count / 2)?;
+            } else {
+                self.ser.array_len(count)?;
+            }
+            self.ser.put(&buf)?;
+        }
+        Ok(())
+    }
+}
+
+macro_rules! compound_impl {
+    ($trait:ident, $f:ident $(, $key:ident)?) => {
+        impl<S: Sink + ?Sized> ser::$trait for Compound<'_, '_, S> {
+            type Ok = ();
+            type Error = CodecError;
+            fn $f<T: Serialize + ?Sized>(&mut self, $($key: &'static str,)? v: &T) -> Res {
+                $(let _ = $key;)?
+                self.element(v)
+            }
+            fn end(self) -> Res {
+                self.finish()
+            }
+        }
+    };
+}
+
+compound_impl!(SerializeSeq, serialize_element);
+compound_impl!(SerializeTuple, serialize_element);
+compound_impl!(SerializeTupleStruct, serialize_field);
+compound_impl!(SerializeTupleVariant, serialize_field);
+compound_impl!(SerializeStruct, serialize_field, key);
+compound_impl!(SerializeStructVariant, serialize_field, key);
+
+impl<S: Sink + ?Sized> ser::SerializeMap for Compound<'_, '_, S> {
+    type Ok = ();
+    type Error = CodecError;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Res {
+        self.element(k)
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Res {
+        self.element(v)
+    }
+    fn end(self) -> Res {
+        self.finish()
+    }
+}
