@@ -455,7 +455,13 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
             self.peeked = None;
             visitor.visit_none()
         } else {
-            visitor.visit_some(self)
+            // `Some` reads no marker of its own: a level all the same, so a
+            // type that nests itself through options (`struct A(Option<Box<A>>)`)
+            // cannot recurse without bound on one byte.
+            self.enter()?;
+            let value = visitor.visit_some(&mut *self)?;
+            self.depth -= 1;
+            Ok(value)
         }
     }
 
@@ -469,7 +475,11 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, _: &'static str, visitor: V) -> Res<V::Value> {
-        visitor.visit_newtype_struct(self)
+        // Reads no marker either: a level, as `Some` is.
+        self.enter()?;
+        let value = visitor.visit_newtype_struct(&mut *self)?;
+        self.depth -= 1;
+        Ok(value)
     }
 
     fn deserialize_enum<V: Visitor<'de>>(

@@ -386,3 +386,19 @@ fn codec_speed() {
         println!("{name}: {:.2} GB/s", gbs(t));
     }
 }
+
+/// A type that nests itself through an option reads no marker per level:
+/// each `Some` (and newtype) still counts towards the nesting limit, so one
+/// non-nil byte cannot recurse until the stack overflows.
+#[test]
+fn options_nesting_themselves_are_bounded() {
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Chain(Option<Box<Chain>>);
+    match decode::<Chain>(&[0x01]) {
+        Err(Error::Codec(e)) => assert!(e.contains("nested deeper than"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    // A short chain still decodes.
+    assert!(decode::<Chain>(&[0xc0]).is_ok());
+}
