@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The codec every typed RPC payload uses (see docs/WIRE.md).
-pub const CODEC: &str = "msgpack/1";
+pub const CODEC: &str = "msgpack/2";
 
 /// A service's interface, as its trait declares it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,11 +4,15 @@
 //! How the view is made: `decode_shared` sets the buffer it decodes from as
 //! this thread's backing for the call ([`Backing`]); `Bytes`' visitor, given
 //! bytes borrowed from the input, makes them a `slice_ref` of the backing when
-//! they lie inside it, and copies them otherwise (every other input).
+//! they lie inside it and are [`VIEW_MIN`] bytes or more, and copies them
+//! otherwise (every other input).
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use std::cell::RefCell;
+
+/// Fields shorter than this are copied rather than viewed.
+pub const VIEW_MIN: usize = 1024;
 
 /// A byte buffer, cheap to clone (it wraps `bytes::Bytes`), encoded as
 /// MessagePack bin; decoded from bin or an array of ints.
@@ -131,8 +135,13 @@ impl Backing {
         Backing(BACKING.with(|cell| cell.replace(Some(b.clone()))))
     }
 
-    /// `v` as a view of the backing, if it lies inside it.
+    /// `v` as a view of the backing, if it lies inside it and is not small
+    /// (a view keeps the whole message alive: a few bytes kept for long
+    /// would pin a large one, and copying them costs nothing).
     fn view(v: &[u8]) -> Option<Bytes> {
+        if v.len() < VIEW_MIN {
+            return None;
+        }
         BACKING.with(|cell| {
             let cell = cell.borrow();
             let b = cell.as_ref()?;

@@ -104,13 +104,13 @@ impl<'de, S: Source + ?Sized> Read<'de> for SourceRead<'_, S> {
 }
 
 pub(super) fn decode<'de, T: DeserializeOwned, R: Read<'de>>(read: R) -> Result<T> {
-    let mut de = Deserializer { read, peeked: None, depth: 0, scratch: Vec::new() };
+    let mut de = Deserializer::new(read);
     let value = T::deserialize(&mut de).and_then(|v| de.end().map(|()| v));
     value.map_err(|e| de.error(e))
 }
 
 pub(super) fn decode_in_place<'de, T: DeserializeOwned, R: Read<'de>>(read: R, place: &mut T) -> Result<()> {
-    let mut de = Deserializer { read, peeked: None, depth: 0, scratch: Vec::new() };
+    let mut de = Deserializer::new(read);
     let value = T::deserialize_in_place(&mut de, place).and_then(|()| de.end());
     value.map_err(|e| de.error(e))
 }
@@ -143,6 +143,10 @@ const BIN16: u8 = 0xc5;
 const BIN32: u8 = 0xc6;
 
 impl<'de, R: Read<'de>> Deserializer<R> {
+    fn new(read: R) -> Self {
+        Deserializer { read, peeked: None, depth: 0, scratch: Vec::new() }
+    }
+
     fn offset(&self) -> usize {
         self.read.offset() - usize::from(self.peeked.is_some())
     }
@@ -235,18 +239,21 @@ impl<'de, R: Read<'de>> Deserializer<R> {
         if !matches!(self.peek()?, BIN8 | BIN16 | BIN32) {
             return Ok(None);
         }
-        match self.head()? {
-            Head::Bin(n) => self.need(n, "bin").map(|()| Some(n)),
-            _ => Ok(None),
-        }
+        let Head::Bin(n) = self.head()? else { unreachable!("a bin marker was peeked") };
+        self.need(n, "bin").map(|()| Some(n))
     }
 
-    fn enter(&mut self) -> Res<()> {
+    /// Runs `f` one level deeper: an array, a map, an enum's map, a `Some`
+    /// or a newtype of the receiving type (the last two read no marker, so
+    /// without counting them `struct A(Option<Box<A>>)` recursed on one byte).
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Res<T>) -> Res<T> {
         if self.depth >= MAX_DEPTH {
-            return Err(CodecError(format!("arrays and maps nested deeper than {MAX_DEPTH}")));
+            return Err(CodecError(format!("a value nested deeper than {MAX_DEPTH} levels")));
         }
         self.depth += 1;
-        Ok(())
+        let r = f(self);
+        self.depth -= 1;
+        r
     }
 
     fn visit<V: Visitor<'de>>(&mut self, head: Head, visitor: V) -> Res<V::Value> {
@@ -259,16 +266,10 @@ impl<'de, R: Read<'de>> Deserializer<R> {
             Head::F64(v) => visitor.visit_f64(v),
             Head::Str(n) => {
                 self.need(n, "a string")?;
-                let (bytes, copied) = match self.read.bytes(n, &mut self.scratch) {
-                    Ref::Borrowed(b) => match std::str::from_utf8(b) {
-                        Ok(s) => return visitor.visit_borrowed_str(s),
-                        Err(_) => (b, false),
-                    },
-                    Ref::Copied(b) => (b, true),
-                };
-                match std::str::from_utf8(bytes) {
-                    Ok(s) if copied => visitor.visit_str(s),
-                    _ => Err(CodecError("a string that is not UTF-8".into())),
+                let not_utf8 = |_| CodecError("a string that is not UTF-8".into());
+                match self.read.bytes(n, &mut self.scratch) {
+                    Ref::Borrowed(b) => visitor.visit_borrowed_str(std::str::from_utf8(b).map_err(not_utf8)?),
+                    Ref::Copied(b) => visitor.visit_str(std::str::from_utf8(b).map_err(not_utf8)?),
                 }
             }
             Head::Bin(n) => {
@@ -280,11 +281,10 @@ impl<'de, R: Read<'de>> Deserializer<R> {
             }
             Head::Array(n) => {
                 self.need(n, "an array")?;
-                self.enter()?;
-                let mut seq = Seq { de: self, left: n };
-                let value = visitor.visit_seq(&mut seq)?;
-                let left = seq.left;
-                self.depth -= 1;
+                let (value, left) = self.nested(|de| {
+                    let mut seq = Seq { de, left: n };
+                    visitor.visit_seq(&mut seq).map(|v| (v, seq.left))
+                })?;
                 if left > 0 {
                     return Err(CodecError(format!("an array of {n} elements where {} were expected", n - left)));
                 }
@@ -297,11 +297,10 @@ impl<'de, R: Read<'de>> Deserializer<R> {
                         self.read.remaining()
                     )));
                 }
-                self.enter()?;
-                let mut map = Seq { de: self, left: n };
-                let value = visitor.visit_map(&mut map)?;
-                let left = map.left;
-                self.depth -= 1;
+                let (value, left) = self.nested(|de| {
+                    let mut map = Seq { de, left: n };
+                    visitor.visit_map(&mut map).map(|v| (v, map.left))
+                })?;
                 if left > 0 {
                     return Err(CodecError(format!("a map of {n} entries where {} were expected", n - left)));
                 }
@@ -408,27 +407,42 @@ impl<R> Enum<'_, R> {
 }
 
 /// The TypeIds of serde's visitors for `Vec<u8>` (by value and in place),
-/// found once by a probe Deserializer that records what `deserialize_seq` is given.
-fn vec_u8_visitors() -> (Option<TypeId>, Option<TypeId>) {
+/// found once by a probe Deserializer that records what `deserialize_seq` is
+/// given. The in-place one counts only if it is, as the fast path assumes,
+/// one pointer: the `&mut Vec<u8>` to fill (else that path stays off).
+pub(super) fn vec_u8_visitors() -> (Option<TypeId>, Option<TypeId>) {
     static IDS: OnceLock<(Option<TypeId>, Option<TypeId>)> = OnceLock::new();
     *IDS.get_or_init(|| {
-        let mut probe = Probe(None);
+        let mut probe = Probe { seen: None, place: 0 };
         let _ = <Vec<u8> as de::Deserialize>::deserialize(&mut probe);
-        let by_value = probe.0.take();
-        let _ = <Vec<u8> as de::Deserialize>::deserialize_in_place(&mut probe, &mut Vec::new());
-        (by_value, probe.0)
+        let by_value = probe.seen.take();
+        let mut place = Vec::new();
+        probe.place = &place as *const Vec<u8> as usize;
+        let _ = <Vec<u8> as de::Deserialize>::deserialize_in_place(&mut probe, &mut place);
+        (by_value, probe.seen)
     })
 }
 
-struct Probe(Option<TypeId>);
+struct Probe {
+    seen: Option<TypeId>,
+    /// The address of the Vec given to `deserialize_in_place` (0: by value).
+    place: usize,
+}
 
 impl<'de> de::Deserializer<'de> for &mut Probe {
     type Error = CodecError;
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
         Err(CodecError("probe".into()))
     }
-    fn deserialize_seq<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
-        self.0 = Some(typeid::of::<V>());
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        let one_word = std::mem::size_of::<V>() == std::mem::size_of::<usize>()
+            && std::mem::align_of::<V>() == std::mem::align_of::<usize>();
+        // SAFETY: `V` is exactly one word (checked): its bits are read as an
+        // integer, only to compare with the Vec's address.
+        let holds_place = one_word && unsafe { std::mem::transmute_copy::<V, usize>(&visitor) } == self.place;
+        if self.place == 0 || holds_place {
+            self.seen = Some(typeid::of::<V>());
+        }
         Err(CodecError("probe".into()))
     }
     serde::forward_to_deserialize_any! {
@@ -455,7 +469,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
             self.peeked = None;
             visitor.visit_none()
         } else {
-            visitor.visit_some(self)
+            self.nested(|de| visitor.visit_some(de))
         }
     }
 
@@ -469,7 +483,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
     }
 
     fn deserialize_newtype_struct<V: Visitor<'de>>(self, _: &'static str, visitor: V) -> Res<V::Value> {
-        visitor.visit_newtype_struct(self)
+        self.nested(|de| visitor.visit_newtype_struct(de))
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -489,10 +503,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
                 if n != 1 {
                     return Err(CodecError(format!("an enum as a map of {n} entries (expected 1)")));
                 }
-                self.enter()?;
-                let value = visitor.visit_enum(Enum { de: &mut *self, map: true })?;
-                self.depth -= 1;
-                Ok(value)
+                self.nested(|de| visitor.visit_enum(Enum { de, map: true }))
             }
             _ => Err(CodecError("an enum that is neither a string nor a 1-entry map".into())),
         }
@@ -535,9 +546,9 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
         {
             let visitor = std::mem::ManuallyDrop::new(visitor);
             // SAFETY: `V` is serde's `VecInPlaceVisitor<'a, u8>` (the type the
-            // probe recorded for `Vec<u8>::deserialize_in_place`), a struct whose
-            // only field is the `&'a mut Vec<u8>` to fill (the size check above
-            // guards that it still holds nothing else); the visitor is not used
+            // probe recorded for `Vec<u8>::deserialize_in_place`), which the
+            // probe saw to be one word holding the address of the Vec to fill:
+            // its only field, the `&'a mut Vec<u8>`. The visitor is not used
             // again, so this is the only live use of that reference.
             let place: &mut Vec<u8> = unsafe { std::mem::transmute_copy::<V, &mut Vec<u8>>(&visitor) };
             place.clear();

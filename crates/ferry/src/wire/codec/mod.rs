@@ -23,7 +23,8 @@ pub use self::bytes::Bytes;
 use crate::error::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 
-/// Nesting limit of arrays and maps the decoder accepts. rmp-serde allows
+/// Nesting limit the decoder accepts, in levels of the receiving type: each
+/// array, map, enum map, `Some` and newtype struct is one. rmp-serde allows
 /// 1024, but a debug build decoding `serde_json::Value` overflows a 2 MiB
 /// thread stack (a test thread's, a fuzzer's) before that depth.
 pub const MAX_DEPTH: usize = 256;
@@ -44,7 +45,9 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// Bytes a value encodes to (a pass that writes nothing; a byte field counts in O(1)).
+/// Bytes a value encodes to: a pass that writes nothing (a byte field counts
+/// in O(1)), except sequences and maps of unknown length (`#[serde(flatten)]`,
+/// iterators), which it buffers to count.
 pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> Result<usize> {
     let mut counter = encode::Counter(0);
     encode_to(value, &mut counter)?;

@@ -203,13 +203,14 @@ struct Shared {
 
 #[test]
 fn three_inputs_agree_and_shared_bytes_are_views() {
-    let v = Shared { name: "n".into(), payload: vec![9u8; 1000].into(), rest: vec![Bytes::from(&b"ab"[..])] };
+    let v = Shared { name: "n".into(), payload: vec![9u8; 5000].into(), rest: vec![Bytes::from(&b"ab"[..])] };
     let enc = ::bytes::Bytes::from(encode(&v).unwrap());
     let shared: Shared = decode_shared(&enc).unwrap();
     assert_eq!(shared, v);
     let range = enc.as_ptr() as usize..enc.as_ptr() as usize + enc.len();
     assert!(range.contains(&(shared.payload.as_ptr() as usize)), "a view of the received buffer");
-    assert!(range.contains(&(shared.rest[0].as_ptr() as usize)));
+    // A small field is copied: a view of it would keep the whole message alive.
+    assert!(!range.contains(&(shared.rest[0].as_ptr() as usize)));
     let plain: Shared = decode(&enc).unwrap();
     assert!(!range.contains(&(plain.payload.as_ptr() as usize)), "decode copies");
     let mut src = Src { bytes: &enc, appends: 0 };
@@ -385,4 +386,29 @@ fn codec_speed() {
     ] {
         println!("{name}: {:.2} GB/s", gbs(t));
     }
+}
+
+/// A type that nests itself through an option reads no marker per level:
+/// each `Some` (and newtype) still counts towards the nesting limit, so one
+/// non-nil byte cannot recurse until the stack overflows.
+#[test]
+fn options_nesting_themselves_are_bounded() {
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Chain(Option<Box<Chain>>);
+    match decode::<Chain>(&[0x01]) {
+        Err(Error::Codec(e)) => assert!(e.contains("nested deeper than"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    // A short chain still decodes.
+    assert!(decode::<Chain>(&[0xc0]).is_ok());
+}
+
+/// The fast paths' type identities were found: without them every `Vec<u8>`
+/// would still decode, one byte at a time, and no other test would notice.
+#[test]
+fn the_vec_u8_visitors_are_recognized() {
+    let (by_value, in_place) = super::decode::vec_u8_visitors();
+    assert!(by_value.is_some(), "serde's VecVisitor<u8>");
+    assert!(in_place.is_some(), "serde's VecInPlaceVisitor<u8>, one word holding the place");
 }
