@@ -240,8 +240,10 @@ impl Client {
 }
 
 /// A call in flight. Resolves to the method's result; dropping it before
-/// then cancels the call at the server.
-pub struct CallFuture<R, E = super::Never> {
+/// then cancels the call at the server. `W` is the type the result is
+/// decoded as, then converted to `R` (a wrapper such as the one that moves
+/// `[u8; N]` as bytes; the same type unless a generated stub says otherwise).
+pub struct CallFuture<R, E = super::Never, W = R> {
     team: Option<Arc<TeamInner>>,
     delivery: Option<Delivery>,
     failed: Option<RpcError<E>>,
@@ -249,16 +251,28 @@ pub struct CallFuture<R, E = super::Never> {
     since: Option<std::time::Instant>,
     /// A retryable call's sender and request, until it was sent again.
     again: Option<(RawSender, Vec<u8>)>,
-    _r: PhantomData<fn() -> R>,
+    _r: PhantomData<fn() -> (R, W)>,
 }
 
-impl<R, E> Unpin for CallFuture<R, E> {}
+impl<R, E, W> Unpin for CallFuture<R, E, W> {}
 
 impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
     fn failed(e: RpcError<E>) -> Self {
         CallFuture { team: None, delivery: None, failed: Some(e), since: None, again: None, _r: PhantomData }
     }
 
+    /// The same call, whose result (decoded as `R`) is converted to `T`.
+    #[doc(hidden)]
+    pub fn converted<T>(self) -> CallFuture<T, E, R>
+    where
+        R: Into<T>,
+    {
+        let CallFuture { team, delivery, failed, since, again, _r } = self;
+        CallFuture { team, delivery, failed, since, again, _r: PhantomData }
+    }
+}
+
+impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> CallFuture<R, E, W> {
     /// Blocks this thread until the result is there.
     pub fn wait(self) -> Result<R, RpcError<E>> {
         match self.team.clone() {
@@ -268,7 +282,7 @@ impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
     }
 }
 
-impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
+impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> Future for CallFuture<R, E, W> {
     type Output = Result<R, RpcError<E>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Some(e) = self.failed.take() {
@@ -287,7 +301,7 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
                 self.delivery = None;
                 let t = cost::record(Side::Client, Stage::Poll, self.since);
                 let result = match r {
-                    Ok(payload) => payload.with_bytes(envelope::decode_response),
+                    Ok(payload) => payload.with_bytes(envelope::decode_response::<W, E>).map(Into::into),
                     Err(e) => Err(e.into()),
                 };
                 cost::record(Side::Client, Stage::Receive, t);
