@@ -218,7 +218,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let types: Vec<_> = m.kinds.iter().map(Arg::wire).collect();
         let fields: Vec<_> = m.args.iter().zip(&m.kinds).map(|((n, _), k)| k.field(n)).collect();
         quote! {
-            #i => match __ferry_call.decode_args::<(#(#types,)*)>() {
+            #i => match __ferry_call.take_args::<(#(#types,)*)>() {
                 ::core::result::Result::Ok((#(#names,)*)) => {
                     ::core::result::Result::Ok(#request::#v { #(#fields,)* reply: ::ferry::rpc::Reply::new(__ferry_call) })
                 }
@@ -315,7 +315,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
             fn descriptor(&self) -> ::ferry::rpc::ServiceDescriptor {
                 #client::descriptor()
             }
-            fn dispatch(self: ::std::sync::Arc<Self>, method: u32, args: &[u8]) -> ::ferry::rpc::HandlerFuture {
+            fn dispatch(self: ::std::sync::Arc<Self>, method: u32, args: ::ferry::rpc::Args) -> ::ferry::rpc::HandlerFuture {
                 match method {
                     #(#dispatch_arms)*
                     other => ::ferry::rpc::__private::no_such_method(other),
@@ -330,7 +330,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
 
         impl #request {
             /// Decodes an accepted call; a call that does not decode is refused to its caller.
-            pub fn from_call(__ferry_call: ::ferry::rpc::IncomingCall) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
+            pub fn from_call(mut __ferry_call: ::ferry::rpc::IncomingCall) -> ::core::result::Result<Self, ::ferry::rpc::RpcError> {
                 match __ferry_call.method() {
                     #(#request_arms)*
                     _ => ::core::result::Result::Err(::ferry::rpc::__private::refuse_no_such_method(__ferry_call)),

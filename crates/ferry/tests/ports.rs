@@ -1015,7 +1015,75 @@ fn nothing_is_lost_when_the_sender_leaves_right_after_sending(p: Placement) {
     );
 }
 
+#[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+struct Blob {
+    id: u64,
+    data: Vec<u8>,
+    chunk: bytes::Bytes,
+}
+
+/// A blob of about `len` bytes (`data` below 128 each: one byte each in any encoding).
+fn blob(id: u64, len: usize) -> Blob {
+    let data = (0..len / 2).map(|k| ((k as u64 * 31 + id) % 128) as u8).collect();
+    Blob { id, data, chunk: bytes::Bytes::from(vec![id as u8; len / 2]) }
+}
+
+/// Large typed messages (far larger than a frame: staged out of band,
+/// encoded where they are staged, decoded where they arrived) arrive
+/// whole by every send, their replies too; `recv_into` lands a
+/// `Vec<u8>` message in the caller's buffer, reusing its capacity.
+fn large_typed_messages_round_trip(p: Placement) {
+    const MIB: usize = 1 << 20;
+    pair(p).run(
+        |rx| {
+            let port = rx.team.open_port::<Blob>().unwrap();
+            let vecs = rx.team.open_port::<Vec<u8>>().unwrap();
+            rx.put("port", port.id());
+            rx.put("vecs", vecs.id());
+            for (id, len) in [(1, 12 * MIB), (2, 100), (3, 9 * MIB)] {
+                let m = port.recv_timeout(PATIENCE).unwrap();
+                assert!(m.value == blob(id, len), "blob {id} ({len} bytes) damaged");
+            }
+            let m = port.recv_timeout(PATIENCE).unwrap();
+            assert!(m.wants_reply());
+            let id = m.value.id;
+            m.reply(&blob(id + 1, 10 * MIB)).unwrap();
+            let mut buf: Vec<u8> = Vec::new();
+            for i in 0..3u8 {
+                let m = vecs.recv_into_blocking(&mut buf).unwrap();
+                assert_eq!(m.from().team_id(), rx.peer);
+                assert_eq!(buf.len(), 4 * MIB - usize::from(i));
+                assert!(buf.iter().all(|&b| b == i), "vector {i} damaged");
+                if i == 1 {
+                    assert!(m.wants_reply());
+                    m.reply(&()).unwrap();
+                }
+            }
+            let warm = buf.as_ptr();
+            let fut = vecs.recv_into(&mut buf);
+            let m = rx.team.block_on(fut).unwrap();
+            assert!(buf.len() == MIB && buf.iter().all(|&b| b == 9));
+            assert_eq!(buf.as_ptr(), warm, "a smaller message lands in the same buffer");
+            drop(m);
+        },
+        |tx| {
+            let s = tx.team.sender::<Blob>(tx.get("port"));
+            s.send(&blob(1, 12 * MIB), Checkpoint::OnReceipt).unwrap();
+            s.send(&blob(2, 100), Checkpoint::OnReceipt).unwrap();
+            within(&tx.team, PATIENCE, s.send_async(&blob(3, 9 * MIB), Checkpoint::OnReceipt)).unwrap();
+            let back: Blob = s.call(&blob(7, 11 * MIB)).unwrap();
+            assert!(back == blob(8, 10 * MIB), "the large reply damaged");
+            let v = tx.team.sender::<Vec<u8>>(tx.get("vecs"));
+            v.send(&vec![0u8; 4 * MIB], Checkpoint::OnReceipt).unwrap();
+            let () = v.call(&vec![1u8; 4 * MIB - 1]).unwrap();
+            v.send(&vec![2u8; 4 * MIB - 2], Checkpoint::OnReceipt).unwrap();
+            v.send(&vec![9u8; MIB], Checkpoint::OnReceipt).unwrap();
+        },
+    );
+}
+
 placements!(
+    large_typed_messages_round_trip,
     typed_messages_round_trip,
     raw_messages_round_trip,
     immediate_completes_without_a_receiver,

@@ -436,7 +436,109 @@ fn handlers_run_on_the_servers_processors(p: Placement) {
     });
 }
 
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Blob {
+    id: u64,
+    data: Vec<u8>,
+    chunk: bytes::Bytes,
+}
+
+/// A blob of about `len` bytes (`data` below 128 each: one byte each in any encoding).
+fn blob(id: u64, len: usize) -> Blob {
+    let data = (0..len / 2).map(|k| ((k as u64 * 31 + id) % 128) as u8).collect();
+    Blob { id, data, chunk: bytes::Bytes::from(vec![id as u8; len / 2]) }
+}
+
+#[ferry::service]
+pub trait Blobs {
+    /// Answers a blob of `id + 1`, as long, with the data reversed.
+    async fn turn(&self, b: Blob) -> Blob;
+}
+
+struct BlobsImpl;
+
+impl Blobs for BlobsImpl {
+    async fn turn(&self, mut b: Blob) -> Blob {
+        b.id += 1;
+        b.data.reverse();
+        b
+    }
+}
+
+/// A large typed argument and result (12 MiB: far larger than a frame,
+/// staged out of band, encoded where they are staged) arrive whole.
+fn large_typed_arguments_and_results(p: Placement) {
+    pair(p).config(|b| b.processors(1)).run(
+        |srv| {
+            let _serving = BlobsServer::serve(&srv.team, "blobs", BlobsImpl).unwrap();
+            srv.put("serving", "");
+            srv.get_within::<String>("done", Duration::from_secs(60));
+        },
+        |cli| {
+            cli.get::<String>("serving");
+            let blobs = BlobsClient::bind(&cli.team, "blobs").unwrap();
+            for (id, len) in [(1, 12 << 20), (2, 100), (3, 70_000), (4, 9 << 20)] {
+                let mut want = blob(id, len);
+                let got = match id % 2 {
+                    0 => blobs.turn_blocking(blob(id, len)).unwrap(),
+                    _ => cli.team.block_on(blobs.turn(blob(id, len))).unwrap(),
+                };
+                want.id += 1;
+                want.data.reverse();
+                assert!(got == want, "blob {id} ({len} bytes) damaged");
+            }
+            cli.put("done", "");
+        },
+    );
+}
+
+#[ferry::service]
+pub trait Holder {
+    /// Waits for a message on the server's `go` port; answers `b`'s length and the message's.
+    async fn hold(&self, b: Blob) -> (u64, u64);
+}
+
+struct HolderImpl {
+    go: ferry::RawPort,
+}
+
+impl Holder for HolderImpl {
+    async fn hold(&self, b: Blob) -> (u64, u64) {
+        let go = self.go.recv_timeout(Duration::from_secs(20)).map_or(0, |m| m.len() as u64);
+        ((b.data.len() + b.chunk.len()) as u64, go)
+    }
+}
+
+/// The server lets a call's request go once its arguments are decoded,
+/// before the handler runs: with room for one 20 MiB message on the way
+/// (32 MiB of payload area, or of TCP credit), a second one goes while the
+/// handler of the first still runs (the handler waits for it). Kept until
+/// the reply, the first request would hold the second up past its deadline.
+fn request_goes_before_the_handler_runs(p: Placement) {
+    const BIG: usize = 20 << 20;
+    pair(p).config(|b| b.processors(1).max_message(32 << 20)).run(
+        |srv| {
+            let go = srv.team.open_raw_port().unwrap();
+            srv.put("go", go.id());
+            let _serving = HolderServer::serve(&srv.team, "holder", HolderImpl { go }).unwrap();
+            srv.put("serving", "");
+            srv.get_within::<String>("done", Duration::from_secs(60));
+        },
+        |cli| {
+            let go = cli.team.raw_sender(cli.get("go")).with_timeout(Duration::from_secs(5));
+            cli.get::<String>("serving");
+            let holder = HolderClient::bind(&cli.team, "holder").unwrap();
+            let held = holder.hold(blob(1, BIG));
+            go.send(&vec![7u8; BIG], Checkpoint::OnReceipt).expect("the second large message went");
+            assert_eq!(held.wait().unwrap(), (BIG as u64, BIG as u64));
+            cli.put("done", "");
+        },
+    );
+}
+
 placements!(
+    request_goes_before_the_handler_runs,
+    large_typed_arguments_and_results,
     calls_in_every_mode,
     errors_reach_the_caller_typed,
     oneway_discards_the_value_and_reports_errors,

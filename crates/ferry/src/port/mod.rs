@@ -13,12 +13,12 @@ use crate::id::EndpointId;
 use crate::names::plane::Wait;
 use crate::runtime::channel::Channel;
 use crate::runtime::channel::Incoming;
+use crate::runtime::out::{self, Out};
 use crate::runtime::payload::Payload;
 use crate::runtime::EndpointInbox as Inbox;
 use crate::runtime::{idle, Delivery, Route, Team, TeamInner};
 use crate::wire::{codec, Checkpoint, Header, Kind, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
-use std::borrow::Cow;
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
 use std::sync::{Arc, OnceLock};
@@ -281,6 +281,15 @@ impl RawMessage {
         }
     }
 
+    /// Takes the bytes out, where they are (the message keeps none).
+    pub(crate) fn take_payload(&mut self) -> Payload {
+        let payload = std::mem::replace(&mut self.payload, Payload::from_slice(&[]));
+        match self.copied.take() {
+            Some(v) => Payload::Heap(v),
+            None => payload,
+        }
+    }
+
     /// Copies the first bytes into `out` (as many as fit) without copying
     /// a large payload in; returns how many.
     pub(crate) fn read_head(&self, out: &mut [u8]) -> usize {
@@ -341,9 +350,14 @@ impl RawMessage {
         self.reply.take()
     }
     /// Replies to an `OnReturn` send; a no-op for other checkpoints.
-    pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
+    pub fn reply(self, bytes: &[u8]) -> Result<()> {
+        self.reply_out(Out::from(bytes))
+    }
+
+    /// Replies with `out` (see [`RawMessage::reply`]).
+    pub(crate) fn reply_out(mut self, out: Out<'_>) -> Result<()> {
         match self.reply.take() {
-            Some(r) => r.reply(bytes),
+            Some(r) => r.reply_out(out),
             None => Ok(()),
         }
     }
@@ -366,9 +380,14 @@ impl Responder {
     /// Sends `bytes` as the reply. It never waits for room: if the
     /// caller's channel is full it waits there, in order, until the caller
     /// reads (see `TeamInner::reply`); `Err` if the caller is gone.
-    pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
+    pub fn reply(self, bytes: &[u8]) -> Result<()> {
+        self.reply_out(Out::from(bytes))
+    }
+
+    /// Sends `out` as the reply (a typed value encoded as it is sent).
+    pub(crate) fn reply_out(mut self, out: Out<'_>) -> Result<()> {
         let (h, ch) = self.to.take().unwrap();
-        self.team.reply(&ch, &h, bytes)
+        self.team.reply(&ch, &h, out)
     }
 }
 
@@ -436,12 +455,12 @@ impl RawSender {
     /// in a blocking call) move waiting messages on: with `processors(0)`
     /// and no such thread, they wait.
     pub fn send_async(&self, bytes: &[u8], checkpoint: Checkpoint) -> Delivery {
-        self.start(Cow::Borrowed(bytes), checkpoint, false)
+        self.start(Out::from(bytes), checkpoint, false)
     }
 
     /// Starts a send. `blocking` (for a blocking call, which waits anyway):
     /// waits for room, and binds, on this thread; else never waits.
-    pub(crate) fn start(&self, bytes: Cow<'_, [u8]>, checkpoint: Checkpoint, blocking: bool) -> Delivery {
+    pub(crate) fn start(&self, bytes: Out<'_>, checkpoint: Checkpoint, blocking: bool) -> Delivery {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.and_then(crate::runtime::deadline_after);
         if let Some(ch) = self.cached() {
@@ -468,13 +487,18 @@ impl RawSender {
 
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
+        self.send_out(Out::from(bytes), checkpoint)
+    }
+
+    /// [`RawSender::send`] of `bytes` made or encoded (a typed value).
+    pub(crate) fn send_out(&self, bytes: Out<'_>, checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
             if let Some(ch) = self.cached() {
                 let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
                 return self.team.send_immediate(&ch, h, bytes).map(|()| Vec::new());
             }
         }
-        let mut d = self.start(Cow::Borrowed(bytes), checkpoint, true);
+        let mut d = self.start(bytes, checkpoint, true);
         match d.take_ready() {
             Some(r) => r,
             None => idle::block_on(&self.team, d),
@@ -511,7 +535,7 @@ impl<T> Message<T> {
     }
     /// Replies to an `OnReturn` send with any serializable value.
     pub fn reply<R: Serialize>(self, value: &R) -> Result<()> {
-        self.raw.reply(&codec::encode(value)?)
+        out::encoded(value, |o| self.raw.reply_out(o))?
     }
     /// The value, dropping the rest (an `OnReturn` sender is told `Refused`).
     pub fn into_value(self) -> T {
@@ -540,11 +564,35 @@ impl<T: DeserializeOwned> Port<T> {
     /// Decodes a raw message received from this port (e.g. through [`Select`]).
     /// A message that does not decode is a `Codec` error here; a sender
     /// waiting for `OnReturn` is told (`Refused`), others are not.
-    pub fn decode(raw: RawMessage) -> Result<Message<T>> {
-        match raw.payload.with_bytes(codec::decode) {
-            Ok(value) => Ok(Message { value, raw }),
-            Err(e) => Err(e),
-        }
+    ///
+    /// Decoded where it arrived (no copy of the bytes first; see
+    /// `Payload::decode_at`), and its bytes are let go then: a large
+    /// message's space goes back to its sender before the value is used.
+    pub fn decode(mut raw: RawMessage) -> Result<Message<T>> {
+        let value = raw.take_payload().decode_at(0)?;
+        Ok(Message { value, raw })
+    }
+
+    /// Decodes a received message into `place` (through serde's
+    /// `deserialize_in_place`: a `Vec<u8>` message lands in `place`'s own
+    /// capacity, with one copy out of a peer's area and none before), and
+    /// gives the rest of the message (sender, reply) as a `Message<()>`.
+    fn decode_into(mut raw: RawMessage, place: &mut T) -> Result<Message<()>> {
+        raw.take_payload().decode_in_place(place)?;
+        Ok(Message { value: (), raw })
+    }
+
+    /// Receives the next message into `place`, a value the caller reuses
+    /// (see [`Port::recv`]): a `Port<Vec<u8>>` receives into the buffer's
+    /// capacity, warm memory, rather than a fresh vector per message. A
+    /// message that does not decode leaves `place` in some valid state.
+    pub async fn recv_into(&self, place: &mut T) -> Result<Message<()>> {
+        Self::decode_into(self.raw.recv().await?, place)
+    }
+
+    /// [`Port::recv_into`], blocking this thread (see [`RawPort::recv_blocking`]).
+    pub fn recv_into_blocking(&self, place: &mut T) -> Result<Message<()>> {
+        Self::decode_into(self.raw.recv_blocking()?, place)
     }
 
     /// Receives the next message.
@@ -593,23 +641,23 @@ impl<T: Serialize> Sender<T> {
 
     /// Sends and blocks until `checkpoint` is reached.
     pub fn send(&self, value: &T, checkpoint: Checkpoint) -> Result<()> {
-        self.raw.send(&codec::encode(value)?, checkpoint).map(drop)
+        out::encoded(value, |o| self.raw.send_out(o, checkpoint))?.map(drop)
     }
 
     /// Sends now; the future resolves at `checkpoint` (see [`RawSender::send_async`]).
     pub fn send_async(&self, value: &T, checkpoint: Checkpoint) -> impl Future<Output = Result<()>> {
-        let d = codec::encode(value).map(|b| self.raw.start(Cow::Owned(b), checkpoint, false));
+        let d = out::encoded(value, |o| self.raw.start(o, checkpoint, false));
         async move { d?.await.map(drop) }
     }
 
     /// `OnReturn` send decoding the reply as `R`, blocking.
     pub fn call<R: DeserializeOwned>(&self, value: &T) -> Result<R> {
-        codec::decode(&self.raw.call(&codec::encode(value)?)?)
+        codec::decode(&out::encoded(value, |o| self.raw.send_out(o, Checkpoint::OnReturn))??)
     }
 
     /// `OnReturn` send; the future resolves to the decoded reply.
     pub fn call_async<R: DeserializeOwned>(&self, value: &T) -> impl Future<Output = Result<R>> {
-        let d = codec::encode(value).map(|b| self.raw.start(Cow::Owned(b), Checkpoint::OnReturn, false));
+        let d = out::encoded(value, |o| self.raw.start(o, Checkpoint::OnReturn, false));
         async move { codec::decode(&d?.await?) }
     }
 }

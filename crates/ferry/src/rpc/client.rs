@@ -6,6 +6,7 @@ use crate::cost::{self, Side, Stage};
 use crate::error::{Error, Limit, Result};
 use crate::id::EndpointId;
 use crate::port::RawSender;
+use crate::runtime::out::{self, Out};
 use crate::runtime::{idle, Delivery, Team, TeamInner};
 use crate::wire::{codec, Checkpoint};
 use parking_lot::Mutex;
@@ -142,14 +143,36 @@ impl Client {
         let t = cost::start();
         let mut payload = SCRATCH.take();
         payload.clear();
+        if !self.retry && self.batch.lock().1 == 0 {
+            // A plain call: large arguments are encoded straight where they are staged.
+            let mut head = [envelope::CALL, 0, 0, 0, 0];
+            head[1..].copy_from_slice(&method.to_le_bytes());
+            let sent =
+                out::encoded_after(&head, args, &mut payload, |o| self.sender.start(o, Checkpoint::OnReturn, blocking));
+            SCRATCH.set(payload);
+            return match sent {
+                Ok(delivery) => self.waiting(delivery, None, t),
+                Err(e) => CallFuture::failed(e.into()),
+            };
+        }
         if let Err(e) = self.encode_request(method, args, &mut payload) {
             return CallFuture::failed(e.into());
         }
         let t = cost::record(Side::Client, Stage::Encode, t);
-        let delivery = self.sender.start(Cow::Borrowed(&payload), Checkpoint::OnReturn, blocking);
+        let delivery = self.sender.start(Out::from(&payload[..]), Checkpoint::OnReturn, blocking);
         // A retryable call keeps its request, to send it again.
         let again = self.retry.then(|| (self.sender.clone(), payload.clone()));
         SCRATCH.set(payload);
+        self.waiting(delivery, again, t)
+    }
+
+    /// The future of a call sent (`t`: when its encoding began).
+    fn waiting<R: DeserializeOwned, E: DeserializeOwned>(
+        &self,
+        delivery: Delivery,
+        again: Option<(RawSender, Vec<u8>)>,
+        t: Option<std::time::Instant>,
+    ) -> CallFuture<R, E> {
         let t = cost::record(Side::Client, Stage::Send, t);
         CallFuture {
             team: Some(self.team.clone()),
@@ -294,14 +317,21 @@ impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> Future for CallFutur
             Poll::Ready(Err(crate::Error::PeerGone { .. })) if self.again.is_some() => {
                 // The connection went before the reply: once more, over a new one.
                 let (sender, request) = self.again.take().expect("checked");
-                self.delivery = Some(sender.start(Cow::Owned(request), Checkpoint::OnReturn, false));
+                self.delivery = Some(sender.start(Out::Bytes(Cow::Owned(request)), Checkpoint::OnReturn, false));
                 self.poll(cx)
             }
             Poll::Ready(r) => {
                 self.delivery = None;
                 let t = cost::record(Side::Client, Stage::Poll, self.since);
                 let result = match r {
-                    Ok(payload) => payload.with_bytes(envelope::decode_response::<W, E>).map(Into::into),
+                    Ok(payload) => {
+                        // A result is decoded where it arrived; other answers are short.
+                        let mut status = [0u8];
+                        match payload.read_head(&mut status) == 1 && status[0] == envelope::OK {
+                            true => payload.decode_at::<W>(1).map(Into::into).map_err(RpcError::from),
+                            false => payload.with_bytes(envelope::decode_response::<W, E>).map(Into::into),
+                        }
+                    }
                     Err(e) => Err(e.into()),
                 };
                 cost::record(Side::Client, Stage::Receive, t);

@@ -24,7 +24,9 @@ mod server;
 pub use client::{CallFuture, Client};
 pub use descriptor::{MethodDescriptor, ServiceDescriptor, CODEC};
 pub(crate) use gate::Place;
-pub use server::{CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, ServiceEndpoint, Serving, RETRY_WINDOW};
+pub use server::{
+    Args, CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, ServiceEndpoint, Serving, RETRY_WINDOW,
+};
 
 use crate::id::TeamId;
 use serde::{Deserialize, Serialize};
@@ -134,8 +136,8 @@ pub mod __private {
     }
 
     /// Decodes arguments, or gives the handler future that answers "codec error".
-    pub fn decode<A: DeserializeOwned>(args: &[u8]) -> Result<A, HandlerFuture> {
-        crate::wire::codec::decode(args).map_err(|e| {
+    pub fn decode<A: DeserializeOwned>(args: super::Args) -> Result<A, HandlerFuture> {
+        args.decode().map_err(|e| {
             let response = envelope::status(envelope::CODEC, &format!("arguments: {e}"));
             Box::pin(async move { response }) as HandlerFuture
         })

@@ -31,8 +31,43 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
 pub trait Dispatch: Send + Sync + 'static {
     /// The interface served, checked against each binding client's.
     fn descriptor(&self) -> ServiceDescriptor;
-    /// Runs method number `method` on encoded `args` (decoded before the future starts).
-    fn dispatch(self: Arc<Self>, method: u32, args: &[u8]) -> HandlerFuture;
+    /// Runs method number `method` on encoded `args` (decoded before the
+    /// future starts, which lets their request go).
+    fn dispatch(self: Arc<Self>, method: u32, args: Args) -> HandlerFuture;
+}
+
+/// A call's encoded arguments, where they arrived: its whole request (in a
+/// peer's area, a buffer handed over or read off a socket) and where they
+/// start in it. Decoding them consumes them: a large request is let go
+/// before the handler runs, not kept beside its decoded value and reply.
+pub struct Args {
+    payload: Payload,
+    at: usize,
+}
+
+impl Args {
+    fn none() -> Args {
+        Args { payload: Payload::from_slice(&[]), at: 0 }
+    }
+
+    /// Decodes them (see `Payload::decode_at`: byte fields are views of a
+    /// buffer this process owns, or copied once out of a peer's area).
+    pub(crate) fn decode<A: DeserializeOwned>(self) -> Result<A> {
+        self.payload.decode_at(self.at)
+    }
+
+    /// Their bytes (copied if they are in a peer's area).
+    fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.payload.as_local() {
+            Some(b) => std::borrow::Cow::Borrowed(b.get(self.at..).unwrap_or_default()),
+            None => {
+                let mut v = Vec::new();
+                self.payload.read_into(&mut v);
+                v.drain(..self.at.min(v.len()));
+                std::borrow::Cow::Owned(v)
+            }
+        }
+    }
 }
 
 /// Tells a handler its call was cancelled (the caller gave up or the deadline passed).
@@ -139,7 +174,7 @@ impl Drop for Cancelled<'_> {
 /// One call as the server receives it.
 pub struct IncomingCall {
     method: u32,
-    args: Payload,
+    args: Args,
     from: EndpointId,
     deadline: Option<Instant>,
     responder: Option<Responder>,
@@ -285,15 +320,23 @@ impl IncomingCall {
         self.service.methods.get(self.method as usize).map_or("?", |m| m.name.as_str())
     }
 
-    /// The encoded arguments (generated clients send a tuple of them).
-    pub fn args(&self) -> &[u8] {
-        // Arguments are copied out of the request when it is parsed.
-        self.args.as_local().expect("call arguments live in local memory")
+    /// The encoded arguments (generated clients send a tuple of them):
+    /// copied if large ones came in a peer's area. Empty once taken
+    /// ([`IncomingCall::take_args`]).
+    pub fn args(&self) -> std::borrow::Cow<'_, [u8]> {
+        self.args.bytes()
     }
 
-    /// The arguments, decoded as `A`.
+    /// The arguments, decoded as `A` (the request stays: see [`IncomingCall::take_args`]).
     pub fn decode_args<A: DeserializeOwned>(&self) -> Result<A, RpcError> {
-        Ok(codec::decode(self.args())?)
+        Ok(codec::decode(&self.args())?)
+    }
+
+    /// The arguments, decoded as `A` where they arrived; the request goes
+    /// then (a large one does not stay beside its value). Later calls find
+    /// no arguments.
+    pub fn take_args<A: DeserializeOwned>(&mut self) -> Result<A, RpcError> {
+        Ok(std::mem::replace(&mut self.args, Args::none()).decode()?)
     }
 
     /// The caller's endpoint.
@@ -600,12 +643,29 @@ impl ServiceEndpoint {
             }
         };
         // A batch past its bound is refused before a large one is copied in.
-        let mut head = [0u8; 5];
-        if msg.read_head(&mut head) == head.len() && head[0] == envelope::BATCH {
-            if let Err(refusal) = envelope::batch_count(&head, msg.len()) {
+        let mut head = [0u8; 13];
+        let got = msg.read_head(&mut head);
+        if got >= 5 && head[0] == envelope::BATCH {
+            if let Err(refusal) = envelope::batch_count(&head[..5], msg.len()) {
                 answer(responder, refusal.response());
                 return None;
             }
+        }
+        // A call keeps its whole request, not copied: its arguments are
+        // decoded from where they arrived (see `Args`).
+        if let Some((method, id, at)) = envelope::call_head(&head[..got]) {
+            let args = Args { payload: msg.take_payload(), at };
+            let from = msg.from();
+            let once_key = id.map(|id| (from.team_id(), id));
+            let responder = match once_key {
+                // A repeat of a call run (or running) already is answered from its first run.
+                Some(key) => self.once.begin(key, responder)?,
+                None => responder,
+            };
+            let mut call = self.incoming(method, args, from, deadline, responder);
+            call.arrived = arrived;
+            call.once = once_key.map(|key| (self.once.clone(), key));
+            return Some(Received::One(call));
         }
         match envelope::parse(msg.payload()) {
             Err(refusal) => answer(responder, refusal.response()),
@@ -619,20 +679,8 @@ impl ServiceEndpoint {
                 };
                 answer(responder, response);
             }
-            Ok(Request::Call { method, args }) => {
-                let call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
-                let mut call = call;
-                call.arrived = arrived;
-                return Some(Received::One(call));
-            }
-            Ok(Request::CallOnce { id, method, args }) => {
-                let key = (msg.from().team_id(), id);
-                // A repeat of a call run (or running) already is answered from its first run.
-                let responder = self.once.begin(key, responder)?;
-                let mut call = self.incoming(method, Payload::from_slice(args), msg.from(), deadline, responder);
-                call.arrived = arrived;
-                call.once = Some((self.once.clone(), key));
-                return Some(Received::One(call));
+            Ok(Request::Call { .. } | Request::CallOnce { .. }) => {
+                answer(responder, envelope::status(envelope::CODEC, "short call request"));
             }
             Ok(Request::Batch(entries)) => {
                 let last = entries.len() - 1;
@@ -642,7 +690,8 @@ impl ServiceEndpoint {
                     .enumerate()
                     .map(|(i, (m, a))| {
                         let r = if i == last { responder.take() } else { None };
-                        self.incoming(m, Payload::from_slice(a), msg.from(), deadline, r)
+                        let args = Args { payload: Payload::from_slice(a), at: 0 };
+                        self.incoming(m, args, msg.from(), deadline, r)
                     })
                     .collect();
                 return Some(Received::Batch(calls));
@@ -654,7 +703,7 @@ impl ServiceEndpoint {
     fn incoming(
         &self,
         method: u32,
-        args: Payload,
+        args: Args,
         from: EndpointId,
         deadline: Option<Instant>,
         responder: Option<Responder>,
@@ -764,7 +813,7 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: Inco
 
 /// Starts a call's handler. `None` if the call is answered already: a
 /// flush, or a call whose deadline passed while it waited in the queue.
-fn start<D: Dispatch>(handler: &Arc<D>, call: IncomingCall) -> Option<(IncomingCall, Work, Option<Instant>)> {
+fn start<D: Dispatch>(handler: &Arc<D>, mut call: IncomingCall) -> Option<(IncomingCall, Work, Option<Instant>)> {
     let answered = if call.method == envelope::FLUSH {
         Some(envelope::ok(&()))
     } else if call.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -777,7 +826,10 @@ fn start<D: Dispatch>(handler: &Arc<D>, call: IncomingCall) -> Option<(IncomingC
         return None;
     }
     let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
-    let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, call.args())));
+    // The arguments are decoded in `dispatch`, before the handler's future
+    // is made: their request goes then.
+    let args = std::mem::replace(&mut call.args, Args::none());
+    let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, args)));
     Some((call, work, t))
 }
 

@@ -257,7 +257,7 @@ impl Channel {
         if backlog.is_empty() {
             match self.transport.try_send(&header, &payload) {
                 Ok(()) | Err(SendError::Closed) => return,
-                Err(SendError::Full) | Err(SendError::TooLarge) => {}
+                Err(SendError::Full | SendError::TooLarge | SendError::Unwritten(_)) => {}
             }
         }
         backlog.push_back((header, payload));
@@ -275,7 +275,7 @@ impl Channel {
         if backlog.is_empty() {
             match self.transport.try_send(&header, &[]) {
                 Ok(()) | Err(SendError::Closed) => return,
-                Err(SendError::Full) | Err(SendError::TooLarge) => {}
+                Err(SendError::Full | SendError::TooLarge | SendError::Unwritten(_)) => {}
             }
         } else if backlog.iter().any(|(h, _)| h.kind == Kind::Cancel && h.call_id == header.call_id) {
             return;

@@ -48,6 +48,7 @@ mod executor;
 mod handshakes;
 pub(crate) mod idle;
 pub(crate) mod inbox;
+pub(crate) mod out;
 mod outbox;
 pub(crate) mod payload;
 mod peers;

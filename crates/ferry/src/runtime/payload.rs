@@ -3,7 +3,9 @@
 //! travelled out of band (the peer's payload area), copied out only when
 //! the receiver asks — into memory it reuses, if it likes.
 
+use crate::error::{Error, Result};
 use crate::transport::Detached;
+use crate::wire::codec::{self, Source};
 
 /// Bytes a payload holds without allocating (so that a `Payload` is 56
 /// bytes and an `Incoming` fits in 128).
@@ -92,6 +94,42 @@ impl Payload {
             }
             (None, Payload::Detached(d)) => d.read_into(out),
             (None, _) => unreachable!("only a peer's area is not local"),
+        }
+    }
+
+    /// Decodes a `T` from the bytes past the first `skip` where they
+    /// arrived, with no copy of them first: in this process's memory
+    /// through `codec::decode_shared` (byte fields become views of it), in
+    /// a peer's area through a `Source` (byte fields copied once, into
+    /// their own buffers). The bytes are gone with `self` once decoded.
+    pub fn decode_at<T: serde::de::DeserializeOwned>(self, skip: usize) -> Result<T> {
+        let short = || Error::Codec("a payload shorter than its header".into());
+        let shared = |v: Vec<u8>| match skip <= v.len() {
+            true => codec::decode_shared(&bytes::Bytes::from(v).slice(skip..)),
+            false => Err(short()),
+        };
+        match self {
+            Payload::Inline { len, bytes } => codec::decode(bytes[..len as usize].get(skip..).ok_or_else(short)?),
+            Payload::Heap(v) => shared(v),
+            Payload::Detached(Detached::Shm(l)) => {
+                let mut source = l.source();
+                if source.remaining() < skip {
+                    return Err(short());
+                }
+                source.read(&mut vec![0; skip]);
+                codec::decode_from(&mut source)
+            }
+            Payload::Detached(d) => shared(d.into_vec()),
+        }
+    }
+
+    /// Decodes the bytes into `place`, reusing what it holds (a `Vec<u8>`
+    /// its capacity): one copy out of a peer's area, none before.
+    pub fn decode_in_place<T: serde::de::DeserializeOwned>(&self, place: &mut T) -> Result<()> {
+        match (self.as_local(), self) {
+            (Some(b), _) => codec::decode_in_place(b, place),
+            (None, Payload::Detached(Detached::Shm(l))) => codec::decode_from_in_place(&mut l.source(), place),
+            (None, _) => Err(Error::Codec("a payload neither local nor lent".into())),
         }
     }
 

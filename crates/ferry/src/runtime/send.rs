@@ -9,6 +9,7 @@ use super::channel::Channel;
 use super::deadline::budget_ns;
 use super::delivery::{Delivery, On, Waiting};
 use super::idle;
+use super::out::Out;
 use super::outbox::{Load, Queued};
 use super::peers::Binding;
 use super::team::TeamInner;
@@ -35,18 +36,21 @@ impl TeamInner {
         &self,
         ch: &Channel,
         header: Header,
-        payload: &[u8],
+        payload: Out<'_>,
         wait: bool,
         deadline: Option<Instant>,
     ) -> Result<()> {
         self.check_size(ch, payload.len())?;
+        let payload = payload.framed(ch.max_payload)?;
         // The common case, tried first without the retry machinery below: a
         // message that fits a frame with no async send queued ahead of it
         // (the same first try `attempt` makes). Full goes on to the general path.
-        if payload.len() <= ch.max_payload && !ch.outbox.is_used() {
-            let first = if ch.flush_backlog() { ch.transport.try_send(&header, payload) } else { Err(SendError::Full) };
-            if let Some(r) = self.send_outcome(ch, &header, wait, first) {
-                return r;
+        if let Out::Bytes(b) = &payload {
+            if b.len() <= ch.max_payload && !ch.outbox.is_used() {
+                let first = if ch.flush_backlog() { ch.transport.try_send(&header, b) } else { Err(SendError::Full) };
+                if let Some(r) = self.send_outcome(ch, &header, wait, first) {
+                    return r;
+                }
             }
         }
         let staged = RefCell::new(None);
@@ -59,7 +63,7 @@ impl TeamInner {
                     return Err(SendError::Full);
                 }
             }
-            self.try_put(ch, &header, payload, &mut staged.borrow_mut())
+            self.try_put(ch, &header, &payload, &mut staged.borrow_mut())
         })
     }
 
@@ -78,7 +82,8 @@ impl TeamInner {
 
     /// One try at writing a message: a small one in a frame; a large one
     /// staged out of band (once: `staged` keeps it between tries, so only
-    /// its frame waits for room), then its frame.
+    /// its frame waits for room; an encoded one is encoded there), then its
+    /// frame. An encoded `payload` is one larger than a frame (`Out::framed`).
     ///
     /// Control frames go first: while the backlog holds any, the channel
     /// counts as full. Room the peer makes by reading goes to our answers
@@ -90,14 +95,16 @@ impl TeamInner {
         &self,
         ch: &Channel,
         header: &Header,
-        payload: &[u8],
+        payload: &Out<'_>,
         staged: &mut Option<Staged>,
     ) -> std::result::Result<(), SendError> {
-        if payload.len() <= ch.max_payload {
-            return if ch.flush_backlog() { ch.transport.try_send(header, payload) } else { Err(SendError::Full) };
+        if let Out::Bytes(b) = payload {
+            if b.len() <= ch.max_payload {
+                return if ch.flush_backlog() { ch.transport.try_send(header, b) } else { Err(SendError::Full) };
+            }
         }
         if staged.is_none() {
-            *staged = Some(ch.transport.stage(payload)?);
+            *staged = Some(payload.stage(&*ch.transport)?);
         }
         if ch.flush_backlog() {
             ch.transport.try_send_staged(header, staged)
@@ -166,6 +173,7 @@ impl TeamInner {
             Ok(()) => Some(Ok(())),
             Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
             Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+            Err(SendError::Unwritten(e)) => Some(Err(Error::Codec(e))),
             Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: ch.peer_endpoint(h.dst) })),
             Err(SendError::Full) => None,
         }
@@ -182,14 +190,14 @@ impl TeamInner {
         ch: &Arc<Channel>,
         src: EndpointId,
         dst: EndpointId,
-        payload: Cow<'_, [u8]>,
+        payload: Out<'_>,
         checkpoint: Checkpoint,
         deadline: Option<Instant>,
         wait_here: bool,
     ) -> Delivery {
         let mut header = data_header(src, dst, checkpoint, deadline);
         if checkpoint == Checkpoint::Immediate {
-            return match self.send_immediate(ch, header, &payload) {
+            return match self.send_immediate(ch, header, payload) {
                 Ok(()) => Delivery::done(),
                 Err(e) => Delivery::failed(e),
             };
@@ -197,7 +205,7 @@ impl TeamInner {
         let (call_id, completion) = self.calls.start(Some(ch));
         header.call_id = call_id;
         let sent = match wait_here {
-            true => self.send_message(ch, header, &payload, true, deadline).map(|()| None),
+            true => self.send_message(ch, header, payload, true, deadline).map(|()| None),
             false => self.send_or_queue(ch, header, payload, &completion),
         };
         let queued = match sent {
@@ -225,15 +233,17 @@ impl TeamInner {
 
     /// An async send: written now if there is room, else queued in the
     /// channel's outbox with its message (a large one staged already if
-    /// there was room for that). Returns the queued send, if it waits.
+    /// there was room for that; one encoded as it is sent is made into
+    /// bytes to wait). Returns the queued send, if it waits.
     fn send_or_queue(
         &self,
         ch: &Channel,
         header: Header,
-        payload: Cow<'_, [u8]>,
+        payload: Out<'_>,
         completion: &Arc<Completion>,
     ) -> Result<Option<Arc<Queued>>> {
         self.check_size(ch, payload.len())?;
+        let payload = payload.framed(ch.max_payload)?;
         if ch.outbox.is_used() {
             // Maybe there is room for them now (or only withdrawn sends are left).
             self.advance_outbox(ch, false);
@@ -244,6 +254,7 @@ impl TeamInner {
                 Ok(()) => return Ok(None),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
                 Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+                Err(SendError::Unwritten(e)) => return Err(Error::Codec(e)),
                 Err(SendError::Full) => {}
             }
         }
@@ -254,7 +265,7 @@ impl TeamInner {
                 q
             }
             None => {
-                let q = Queued::new(header, completion.clone(), Load::Bytes(payload.into_owned()));
+                let q = Queued::new(header, completion.clone(), Load::Bytes(payload.into_vec()?));
                 ch.outbox.push(q.clone());
                 q
             }
@@ -276,13 +287,18 @@ impl TeamInner {
         bind: &Arc<Binding>,
         src: EndpointId,
         dst: EndpointId,
-        payload: Cow<'_, [u8]>,
+        payload: Out<'_>,
         checkpoint: Checkpoint,
         deadline: Option<Instant>,
     ) -> Delivery {
         if payload.len() > self.cfg.max_message {
             return Delivery::failed(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
+        // Waits for the bind as bytes (an encoded value is made into them).
+        let payload = match payload.into_vec() {
+            Ok(v) => v,
+            Err(e) => return Delivery::failed(e),
+        };
         let mut header = data_header(src, dst, checkpoint, deadline);
         let mut queued = None;
         let joined = bind.join(|| {
@@ -293,12 +309,12 @@ impl TeamInner {
                 _ => self.calls.start(None),
             };
             header.call_id = call_id;
-            let q = Queued::new(header, completion, Load::Bytes(payload.to_vec()));
+            let q = Queued::new(header, completion, Load::Bytes(payload.clone()));
             queued = Some(q.clone());
             q
         });
         match joined {
-            Some(Ok(ch)) => self.send_on(&ch, src, dst, payload, checkpoint, deadline, false),
+            Some(Ok(ch)) => self.send_on(&ch, src, dst, Out::Bytes(Cow::Owned(payload)), checkpoint, deadline, false),
             Some(Err(e)) => Delivery::failed(e),
             None => {
                 let q = queued.expect("queued");
@@ -323,22 +339,24 @@ impl TeamInner {
     /// holds up its own calls only.
     ///
     /// [`CONTROL_BACKLOG`]: super::channel::CONTROL_BACKLOG
-    pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
+    pub fn reply(&self, ch: &Channel, h: &Header, payload: Out<'_>) -> Result<()> {
         let header = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
         self.check_size(ch, payload.len())?;
+        let payload = payload.framed(ch.max_payload)?;
         let mut staged = None;
         if !ch.outbox.is_used() {
-            match self.try_put(ch, &header, payload, &mut staged) {
+            match self.try_put(ch, &header, &payload, &mut staged) {
                 Ok(()) => return Ok(()),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
                 Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
+                Err(SendError::Unwritten(e)) => return Err(Error::Codec(e)),
                 Err(SendError::Full) => {}
             }
         }
         match staged {
             // Staged when the outbox was empty: it goes first (as in `send_or_queue`).
             Some(s) => ch.outbox.push_first(Queued::new(header, Completion::detached(), Load::Staged(Some(s)))),
-            None => ch.outbox.push(Queued::new(header, Completion::detached(), Load::Bytes(payload.to_vec()))),
+            None => ch.outbox.push(Queued::new(header, Completion::detached(), Load::Bytes(payload.into_vec()?))),
         }
         if ch.finished.load(Ordering::Acquire) {
             // Its channel finished before the push: nobody else looks here now.
@@ -373,7 +391,7 @@ impl TeamInner {
     }
 
     /// An `Immediate` send: buffered in the channel now, or `WouldBlock`.
-    pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: &[u8]) -> Result<()> {
+    pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: Out<'_>) -> Result<()> {
         let sent = self.send_message(ch, header, payload, false, None);
         self.hand_off(ch);
         sent

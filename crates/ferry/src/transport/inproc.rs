@@ -174,6 +174,24 @@ impl InprocEnd {
     }
 }
 
+impl InprocEnd {
+    /// Whether `len` bytes may be staged now (checked, not reserved:
+    /// `try_send_staged` may still find it full).
+    fn check_stage(&self, len: usize) -> Result<(), SendError> {
+        let f = self.tx.frames.lock();
+        if len > f.detached_capacity {
+            return Err(SendError::TooLarge);
+        }
+        if self.tx.closed.load(Ordering::Relaxed) {
+            return Err(SendError::Closed);
+        }
+        if f.detached + len > f.detached_capacity {
+            return Err(SendError::Full);
+        }
+        Ok(())
+    }
+}
+
 impl Transport for InprocEnd {
     fn max_payload(&self) -> usize {
         self.max_payload
@@ -193,20 +211,13 @@ impl Transport for InprocEnd {
     }
 
     fn stage(&self, payload: &[u8]) -> Result<Staged, SendError> {
-        {
-            let f = self.tx.frames.lock();
-            if payload.len() > f.detached_capacity {
-                return Err(SendError::TooLarge);
-            }
-            if self.tx.closed.load(Ordering::Relaxed) {
-                return Err(SendError::Closed);
-            }
-            // Checked, not reserved: `try_send_staged` may still find it full.
-            if f.detached + payload.len() > f.detached_capacity {
-                return Err(SendError::Full);
-            }
-        }
+        self.check_stage(payload.len())?;
         Ok(Staged::Owned(payload.to_vec()))
+    }
+
+    fn stage_with(&self, len: usize, write: &mut super::Writer<'_>) -> Result<Staged, SendError> {
+        self.check_stage(len)?;
+        super::stage_vec(len, write)
     }
 
     fn try_send_staged(&self, header: &Header, staged: &mut Option<Staged>) -> Result<(), SendError> {

@@ -83,6 +83,7 @@ pub mod shm;
 pub mod tcp;
 
 use crate::error::Violation;
+use crate::wire::codec::Sink;
 use crate::wire::{Header, HeaderError};
 use std::os::fd::BorrowedFd;
 
@@ -98,6 +99,49 @@ pub enum SendError {
     /// The payload exceeds `max_payload` (stage it) or `max_detached`.
     #[error("frame too large")]
     TooLarge,
+    /// [`Transport::stage_with`]'s writer failed, or wrote other than the
+    /// length it announced; nothing was staged.
+    #[error("payload not written: {0}")]
+    Unwritten(String),
+}
+
+/// Writes a payload into where it is staged (see [`Transport::stage_with`]).
+pub type Writer<'a> = dyn FnMut(&mut dyn Sink) -> crate::Result<()> + 'a;
+
+/// Checks that a writer that announced `len` bytes wrote exactly that many
+/// (a `Serialize` that differs between its size pass and its encoding).
+pub fn check_written(len: usize, written: usize) -> Result<(), SendError> {
+    match written == len {
+        true => Ok(()),
+        false => Err(SendError::Unwritten(format!("the encoder wrote {written} bytes of the {len} it counted"))),
+    }
+}
+
+/// Stages `len` bytes written by `write` in a fresh vector (in process,
+/// and the buffer a TCP end writes to its socket).
+pub fn stage_vec(len: usize, write: &mut Writer<'_>) -> Result<Staged, SendError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| SendError::TooLarge)?;
+    let mut bounded = Bounded { out: &mut v, len };
+    write(&mut bounded).map_err(|e| SendError::Unwritten(e.to_string()))?;
+    check_written(len, v.len())?;
+    Ok(Staged::Owned(v))
+}
+
+/// A vector that takes at most `len` bytes.
+struct Bounded<'a> {
+    out: &'a mut Vec<u8>,
+    len: usize,
+}
+
+impl Sink for Bounded<'_> {
+    fn put(&mut self, bytes: &[u8]) -> crate::Result<()> {
+        if bytes.len() > self.len - self.out.len() {
+            return Err(crate::Error::Codec(format!("the encoder wrote past the {} bytes it counted", self.len)));
+        }
+        self.out.extend_from_slice(bytes);
+        Ok(())
+    }
 }
 
 /// A payload staged out of band, not yet sent (see [`Transport::stage`]).
@@ -238,6 +282,13 @@ pub trait Transport: Send + Sync {
     /// writer like ring space does); `TooLarge` above `max_detached`;
     /// `Closed` once sends fail.
     fn stage(&self, payload: &[u8]) -> Result<Staged, SendError>;
+
+    /// Stages the `len` bytes `write` puts into its sink, written straight
+    /// where they are staged (no copy of the payload before): as
+    /// [`Transport::stage`] otherwise. A writer that fails, or writes other
+    /// than `len` bytes (the sink refuses more), stages nothing:
+    /// [`SendError::Unwritten`].
+    fn stage_with(&self, len: usize, write: &mut Writer<'_>) -> Result<Staged, SendError>;
 
     /// Sends a frame referring to `staged`, flagged `DETACHED`; on success
     /// takes it (it now belongs to the receiver). `Full` leaves it in place

@@ -202,6 +202,39 @@ impl Drop for StagedRange {
     }
 }
 
+/// Writes a payload into a range of this end's area: raw copies, never
+/// past its end.
+pub struct RangeSink {
+    ptr: *mut u8,
+    len: usize,
+    /// Bytes written so far.
+    at: usize,
+}
+
+impl RangeSink {
+    /// # Safety
+    /// `ptr..ptr + len` must be writable memory that nothing else writes
+    /// or reads through a reference while this sink lives (a staged range:
+    /// ours alone until sent; the peer may write it too, which only spoils
+    /// the message it is being sent).
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> RangeSink {
+        RangeSink { ptr, len, at: 0 }
+    }
+}
+
+impl crate::wire::codec::Sink for RangeSink {
+    fn put(&mut self, bytes: &[u8]) -> crate::Result<()> {
+        if bytes.len() > self.len - self.at {
+            return Err(crate::Error::Codec(format!("the encoder wrote past the {} bytes it counted", self.len)));
+        }
+        // SAFETY: `at + bytes.len() <= len` (checked above), inside the
+        // range `new` was given; only copied into.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(self.at), bytes.len()) };
+        self.at += bytes.len();
+        Ok(())
+    }
+}
+
 /// A payload the peer lent us in its area. Read by copy only: the peer can
 /// still write those bytes. Dropping it gives the range back.
 pub struct Lent {
@@ -252,7 +285,48 @@ impl Lent {
     }
 }
 
+/// The bytes of a [`Lent`] as a decoder's [`Source`](crate::wire::codec::Source):
+/// read only by raw copies (the peer can still write them).
+pub struct LentSource<'a> {
+    lent: &'a Lent,
+    at: usize,
+}
+
+impl crate::wire::codec::Source for LentSource<'_> {
+    fn remaining(&self) -> usize {
+        self.lent.len() - self.at
+    }
+
+    fn read(&mut self, out: &mut [u8]) {
+        // A decoder asks for no more than `remaining` (clamped all the same:
+        // past the range is no memory of ours).
+        let n = out.len().min(self.remaining());
+        // SAFETY: `at + n <= len`: inside the checked range, which the
+        // `Lent` keeps mapped; only copied.
+        unsafe { std::ptr::copy_nonoverlapping(self.lent.ptr.add(self.at), out.as_mut_ptr(), n) };
+        out[n..].fill(0);
+        self.at += n;
+    }
+
+    fn append_to(&mut self, n: usize, out: &mut Vec<u8>) {
+        let n = n.min(self.remaining());
+        out.reserve(n);
+        // SAFETY: as in `read`; `out` has room for `n` more bytes, which the
+        // copy initializes before `set_len` counts them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.lent.ptr.add(self.at), out.as_mut_ptr().add(out.len()), n);
+            out.set_len(out.len() + n);
+        }
+        self.at += n;
+    }
+}
+
 impl Lent {
+    /// The bytes as a decoder's source, read by copy.
+    pub fn source(&self) -> LentSource<'_> {
+        LentSource { lent: self, at: 0 }
+    }
+
     /// Copies the first bytes into `out` (as many as fit); returns how many.
     pub fn read_head(&self, out: &mut [u8]) -> usize {
         let n = out.len().min(self.len());
@@ -515,23 +589,30 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
     }
 
     fn stage(&self, payload: &[u8]) -> Result<Staged, SendError> {
+        self.stage_with(payload.len(), &mut |sink| sink.put(payload))
+    }
+
+    fn stage_with(&self, len: usize, write: &mut crate::transport::Writer<'_>) -> Result<Staged, SendError> {
         let Some(area) = &self.tx_area else { return Err(SendError::TooLarge) };
         if self.closed.load(Ordering::Relaxed) {
             return Err(SendError::Closed);
         }
         let range = {
             let mut alloc = area.alloc.lock();
-            if payload.len() as u64 > alloc.size() {
+            if len as u64 > alloc.size() {
                 return Err(SendError::TooLarge);
             }
-            alloc.lend(payload.len() as u64).ok_or(SendError::Full)?
+            alloc.lend(len as u64).ok_or(SendError::Full)?
         };
-        // SAFETY: the range lies inside our area (the allocator hands out
-        // only ranges of it) and is ours alone until sent: no lock is needed
-        // while the bytes move. The peer can write there too (it maps the
-        // segment), which only spoils the message it is being sent.
-        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), area.base.add(range.offset as usize), payload.len()) };
-        Ok(Staged::Shm(StagedRange { range, alloc: area.alloc.clone(), sent: false }))
+        // Freed again if the writer fails (dropped unsent).
+        let staged = StagedRange { range, alloc: area.alloc.clone(), sent: false };
+        // SAFETY (for `RangeSink`): the range lies inside our area (the
+        // allocator hands out only ranges of it), which `segment` keeps
+        // mapped, and is ours alone until sent.
+        let mut sink = unsafe { RangeSink::new(area.base.add(range.offset as usize), len) };
+        write(&mut sink).map_err(|e| SendError::Unwritten(e.to_string()))?;
+        crate::transport::check_written(len, sink.at)?;
+        Ok(Staged::Shm(staged))
     }
 
     fn try_send_staged(&self, header: &Header, staged: &mut Option<Staged>) -> Result<(), SendError> {

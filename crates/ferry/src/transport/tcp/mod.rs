@@ -912,6 +912,26 @@ impl TcpEnd {
     }
 }
 
+impl TcpEnd {
+    /// Whether `len` bytes may be staged now.
+    fn check_stage(&self, len: usize) -> Result<(), SendError> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(SendError::Closed);
+        }
+        if len > self.max_detached {
+            return Err(SendError::TooLarge);
+        }
+        // Full while the receiver holds the credit (its large payloads).
+        if self.tx.lock().credit_detached < len {
+            self.pump_credit();
+            if self.tx.lock().credit_detached < len {
+                return Err(SendError::Full);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Transport for TcpEnd {
     fn max_payload(&self) -> usize {
         self.max_payload
@@ -922,20 +942,14 @@ impl Transport for TcpEnd {
     }
 
     fn stage(&self, payload: &[u8]) -> Result<Staged, SendError> {
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(SendError::Closed);
-        }
-        if payload.len() > self.max_detached {
-            return Err(SendError::TooLarge);
-        }
-        // Full while the receiver holds the credit (its large payloads).
-        if self.tx.lock().credit_detached < payload.len() {
-            self.pump_credit();
-            if self.tx.lock().credit_detached < payload.len() {
-                return Err(SendError::Full);
-            }
-        }
+        self.check_stage(payload.len())?;
         Ok(Staged::Owned(payload.to_vec()))
+    }
+
+    fn stage_with(&self, len: usize, write: &mut crate::transport::Writer<'_>) -> Result<Staged, SendError> {
+        // Written straight into the buffer the frame goes to the socket from.
+        self.check_stage(len)?;
+        crate::transport::stage_vec(len, write)
     }
 
     fn try_send_staged(&self, header: &Header, staged: &mut Option<Staged>) -> Result<(), SendError> {

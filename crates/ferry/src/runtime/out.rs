@@ -1,0 +1,129 @@
+//! A message's bytes on their way out: bytes already made, or a typed
+//! value encoded as it is sent. A large value is encoded straight into
+//! where its transport stages it (`Transport::stage_with`: the payload
+//! area, or the buffer handed over or written to the socket), so the sender
+//! copies its bytes once; a small one is encoded into a vector as always,
+//! and the frame copies it.
+
+use crate::error::{Error, Result};
+use crate::transport::{SendError, Staged, Transport};
+use crate::wire::codec::{self, Sink};
+use serde::Serialize;
+use std::borrow::Cow;
+
+/// Encoded sizes up to this go into a vector first (today's path for small
+/// messages, whose frames copy them); a larger value is counted, then
+/// encoded where it is staged. At least a frame of most channels' rings.
+pub const ENCODE_IN_PLACE_ABOVE: usize = 64 << 10;
+
+/// Writes a value's encoding into a sink.
+pub type Write<'a> = dyn Fn(&mut dyn Sink) -> Result<()> + 'a;
+
+/// A message to send.
+pub enum Out<'a> {
+    Bytes(Cow<'a, [u8]>),
+    /// The `len` bytes `write` puts into a sink (checked: a writer that
+    /// writes another length is an `Error::Codec`).
+    Encoded {
+        len: usize,
+        write: &'a Write<'a>,
+    },
+}
+
+impl<'a> From<&'a [u8]> for Out<'a> {
+    fn from(b: &'a [u8]) -> Out<'a> {
+        Out::Bytes(Cow::Borrowed(b))
+    }
+}
+
+impl<'a> Out<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            Out::Bytes(b) => b.len(),
+            Out::Encoded { len, .. } => *len,
+        }
+    }
+
+    /// The bytes, made if they are not yet (a send that waits in an
+    /// outbox, or one that fits a frame after all).
+    pub fn into_vec(self) -> Result<Vec<u8>> {
+        match self {
+            Out::Bytes(b) => Ok(b.into_owned()),
+            Out::Encoded { len, write } => {
+                // `len` was checked against `max_message` before.
+                let mut v = Vec::with_capacity(len);
+                write(&mut v)?;
+                match v.len() == len {
+                    true => Ok(v),
+                    false => Err(Error::Codec(format!("the encoder wrote {} bytes of the {len} it counted", v.len()))),
+                }
+            }
+        }
+    }
+
+    /// As bytes if it fits a frame of `max_payload` (made now if encoded:
+    /// only large messages are staged as they are encoded).
+    pub fn framed(self, max_payload: usize) -> Result<Out<'a>> {
+        match self {
+            Out::Encoded { len, .. } if len <= max_payload => Ok(Out::Bytes(Cow::Owned(self.into_vec()?))),
+            out => Ok(out),
+        }
+    }
+
+    /// Stages it on `transport` (encoded straight into the staged place).
+    pub fn stage(&self, transport: &dyn Transport) -> std::result::Result<Staged, SendError> {
+        match self {
+            Out::Bytes(b) => transport.stage(b),
+            Out::Encoded { len, write } => transport.stage_with(*len, &mut |sink| write(sink)),
+        }
+    }
+}
+
+/// Runs `send` on `value`'s encoding: bytes if it encodes to at most
+/// [`ENCODE_IN_PLACE_ABOVE`], else its length and its encoder.
+pub fn encoded<T: Serialize + ?Sized, R>(value: &T, send: impl FnOnce(Out<'_>) -> R) -> Result<R> {
+    let mut buf = Vec::new();
+    encoded_after(&[], value, &mut buf, send)
+}
+
+/// [`encoded`] of `head` then `value` (an envelope's header, then the
+/// arguments), a small one encoded into `buf` (its contents replaced).
+pub fn encoded_after<T: Serialize + ?Sized, R>(
+    head: &[u8],
+    value: &T,
+    buf: &mut Vec<u8>,
+    send: impl FnOnce(Out<'_>) -> R,
+) -> Result<R> {
+    buf.clear();
+    buf.extend_from_slice(head);
+    let mut small = Limited { out: buf, over: false };
+    match codec::encode_to(value, &mut small) {
+        Ok(()) => return Ok(send(Out::Bytes(Cow::Borrowed(&buf[..])))),
+        Err(e) if !small.over => return Err(e),
+        Err(_) => buf.clear(),
+    }
+    let len = head.len() + codec::encoded_len(value)?;
+    let write = |sink: &mut dyn Sink| {
+        sink.put(head)?;
+        codec::encode_to(value, sink)
+    };
+    Ok(send(Out::Encoded { len, write: &write }))
+}
+
+/// A vector that refuses to grow past [`ENCODE_IN_PLACE_ABOVE`].
+struct Limited<'a> {
+    out: &'a mut Vec<u8>,
+    over: bool,
+}
+
+impl Sink for Limited<'_> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.out.len() + bytes.len() > ENCODE_IN_PLACE_ABOVE {
+            self.over = true;
+            return Err(Error::Codec("large: encoded where it is staged".into()));
+        }
+        self.out.extend_from_slice(bytes);
+        Ok(())
+    }
+}
