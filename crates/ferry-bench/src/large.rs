@@ -25,9 +25,9 @@
 //! - `ferry.shm.typed.vec.SIZE`: the same echo with a plain `Vec<u8>`
 //!   argument and result. Target: ≥ 90 % of the `ByteBuf` echo.
 //! - `ferry.shm.typed.warm.SIZE`: the typed twin of the raw warm case: a
-//!   `Sender<Vec<u8>>` sending the same value each time (`OnReturn`) to a
-//!   `Port<Vec<u8>>` whose receiver decodes into one reused `Vec` and
-//!   replies. Target: ≥ 0.5 × `ferry.shm.raw.warm` of the same run.
+//!   `Sender<Vec<u8>>` sending the same value each time (`call`, an
+//!   `OnReturn` send) to a `Port<Vec<u8>>` whose receiver decodes into one
+//!   reused `Vec` (`recv_into_blocking`) and replies its length. Target: ≥ 0.5 × `ferry.shm.raw.warm` of the same run.
 //!
 //! The receiver is this binary run again (see [`receiver_if_requested`]).
 
@@ -87,8 +87,8 @@ pub struct LargeArgs {
 
 /// In the re-executed receiver (a team with default settings): the raw
 /// port receives into one reused buffer and answers each message with its
-/// length; the typed port decodes into one reused `Vec` and answers the
-/// same; the echo service answers its argument. Until stdin closes.
+/// length; the typed port decodes into one reused `Vec`
+/// (`Port::recv_into_blocking`) and answers the same; the echo service answers its argument. Until stdin closes.
 pub fn receiver_if_requested() {
     let Ok(dir) = std::env::var(CHILD) else { return };
     let team = Team::builder().runtime_dir(&dir).start().expect("start team");
@@ -105,12 +105,8 @@ pub fn receiver_if_requested() {
     });
     std::thread::spawn(move || {
         let mut buf = Vec::new();
-        while let Ok(m) = typed.as_raw().recv_blocking() {
-            // `Port::recv_into_blocking` once it exists; until then the raw
-            // message is read into a reused buffer and decoded from there.
-            m.read_into(&mut buf);
-            let Ok(value) = ferry::codec::decode::<Vec<u8>>(&buf) else { break };
-            let _ = m.reply(&ferry::codec::encode(&(value.len() as u64)).unwrap_or_default());
+        while let Ok(m) = typed.recv_into_blocking(&mut buf) {
+            let _ = m.reply(&(buf.len() as u64));
         }
     });
     let mut buf = Vec::new();
