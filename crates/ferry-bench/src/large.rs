@@ -218,6 +218,10 @@ fn measure_with(args: &LargeArgs, dir: &std::path::Path) -> ferry::Result<Value>
         let data = vec![0x5Au8; len];
         let bytes = len as f64;
         let rounds = args.rounds;
+        // A case that stops answering fails (the smoke test sees it) instead of hanging.
+        let patience = Duration::from_secs(60 + (len >> 23) as u64);
+        let (to, typed_to, echo) =
+            (to.clone().with_timeout(patience), typed_to.clone().with_timeout(patience), echo.with_timeout(patience));
 
         // Raw one way: cold, one warm-up, then `rounds` warm.
         let transfer = || -> ferry::Result<f64> {
