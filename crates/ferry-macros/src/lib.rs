@@ -165,15 +165,15 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let types: Vec<_> = m.kinds.iter().map(Arg::wire).collect();
         let pass: Vec<_> = m.args.iter().zip(&m.kinds).map(|((n, _), k)| k.pass(n)).collect();
         let value = |v: Tokens| match result_array(m) {
-            Some(_) => quote!(&::ferry::rpc::__private::BytesRef(&#v[..])),
-            None => quote!(&#v),
+            Some(_) => quote!(::ferry::rpc::__private::ByteArray(#v)),
+            None => quote!(#v),
         };
         let respond = if m.result.is_some() {
             let ok = value(quote!(v));
             quote! {
                 match r {
                     ::core::result::Result::Ok(v) => ::ferry::rpc::__private::ok(#ok),
-                    ::core::result::Result::Err(e) => ::ferry::rpc::__private::remote(&e),
+                    ::core::result::Result::Err(e) => ::ferry::rpc::__private::remote(e),
                 }
             }
         } else {

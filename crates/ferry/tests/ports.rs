@@ -1082,7 +1082,52 @@ fn large_typed_messages_round_trip(p: Placement) {
     );
 }
 
+/// A large value whose encoding grows (or shrinks) by a byte each time it
+/// is encoded: a `Serialize` that differs between two passes.
+struct Flaky {
+    grow: bool,
+    passes: std::sync::atomic::AtomicUsize,
+}
+
+impl Serialize for Flaky {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = self.passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let len = if self.grow { (1 << 20) + n } else { (1 << 20) - n };
+        s.serialize_bytes(&vec![1u8; len])
+    }
+}
+
+/// A large typed value that encodes to another length than its size pass
+/// counted fails its send with `Codec`; nothing of it arrives, and the
+/// channel carries the next message whole (not a corrupt frame).
+fn encoder_that_changes_its_length_is_a_codec_error(p: Placement) {
+    pair(p).run(
+        |rx| {
+            let port = rx.team.open_port::<Vec<u32>>().unwrap();
+            rx.put("port", port.id());
+            let m = port.recv_timeout(PATIENCE).unwrap();
+            assert_eq!(m.value, vec![7u32; 1 << 18], "the message after the failed ones");
+            assert!(port.recv_timeout(Duration::from_millis(50)).is_err(), "nothing else arrived");
+        },
+        |tx| {
+            let to: EndpointId = tx.get("port");
+            let flaky = tx.team.sender::<Flaky>(to);
+            for grow in [true, false] {
+                for cp in [Checkpoint::OnReceipt, Checkpoint::Immediate] {
+                    let v = Flaky { grow, passes: Default::default() };
+                    match flaky.send(&v, cp) {
+                        Err(Error::Codec(_)) => {}
+                        other => panic!("grow {grow}, {cp:?}: {other:?}"),
+                    }
+                }
+            }
+            tx.team.sender::<Vec<u32>>(to).send(&vec![7u32; 1 << 18], Checkpoint::OnReceipt).unwrap();
+        },
+    );
+}
+
 placements!(
+    encoder_that_changes_its_length_is_a_codec_error,
     large_typed_messages_round_trip,
     typed_messages_round_trip,
     raw_messages_round_trip,

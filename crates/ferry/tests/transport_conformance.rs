@@ -1027,6 +1027,35 @@ fn large_payloads_travel_detached_and_their_space_returns<F: Factory>() {
     assert_empty(&*pipe.b);
 }
 
+/// `stage_with` stages what its writer puts into the sink, written where
+/// it is staged; a writer that writes more than it said (the sink refuses
+/// the byte past the length), less, or fails, stages nothing
+/// (`Unwritten`) and leaves the space free.
+fn stage_with_writes_exactly_its_length<F: Factory>() {
+    let pipe = F::pipe(SMALL);
+    // The whole area each time: a range left taken would make the next try Full.
+    let len = pipe.a.max_detached();
+    let p = payload(5, len);
+    let unwritten = |r: Result<Staged, SendError>| matches!(r, Err(SendError::Unwritten(_)));
+    assert!(unwritten(pipe.a.stage_with(len, &mut |s| {
+        s.put(&p)?;
+        s.put(&[0])
+    })));
+    assert!(unwritten(pipe.a.stage_with(len, &mut |s| s.put(&p[..len - 1]))));
+    assert!(unwritten(pipe.a.stage_with(len, &mut |_| Err(Error::Codec("refused".into())))));
+    let staged = pipe.a.stage_with(len, &mut |s| p.chunks(4099).try_for_each(|c| s.put(c)));
+    let mut staged = Some(staged.expect("the space is free"));
+    let until = Instant::now() + PATIENCE;
+    while let Err(e) = pipe.a.try_send_staged(&data(5), &mut staged) {
+        assert_eq!(e, SendError::Full);
+        assert!(Instant::now() < until, "pipe stayed full");
+        std::thread::yield_now();
+    }
+    let (h, got) = recv_within(&*pipe.b, PATIENCE).expect("the staged payload");
+    assert!(h.detached());
+    assert!(got == p, "the payload written in place arrived damaged");
+}
+
 /// Staging finds the area full while the receiver holds what it was lent
 /// (`Full`, nothing written), and room again once it lets go; a payload
 /// larger than `max_detached` is `TooLarge`.
@@ -1473,6 +1502,7 @@ macro_rules! every_case {
             too_large_is_refused,
             large_payloads_travel_detached_and_their_space_returns,
             staging_waits_for_space_the_receiver_holds,
+            stage_with_writes_exactly_its_length,
             refused_detached_frame_stays,
             refused_frame_is_offered_again_first,
             close_stops_sends_but_frames_in_flight_are_received,

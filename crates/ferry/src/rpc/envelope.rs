@@ -199,12 +199,8 @@ pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     encoded(OK, value, "result")
 }
 
-pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
-    encoded(REMOTE, err, "error")
-}
-
 /// A status byte then `value` in MessagePack (or a CODEC status if it does not encode).
-fn encoded<T: Serialize + ?Sized>(code: u8, value: &T, what: &str) -> Vec<u8> {
+pub fn encoded<T: Serialize + ?Sized>(code: u8, value: &T, what: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
     out.push(code);
     match codec::encode_into(value, &mut out) {
@@ -347,8 +343,13 @@ mod tests {
         let mut n = 0;
         push_batch_entry(&mut batch, &mut n, 1, b"hello");
         push_batch_entry(&mut batch, &mut n, 2, b"world!");
-        let seeds =
-            [batch, call(7, &(1u32, "two", [3u8; 4])).unwrap(), ok(&(1, "a")), remote(&"e"), status(REFUSED, "x")];
+        let seeds = [
+            batch,
+            call(7, &(1u32, "two", [3u8; 4])).unwrap(),
+            ok(&(1, "a")),
+            encoded(REMOTE, &"e", "error"),
+            status(REFUSED, "x"),
+        ];
         for i in 0..100_000 {
             let input = if i % 3 == 0 {
                 rng.bytes(48)

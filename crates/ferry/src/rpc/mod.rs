@@ -25,7 +25,7 @@ pub use client::{CallFuture, Client};
 pub use descriptor::{MethodDescriptor, ServiceDescriptor, CODEC};
 pub(crate) use gate::Place;
 pub use server::{
-    Args, CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, ServiceEndpoint, Serving, RETRY_WINDOW,
+    Args, CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, Response, ServiceEndpoint, Serving, RETRY_WINDOW,
 };
 
 use crate::id::TeamId;
@@ -124,22 +124,23 @@ impl RpcError<Never> {
 #[doc(hidden)]
 pub mod __private {
     use super::envelope;
-    use super::server::HandlerFuture;
+    use super::server::{HandlerFuture, Response};
     use serde::{de::DeserializeOwned, Serialize};
 
-    pub fn ok<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-        envelope::ok(value)
+    /// A result: a large one is encoded where its reply is staged.
+    pub fn ok<T: Serialize + Send + 'static>(value: T) -> Response {
+        Response::encoded(envelope::OK, value, "result")
     }
 
-    pub fn remote<E: Serialize + ?Sized>(err: &E) -> Vec<u8> {
-        envelope::remote(err)
+    pub fn remote<E: Serialize + Send + 'static>(err: E) -> Response {
+        Response::encoded(envelope::REMOTE, err, "error")
     }
 
     /// Decodes arguments, or gives the handler future that answers "codec error".
     pub fn decode<A: DeserializeOwned>(args: super::Args) -> Result<A, HandlerFuture> {
         args.decode().map_err(|e| {
             let response = envelope::status(envelope::CODEC, &format!("arguments: {e}"));
-            Box::pin(async move { response }) as HandlerFuture
+            Box::pin(async move { Response::Bytes(response) }) as HandlerFuture
         })
     }
 
@@ -150,7 +151,7 @@ pub mod __private {
 
     pub fn no_such_method(method: u32) -> HandlerFuture {
         let response = envelope::no_such_method(method);
-        Box::pin(async move { response })
+        Box::pin(async move { Response::Bytes(response) })
     }
 
     /// Refuses an accepted call of a method the service lacks (explicit receipt).
@@ -179,9 +180,16 @@ mod bytes_arg {
         }
     }
 
-    /// A `[u8; N]` decoded from exactly N bytes (or, as serde writes an
-    /// array, a sequence of N integers); any other length is a codec error.
+    /// A `[u8; N]` as bytes: decoded from exactly N bytes (or, as serde
+    /// writes an array, a sequence of N integers; any other length is a
+    /// codec error), encoded with `serialize_bytes` (a result, owned).
     pub struct ByteArray<const N: usize>(pub [u8; N]);
+
+    impl<const N: usize> Serialize for ByteArray<N> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(&self.0)
+        }
+    }
 
     impl<const N: usize> From<ByteArray<N>> for [u8; N] {
         fn from(a: ByteArray<N>) -> [u8; N] {

@@ -9,6 +9,7 @@ use crate::cost::{self, Side, Stage};
 use crate::error::Result;
 use crate::id::EndpointId;
 use crate::port::{RawMessage, RawPort, Responder};
+use crate::runtime::out;
 use crate::runtime::payload::Payload;
 use crate::runtime::{panic_message, CancelGuard, CatchUnwind, JoinHandle, Sleep, Team, TeamInner};
 use crate::wire::codec;
@@ -24,8 +25,35 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-/// What a handler resolves to: an encoded response (see `envelope`).
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+/// What a handler resolves to: its response.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Response> + Send>>;
+
+/// A handler's response: encoded (see `envelope`), or a large result
+/// still to encode, straight where its reply is staged.
+pub enum Response {
+    /// The response's bytes.
+    Bytes(Vec<u8>),
+    /// Sends the reply of the call it is given.
+    Value(Box<dyn FnOnce(IncomingCall) -> Result<()> + Send>),
+}
+
+impl Response {
+    /// A status byte then `value`: encoded now if small, else kept to be
+    /// encoded as its reply is sent (a status `CODEC` if it does not encode).
+    pub(crate) fn encoded<T: Serialize + Send + 'static>(code: u8, value: T, what: &'static str) -> Response {
+        match out::encode_small(&[code], &value) {
+            Ok(Some(bytes)) => Response::Bytes(bytes),
+            Ok(None) => Response::Value(Box::new(move |call| call.reply_encoded(code, &value, what))),
+            Err(e) => Response::Bytes(envelope::status(envelope::CODEC, &format!("the {what} did not encode: {e}"))),
+        }
+    }
+}
+
+impl From<Vec<u8>> for Response {
+    fn from(bytes: Vec<u8>) -> Response {
+        Response::Bytes(bytes)
+    }
+}
 
 /// The dispatcher a `#[ferry::service]` trait generates (`<Trait>Server`).
 pub trait Dispatch: Send + Sync + 'static {
@@ -394,14 +422,44 @@ impl IncomingCall {
         }
     }
 
-    /// Answers with a result.
+    /// Answers with a result (a large one encoded straight where its
+    /// reply is staged).
     pub fn reply_ok<R: Serialize + ?Sized>(self, value: &R) -> Result<()> {
-        self.reply_raw(&envelope::ok(value))
+        self.reply_encoded(envelope::OK, value, "result")
     }
 
     /// Answers with the handler's own error (`RpcError::Remote` at the caller).
     pub fn reply_err<E: Serialize + ?Sized>(self, err: &E) -> Result<()> {
-        self.reply_raw(&envelope::remote(err))
+        self.reply_encoded(envelope::REMOTE, err, "error")
+    }
+
+    /// Answers with a handler's response.
+    pub fn respond(self, response: Response) -> Result<()> {
+        match response {
+            Response::Bytes(b) => self.reply_raw(&b),
+            Response::Value(send) => send(self),
+        }
+    }
+
+    /// Answers with status `code` then `value`, encoded where the reply is
+    /// staged; a value that does not encode is answered `CODEC`.
+    fn reply_encoded<T: Serialize + ?Sized>(mut self, code: u8, value: &T, what: &str) -> Result<()> {
+        if self.once.is_some() || self.responder.is_none() {
+            // Remembered for repeats (or not sent at all): as bytes.
+            return self.reply_raw(&envelope::encoded(code, value, what));
+        }
+        let mut responder = self.responder.take();
+        let sent = out::encoded_after(&[code], value, &mut Vec::new(), |o| {
+            responder.take().map_or(Ok(()), |r| r.reply_out(o))
+        });
+        match (sent, responder) {
+            (Ok(r), _) => r,
+            // Not sent: it did not encode.
+            (Err(e), Some(r)) => {
+                r.reply(&envelope::status(envelope::CODEC, &format!("the {what} did not encode: {e}")))
+            }
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// Refuses the call; the caller gets `RpcError::Refused(why)`.
@@ -798,7 +856,7 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: Inco
         Poll::Ready(r) => {
             let response = handler_response(r);
             let t = cost::record(Side::Server, Stage::Handler, t);
-            let _ = call.reply_raw(&response);
+            let _ = call.respond(response);
             cost::record(Side::Server, Stage::Reply, t);
         }
         Poll::Pending => {
@@ -833,12 +891,12 @@ fn start<D: Dispatch>(handler: &Arc<D>, mut call: IncomingCall) -> Option<(Incom
     Some((call, work, t))
 }
 
-type Work = CatchUnwind<dyn Future<Output = Vec<u8>> + Send>;
+type Work = CatchUnwind<dyn Future<Output = Response> + Send>;
 
-fn handler_response(r: std::thread::Result<Vec<u8>>) -> Vec<u8> {
+fn handler_response(r: std::thread::Result<Response>) -> Response {
     match r {
         Ok(response) => response,
-        Err(p) => envelope::status(envelope::PANICKED, &panic_message(&*p)),
+        Err(p) => Response::Bytes(envelope::status(envelope::PANICKED, &panic_message(&*p))),
     }
 }
 
@@ -863,11 +921,11 @@ async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Wor
                 return Poll::Ready(handler_response(r));
             }
             if cancelled.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(envelope::status(envelope::CANCELLED, ""));
+                return Poll::Ready(Response::Bytes(envelope::status(envelope::CANCELLED, "")));
             }
             if let Some(d) = deadline.as_mut() {
                 if Pin::new(d).poll(cx).is_ready() {
-                    return Poll::Ready(envelope::status(envelope::DEADLINE, ""));
+                    return Poll::Ready(Response::Bytes(envelope::status(envelope::DEADLINE, "")));
                 }
             }
             Poll::Pending
@@ -876,7 +934,7 @@ async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Wor
     };
     drop(work);
     let t = cost::record(Side::Server, Stage::Handler, t);
-    let _ = call.reply_raw(&response);
+    let _ = call.respond(response);
     cost::record(Side::Server, Stage::Reply, t);
 }
 

@@ -325,7 +325,7 @@ fn data_waits_behind_backlogged_control_frames() {
     // Room in the ring for the backlogged ack and the data, which goes after it.
     read(3);
     let data = Header::new(Kind::Data, src, dst, 0);
-    team.inner.send_message(&ch, data, b"x", false, None).unwrap();
+    team.inner.send_message(&ch, data, super::out::Out::from(&b"x"[..]), false, None).unwrap();
     ch.flush_backlog();
     read(usize::MAX);
     assert_eq!(kinds.last(), Some(&Kind::Data), "data overtook a backlogged ack: {kinds:?}");

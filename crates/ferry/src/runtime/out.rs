@@ -110,6 +110,20 @@ pub fn encoded_after<T: Serialize + ?Sized, R>(
     Ok(send(Out::Encoded { len, write: &write }))
 }
 
+/// `head` then `value`'s encoding in a vector, if it is at most
+/// [`ENCODE_IN_PLACE_ABOVE`] bytes; `None` if larger (encode it where it is
+/// staged: [`encoded_after`]).
+pub fn encode_small<T: Serialize + ?Sized>(head: &[u8], value: &T) -> Result<Option<Vec<u8>>> {
+    let mut buf = Vec::with_capacity(32);
+    buf.extend_from_slice(head);
+    let mut small = Limited { out: &mut buf, over: false };
+    match codec::encode_to(value, &mut small) {
+        Ok(()) => Ok(Some(buf)),
+        Err(_) if small.over => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// A vector that refuses to grow past [`ENCODE_IN_PLACE_ABOVE`].
 struct Limited<'a> {
     out: &'a mut Vec<u8>,

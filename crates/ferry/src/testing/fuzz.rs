@@ -1103,7 +1103,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     wire_codec::encode_into(&sample_descriptor(), &mut bind).unwrap();
     add("rpc", "bind", bind);
     add("rpc", "ok", env::ok(&(7u32, "seven")));
-    add("rpc", "remote", env::remote(&Shape::New(3)));
+    add("rpc", "remote", env::encoded(env::REMOTE, &Shape::New(3), "error"));
     for (name, code) in [
         ("panicked", env::PANICKED),
         ("cancelled", env::CANCELLED),
