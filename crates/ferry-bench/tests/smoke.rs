@@ -2,7 +2,8 @@
 //! child process (this test binary re-executes itself, hence `harness =
 //! false` and our own main): a case that no longer starts (a setting the
 //! team refuses, say) fails here, not first in a benchmark run.
-//! Also runs a case of its own, the way a binary adds cases to the floors.
+//! Also runs a case of its own, the way a binary adds cases to the floors,
+//! and `ferry bench large` at 1 MiB: each of its cases must give a time.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -41,6 +42,7 @@ fn main() {
     let mut cases = pingpong_cases();
     cases.extend(ferry_rpc::cases());
     cases.push(Case { name: "test.uds.fdpass", parent: fdpass_parent, child: fdpass_child });
+    ferry_bench::large::receiver_if_requested();
     child_main_if_requested(&cases);
 
     let params = Params { passes: 2, rounds: 3, iters: 200, warmup: 1 };
@@ -58,8 +60,45 @@ fn main() {
             None => {} // counted in report.errors
         }
     }
-    println!("smoke: {} passed, {} failed", cases.len() - failed.min(cases.len()), failed);
+    let large = large_cases();
+    failed += large.iter().filter(|(_, ok)| !ok).count();
+    let total = cases.len() + large.len();
+    println!("smoke: {} passed, {} failed", total - failed.min(total), failed);
     if failed > 0 {
         std::process::exit(1);
     }
+}
+
+/// `ferry bench large --sizes-mib 1 --rounds 1`: each case's name and
+/// whether it gave a positive, finite bandwidth.
+fn large_cases() -> Vec<(String, bool)> {
+    const WANT: [&str; 7] = [
+        "floor.memcpy.1MiB",
+        "floor.copy.fresh.1MiB",
+        "ferry.shm.raw.cold.1MiB",
+        "ferry.shm.raw.warm.1MiB",
+        "ferry.shm.typed.1MiB",
+        "ferry.shm.typed.vec.1MiB",
+        "ferry.shm.typed.warm.1MiB",
+    ];
+    let args = ferry_bench::large::LargeArgs { json: true, sizes_mib: vec![1], rounds: 1 };
+    let report = match ferry_bench::large::measure(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench large: {e}");
+            return WANT.iter().map(|n| (n.to_string(), false)).collect();
+        }
+    };
+    let cases = report["results"][0]["cases"].as_array().cloned().unwrap_or_default();
+    WANT.iter()
+        .map(|&name| {
+            let gbps = cases.iter().find(|c| c["name"] == name).and_then(|c| c["gbps"].as_f64());
+            let ok = gbps.is_some_and(|g| g.is_finite() && g > 0.0);
+            println!("{name}: {}", gbps.map_or("missing".to_string(), |g| format!("{g:.2} GB/s")));
+            if !ok {
+                eprintln!("{name}: no bandwidth ({gbps:?})");
+            }
+            (name.to_string(), ok)
+        })
+        .collect()
 }

@@ -12,6 +12,22 @@
 //!
 //! A method returning `Result<T, E>` reports `E` to the caller as
 //! `RpcError::Remote(E)`; any other return type is the result itself.
+//!
+//! Arguments and results travel in ferry's codec (MessagePack). Types are
+//! recognized by how they are written (the descriptor keeps them as written):
+//!
+//! - `&T` arguments (`&[u8]`, `&str`, `&MyStruct`, ...; not `&mut`): the
+//!   client stub takes the reference; the server decodes the owned form
+//!   (`[T]` → `Vec<T>`, `str` → `String`, otherwise `T`) and lends it to the
+//!   handler. The request enum's field is the owned form.
+//! - `[u8; N]` and `&[u8; N]` arguments, and `[u8; N]` results (also as
+//!   the `T` of `Result<T, E>`; written as an array type of `u8`, N any
+//!   constant): MessagePack bin of N bytes (a sequence of N integers is
+//!   accepted too); another length is a codec error. With explicit receipt
+//!   (`Reply::ok`) an array result is written as serde writes an array.
+//! - `Vec<u8>`, `&[u8]`, `bytes::Bytes` (its `serde` feature),
+//!   `serde_bytes::ByteBuf` and `ferry::Bytes` need nothing from the macro:
+//!   each is bin through the codec or its own `Serialize`.
 
 #![deny(missing_docs)]
 
@@ -40,6 +56,8 @@ struct Method {
     name: Ident,
     attrs: Vec<syn::Attribute>,
     args: Vec<(Ident, Type)>,
+    /// How each argument travels (same order as `args`).
+    kinds: Vec<Arg>,
     ret: Type,
     /// `Some((T, E))` when the method returns `Result<T, E>`.
     result: Option<(Type, Type)>,
@@ -101,8 +119,18 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let (blocking, oneway, batched) =
             (format_ident!("{}_blocking", name), format_ident!("{}_oneway", name), format_ident!("{}_batched", name));
         let params: Vec<_> = m.args.iter().map(|(n, t)| quote!(#n: #t)).collect();
-        let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
+        let names: Vec<_> = m.args.iter().zip(&m.kinds).map(|((n, _), k)| k.encode(n)).collect();
         let (t, e) = ok_err(m);
+        // A `[u8; N]` result is decoded through its bytes wrapper, then converted.
+        let (call_ty, converted, blocking_wire, unwrap) = match result_array(m) {
+            Some(len) => (
+                quote!(::ferry::rpc::CallFuture<#t, #e, ::ferry::rpc::__private::ByteArray<{ #len }>>),
+                quote!(.converted()),
+                quote!(::ferry::rpc::__private::ByteArray<{ #len }>),
+                quote!(.map(|a| a.0)),
+            ),
+            None => (quote!(::ferry::rpc::CallFuture<#t, #e>), quote!(), quote!(#t), quote!()),
+        };
         let doc = format!("Calls `{name}`; the future (a promise) resolves to its result. Dropping it cancels the call.");
         let blocking_doc = format!("Calls `{name}` and blocks this thread for its result.");
         let oneway_doc = format!(
@@ -112,12 +140,12 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let batched_doc = format!("Queues a call of `{name}` without a result, sent in order with the next call or `flush`.");
         quote! {
             #[doc = #doc]
-            pub fn #name(&self, #(#params),*) -> ::ferry::rpc::CallFuture<#t, #e> {
-                self.client.call(#i, &(#(#names,)*))
+            pub fn #name(&self, #(#params),*) -> #call_ty {
+                self.client.call(#i, &(#(#names,)*))#converted
             }
             #[doc = #blocking_doc]
             pub fn #blocking(&self, #(#params),*) -> ::core::result::Result<#t, ::ferry::rpc::RpcError<#e>> {
-                self.client.call_blocking(#i, &(#(#names,)*))
+                self.client.call_blocking::<_, #blocking_wire, #e>(#i, &(#(#names,)*))#unwrap
             }
             #[doc = #oneway_doc]
             pub fn #oneway(&self, #(#params,)* checkpoint: ::ferry::Checkpoint) -> ::core::result::Result<(), ::ferry::rpc::RpcError<#e>> {
@@ -134,16 +162,23 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
         let i = i as u32;
         let name = &m.name;
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
-        let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        let types: Vec<_> = m.kinds.iter().map(Arg::wire).collect();
+        let pass: Vec<_> = m.args.iter().zip(&m.kinds).map(|((n, _), k)| k.pass(n)).collect();
+        let value = |v: Tokens| match result_array(m) {
+            Some(_) => quote!(::ferry::rpc::__private::ByteArray(#v)),
+            None => quote!(#v),
+        };
         let respond = if m.result.is_some() {
+            let ok = value(quote!(v));
             quote! {
                 match r {
-                    ::core::result::Result::Ok(v) => ::ferry::rpc::__private::ok(v),
+                    ::core::result::Result::Ok(v) => ::ferry::rpc::__private::ok(#ok),
                     ::core::result::Result::Err(e) => ::ferry::rpc::__private::remote(e),
                 }
             }
         } else {
-            quote!(::ferry::rpc::__private::ok(r))
+            let ok = value(quote!(r));
+            quote!(::ferry::rpc::__private::ok(#ok))
         };
         quote! {
             #i => {
@@ -152,7 +187,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
                     ::core::result::Result::Err(e) => return e,
                 };
                 ::std::boxed::Box::pin(async move {
-                    let r = self.0.#name(#(#names),*).await;
+                    let r = self.0.#name(#(#pass),*).await;
                     #respond
                 })
             }
@@ -161,8 +196,9 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
 
     let variants: Vec<Ident> = methods.iter().map(|m| format_ident!("{}", camel(&m.name.to_string()))).collect();
     let request_variants = methods.iter().zip(&variants).map(|(m, v)| {
-        let fields = m.args.iter().map(|(n, t)| {
+        let fields = m.args.iter().zip(&m.kinds).map(|((n, _), k)| {
             let doc = format!("Argument `{n}`.");
+            let t = k.owned();
             quote!(#[doc = #doc] #n: #t)
         });
         let (t, e) = ok_err(m);
@@ -179,11 +215,12 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
     let request_arms = methods.iter().zip(&variants).enumerate().map(|(i, (m, v))| {
         let i = i as u32;
         let names: Vec<_> = m.args.iter().map(|(n, _)| n).collect();
-        let types: Vec<_> = m.args.iter().map(|(_, t)| t).collect();
+        let types: Vec<_> = m.kinds.iter().map(Arg::wire).collect();
+        let fields: Vec<_> = m.args.iter().zip(&m.kinds).map(|((n, _), k)| k.field(n)).collect();
         quote! {
             #i => match __ferry_call.take_args::<(#(#types,)*)>() {
                 ::core::result::Result::Ok((#(#names,)*)) => {
-                    ::core::result::Result::Ok(#request::#v { #(#names,)* reply: ::ferry::rpc::Reply::new(__ferry_call) })
+                    ::core::result::Result::Ok(#request::#v { #(#fields,)* reply: ::ferry::rpc::Reply::new(__ferry_call) })
                 }
                 ::core::result::Result::Err(e) => {
                     let _ = __ferry_call.refuse(&e.to_string());
@@ -336,11 +373,103 @@ fn method(item: &TraitItem) -> syn::Result<Method> {
             FnArg::Receiver(r) => Err(syn::Error::new_spanned(r, "unexpected receiver")),
         })
         .collect::<syn::Result<Vec<_>>>()?;
+    let kinds = args.iter().map(|(_, t)| Arg::of(t)).collect::<syn::Result<Vec<_>>>()?;
     let ret: Type = match &sig.output {
         ReturnType::Default => syn::parse_quote!(()),
         ReturnType::Type(_, t) => (**t).clone(),
     };
-    Ok(Method { name: sig.ident.clone(), attrs: f.attrs.clone(), args, result: result_parts(&ret), ret })
+    Ok(Method { name: sig.ident.clone(), attrs: f.attrs.clone(), args, kinds, result: result_parts(&ret), ret })
+}
+
+/// How an argument travels, from how its type is written.
+enum Arg {
+    /// As itself.
+    Owned(Type),
+    /// `&T`: the reference is encoded; the server decodes the owned form and lends it.
+    Ref(Type),
+    /// `[u8; N]` (`by_ref`: written `&[u8; N]`): bin of N bytes.
+    Array { len: syn::Expr, by_ref: bool },
+}
+
+impl Arg {
+    fn of(t: &Type) -> syn::Result<Arg> {
+        if let Some(len) = byte_array(t) {
+            return Ok(Arg::Array { len, by_ref: false });
+        }
+        let Type::Reference(r) = t else { return Ok(Arg::Owned(t.clone())) };
+        if r.mutability.is_some() {
+            return Err(syn::Error::new_spanned(t, "a service argument cannot be `&mut`"));
+        }
+        if let Some(len) = byte_array(&r.elem) {
+            return Ok(Arg::Array { len, by_ref: true });
+        }
+        let owned = match &*r.elem {
+            Type::Slice(s) => {
+                let e = &s.elem;
+                syn::parse_quote!(::std::vec::Vec<#e>)
+            }
+            Type::Path(p) if p.qself.is_none() && p.path.is_ident("str") => syn::parse_quote!(::std::string::String),
+            other => other.clone(),
+        };
+        Ok(Arg::Ref(owned))
+    }
+
+    /// The type the server decodes.
+    fn wire(&self) -> Tokens {
+        match self {
+            Arg::Owned(t) | Arg::Ref(t) => quote!(#t),
+            Arg::Array { len, .. } => quote!(::ferry::rpc::__private::ByteArray<{ #len }>),
+        }
+    }
+
+    /// The field of the request enum: what the caller sent, owned.
+    fn owned(&self) -> Tokens {
+        match self {
+            Arg::Owned(t) | Arg::Ref(t) => quote!(#t),
+            Arg::Array { len, .. } => quote!([u8; #len]),
+        }
+    }
+
+    /// What the client encodes for argument `n`.
+    fn encode(&self, n: &Ident) -> Tokens {
+        match self {
+            Arg::Owned(_) | Arg::Ref(_) => quote!(#n),
+            Arg::Array { .. } => quote!(::ferry::rpc::__private::BytesRef(&#n[..])),
+        }
+    }
+
+    /// What the server hands the handler, from the decoded `n`.
+    fn pass(&self, n: &Ident) -> Tokens {
+        match self {
+            Arg::Owned(_) => quote!(#n),
+            Arg::Ref(_) => quote!(&#n),
+            Arg::Array { by_ref: false, .. } => quote!(#n.0),
+            Arg::Array { by_ref: true, .. } => quote!(&#n.0),
+        }
+    }
+
+    /// The request enum's field initializer, from the decoded `n`.
+    fn field(&self, n: &Ident) -> Tokens {
+        match self {
+            Arg::Array { .. } => quote!(#n: #n.0),
+            _ => quote!(#n),
+        }
+    }
+}
+
+/// `Some(N)` if `t` is written `[u8; N]`.
+fn byte_array(t: &Type) -> Option<syn::Expr> {
+    let Type::Array(a) = t else { return None };
+    let Type::Path(p) = &*a.elem else { return None };
+    (p.qself.is_none() && p.path.is_ident("u8")).then(|| a.len.clone())
+}
+
+/// `Some(N)` if the method's result (the `T` of `Result<T, E>`) is `[u8; N]`.
+fn result_array(m: &Method) -> Option<syn::Expr> {
+    match &m.result {
+        Some((t, _)) => byte_array(t),
+        None => byte_array(&m.ret),
+    }
 }
 
 /// `Some((T, E))` if `ty` is written `Result<T, E>`.

@@ -270,8 +270,10 @@ impl Client {
 }
 
 /// A call in flight. Resolves to the method's result; dropping it before
-/// then cancels the call at the server.
-pub struct CallFuture<R, E = super::Never> {
+/// then cancels the call at the server. `W` is the type the result is
+/// decoded as, then converted to `R` (a wrapper such as the one that moves
+/// `[u8; N]` as bytes; the same type unless a generated stub says otherwise).
+pub struct CallFuture<R, E = super::Never, W = R> {
     team: Option<Arc<TeamInner>>,
     delivery: Option<Delivery>,
     failed: Option<RpcError<E>>,
@@ -279,16 +281,28 @@ pub struct CallFuture<R, E = super::Never> {
     since: Option<std::time::Instant>,
     /// A retryable call's sender and request, until it was sent again.
     again: Option<(RawSender, Vec<u8>)>,
-    _r: PhantomData<fn() -> R>,
+    _r: PhantomData<fn() -> (R, W)>,
 }
 
-impl<R, E> Unpin for CallFuture<R, E> {}
+impl<R, E, W> Unpin for CallFuture<R, E, W> {}
 
 impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
     fn failed(e: RpcError<E>) -> Self {
         CallFuture { team: None, delivery: None, failed: Some(e), since: None, again: None, _r: PhantomData }
     }
 
+    /// The same call, whose result (decoded as `R`) is converted to `T`.
+    #[doc(hidden)]
+    pub fn converted<T>(self) -> CallFuture<T, E, R>
+    where
+        R: Into<T>,
+    {
+        let CallFuture { team, delivery, failed, since, again, _r } = self;
+        CallFuture { team, delivery, failed, since, again, _r: PhantomData }
+    }
+}
+
+impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> CallFuture<R, E, W> {
     /// Blocks this thread until the result is there.
     pub fn wait(self) -> Result<R, RpcError<E>> {
         match self.team.clone() {
@@ -298,7 +312,7 @@ impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
     }
 }
 
-impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
+impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> Future for CallFuture<R, E, W> {
     type Output = Result<R, RpcError<E>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Some(e) = self.failed.take() {
@@ -319,13 +333,13 @@ impl<R: DeserializeOwned, E: DeserializeOwned> Future for CallFuture<R, E> {
                 let result = match r {
                     Ok(payload) => match payload.as_local() {
                         // Small (most answers): from the bytes, as they are.
-                        Some(b) if b.len() <= INLINE => envelope::decode_response(b),
+                        Some(b) if b.len() <= INLINE => envelope::decode_response::<W, E>(b).map(Into::into),
                         // A result is decoded where it arrived; other answers are short.
                         _ => {
                             let mut status = [0u8];
                             match payload.read_head(&mut status) == 1 && status[0] == envelope::OK {
-                                true => payload.decode_at(1).map_err(RpcError::from),
-                                false => payload.with_bytes(envelope::decode_response),
+                                true => payload.decode_at::<W>(1).map(Into::into).map_err(RpcError::from),
+                                false => payload.with_bytes(envelope::decode_response::<W, E>).map(Into::into),
                             }
                         }
                     },

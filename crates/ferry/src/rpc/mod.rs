@@ -160,4 +160,72 @@ pub mod __private {
         let _ = call.reply_raw(&envelope::no_such_method(method));
         super::RpcError::NoSuchMethod(method)
     }
+
+    pub use super::bytes_arg::{ByteArray, BytesRef};
+}
+
+/// How the service macro moves a `[u8; N]` argument or result: as bytes
+/// (MessagePack bin), not as an array of N integers.
+mod bytes_arg {
+    use serde::de::{Deserializer, Error, SeqAccess, Visitor};
+    use serde::{Deserialize, Serialize, Serializer};
+    use std::fmt;
+
+    /// Serializes borrowed bytes with `serialize_bytes`.
+    pub struct BytesRef<'a>(pub &'a [u8]);
+
+    impl Serialize for BytesRef<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(self.0)
+        }
+    }
+
+    /// A `[u8; N]` as bytes: decoded from exactly N bytes (or, as serde
+    /// writes an array, a sequence of N integers; any other length is a
+    /// codec error), encoded with `serialize_bytes` (a result, owned).
+    pub struct ByteArray<const N: usize>(pub [u8; N]);
+
+    impl<const N: usize> Serialize for ByteArray<N> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(&self.0)
+        }
+    }
+
+    impl<const N: usize> From<ByteArray<N>> for [u8; N] {
+        fn from(a: ByteArray<N>) -> [u8; N] {
+            a.0
+        }
+    }
+
+    impl<'de, const N: usize> Deserialize<'de> for ByteArray<N> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_bytes(ArrayVisitor::<N>)
+        }
+    }
+
+    struct ArrayVisitor<const N: usize>;
+
+    impl<'de, const N: usize> Visitor<'de> for ArrayVisitor<N> {
+        type Value = ByteArray<N>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{N} bytes")
+        }
+
+        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+            <[u8; N]>::try_from(v).map(ByteArray).map_err(|_| E::invalid_length(v.len(), &self))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = [0u8; N];
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(i, &self))?;
+            }
+            // One more element is a wrong length too, not a value cut short.
+            if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                return Err(A::Error::invalid_length(N + 1, &self));
+            }
+            Ok(ByteArray(out))
+        }
+    }
 }

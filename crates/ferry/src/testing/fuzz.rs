@@ -29,6 +29,7 @@
 
 use crate::id::{Addr, EndpointId, TeamId};
 use crate::names::{etcd as etcd_names, remote};
+use crate::rpc::__private::{ByteArray, BytesRef};
 use crate::rpc::envelope::{self, Request};
 use crate::rpc::{MethodDescriptor, ServiceDescriptor};
 use crate::transport::doorbell::{Bell, DoorbellMemory};
@@ -272,6 +273,9 @@ pub fn rpc(data: &[u8]) {
         Ok(Request::Call { method, args }) => {
             assert_eq!(args, &data[5..]);
             let _ = (method, wire_codec::decode::<(i32, i32)>(args));
+            byte_array::<4>(args);
+            byte_array::<32>(args);
+            let _ = wire_codec::decode::<(ByteArray<0>, Vec<u8>, String)>(args);
         }
         Ok(Request::CallOnce { id, method, args }) => {
             assert_eq!(args, &data[13..]);
@@ -298,6 +302,17 @@ pub fn rpc(data: &[u8]) {
     let _ = envelope::decode_response::<ServiceDescriptor, Shape>(data);
     let _ = envelope::decode_response::<(), crate::rpc::Never>(data);
     let _ = envelope::decode_oneway_response::<Shape>(data);
+    let _ = envelope::decode_response::<ByteArray<16>, String>(data);
+}
+
+/// A `[u8; N]` argument as the service macro decodes it (bin of exactly N
+/// bytes, or N integers); what decodes re-encodes as bin to the same bytes.
+fn byte_array<const N: usize>(args: &[u8]) {
+    if let Ok((a,)) = wire_codec::decode::<(ByteArray<N>,)>(args) {
+        let bytes = wire_codec::encode(&(BytesRef(&a.0),)).expect("a decoded array encodes");
+        let (again,) = wire_codec::decode::<(ByteArray<N>,)>(&bytes).expect("an encoded array decodes");
+        assert_eq!(again.0, a.0);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1134,6 +1149,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
 
     // rpc
     add("rpc", "call", env::call(0, &(1i32, 2i32)).unwrap());
+    add("rpc", "call-byte-array", env::call(0, &(BytesRef(&[1, 2, 3, 4]),)).unwrap());
     let mut once = Vec::new();
     env::call_once_into(9, 0, &(3i32, 4i32), &mut once).unwrap();
     add("rpc", "call-once", once);
