@@ -31,6 +31,7 @@ pub trait Payloads {
     async fn buf(&self, data: ByteBuf) -> ByteBuf;
     async fn record(&self, r: Record) -> Record;
     async fn bytes(&self, b: bytes::Bytes) -> bytes::Bytes;
+    async fn fbytes(&self, b: ferry::Bytes) -> ferry::Bytes;
     /// Borrows its argument: answers a copy and a checksum.
     async fn slice(&self, data: &[u8]) -> (Vec<u8>, u64);
     async fn text(&self, s: &str) -> String;
@@ -58,6 +59,9 @@ impl Payloads for PayloadsImpl {
         r
     }
     async fn bytes(&self, b: bytes::Bytes) -> bytes::Bytes {
+        b
+    }
+    async fn fbytes(&self, b: ferry::Bytes) -> ferry::Bytes {
         b
     }
     async fn slice(&self, data: &[u8]) -> (Vec<u8>, u64) {
@@ -118,6 +122,7 @@ fn byte_types_round_trip(p: Placement) {
             same("Vec<u8>", &c.vec_blocking(data.clone()).unwrap(), &data);
             same("ByteBuf", &c.buf_blocking(ByteBuf::from(data.clone())).unwrap(), &data);
             same("Bytes", &c.bytes_blocking(bytes::Bytes::from(data.clone())).unwrap(), &data);
+            same("ferry::Bytes", &c.fbytes_blocking(ferry::Bytes::from(data.clone())).unwrap(), &data);
             let (copy, s) = c.slice_blocking(&data).unwrap();
             same("&[u8]", &copy, &data);
             assert_eq!(s, sum(&data));
@@ -142,6 +147,7 @@ fn large_and_small_values_round_trip(p: Placement) {
             let data = pattern(len, 3);
             same("ByteBuf", &c.buf_blocking(ByteBuf::from(data.clone())).unwrap(), &data);
             same("Vec<u8>", &c.vec_blocking(data.clone()).unwrap(), &data);
+            same("ferry::Bytes", &c.fbytes_blocking(ferry::Bytes::from(data.clone())).unwrap(), &data);
             let r = Record { id: u64::MAX - len as u64, name: format!("record of {len} bytes"), data: data.clone() };
             let back = c.record_blocking(r.clone()).unwrap();
             assert_eq!((back.id, &back.name), (r.id, &r.name));
