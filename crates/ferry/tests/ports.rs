@@ -1126,6 +1126,37 @@ fn encoder_that_changes_its_length_is_a_codec_error(p: Placement) {
     );
 }
 
+/// A large reply that encodes to another length than counted is not lost:
+/// nothing of it is sent, the replier gets `Codec`, and the caller is told
+/// (`Refused`, the message dropped without a reply) instead of waiting for
+/// ever; the channel carries the next reply whole.
+fn reply_that_changes_its_length_tells_the_caller(p: Placement) {
+    pair(p).run(
+        |rx| {
+            let port = rx.team.open_port::<u32>().unwrap();
+            rx.put("port", port.id());
+            for grow in [true, false] {
+                let m = port.recv_timeout(PATIENCE).unwrap();
+                match m.reply(&Flaky { grow, passes: Default::default() }) {
+                    Err(Error::Codec(_)) => {}
+                    other => panic!("grow {grow}: {other:?}"),
+                }
+            }
+            port.recv_timeout(PATIENCE).unwrap().reply(&5u32).unwrap();
+        },
+        |tx| {
+            let s = tx.team.sender::<u32>(tx.get("port")).with_timeout(PATIENCE);
+            for i in 0..2 {
+                match s.call::<Vec<u8>>(&i) {
+                    Err(Error::Refused(_)) => {}
+                    other => panic!("call {i}: {other:?}"),
+                }
+            }
+            assert_eq!(s.call::<u32>(&2).unwrap(), 5);
+        },
+    );
+}
+
 /// A large typed async send that finds no room to stage (the first one
 /// holds most of the payload area, or the TCP credit) waits in the
 /// channel's outbox, encoded into a vector then, and goes once the first
@@ -1154,6 +1185,7 @@ fn large_typed_async_send_waits_encoded(p: Placement) {
 }
 
 placements!(
+    reply_that_changes_its_length_tells_the_caller,
     large_typed_async_send_waits_encoded,
     encoder_that_changes_its_length_is_a_codec_error,
     large_typed_messages_round_trip,

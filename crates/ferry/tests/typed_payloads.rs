@@ -32,6 +32,9 @@ pub trait Payloads {
     async fn record(&self, r: Record) -> Record;
     async fn bytes(&self, b: bytes::Bytes) -> bytes::Bytes;
     async fn fbytes(&self, b: ferry::Bytes) -> ferry::Bytes;
+    /// A large result whose encoding grows (or shrinks) between the size
+    /// pass and the encode.
+    async fn flaky(&self, grow: bool) -> Flaky;
     /// Borrows its argument: answers a copy and a checksum.
     async fn slice(&self, data: &[u8]) -> (Vec<u8>, u64);
     async fn text(&self, s: &str) -> String;
@@ -42,6 +45,23 @@ pub trait Payloads {
 }
 
 struct PayloadsImpl;
+
+/// Encodes to another length at each pass (1 MiB, then one more or less).
+#[derive(Debug, Deserialize)]
+pub struct Flaky {
+    #[serde(skip)]
+    grow: bool,
+    #[serde(skip)]
+    passes: std::sync::atomic::AtomicUsize,
+}
+
+impl Serialize for Flaky {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let n = self.passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let len = if self.grow { (1 << 20) + n } else { (1 << 20) - n };
+        s.serialize_bytes(&vec![1u8; len])
+    }
+}
 
 /// A checksum that sees every byte and its place.
 fn sum(data: &[u8]) -> u64 {
@@ -63,6 +83,9 @@ impl Payloads for PayloadsImpl {
     }
     async fn fbytes(&self, b: ferry::Bytes) -> ferry::Bytes {
         b
+    }
+    async fn flaky(&self, grow: bool) -> Flaky {
+        Flaky { grow, passes: Default::default() }
     }
     async fn slice(&self, data: &[u8]) -> (Vec<u8>, u64) {
         (data.to_vec(), sum(data))
@@ -138,6 +161,11 @@ fn byte_types_round_trip(p: Placement) {
         assert_eq!(c.array(a).wait().unwrap(), a);
         assert_eq!(c.array_ref_blocking(&[1, 2, 3, 4, 5]).unwrap(), [1, 2, 3, 4, 5]);
         assert!(matches!(c.array_ref_blocking(&[0, 2, 3, 4, 5]), Err(RpcError::Remote(e)) if e == "zero"));
+        // A result that does not encode as counted is answered CODEC, not lost.
+        for grow in [true, false] {
+            assert!(matches!(c.flaky_blocking(grow), Err(RpcError::Codec(_))), "grow {grow}");
+        }
+        assert_eq!(c.text_blocking("after").unwrap(), "AFTER");
     });
 }
 

@@ -356,10 +356,9 @@ impl RawMessage {
 
     /// Replies with `out` (see [`RawMessage::reply`]).
     pub(crate) fn reply_out(mut self, out: Out<'_>) -> Result<()> {
-        match self.reply.take() {
-            Some(r) => r.reply_out(out),
-            None => Ok(()),
-        }
+        // A reply that did not encode leaves the responder armed: dropped
+        // with this message, it tells the sender (it never waits forever).
+        self.reply.as_mut().map_or(Ok(()), |r| r.reply_out(out))
     }
 }
 
@@ -385,10 +384,21 @@ impl Responder {
         self.team.reply(&ch, &h, bytes)
     }
 
-    /// Sends `out` as the reply (a typed value encoded as it is sent).
-    pub(crate) fn reply_out(mut self, out: Out<'_>) -> Result<()> {
-        let (h, ch) = self.to.take().unwrap();
-        self.team.reply_out(&ch, &h, out)
+    /// Sends `out` as the reply (a typed value encoded as it is sent). If
+    /// it did not encode (`Codec`), nothing was sent and this still owes the
+    /// answer: answer otherwise, or drop it (the sender is told).
+    pub(crate) fn reply_out(&mut self, out: Out<'_>) -> Result<()> {
+        let Some((h, ch)) = &self.to else { return Ok(()) };
+        let sent = self.team.reply_out(ch, h, out);
+        if !matches!(sent, Err(Error::Codec(_))) {
+            self.to = None;
+        }
+        sent
+    }
+
+    /// Whether the answer is still owed.
+    pub(crate) fn is_pending(&self) -> bool {
+        self.to.is_some()
     }
 }
 

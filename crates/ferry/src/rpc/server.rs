@@ -6,7 +6,7 @@ use super::envelope::{self, Request};
 use super::gate::{Gate, Place};
 use super::{Never, RpcError};
 use crate::cost::{self, Side, Stage};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::port::{RawMessage, RawPort, Responder};
 use crate::runtime::out;
@@ -76,7 +76,7 @@ pub struct Args {
 impl Args {
     /// Decodes them (see `Payload::decode_at`: byte fields are views of a
     /// buffer this process owns, or copied once out of a peer's area).
-    pub(crate) fn decode<A: DeserializeOwned>(self) -> Result<A> {
+    pub fn decode<A: DeserializeOwned>(self) -> Result<A> {
         match &self.payload {
             // Small ones (most calls) straight from the bytes they came in.
             Payload::Inline { len, bytes } => codec::decode(bytes[..*len as usize].get(self.at..).unwrap_or_default()),
@@ -457,17 +457,13 @@ impl IncomingCall {
             // Remembered for repeats (or not sent at all): as bytes.
             return self.reply_raw(&envelope::encoded(code, value, what));
         }
-        let mut responder = self.responder.take();
-        let sent = out::encoded_after(&[code], value, &mut Vec::new(), |o| {
-            responder.take().map_or(Ok(()), |r| r.reply_out(o))
-        });
-        match (sent, responder) {
-            (Ok(r), _) => r,
-            // Not sent: it did not encode.
-            (Err(e), Some(r)) => {
-                r.reply(&envelope::status(envelope::CODEC, &format!("the {what} did not encode: {e}")))
+        let Some(mut responder) = self.responder.take() else { return Ok(()) };
+        match out::encoded_after(&[code], value, &mut Vec::new(), |o| responder.reply_out(o)).and_then(|r| r) {
+            // Not sent: it did not encode (before or as it was staged).
+            Err(Error::Codec(e)) if responder.is_pending() => {
+                responder.reply(&envelope::status(envelope::CODEC, &format!("the {what} did not encode: {e}")))
             }
-            (Err(e), None) => Err(e),
+            sent => sent,
         }
     }
 
