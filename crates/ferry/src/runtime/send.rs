@@ -337,8 +337,8 @@ impl TeamInner {
             return Delivery::failed(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
         // Waits for the bind as bytes (an encoded value is made into them).
-        let payload = match payload.into_vec() {
-            Ok(v) => v,
+        let mut payload = match payload.into_vec() {
+            Ok(v) => Some(v),
             Err(e) => return Delivery::failed(e),
         };
         let mut header = data_header(src, dst, checkpoint, deadline);
@@ -351,12 +351,16 @@ impl TeamInner {
                 _ => self.calls.start(None),
             };
             header.call_id = call_id;
-            let q = Queued::new(header, completion, Load::Bytes(payload.clone()));
+            let q = Queued::new(header, completion, Load::Bytes(payload.take().expect("made once")));
             queued = Some(q.clone());
             q
         });
         match joined {
-            Some(Ok(ch)) => self.send_on(&ch, src, dst, Out::Bytes(Cow::Owned(payload)), checkpoint, deadline, false),
+            // Bound meanwhile (`join` made nothing): sent as usual.
+            Some(Ok(ch)) => {
+                let payload = Out::Bytes(Cow::Owned(payload.take().expect("not queued")));
+                self.send_on(&ch, src, dst, payload, checkpoint, deadline, false)
+            }
             Some(Err(e)) => Delivery::failed(e),
             None => {
                 let q = queued.expect("queued");

@@ -298,6 +298,20 @@ pub fn rpc(data: &[u8]) {
             assert!(matches!(refused, Err(crate::rpc::RpcError::Ferry(crate::Error::LimitReached { .. }))));
         }
     }
+    // What the server does with a call: its head, then its arguments decoded
+    // where they arrived (as `rpc::Args` does), agreeing with the whole parse.
+    if let Some((method, id, at)) = envelope::call_head(&data[..data.len().min(13)]) {
+        match envelope::parse(data) {
+            Ok(Request::Call { method: m, args }) => assert!(m == method && id.is_none() && args == &data[at..]),
+            Ok(Request::CallOnce { id: i, method: m, args }) => {
+                assert!(m == method && id == Some(i) && args == &data[at..])
+            }
+            _ => panic!("call_head read a call that parse does not"),
+        }
+        let whole = wire_codec::decode::<(Vec<u8>, String)>(&data[at..]).ok();
+        let at_place = crate::runtime::payload::Payload::from_slice(data).decode_at::<(Vec<u8>, String)>(at).ok();
+        assert_eq!(whole, at_place, "decoding where the arguments arrived differs");
+    }
     let _ = envelope::decode_response::<(u32, String), String>(data);
     let _ = envelope::decode_response::<ServiceDescriptor, Shape>(data);
     let _ = envelope::decode_response::<(), crate::rpc::Never>(data);
