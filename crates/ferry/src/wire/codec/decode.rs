@@ -20,9 +20,19 @@ pub(super) enum Ref<'de, 's> {
     Copied(&'s [u8]),
 }
 
+/// Bytes for a visitor that wants a buffer of its own (`ByteBuf`,
+/// `ferry::Bytes`, `String`): borrowed from the input if it lends them (the
+/// visitor copies them, or makes a view), else read once into a new vector
+/// the visitor takes as it is.
+pub(super) enum Buf<'de> {
+    Borrowed(&'de [u8]),
+    Owned(Vec<u8>),
+}
+
 /// The decoder's input (as serde_json's `SliceRead`/`IoRead`). Callers check
 /// `n <= remaining()` before every read.
 pub(super) trait Read<'de> {
+    fn buf(&mut self, n: usize) -> Buf<'de>;
     fn remaining(&self) -> usize;
     /// Bytes read so far (for errors).
     fn offset(&self) -> usize;
@@ -67,6 +77,9 @@ impl<'de> Read<'de> for SliceRead<'de> {
     fn bytes<'s>(&'s mut self, n: usize, _: &'s mut Vec<u8>) -> Ref<'de, 's> {
         Ref::Borrowed(self.take(n))
     }
+    fn buf(&mut self, n: usize) -> Buf<'de> {
+        Buf::Borrowed(self.take(n))
+    }
 }
 
 /// A [`Source`]: bytes a peer may still write, only ever copied.
@@ -100,6 +113,11 @@ impl<'de, S: Source + ?Sized> Read<'de> for SourceRead<'_, S> {
         scratch.clear();
         self.append_to(n, scratch);
         Ref::Copied(scratch)
+    }
+    fn buf(&mut self, n: usize) -> Buf<'de> {
+        let mut v = Vec::with_capacity(n);
+        self.append_to(n, &mut v);
+        Buf::Owned(v)
     }
 }
 
@@ -559,6 +577,37 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
         self.bin_as_seq(n, visitor)
     }
 
+    /// Bin read once into the visitor's own buffer (out of a `Source`, not
+    /// through scratch then a copy of it).
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        match self.bin_head()? {
+            Some(n) => match self.read.buf(n) {
+                Buf::Borrowed(b) => visitor.visit_borrowed_bytes(b),
+                Buf::Owned(v) => visitor.visit_byte_buf(v),
+            },
+            None => self.deserialize_any(visitor),
+        }
+    }
+
+    /// A string read once into the `String`'s own buffer, as bin above.
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        let n = match rmp::Marker::from_u8(self.peek()?) {
+            rmp::Marker::FixStr(_) | rmp::Marker::Str8 | rmp::Marker::Str16 | rmp::Marker::Str32 => {
+                match self.head()? {
+                    Head::Str(n) => n,
+                    _ => unreachable!("a str marker was peeked"),
+                }
+            }
+            _ => return self.deserialize_any(visitor),
+        };
+        self.need(n, "a string")?;
+        let not_utf8 = || CodecError("a string that is not UTF-8".into());
+        match self.read.buf(n) {
+            Buf::Borrowed(b) => visitor.visit_borrowed_str(std::str::from_utf8(b).map_err(|_| not_utf8())?),
+            Buf::Owned(v) => visitor.visit_string(String::from_utf8(v).map_err(|_| not_utf8())?),
+        }
+    }
+
     fn deserialize_tuple<V: Visitor<'de>>(self, _: usize, visitor: V) -> Res<V::Value> {
         match self.bin_head()? {
             Some(n) => self.bin_as_seq(n, visitor),
@@ -567,7 +616,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
     }
 
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str string
-        bytes byte_buf unit tuple_struct map struct identifier ignored_any
+        bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str
+        bytes unit tuple_struct map struct identifier ignored_any
     }
 }
