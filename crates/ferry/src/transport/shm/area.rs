@@ -28,7 +28,11 @@
 //! while the area holds pages above the warm part (the team's reactor,
 //! woken through a [`Cooler`] when a release leaves such pages), and the
 //! free pages above both the warm part and the highest range lent since
-//! the previous call go back to the kernel. Without that, an area's
+//! the previous call go back to the kernel. A large range holds its pages
+//! longer, [`HOLD_PER_GIB`] per GiB of it (8 s for 1 GiB): touching them
+//! afresh costs about 1 s per GiB, so messages of that size a few seconds
+//! apart keep their area warm, and one now and then pays at most an eighth
+//! of the time between them to fault it in again. Without that, an area's
 //! resident size was the most bytes ever lent at once (up to 64 MiB kept
 //! for good): it crept up for as long as a channel lived, each time a few
 //! large messages happened to be in flight together.

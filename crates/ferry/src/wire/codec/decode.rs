@@ -36,7 +36,9 @@ pub(super) trait Read<'de> {
     fn remaining(&self) -> usize;
     /// Bytes read so far (for errors).
     fn offset(&self) -> usize;
-    fn read(&mut self, out: &mut [u8]);
+    /// The next `N` bytes (markers, lengths, numbers: the hot path of
+    /// small values), `None` past the end.
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]>;
     fn append_to(&mut self, n: usize, out: &mut Vec<u8>);
     fn bytes<'s>(&'s mut self, n: usize, scratch: &'s mut Vec<u8>) -> Ref<'de, 's>;
 }
@@ -67,9 +69,11 @@ impl<'de> Read<'de> for SliceRead<'de> {
     fn offset(&self) -> usize {
         self.pos
     }
-    fn read(&mut self, out: &mut [u8]) {
-        let src = self.take(out.len());
-        out[..src.len()].copy_from_slice(src);
+    #[inline]
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let a: [u8; N] = self.slice.get(self.pos..self.pos.checked_add(N)?)?.try_into().ok()?;
+        self.pos += N;
+        Some(a)
     }
     fn append_to(&mut self, n: usize, out: &mut Vec<u8>) {
         out.extend_from_slice(self.take(n));
@@ -101,9 +105,14 @@ impl<'de, S: Source + ?Sized> Read<'de> for SourceRead<'_, S> {
     fn offset(&self) -> usize {
         self.pos
     }
-    fn read(&mut self, out: &mut [u8]) {
-        self.src.read(out);
-        self.pos += out.len();
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        if self.src.remaining() < N {
+            return None;
+        }
+        let mut a = [0u8; N];
+        self.src.read(&mut a);
+        self.pos += N;
+        Some(a)
     }
     fn append_to(&mut self, n: usize, out: &mut Vec<u8>) {
         self.src.append_to(n, out);
@@ -181,6 +190,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
         Ok(())
     }
 
+    #[inline]
     fn need(&self, n: usize, what: &str) -> Res<()> {
         if n > self.read.remaining() {
             return Err(CodecError(format!("{what} of length {n} but only {} bytes left", self.read.remaining())));
@@ -188,13 +198,20 @@ impl<'de, R: Read<'de>> Deserializer<R> {
         Ok(())
     }
 
+    #[inline]
     fn fixed<const N: usize>(&mut self) -> Res<[u8; N]> {
-        self.need(N, "a value")?;
-        let mut out = [0u8; N];
-        self.read.read(&mut out);
-        Ok(out)
+        match self.read.array() {
+            Some(a) => Ok(a),
+            None => Err(self.short(N)),
+        }
     }
 
+    #[cold]
+    fn short(&self, n: usize) -> CodecError {
+        CodecError(format!("a value of length {n} but only {} bytes left", self.read.remaining()))
+    }
+
+    #[inline]
     fn peek(&mut self) -> Res<u8> {
         if let Some(b) = self.peeked {
             return Ok(b);
@@ -204,6 +221,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
         Ok(b)
     }
 
+    #[inline]
     fn head(&mut self) -> Res<Head> {
         use rmp::Marker as M;
         let b = self.peek()?;
@@ -242,12 +260,15 @@ impl<'de, R: Read<'de>> Deserializer<R> {
         })
     }
 
+    #[inline]
     fn len8(&mut self) -> Res<usize> {
         Ok(u8::from_be_bytes(self.fixed()?).into())
     }
+    #[inline]
     fn len16(&mut self) -> Res<usize> {
         Ok(u16::from_be_bytes(self.fixed()?).into())
     }
+    #[inline]
     fn len32(&mut self) -> Res<usize> {
         usize::try_from(u32::from_be_bytes(self.fixed()?)).map_err(|_| CodecError("a length over usize".into()))
     }

@@ -412,3 +412,48 @@ fn the_vec_u8_visitors_are_recognized() {
     assert!(by_value.is_some(), "serde's VecVisitor<u8>");
     assert!(in_place.is_some(), "serde's VecInPlaceVisitor<u8>, one word holding the place");
 }
+
+/// Small values through this codec and through rmp-serde (the encoding it
+/// replaced), ns per encode and decode: `cargo test -p ferry --release --lib
+/// small_values_speed -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn small_values_speed() {
+    fn time(what: &str, n: usize, mut f: impl FnMut()) {
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        eprintln!("{what:40} {:7.1} ns", t.elapsed().as_nanos() as f64 / n as f64);
+    }
+    let n = 2_000_000;
+    let unit = ();
+    let buf4 = (serde_bytes::ByteBuf::from(vec![5u8; 4]),);
+    let buf1000 = (serde_bytes::ByteBuf::from(vec![5u8; 1000]),);
+    let mut out = Vec::with_capacity(2048);
+    macro_rules! both {
+        ($name:literal, $v:expr, $t:ty) => {{
+            time(concat!("ours encode ", $name), n, || {
+                out.clear();
+                encode_into(std::hint::black_box(&$v), &mut out).unwrap();
+            });
+            time(concat!("rmp  encode ", $name), n, || {
+                out.clear();
+                rmp_serde::encode::write(&mut out, std::hint::black_box(&$v)).unwrap();
+            });
+            let bytes = encode(&$v).unwrap();
+            time(concat!("ours decode ", $name), n, || {
+                std::hint::black_box(decode::<$t>(std::hint::black_box(&bytes)).unwrap());
+            });
+            let rmp = rmp_serde::to_vec(&$v).unwrap();
+            time(concat!("rmp  decode ", $name), n, || {
+                std::hint::black_box(rmp_serde::from_slice::<$t>(std::hint::black_box(&rmp)).unwrap());
+            });
+        }};
+    }
+    both!("()", unit, ());
+    both!("(u64,)", (7u64,), (u64,));
+    both!("(ByteBuf 4,)", buf4, (serde_bytes::ByteBuf,));
+    both!("(ByteBuf 1000,)", buf1000, (serde_bytes::ByteBuf,));
+    both!("u64", 123456u64, u64);
+}
