@@ -25,8 +25,10 @@
 //!   minus the 64 MiB it holds itself (the argument it returns), in MiB and
 //!   as a multiple of the message (target ≤ 1.0).
 //! - `ferry.tcp.echo.vec.64MiB`: the same with a `Vec<u8>` argument and
-//!   result (fewer rounds: it is slow while `Vec<u8>` travels as an array
-//!   of integers), and its ratio to the `ByteBuf` one.
+//!   result, and its ratio to the `ByteBuf` one.
+//! - `ferry.tcp.echo.bytes.64MiB`: the same with `ferry::Bytes`, which the
+//!   receiver decodes as a view of the buffer the frame was read into (no
+//!   decode copy), and its ratio to the floor.
 //! - `zmq.tcp.null` (feature `zmq`): ZeroMQ REQ/REP over `tcp://`.
 //! - `tonic.tcp.null` (feature `tonic`): a tonic gRPC unary call over TCP.
 //! - `tarpc.tcp.null` (feature `tarpc`): a tarpc call over its TCP transport.
@@ -165,6 +167,7 @@ fn echo_rounds(p: &Params, rounds: usize, mut round: impl FnMut(usize) -> f64) -
 pub trait LargeEcho {
     async fn echo(&self, data: ByteBuf) -> ByteBuf;
     async fn echo_vec(&self, data: Vec<u8>) -> Vec<u8>;
+    async fn echo_bytes(&self, data: ferry::Bytes) -> ferry::Bytes;
     async fn stop(&self);
 }
 
@@ -177,6 +180,9 @@ impl LargeEcho for LargeEchoImpl {
         data
     }
     async fn echo_vec(&self, data: Vec<u8>) -> Vec<u8> {
+        data
+    }
+    async fn echo_bytes(&self, data: ferry::Bytes) -> ferry::Bytes {
         data
     }
     async fn stop(&self) {
@@ -254,10 +260,25 @@ fn echo_bytebuf_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
 
 fn echo_vec_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     echo_parent(peer, "ferry.tcp.echo.vec.64MiB", |c| {
-        echo_rounds(p, p.rounds.min(3), |round| {
+        echo_rounds(p, p.rounds, |round| {
             let data = vec![round as u8; ECHO_BYTES];
             let t0 = std::time::Instant::now();
             let back = c.echo_vec_blocking(data).unwrap();
+            let ns = t0.elapsed().as_nanos() as f64;
+            assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
+            ns
+        })
+    })
+}
+
+/// The echo of a `ferry::Bytes`: received over TCP, it is a view of the
+/// buffer the frame was read into (no decode copy on either side).
+fn echo_bytes_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    echo_parent(peer, "ferry.tcp.echo.bytes.64MiB", |c| {
+        echo_rounds(p, p.rounds, |round| {
+            let data = ferry::Bytes::from(vec![round as u8; ECHO_BYTES]);
+            let t0 = std::time::Instant::now();
+            let back = c.echo_bytes_blocking(data).unwrap();
             let ns = t0.elapsed().as_nanos() as f64;
             assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
             ns
@@ -273,7 +294,8 @@ pub fn large_echo_report(report: &crate::Report) -> Option<serde_json::Value> {
     let floor = median("floor.tcp.echo.64MiB");
     let ferry = median("ferry.tcp.echo.64MiB");
     let vec = median("ferry.tcp.echo.vec.64MiB");
-    if floor.is_none() && ferry.is_none() && vec.is_none() {
+    let bytes = median("ferry.tcp.echo.bytes.64MiB");
+    if floor.is_none() && ferry.is_none() && vec.is_none() && bytes.is_none() {
         return None;
     }
     let memory = SERVER_MEMORY.lock().unwrap();
@@ -294,6 +316,10 @@ pub fn large_echo_report(report: &crate::Report) -> Option<serde_json::Value> {
         "met": ratio.map(|r| r >= 0.70),
         "vec_gbps": vec.map(gbps),
         "vec_vs_bytebuf": vec.zip(ferry).map(|(v, f)| f / v),
+        // ferry::Bytes, a view of the received buffer: no decode copy.
+        "bytes_gbps": bytes.map(gbps),
+        "bytes_vs_floor": floor.zip(bytes).map(|(f, b)| f / b),
+        "bytes_met": floor.zip(bytes).map(|(f, b)| f / b >= 0.70),
         // The most over the passes: peak less size before the first echo, less the message it holds.
         "server_extra_mib": mem.map(|m| m / (1 << 20) as f64),
         "server_extra_x_message": x,
@@ -422,6 +448,7 @@ pub fn cases() -> Vec<Case> {
         Case { name: "floor.tcp.echo.64MiB", parent: floor_echo_parent, child: floor_echo_child },
         Case { name: "ferry.tcp.echo.64MiB", parent: echo_bytebuf_parent, child: echo_child },
         Case { name: "ferry.tcp.echo.vec.64MiB", parent: echo_vec_parent, child: echo_child },
+        Case { name: "ferry.tcp.echo.bytes.64MiB", parent: echo_bytes_parent, child: echo_child },
     ];
     #[cfg(feature = "zmq")]
     v.push(zmq_tcp::case());
