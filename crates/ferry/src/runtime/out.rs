@@ -6,7 +6,7 @@
 //! and the frame copies it.
 
 use crate::error::{Error, Result};
-use crate::transport::{SendError, Staged, Transport};
+use crate::transport::{self, SendError, Staged, Transport};
 use crate::wire::codec::{self, Sink};
 use serde::Serialize;
 use std::borrow::Cow;
@@ -57,16 +57,11 @@ impl<'a> Out<'a> {
     pub fn to_vec(&self) -> Result<Vec<u8>> {
         match self {
             Out::Bytes(b) => Ok(b.to_vec()),
-            Out::Encoded { len, write } => {
-                let len = *len;
-                // `len` was checked against `max_message` before.
-                let mut v = Vec::with_capacity(len);
-                write(&mut v)?;
-                match v.len() == len {
-                    true => Ok(v),
-                    false => Err(Error::Codec(format!("the encoder wrote {} bytes of the {len} it counted", v.len()))),
-                }
-            }
+            // `len` was checked against `max_message` before.
+            Out::Encoded { len, write } => transport::write_vec(*len, &mut |sink| write(sink)).map_err(|e| match e {
+                SendError::Unwritten(why) => Error::Codec(why),
+                other => Error::Codec(other.to_string()),
+            }),
         }
     }
 
@@ -141,13 +136,7 @@ pub fn encoded_large<T: Serialize + ?Sized, R>(head: &[u8], value: &T, send: imp
 /// staged: [`encoded_after`]).
 pub fn encode_small<T: Serialize + ?Sized>(head: &[u8], value: &T) -> Result<Option<Vec<u8>>> {
     let mut buf = Vec::with_capacity(32);
-    buf.extend_from_slice(head);
-    let mut small = Limited { out: &mut buf, over: false };
-    match codec::encode_to(value, &mut small) {
-        Ok(()) => Ok(Some(buf)),
-        Err(_) if small.over => Ok(None),
-        Err(e) => Err(e),
-    }
+    Ok(encode_small_into(head, value, &mut buf)?.then_some(buf))
 }
 
 /// A vector that refuses to grow past [`ENCODE_IN_PLACE_ABOVE`].

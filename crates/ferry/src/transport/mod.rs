@@ -120,12 +120,18 @@ pub fn check_written(len: usize, written: usize) -> Result<(), SendError> {
 /// Stages `len` bytes written by `write` in a fresh vector (in process,
 /// and the buffer a TCP end writes to its socket).
 pub fn stage_vec(len: usize, write: &mut Writer<'_>) -> Result<Staged, SendError> {
+    write_vec(len, write).map(Staged::Owned)
+}
+
+/// The `len` bytes `write` writes, in a fresh vector that takes no more
+/// (also how an encoded message that must wait in an outbox is made).
+pub fn write_vec(len: usize, write: &mut Writer<'_>) -> Result<Vec<u8>, SendError> {
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| SendError::Unwritten(format!("no memory for {len} bytes")))?;
     let mut bounded = Bounded { out: &mut v, len };
     write(&mut bounded).map_err(|e| SendError::Unwritten(e.to_string()))?;
     check_written(len, v.len())?;
-    Ok(Staged::Owned(v))
+    Ok(v)
 }
 
 /// A vector that takes at most `len` bytes.

@@ -513,13 +513,20 @@ impl Rx {
     /// The first whole data frame's header.
     #[inline]
     pub(crate) fn front(&self) -> Option<Header> {
-        Some(match self.frames.front()? {
-            &Frame::In(at) => {
-                let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-                Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before")
-            }
-            Frame::Own { header, .. } => *header,
-        })
+        self.frames.front().map(|f| self.header_of(f))
+    }
+
+    /// A queued frame's header.
+    fn header_of(&self, frame: &Frame) -> Header {
+        match *frame {
+            Frame::In(at) => Header::decode(&self.buf[at..at + HEADER_LEN + self.len_at(at)]).expect("parsed before"),
+            Frame::Own { header, .. } => header,
+        }
+    }
+
+    /// The payload length of the frame in `buf` at `at` (parsed before).
+    fn len_at(&self, at: usize) -> usize {
+        u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize
     }
 
     /// The first whole data frame's payload (empty if there is none, or
@@ -527,10 +534,7 @@ impl Rx {
     #[inline]
     pub(crate) fn front_payload(&self) -> &[u8] {
         match self.frames.front() {
-            Some(&Frame::In(at)) => {
-                let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-                &self.buf[at + HEADER_LEN..at + HEADER_LEN + len]
-            }
+            Some(&Frame::In(at)) => &self.buf[at + HEADER_LEN..at + HEADER_LEN + self.len_at(at)],
             Some(Frame::Own { bytes, .. }) => bytes,
             None => &[],
         }
@@ -578,13 +582,7 @@ impl Rx {
     pub(crate) fn queued(&self) -> (usize, usize) {
         let mut sum = (0, 0);
         for frame in &self.frames {
-            let h = match *frame {
-                Frame::In(at) => {
-                    let len = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
-                    Header::decode(&self.buf[at..at + HEADER_LEN + len]).expect("parsed before")
-                }
-                Frame::Own { header, .. } => header,
-            };
+            let h = self.header_of(frame);
             let (f, d) = TcpEnd::cost(&h);
             sum = (sum.0 + f, sum.1 + d);
         }
