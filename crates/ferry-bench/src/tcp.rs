@@ -246,43 +246,37 @@ fn echo_parent(peer: &mut Peer, case: &'static str, measure: impl FnOnce(&LargeE
 }
 
 fn echo_bytebuf_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    echo_parent(peer, "ferry.tcp.echo.64MiB", |c| {
-        echo_rounds(p, p.rounds, |round| {
-            let data = ByteBuf::from(vec![round as u8; ECHO_BYTES]);
-            let t0 = std::time::Instant::now();
-            let back = c.echo_blocking(data).unwrap();
-            let ns = t0.elapsed().as_nanos() as f64;
-            assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
-            ns
-        })
-    })
+    echo_parent(peer, "ferry.tcp.echo.64MiB", |c| timed_echoes(p, c, ByteBuf::from, LargeEchoClient::echo_blocking))
 }
 
 fn echo_vec_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    echo_parent(peer, "ferry.tcp.echo.vec.64MiB", |c| {
-        echo_rounds(p, p.rounds, |round| {
-            let data = vec![round as u8; ECHO_BYTES];
-            let t0 = std::time::Instant::now();
-            let back = c.echo_vec_blocking(data).unwrap();
-            let ns = t0.elapsed().as_nanos() as f64;
-            assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
-            ns
-        })
-    })
+    echo_parent(peer, "ferry.tcp.echo.vec.64MiB", |c| timed_echoes(p, c, |v| v, LargeEchoClient::echo_vec_blocking))
 }
 
 /// The echo of a `ferry::Bytes`: received over TCP, it is a view of the
 /// buffer the frame was read into (no decode copy on either side).
 fn echo_bytes_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     echo_parent(peer, "ferry.tcp.echo.bytes.64MiB", |c| {
-        echo_rounds(p, p.rounds, |round| {
-            let data = ferry::Bytes::from(vec![round as u8; ECHO_BYTES]);
-            let t0 = std::time::Instant::now();
-            let back = c.echo_bytes_blocking(data).unwrap();
-            let ns = t0.elapsed().as_nanos() as f64;
-            assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
-            ns
-        })
+        timed_echoes(p, c, ferry::Bytes::from, LargeEchoClient::echo_bytes_blocking)
+    })
+}
+
+/// Echoes of a fresh value each round (`make` of the round's bytes, made
+/// outside the timed part), each checked on its way back.
+fn timed_echoes<V, R: AsRef<[u8]>, E: std::fmt::Debug>(
+    p: &Params,
+    c: &LargeEchoClient,
+    make: impl Fn(Vec<u8>) -> V,
+    echo: impl Fn(&LargeEchoClient, V) -> Result<R, E>,
+) -> Vec<f64> {
+    echo_rounds(p, p.rounds, |round| {
+        let data = make(vec![round as u8; ECHO_BYTES]);
+        let t0 = std::time::Instant::now();
+        let back = echo(c, data).unwrap();
+        let ns = t0.elapsed().as_nanos() as f64;
+        let back = back.as_ref();
+        assert!(back.len() == ECHO_BYTES && back.iter().all(|&b| b == round as u8), "the echo came back altered");
+        ns
     })
 }
 

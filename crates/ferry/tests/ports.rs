@@ -13,6 +13,7 @@ mod common;
 
 use common::pair::{pair, Placement, Side, PATIENCE};
 use common::pattern;
+use common::typed::{blob, Blob, Flaky};
 use ferry::codec;
 use ferry::{Checkpoint, EndpointId, Error, Port, RawPort, Refusal, Select, Team, TeamBuilder};
 use serde::{Deserialize, Serialize};
@@ -1015,19 +1016,6 @@ fn nothing_is_lost_when_the_sender_leaves_right_after_sending(p: Placement) {
     );
 }
 
-#[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
-struct Blob {
-    id: u64,
-    data: Vec<u8>,
-    chunk: ferry::Bytes,
-}
-
-/// A blob of about `len` bytes (`data` below 128 each: one byte each in any encoding).
-fn blob(id: u64, len: usize) -> Blob {
-    let data = (0..len / 2).map(|k| ((k as u64 * 31 + id) % 128) as u8).collect();
-    Blob { id, data, chunk: ferry::Bytes::from(vec![id as u8; len / 2]) }
-}
-
 /// Large typed messages (far larger than a frame: staged out of band,
 /// encoded where they are staged, decoded where they arrived) arrive
 /// whole by every send, their replies too; `recv_into` lands a
@@ -1082,21 +1070,6 @@ fn large_typed_messages_round_trip(p: Placement) {
     );
 }
 
-/// A large value whose encoding grows (or shrinks) by a byte each time it
-/// is encoded: a `Serialize` that differs between two passes.
-struct Flaky {
-    grow: bool,
-    passes: std::sync::atomic::AtomicUsize,
-}
-
-impl Serialize for Flaky {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = self.passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let len = if self.grow { (1 << 20) + n } else { (1 << 20) - n };
-        s.serialize_bytes(&vec![1u8; len])
-    }
-}
-
 /// A large typed value that encodes to another length than its size pass
 /// counted fails its send with `Codec`; nothing of it arrives, and the
 /// channel carries the next message whole (not a corrupt frame).
@@ -1114,7 +1087,7 @@ fn encoder_that_changes_its_length_is_a_codec_error(p: Placement) {
             let flaky = tx.team.sender::<Flaky>(to);
             for grow in [true, false] {
                 for cp in [Checkpoint::OnReceipt, Checkpoint::Immediate] {
-                    let v = Flaky { grow, passes: Default::default() };
+                    let v = Flaky::new(grow);
                     match flaky.send(&v, cp) {
                         Err(Error::Codec(_)) => {}
                         other => panic!("grow {grow}, {cp:?}: {other:?}"),
@@ -1137,7 +1110,7 @@ fn reply_that_changes_its_length_tells_the_caller(p: Placement) {
             rx.put("port", port.id());
             for grow in [true, false] {
                 let m = port.recv_timeout(PATIENCE).unwrap();
-                match m.reply(&Flaky { grow, passes: Default::default() }) {
+                match m.reply(&Flaky::new(grow)) {
                     Err(Error::Codec(_)) => {}
                     other => panic!("grow {grow}: {other:?}"),
                 }

@@ -7,6 +7,7 @@
 mod common;
 
 use common::pair::{pair, Placement, Side};
+use common::typed::{blob, Blob};
 use ferry::rpc::{RpcError, ServiceEndpoint};
 use ferry::{Checkpoint, Team};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -434,19 +435,6 @@ fn handlers_run_on_the_servers_processors(p: Placement) {
             assert!(on.starts_with("ferry-proc"), "handler ran on {on:?}");
         }
     });
-}
-
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Blob {
-    id: u64,
-    data: Vec<u8>,
-    chunk: ferry::Bytes,
-}
-
-/// A blob of about `len` bytes (`data` below 128 each: one byte each in any encoding).
-fn blob(id: u64, len: usize) -> Blob {
-    let data = (0..len / 2).map(|k| ((k as u64 * 31 + id) % 128) as u8).collect();
-    Blob { id, data, chunk: ferry::Bytes::from(vec![id as u8; len / 2]) }
 }
 
 #[ferry::service]

@@ -13,6 +13,7 @@
 mod common;
 
 use common::pair::{pair, Placement, Side};
+use common::typed::Flaky;
 use ferry::rpc::RpcError;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
@@ -46,23 +47,6 @@ pub trait Payloads {
 
 struct PayloadsImpl;
 
-/// Encodes to another length at each pass (1 MiB, then one more or less).
-#[derive(Debug, Deserialize)]
-pub struct Flaky {
-    #[serde(skip)]
-    grow: bool,
-    #[serde(skip)]
-    passes: std::sync::atomic::AtomicUsize,
-}
-
-impl Serialize for Flaky {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let n = self.passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let len = if self.grow { (1 << 20) + n } else { (1 << 20) - n };
-        s.serialize_bytes(&vec![1u8; len])
-    }
-}
-
 /// A checksum that sees every byte and its place.
 fn sum(data: &[u8]) -> u64 {
     data.iter().enumerate().fold(0u64, |s, (i, &b)| s.wrapping_mul(31).wrapping_add(b as u64 ^ i as u64))
@@ -85,7 +69,7 @@ impl Payloads for PayloadsImpl {
         b
     }
     async fn flaky(&self, grow: bool) -> Flaky {
-        Flaky { grow, passes: Default::default() }
+        Flaky::new(grow)
     }
     async fn slice(&self, data: &[u8]) -> (Vec<u8>, u64) {
         (data.to_vec(), sum(data))

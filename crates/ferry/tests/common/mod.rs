@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub mod pair;
 pub mod segment;
+pub mod typed;
 
 /// Deterministic, non-constant bytes for message `i`.
 pub fn pattern(i: u64, len: usize) -> Vec<u8> {
