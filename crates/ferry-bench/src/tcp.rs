@@ -168,11 +168,15 @@ pub trait LargeEcho {
     async fn echo(&self, data: ByteBuf) -> ByteBuf;
     async fn echo_vec(&self, data: Vec<u8>) -> Vec<u8>;
     async fn echo_bytes(&self, data: ferry::Bytes) -> ferry::Bytes;
+    /// Takes the server's size (`VmRSS`) before the first echo.
+    async fn mark(&self);
     async fn stop(&self);
 }
 
 struct LargeEchoImpl {
     stopped: Arc<AtomicBool>,
+    /// Its `VmRSS` when marked, in bytes.
+    before: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl LargeEcho for LargeEchoImpl {
@@ -184,6 +188,9 @@ impl LargeEcho for LargeEchoImpl {
     }
     async fn echo_bytes(&self, data: ferry::Bytes) -> ferry::Bytes {
         data
+    }
+    async fn mark(&self) {
+        self.before.store(status_bytes("VmRSS:"), Ordering::SeqCst);
     }
     async fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
@@ -207,20 +214,22 @@ fn status_bytes(field: &str) -> u64 {
 }
 
 /// The echo server: as `serve`, with the large echoes' service; tells the
-/// parent, once stopped, its `VmHWM` and its `VmRSS` before the first echo.
+/// parent, once stopped, its `VmHWM` and its `VmRSS` before the first echo
+/// (bound, connected, its first calls served: what is left is the echoes').
 fn echo_child(ctx: &ChildCtx) {
     let _dir = RemoveDir(run_dir(&format!("{}-2", ctx.run_id)));
     let theirs: u16 = hear(&ctx.sock).parse().unwrap();
     let ours = free_port(child_ip());
     let team = team(&ctx.run_id, 2, (theirs, ours), false, 1);
     let stopped = Arc::new(AtomicBool::new(false));
-    let _serving = LargeEchoServer::serve(&team, "bench.echo", LargeEchoImpl { stopped: stopped.clone() }).unwrap();
-    let before = status_bytes("VmRSS:");
+    let before = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let service = LargeEchoImpl { stopped: stopped.clone(), before: before.clone() };
+    let _serving = LargeEchoServer::serve(&team, "bench.echo", service).unwrap();
     tell(&ctx.sock, &format!("{ours} {}", team.lookup("bench.echo").unwrap()));
     while !stopped.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(5));
     }
-    tell(&ctx.sock, &format!("{} {before}", status_bytes("VmHWM:")));
+    tell(&ctx.sock, &format!("{} {}", status_bytes("VmHWM:"), before.load(Ordering::SeqCst)));
     team.shutdown();
 }
 
@@ -234,6 +243,7 @@ fn echo_parent(peer: &mut Peer, case: &'static str, measure: impl FnOnce(&LargeE
     let (theirs, ep) = answer.split_once(' ').expect("port and endpoint");
     let team = team(&peer.run_id, 1, (ours, theirs.parse().unwrap()), false, 0);
     let c = LargeEchoClient::bind_to(&team, ep.parse().unwrap()).expect("bind over TCP");
+    c.mark_blocking().unwrap();
     let samples = measure(&c);
     c.stop_blocking().unwrap();
     let memory = hear(&peer.sock);

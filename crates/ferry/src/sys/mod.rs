@@ -1,4 +1,5 @@
 //! Thin wrappers over the few system calls ferry needs.
 
 pub mod fdpass;
+pub mod huge_pages;
 pub mod shm;

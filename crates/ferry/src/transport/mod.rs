@@ -126,8 +126,8 @@ pub fn stage_vec(len: usize, write: &mut Writer<'_>) -> Result<Staged, SendError
 /// The `len` bytes `write` writes, in a fresh vector that takes no more
 /// (also how an encoded message that must wait in an outbox is made).
 pub fn write_vec(len: usize, write: &mut Writer<'_>) -> Result<Vec<u8>, SendError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| SendError::Unwritten(format!("no memory for {len} bytes")))?;
+    let mut v = crate::sys::huge_pages::try_vec_with_capacity(len)
+        .map_err(|_| SendError::Unwritten(format!("no memory for {len} bytes")))?;
     let mut bounded = Bounded { out: &mut v, len };
     write(&mut bounded).map_err(|e| SendError::Unwritten(e.to_string()))?;
     check_written(len, v.len())?;
@@ -209,7 +209,7 @@ impl Detached {
         match self {
             Detached::Inproc(h) => h.into_vec(),
             Detached::Shm(l) => {
-                let mut v = Vec::new();
+                let mut v = crate::sys::huge_pages::vec_with_capacity(l.len());
                 l.read_into(&mut v);
                 v
             }

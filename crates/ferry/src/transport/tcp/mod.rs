@@ -472,7 +472,7 @@ impl Rx {
                         return Err(RecvError::Corrupt(Violation::PastCredit { len }));
                     }
                     let part = &rest[HEADER_LEN..];
-                    let mut bytes = vec![0u8; len];
+                    let mut bytes = crate::sys::huge_pages::zeroed(len);
                     bytes[..part.len()].copy_from_slice(part);
                     let filled = part.len();
                     self.grant -= f;

@@ -92,7 +92,7 @@ impl<'de> Deserialize<'de> for Bytes {
     }
 }
 
-struct BytesVisitor;
+pub(super) struct BytesVisitor;
 
 impl<'de> Visitor<'de> for BytesVisitor {
     type Value = Bytes;

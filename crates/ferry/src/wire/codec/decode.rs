@@ -6,8 +6,10 @@
 //! left before anything is reserved or read, arrays and maps nest at most
 //! [`MAX_DEPTH`] deep, and bytes left after the value are an error.
 
+use super::bytes::BytesVisitor;
 use super::{CodecError, Source, MAX_DEPTH};
 use crate::error::{Error, Result};
+use crate::sys::huge_pages;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
 use std::any::TypeId;
 use std::sync::OnceLock;
@@ -124,7 +126,7 @@ impl<'de, S: Source + ?Sized> Read<'de> for SourceRead<'_, S> {
         Ref::Copied(scratch)
     }
     fn buf(&mut self, n: usize) -> Buf<'de> {
-        let mut v = Vec::with_capacity(n);
+        let mut v = huge_pages::vec_with_capacity(n);
         self.append_to(n, &mut v);
         Buf::Owned(v)
     }
@@ -346,6 +348,13 @@ impl<'de, R: Read<'de>> Deserializer<R> {
                 Ok(value)
             }
         }
+    }
+
+    /// The next `n` bytes (checked to be there) in a fresh buffer of their own.
+    fn fresh(&mut self, n: usize) -> Vec<u8> {
+        let mut v = huge_pages::vec_with_capacity(n);
+        self.read.append_to(n, &mut v);
+        v
     }
 
     /// Bin where a sequence is expected, for a visitor other than `Vec<u8>`'s:
@@ -571,7 +580,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
         let (by_value, in_place) = vec_u8_visitors();
         let id = Some(typeid::of::<V>());
         if id == by_value && typeid::of::<V::Value>() == typeid::of::<Vec<u8>>() {
-            let mut bytes = Vec::with_capacity(n);
+            let mut bytes = huge_pages::vec_with_capacity(n);
             self.read.append_to(n, &mut bytes);
             let bytes = std::mem::ManuallyDrop::new(bytes);
             // SAFETY: `V::Value` is `Vec<u8>` (checked just above by type
@@ -591,6 +600,9 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
             // again, so this is the only live use of that reference.
             let place: &mut Vec<u8> = unsafe { std::mem::transmute_copy::<V, &mut Vec<u8>>(&visitor) };
             place.clear();
+            if place.capacity() < n {
+                *place = huge_pages::vec_with_capacity(n);
+            }
             self.read.append_to(n, place);
             // SAFETY: `V::Value` is `()` (checked above); a zero-sized copy.
             return Ok(unsafe { std::mem::transmute_copy::<(), V::Value>(&()) });
@@ -602,6 +614,13 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
     /// through scratch then a copy of it).
     fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         match self.bin_head()? {
+            // A large bin for an owner (`ByteBuf`, `bytes::Bytes`) is copied
+            // into a fresh buffer on huge pages and handed over, rather than
+            // borrowed for the visitor to copy into one of its own; a
+            // `ferry::Bytes` borrows it (a view where it can have one).
+            Some(n) if n >= huge_pages::HUGE_FROM && typeid::of::<V>() != typeid::of::<BytesVisitor>() => {
+                visitor.visit_byte_buf(self.fresh(n))
+            }
             Some(n) => match self.read.buf(n) {
                 Buf::Borrowed(b) => visitor.visit_borrowed_bytes(b),
                 Buf::Owned(v) => visitor.visit_byte_buf(v),
@@ -623,6 +642,9 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
         };
         self.need(n, "a string")?;
         let not_utf8 = || CodecError("a string that is not UTF-8".into());
+        if n >= huge_pages::HUGE_FROM {
+            return visitor.visit_string(String::from_utf8(self.fresh(n)).map_err(|_| not_utf8())?);
+        }
         match self.read.buf(n) {
             Buf::Borrowed(b) => visitor.visit_borrowed_str(std::str::from_utf8(b).map_err(|_| not_utf8())?),
             Buf::Owned(v) => visitor.visit_string(String::from_utf8(v).map_err(|_| not_utf8())?),

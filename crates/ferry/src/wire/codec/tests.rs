@@ -231,6 +231,38 @@ fn three_inputs_agree_and_shared_bytes_are_views() {
     ));
 }
 
+/// Large fields (past `HUGE_FROM`) go into fresh buffers of the decoder's
+/// own, handed over to their owner, but a `ferry::Bytes` stays a view.
+#[test]
+fn large_fields_decode_alike_from_every_input() {
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Large {
+        buf: serde_bytes::ByteBuf,
+        vec: Vec<u8>,
+        text: String,
+        view: Bytes,
+    }
+    let n = crate::sys::huge_pages::HUGE_FROM + 3;
+    let v = Large {
+        buf: serde_bytes::ByteBuf::from(vec![1u8; n]),
+        vec: vec![2u8; n],
+        text: "é".repeat(n / 2),
+        view: vec![4u8; n].into(),
+    };
+    let enc = ::bytes::Bytes::from(encode(&v).unwrap());
+    let shared: Large = decode_shared(&enc).unwrap();
+    assert_eq!(shared, v);
+    let range = enc.as_ptr() as usize..enc.as_ptr() as usize + enc.len();
+    assert!(range.contains(&(shared.view.as_ptr() as usize)), "a large ferry::Bytes is a view");
+    assert_eq!(decode::<Large>(&enc).unwrap(), v);
+    assert_eq!(decode_from::<Large, _>(&mut Src { bytes: &enc, appends: 0 }).unwrap(), v);
+    // A string that is not UTF-8 is refused at this size too.
+    let mut bad = encode(&v.text).unwrap();
+    let last = bad.len() - 1;
+    bad[last] = 0xff;
+    assert!(matches!(decode::<String>(&bad), Err(Error::Codec(_))));
+}
+
 #[test]
 fn in_place_keeps_the_vecs_memory() {
     let mut place: Vec<u8> = Vec::with_capacity(1 << 20);
