@@ -250,29 +250,33 @@ fn measure_with(args: &LargeArgs, dir: &std::path::Path) -> ferry::Result<Value>
         typed_transfer()?;
         let typed_warm: Vec<f64> = (0..rounds).map(|_| typed_transfer()).collect::<ferry::Result<_>>()?;
 
-        // Typed echoes, a fresh value each call: one warm-up, then `rounds`.
-        let echo_secs = |vec: bool| -> ferry::Result<Vec<f64>> {
-            let mut t = Vec::with_capacity(rounds);
-            for _ in 0..=rounds {
-                let fresh = data.clone();
-                let t0 = Instant::now();
-                let back = if vec {
-                    echo.echo_vec_blocking(fresh).map_err(|e| crate::failed("ferry.shm.typed.vec", e))?
-                } else {
-                    echo.echo_blocking(ByteBuf::from(fresh))
-                        .map_err(|e| crate::failed("ferry.shm.typed", e))?
-                        .into_vec()
-                };
-                t.push(t0.elapsed().as_secs_f64());
-                if !echoed(&back, &data) {
-                    return Err(crate::failed("ferry.shm.typed", "the echo differs from what was sent"));
-                }
+        // Typed echoes, a fresh value each call: one warm-up, then `rounds`
+        // of each, the `ByteBuf` and the `Vec<u8>` echo alternated (their
+        // order swapped each round), so both meet the same state of the
+        // allocator and of this VM's host, and their ratio is fair.
+        let echo_secs = |vec: bool| -> ferry::Result<f64> {
+            let fresh = data.clone();
+            let t0 = Instant::now();
+            let back = if vec {
+                echo.echo_vec_blocking(fresh).map_err(|e| crate::failed("ferry.shm.typed.vec", e))?
+            } else {
+                echo.echo_blocking(ByteBuf::from(fresh)).map_err(|e| crate::failed("ferry.shm.typed", e))?.into_vec()
+            };
+            let secs = t0.elapsed().as_secs_f64();
+            if !echoed(&back, &data) {
+                return Err(crate::failed("ferry.shm.typed", "the echo differs from what was sent"));
             }
-            t.remove(0); // the warm-up
-            Ok(t)
+            Ok(secs)
         };
-        let typed = echo_secs(false)?;
-        let typed_vec = echo_secs(true)?;
+        echo_secs(false)?;
+        echo_secs(true)?;
+        let (mut typed, mut typed_vec) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+        for round in 0..rounds {
+            for vec in [round % 2 == 1, round % 2 == 0] {
+                let secs = echo_secs(vec)?;
+                if vec { &mut typed_vec } else { &mut typed }.push(secs);
+            }
+        }
 
         // The floors, last (the echoes leave the allocator as a user's program would).
         let fresh = copy_fresh_secs(&data, rounds);
