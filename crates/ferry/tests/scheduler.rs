@@ -1,12 +1,21 @@
-//! The scheduler's choices, measured in CPU time: a processor with nothing
-//! it can run parks. A binary of its own, so no spinning test shares the
-//! CPU it measures.
+//! The scheduler's choices, measured in CPU time and delay: a processor
+//! with nothing it can run parks; a processor stuck in a handler that
+//! blocks is replaced (`handoff`), on every placement of client and server
+//! (two nodes under `scripts/netns-test.sh`). A binary of its own, its
+//! tests one at a time, so no spinning test shares the CPU it measures.
 
+mod common;
+
+use common::pair::{pair, Placement, Side};
 use ferry::{Checkpoint, Team};
+use parking_lot::{Condvar, Mutex};
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
+
+/// The tests of this binary run one at a time (they measure time).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// CPU time this process has used so far.
 fn cpu() -> Duration {
@@ -24,6 +33,7 @@ fn cpu() -> Duration {
 /// empty one).
 #[test]
 fn a_task_woken_inside_its_own_blocking_call_does_not_keep_a_processor_spinning() {
+    let _one = ONE_AT_A_TIME.lock();
     let dir = tempfile::tempdir().unwrap();
     let team = Team::builder().runtime_dir(dir.path()).processors(2).start().unwrap();
     let wake = team.open_port::<u32>().unwrap();
@@ -54,4 +64,121 @@ fn a_task_woken_inside_its_own_blocking_call_does_not_keep_a_processor_spinning(
     to_release.send(&2, Checkpoint::Immediate).unwrap();
     assert_eq!(team.block_on(task).unwrap().unwrap(), 2);
     assert!(share < 0.05, "the team used {:.0} % of a CPU with nothing to run", share * 100.0);
+}
+
+#[ferry::service]
+pub trait Stall {
+    /// Blocks its processor for `ms` (as a new user writes it).
+    async fn sleep(&self, ms: u64);
+    async fn ping(&self) -> u32;
+    /// Blocks until `release` (a handler blocked for good, for the test).
+    async fn hold(&self);
+}
+
+/// Holds `hold` calls until released.
+static HELD: Mutex<bool> = Mutex::new(false);
+static RELEASED: Condvar = Condvar::new();
+
+struct StallImpl;
+
+impl Stall for StallImpl {
+    async fn sleep(&self, ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    async fn ping(&self) -> u32 {
+        7
+    }
+    async fn hold(&self) {
+        let mut released = HELD.lock();
+        while !*released {
+            RELEASED.wait(&mut released);
+        }
+    }
+}
+
+/// A handler that sleeps (`std::thread::sleep`, on the server's only
+/// processor) does not hold up another call to its team: a replacement
+/// processor answers it within 20 ms (without one it waited for the
+/// sleep's end). The best of three tries, each a 300 ms sleep.
+fn a_handler_that_blocks_does_not_stall_its_team(p: Placement) {
+    let _one = ONE_AT_A_TIME.lock();
+    pair(p).config_a(|b| b.processors(1)).run(
+        |srv: &Side| {
+            let _serving = StallServer::serve(&srv.team, "stall", StallImpl).unwrap();
+            srv.put("serving", "");
+            srv.get_within::<String>("done", Duration::from_secs(60));
+            assert!(srv.team.handoffs() >= 1, "no replacement processor was started");
+        },
+        |cli: &Side| {
+            cli.get::<String>("serving");
+            let c = StallClient::bind(&cli.team, "stall").unwrap();
+            assert_eq!(c.ping_blocking().unwrap(), 7);
+            let mut best = Duration::MAX;
+            for _ in 0..3 {
+                std::thread::scope(|s| {
+                    let sleeper = s.spawn(|| c.sleep_blocking(300));
+                    // Well inside the sleep.
+                    std::thread::sleep(Duration::from_millis(50));
+                    let t0 = Instant::now();
+                    assert_eq!(c.ping_blocking().unwrap(), 7);
+                    best = best.min(t0.elapsed());
+                    sleeper.join().unwrap().unwrap();
+                });
+            }
+            cli.put("done", "");
+            assert!(best < Duration::from_millis(20), "a call waited {best:?} behind a blocked handler");
+        },
+    );
+}
+
+placements!(a_handler_that_blocks_does_not_stall_its_team);
+
+/// This process's threads whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
+/// Handlers that block for good take the team's processor and at most
+/// `max_replacements` replacements (the team does not grow past them);
+/// once they return, the replacements retire.
+#[test]
+fn handlers_blocked_for_good_hold_no_more_than_the_cap() {
+    let _one = ONE_AT_A_TIME.lock();
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder()
+        .runtime_dir(dir.path())
+        .processors(1)
+        .max_replacements(2)
+        .handoff_after(Duration::from_millis(1))
+        .start()
+        .unwrap();
+    let _serving = StallServer::serve(&team, "stall", StallImpl).unwrap();
+    let c = StallClient::bind(&team, "stall").unwrap();
+    let before = threads_named("ferry-proc");
+    assert_eq!(before, 1);
+    *HELD.lock() = false;
+    std::thread::scope(|s| {
+        let calls: Vec<_> = (0..6).map(|_| s.spawn(|| c.hold_blocking())).collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let (running, started) = (threads_named("ferry-proc"), team.handoffs());
+        // Released before any check, so a failed one does not hang.
+        *HELD.lock() = true;
+        RELEASED.notify_all();
+        for call in calls {
+            call.join().unwrap().unwrap();
+        }
+        assert_eq!(running, 3, "the processor and two replacements");
+        assert_eq!(started, 2);
+    });
+    // Idle again: the replacements retire (a parked one looks at least every park timeout).
+    let until = Instant::now() + Duration::from_secs(5);
+    while threads_named("ferry-proc") > 1 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(threads_named("ferry-proc"), 1, "the replacements did not retire");
+    assert_eq!(c.ping_blocking().unwrap(), 7);
 }

@@ -52,6 +52,11 @@ pub struct Config {
     pub node: u16,
     /// OS threads that run tasks.
     pub processors: usize,
+    /// How long a processor may stay in user code while work waits before
+    /// a replacement takes its place.
+    pub handoff_after: Duration,
+    /// Most replacement processors running at once (0: no hand-off).
+    pub max_replacements: usize,
     /// How long an idle thread polls before it sleeps.
     pub spin: Duration,
     /// Longest sleep without looking around.
@@ -101,6 +106,10 @@ pub struct Config {
     pub handshakes_per_source: usize,
 }
 
+/// The range of `handoff_after`.
+pub const MIN_HANDOFF_AFTER: Duration = Duration::from_micros(100);
+pub const MAX_HANDOFF_AFTER: Duration = Duration::from_secs(60);
+
 /// The largest `max_running_calls`.
 pub const MAX_RUNNING_CALLS: usize = 1 << 20;
 
@@ -109,6 +118,8 @@ impl Default for Config {
         Config {
             node: std::env::var("FERRY_NODE").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
             processors: 1,
+            handoff_after: Duration::from_millis(2),
+            max_replacements: 4,
             spin: Duration::from_micros(20),
             park_timeout: Duration::from_millis(50),
             ring_bytes: 64 * 1024,
@@ -153,6 +164,23 @@ impl TeamBuilder {
     /// some thread is in such a call.
     pub fn processors(mut self, n: usize) -> Self {
         self.cfg.processors = n;
+        self
+    }
+    /// How long a processor may stay inside one handler or task while
+    /// other work for the team waits before a replacement processor is
+    /// started to do that work (default 2 ms; 100 µs to 1 min). A handler
+    /// that blocks (a `std::thread::sleep`, a synchronous file read) then
+    /// delays the team's other calls by about this much, not by its own
+    /// length; it should still use [`Team::spawn_blocking`](crate::Team::spawn_blocking).
+    pub fn handoff_after(mut self, d: Duration) -> Self {
+        self.cfg.handoff_after = d;
+        self
+    }
+    /// Most replacement processors running at once (default 4; 0 turns
+    /// hand-off off). A replacement retires once the processor it stood in
+    /// for is back; a handler blocked for good holds one for good.
+    pub fn max_replacements(mut self, n: usize) -> Self {
+        self.cfg.max_replacements = n;
         self
     }
     /// How long an idle thread polls before it sleeps (default 20 µs).
@@ -364,6 +392,8 @@ impl TeamBuilder {
     pub(crate) fn checked(mut self) -> Result<Config> {
         let c = &mut self.cfg;
         in_range("processors", c.processors, 0..=MAX_THREADS)?;
+        in_range("handoff_after", c.handoff_after, MIN_HANDOFF_AFTER..=MAX_HANDOFF_AFTER)?;
+        in_range("max_replacements", c.max_replacements, 0..=MAX_THREADS)?;
         in_range("blocking_threads", c.blocking_threads, 1..=MAX_THREADS)?;
         in_range("spin", c.spin, Duration::ZERO..=A_DAY)?;
         in_range("park_timeout", c.park_timeout, MIN_PARK..=MAX_PARK)?;
@@ -447,6 +477,9 @@ mod tests {
         assert_eq!((setting, allowed.as_str()), ("max_message", "0 to 68719476736"));
         assert_eq!(refused(b().max_ring_bytes(1 << 40)).0, "max_ring_bytes");
         assert_eq!(refused(b().processors(1 << 20)).0, "processors");
+        assert_eq!(refused(b().handoff_after(Duration::ZERO)).0, "handoff_after");
+        assert_eq!(refused(b().handoff_after(Duration::MAX)).0, "handoff_after");
+        assert_eq!(refused(b().max_replacements(1 << 20)).0, "max_replacements");
         for n in [0, MAX_RUNNING_CALLS + 1, usize::MAX] {
             assert_eq!(refused(b().max_running_calls(n)).0, "max_running_calls");
         }

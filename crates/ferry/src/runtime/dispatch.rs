@@ -6,6 +6,7 @@ use super::channel::{Channel, Direct, Incoming, RxState, CONTROL_BACKLOG};
 use super::config::message_cost;
 use super::deadline::{deadline_on_arrival, LocalTime};
 use super::executor;
+use super::handoff;
 use super::idle;
 use super::inbox::Offer;
 use super::payload::Payload;
@@ -105,13 +106,59 @@ impl TeamInner {
         // A taker runs handlers: like a task, a blocking call it makes must
         // keep running the team's tasks (one of them may be what it waits for).
         let _in_task = executor::InTask::enter();
-        idle::user_code(self, || {
+        idle::user_code(self, || match handoff::my_slot(self) {
+            // A processor keeps the rest of a batch where a replacement can
+            // take it, should one of the calls block (see `handoff`).
+            Some(slot) if batch.len() > 1 && self.handoff.enabled() => {
+                slot.batch.lock().extend(batch.drain(..));
+                run_batch(&slot.batch);
+            }
             // A panic here drops the rest, and their places with them.
-            for (taker, m, place) in batch.drain(..) {
-                taker.take(m, place);
+            _ => {
+                for (taker, m, place) in batch.drain(..) {
+                    taker.take(m, place);
+                }
             }
         });
         SPARE.set(batch);
+    }
+
+    /// A replacement processor's first act (see `handoff`): writes what
+    /// the stuck processors' corked sends queued, and runs the rest of
+    /// their batches of direct calls.
+    pub(super) fn take_over(&self) {
+        for ch in self.channels.snapshot().iter() {
+            ch.transport.flush_pending();
+        }
+        let _in_task = executor::InTask::enter();
+        for batch in self.handoff.stuck_batches() {
+            idle::user_code(self, || run_batch(batch));
+        }
+        self.take_queued_calls();
+    }
+
+    /// Runs the calls queued for direct takers (a service's calls that
+    /// threads other than processors received, which its serving task
+    /// takes: it may be the one stuck). Replacements do it while a
+    /// processor is stuck.
+    pub(super) fn take_queued_calls(&self) {
+        for inbox in self.endpoints.queued_for_direct() {
+            let _in_task = executor::InTask::enter();
+            idle::user_code(self, || {
+                while let Some((taker, m, place)) = inbox.take_queued() {
+                    taker.take(m, place);
+                }
+            });
+        }
+    }
+
+    /// Whether work for the team waits: a ready task, a channel with
+    /// something to do (a frame, a corked send), a batch's calls.
+    pub(super) fn work_waits(&self) -> bool {
+        self.exec.has_ready()
+            || self.channels.snapshot().iter().any(|c| c.needs_attention())
+            || self.handoff.batches_wait()
+            || !self.endpoints.queued_for_direct().is_empty()
     }
 
     /// Whether this thread runs the team's tasks: a processor, a thread
@@ -341,5 +388,25 @@ fn nack_error(ch: &Channel, h: &Header, payload: &[u8]) -> Error {
         Nack::NoReply => Error::Refused(Refusal::NoReply),
         Nack::TooLarge { len, max } => Error::TooLarge { len: size(len), max: size(max) },
         Nack::Other(text) => Error::Refused(Refusal::Peer(String::from_utf8_lossy(text).into_owned())),
+    }
+}
+
+/// Runs a processor's batch of direct calls one by one, taking each under
+/// its lock (another processor may take the rest meanwhile). A panic drops
+/// the rest, and their places with them.
+fn run_batch(batch: &parking_lot::Mutex<std::collections::VecDeque<handoff::DirectCall>>) {
+    struct DropRest<'a>(&'a parking_lot::Mutex<std::collections::VecDeque<handoff::DirectCall>>);
+    impl Drop for DropRest<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                self.0.lock().clear();
+            }
+        }
+    }
+    let _rest = DropRest(batch);
+    loop {
+        let next = batch.lock().pop_front();
+        let Some((taker, m, place)) = next else { break };
+        taker.take(m, place);
     }
 }

@@ -58,6 +58,11 @@ impl Endpoints {
     }
 
     /// Closes every inbox (at shutdown), waking their receivers.
+    /// The inboxes with messages queued for a direct taker.
+    pub fn queued_for_direct(&self) -> Vec<Arc<EndpointInbox>> {
+        self.inboxes.read().values().filter(|i| i.queued_for_direct()).cloned().collect()
+    }
+
     pub fn close_all(&self) {
         let inboxes: Vec<_> = self.inboxes.write().drain().map(|(_, i)| i).collect();
         for i in inboxes {

@@ -3,6 +3,7 @@
 //! Both `block_on` (threads outside the runtime) and processors use it.
 
 use super::channel_list::Snapshot;
+use super::handoff;
 use super::TeamInner;
 use crate::transport::doorbell::Doorbell;
 use std::future::Future;
@@ -34,6 +35,8 @@ pub(crate) struct Idle<'a> {
     spin_started: Option<Instant>,
     spins: u32,
     until: Option<Instant>,
+    /// Never sleeps longer than this at once.
+    park_at_most: Option<std::time::Duration>,
     /// Never park (busy-poll mode, while this thread waits for an answer).
     busy: bool,
 }
@@ -53,6 +56,7 @@ impl<'a> Idle<'a> {
             spin_started: None,
             spins: 0,
             until: None,
+            park_at_most: None,
             busy: false,
         }
     }
@@ -127,6 +131,9 @@ impl<'a> Idle<'a> {
             if let Some(d) = self.until {
                 timeout = timeout.min(d.saturating_duration_since(Instant::now()));
             }
+            if let Some(d) = self.park_at_most {
+                timeout = timeout.min(d);
+            }
             let slept = Instant::now();
             let rung = team.doorbell.park(timeout);
             // Slept the whole park timeout without a ring while a frame
@@ -178,6 +185,8 @@ impl Drop for Idle<'_> {
 /// the last poller while others sleep, a frame that came while it polled
 /// (its sender did not ring) wakes a sleeper now.
 pub(crate) fn user_code<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
+    // A processor inside user code too long while work waits is replaced.
+    let _mark = handoff::UserCode::enter(team);
     let me = team as *const TeamInner as usize;
     if POLLING.get() != me {
         return f();
@@ -376,16 +385,29 @@ const BURST: u32 = 32;
 /// A processor: runs ready tasks; when there are none, idles. Its TCP sends
 /// are corked while it runs a burst of tasks (the replies to a burst of
 /// requests go out in one write), and flushed after at most [`BURST`]
-/// tasks, when it runs out of tasks, and before any wait.
-pub(crate) fn processor_loop(team: Arc<TeamInner>) {
+/// tasks, when it runs out of tasks, and before any wait. A `replacement`
+/// (see `handoff`) first takes over what a stuck processor held, and ends
+/// once idle while no more processors are stuck than replacements run.
+pub(crate) fn processor_loop(team: Arc<TeamInner>, replacement: bool) {
+    if !team.handoff.register(&team) {
+        team.handoff.not_started();
+        return;
+    }
     // Compared by address only while `team` (and so its address) is alive.
     PROCESSOR_OF.set(Arc::as_ptr(&team) as usize);
     CORKED.set(true);
     crate::transport::tcp::cork(true);
+    if replacement {
+        team.take_over();
+    }
     let exec = team.exec.clone();
     let mut ran: u32 = 0;
-    while !team.is_shut_down() {
-        if exec.run_one() {
+    'serve: while !team.is_shut_down() {
+        let task = {
+            let _mark = handoff::UserCode::enter(&team);
+            exec.run_one()
+        };
+        if task {
             // Busy with tasks: still fire due timers now and then.
             ran = ran.wrapping_add(1);
             if ran.is_multiple_of(16) {
@@ -399,12 +421,26 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>) {
         // (Idle::new writes what the burst's sends held back.)
         let mut idle = Idle::new(&team);
         while !exec.has_ready() && !team.is_shut_down() {
+            if replacement {
+                if team.handoff.retire() {
+                    break 'serve;
+                }
+                // Calls queued behind a stuck serving task: looked for at
+                // least every `handoff_after` while a processor is stuck.
+                if team.handoff.any_stuck() {
+                    team.take_queued_calls();
+                    idle.park_at_most = Some(team.handoff.after());
+                } else {
+                    idle.park_at_most = None;
+                }
+            }
             idle.step(&|| exec.has_ready(), &|p| {
                 if p {
                     exec.parked.fetch_add(1, Ordering::SeqCst);
                 } else {
                     exec.parked.fetch_sub(1, Ordering::SeqCst);
                 }
+                team.handoff.parked(p);
             });
         }
     }
@@ -412,6 +448,7 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>) {
     CORKED.set(false);
     crate::transport::tcp::cork(false);
     PROCESSOR_OF.set(0);
+    team.handoff.unregister();
 }
 
 #[cfg(test)]

@@ -175,6 +175,23 @@ impl<M: Cost> Inbox<M> {
         Poll::Pending
     }
 
+    /// The first queued message, for the direct taker if it admits it now
+    /// (a replacement processor takes the calls queued behind a stuck one,
+    /// see `handoff`).
+    pub fn take_queued(&self) -> Option<(Direct<M>, M, Place)> {
+        let mut s = self.state.lock();
+        let d = s.direct.clone()?;
+        let place = d.admit(s.queue.front()?)?;
+        let m = self.pop_front(&mut s)?;
+        Some((d, m, place))
+    }
+
+    /// Whether messages are queued for a direct taker.
+    pub fn queued_for_direct(&self) -> bool {
+        let s = self.state.lock();
+        s.direct.is_some() && !s.queue.is_empty()
+    }
+
     pub fn len(&self) -> usize {
         self.state.lock().queue.len()
     }

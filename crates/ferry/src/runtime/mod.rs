@@ -45,6 +45,7 @@ mod delivery;
 mod dispatch;
 mod endpoints;
 mod executor;
+pub(crate) mod handoff;
 mod handshakes;
 pub(crate) mod idle;
 pub(crate) mod inbox;

@@ -9,6 +9,7 @@ use super::channel_list::ChannelList;
 use super::config::{Config, TeamBuilder};
 use super::endpoints::Endpoints;
 use super::executor::{Executor, JoinHandle};
+use super::handoff::{self, Handoff};
 use super::handshakes::Handshakes;
 use super::peers::Peers;
 use super::reactor::{self, Reactor};
@@ -147,6 +148,14 @@ impl Team {
         self.inner.plane.lookup(name)
     }
 
+    /// How many replacement processors this team started: each time one of
+    /// its processors stayed inside one handler or task for
+    /// [`TeamBuilder::handoff_after`](crate::TeamBuilder::handoff_after)
+    /// while other work waited (a handler that blocks).
+    pub fn handoffs(&self) -> u64 {
+        self.inner.handoff.started()
+    }
+
     /// How many times a thread of this team slept until its park timeout
     /// (`TeamBuilder::park_timeout`) while a channel had work for it: a
     /// wake-up that was lost, the timeout bounding the delay. A monitor,
@@ -186,6 +195,8 @@ pub(crate) struct TeamInner {
     /// The team's claim on its number on this node; `None` once it left.
     lease: Mutex<Option<TeamLease>>,
     pub exec: Arc<Executor>,
+    /// Replacement processors for processors stuck in user code.
+    pub(crate) handoff: Handoff,
     pub(super) blocking: BlockingPool,
     pub timers: Timers,
     pub(super) endpoints: Endpoints,
@@ -244,6 +255,7 @@ impl TeamInner {
             plane,
             lease: Mutex::new(Some(lease)),
             exec: Executor::new(doorbell.clone()),
+            handoff: Handoff::new(cfg.processors, cfg.handoff_after, cfg.max_replacements),
             blocking: BlockingPool::new(id.team, cfg.blocking_threads, cfg.blocking_idle),
             endpoints: Endpoints::new(id, cfg.inbox_capacity, cfg.inbox_bytes, doorbell.clone()),
             doorbell,
@@ -268,18 +280,36 @@ impl TeamInner {
                 .spawn(move || reactor::run(r))
                 .map_err(Error::io("spawn reactor thread"))?,
         );
-        for i in 0..inner.cfg.processors {
+        if inner.handoff.enabled() {
             let t = inner.clone();
             threads.push(
                 std::thread::Builder::new()
-                    .name(format!("ferry-proc-{i}"))
-                    .spawn(move || idle::processor_loop(t))
-                    .map_err(Error::io("spawn processor thread"))?,
+                    .name(format!("ferry-watch-{}", id.team))
+                    .spawn(move || handoff::watch(t))
+                    .map_err(Error::io("spawn watcher thread"))?,
             );
         }
         *inner.threads.lock() = threads;
+        for i in 0..inner.cfg.processors {
+            if let Err(e) = inner.start_processor(format!("ferry-proc-{i}"), false) {
+                inner.shutdown();
+                return Err(Error::io("spawn processor thread")(e));
+            }
+        }
         tracing::debug!(team = %id, names = inner.plane.describe(), "team started");
         Ok(Team { _owner: Arc::new(ShutdownOnDrop(inner.clone())), inner })
+    }
+
+    /// Starts a processor thread (a `replacement` for one stuck in user
+    /// code, see `handoff`), unless the team is shut down.
+    pub(super) fn start_processor(self: &Arc<Self>, name: String, replacement: bool) -> std::io::Result<()> {
+        if self.is_shut_down() {
+            return Err(std::io::Error::other("the team is shut down"));
+        }
+        let t = self.clone();
+        let h = std::thread::Builder::new().name(name).spawn(move || idle::processor_loop(t, replacement))?;
+        self.threads.lock().push(h);
+        Ok(())
     }
 
     pub fn is_shut_down(&self) -> bool {
@@ -359,6 +389,7 @@ impl TeamInner {
         self.endpoints.close_all();
         self.blocking.close();
         self.reactor.stop();
+        self.handoff.poke();
         self.doorbell.ring_now();
         let threads: Vec<_> = self.threads.lock().drain(..).collect();
         self.join_bounded(threads);

@@ -1521,7 +1521,9 @@ pub fn settings(data: &[u8]) {
         .max_names(input.u64() as usize)
         .max_channels(input.u64() as usize)
         .max_running_calls(input.u64() as usize)
-        .handshakes_per_source(input.u64() as usize);
+        .handshakes_per_source(input.u64() as usize)
+        .handoff_after(any_duration(&mut input))
+        .max_replacements(input.u64() as usize);
     let b = if input.byte() & 1 == 1 { b.etcd(([127, 0, 0, 1], 2379).into(), any_duration(&mut input)) } else { b };
     // A cluster built in code, with a `from` block of any bits (a public
     // field): a block never panics, whatever it is asked.
@@ -1555,7 +1557,7 @@ pub fn settings(data: &[u8]) {
     assert!(rustix::time::Timespec::try_from(cfg.peer_timeout / 4).is_ok());
     assert!(i64::try_from(cfg.names_ttl.as_secs()).is_ok());
     let now = std::time::Instant::now();
-    for d in [cfg.spin, cfg.park_timeout, cfg.blocking_idle, cfg.peer_timeout] {
+    for d in [cfg.spin, cfg.park_timeout, cfg.blocking_idle, cfg.peer_timeout, cfg.handoff_after] {
         assert!(now.checked_add(d).is_some(), "{d:?}");
     }
 }

@@ -1,0 +1,344 @@
+//! Hand-off for a blocked processor, as Go's scheduler hands a thread
+//! stuck in a system call's processor to another thread (`sysmon`,
+//! `handoffp`). A handler that blocks (`std::thread::sleep`, a synchronous
+//! read) holds its processor; without this, every other call to the team
+//! waited for it.
+//!
+//! 1. A processor counts its entries into and exits from user code (a task,
+//!    a batch of handlers) in its [`Slot`]: an odd count means inside. Only
+//!    it writes its slot's count, with plain stores: nothing on the hot
+//!    path but two of them.
+//! 2. A watcher thread per team looks at the counts every
+//!    `handoff_after` while a processor is awake. While all are parked it
+//!    sleeps; the first processor to wake pokes it.
+//! 3. A processor whose odd count did not move for a whole look, while the
+//!    team has work waiting (a frame, a ready task, a corked reply), is
+//!    stuck: the watcher marks it and starts a replacement processor, at
+//!    most `max_replacements` running at once, and logs it once.
+//! 4. The replacement writes the replies corked on the stuck processor,
+//!    runs the rest of its batch of direct calls (kept in its slot, not on
+//!    its stack, for this), then serves as any processor does.
+//! 5. The stuck processor, back from user code, clears its mark; a
+//!    replacement that finds itself idle retires while more replacements
+//!    run than processors are stuck.
+
+use super::channel::{Direct, Incoming};
+use super::TeamInner;
+use crate::rpc::Place;
+use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A direct call waiting in a processor's batch.
+pub(crate) type DirectCall = (Direct, Incoming, Place);
+
+/// One processor's state as the watcher sees it.
+pub(crate) struct Slot {
+    /// Entries into plus exits from user code: odd while inside.
+    epoch: AtomicU32,
+    /// Marked by the watcher; cleared by the processor when it is back.
+    stuck: AtomicBool,
+    /// A live processor holds this slot.
+    taken: AtomicBool,
+    /// The rest of the batch of direct calls it runs (see `dispatch`).
+    pub(crate) batch: Mutex<VecDeque<DirectCall>>,
+}
+
+pub(crate) struct Handoff {
+    after: Duration,
+    max: usize,
+    /// The team's processors first, then room for `max` replacements.
+    slots: Box<[Slot]>,
+    /// Processors marked stuck now.
+    stuck: AtomicUsize,
+    /// Replacements running now.
+    running: AtomicUsize,
+    /// Replacements ever started (`Team::handoffs`).
+    started: AtomicU64,
+    /// Processors not parked.
+    awake: AtomicUsize,
+    /// The watcher sleeps until poked (every processor was parked).
+    asleep: AtomicBool,
+    wake: Mutex<()>,
+    poke: Condvar,
+    /// The cap was met once (logged once).
+    capped: AtomicBool,
+}
+
+thread_local! {
+    /// This thread's slot, if it is a processor: (team address, slot), and
+    /// how deep in user code it is (user code may run user code: a task's
+    /// blocking call runs other tasks).
+    static MINE: Cell<(usize, *const Slot, u32)> = const { Cell::new((0, std::ptr::null(), 0)) };
+}
+
+impl Handoff {
+    pub fn new(processors: usize, after: Duration, max: usize) -> Handoff {
+        // With no processors nothing can be handed off.
+        let max = if processors == 0 { 0 } else { max };
+        let slots = (0..processors + max)
+            .map(|_| Slot {
+                epoch: AtomicU32::new(0),
+                stuck: AtomicBool::new(false),
+                taken: AtomicBool::new(false),
+                batch: Mutex::new(VecDeque::new()),
+            })
+            .collect();
+        Handoff {
+            after,
+            max,
+            slots,
+            stuck: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+            awake: AtomicUsize::new(0),
+            asleep: AtomicBool::new(false),
+            wake: Mutex::new(()),
+            poke: Condvar::new(),
+            capped: AtomicBool::new(false),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.max > 0
+    }
+
+    pub fn started(&self) -> u64 {
+        self.started.load(Ordering::Relaxed)
+    }
+
+    /// Makes this thread a processor of `team` in a free slot; `false` if
+    /// none is (a replacement started while a retiring one still held its
+    /// slot): it must not run.
+    pub fn register(&self, team: &TeamInner) -> bool {
+        let Some(slot) = self.slots.iter().find(|s| !s.taken.swap(true, Ordering::AcqRel)) else {
+            return false;
+        };
+        MINE.set((team as *const TeamInner as usize, slot, 0));
+        self.awake.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// A replacement that could not run gives its place back.
+    pub fn not_started(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// This thread stops being a processor.
+    pub fn unregister(&self) {
+        let (_, slot, _) = MINE.replace((0, std::ptr::null(), 0));
+        // SAFETY: `slot` points into `self.slots`, set by `register` on
+        // this thread, and `self` is alive (borrowed).
+        if let Some(slot) = unsafe { slot.as_ref() } {
+            leave_slot(self, slot);
+            slot.taken.store(false, Ordering::Release);
+        }
+        self.awake.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A processor parks (`true`) or wakes (`false`).
+    pub fn parked(&self, parked: bool) {
+        if parked {
+            self.awake.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            self.awake.fetch_add(1, Ordering::SeqCst);
+            // The Dekker pair of the watcher's `asleep` then `awake`.
+            if self.asleep.load(Ordering::SeqCst) {
+                let _g = self.wake.lock();
+                self.poke.notify_one();
+            }
+        }
+    }
+
+    /// A replacement gone idle: whether it retires now (more replacements
+    /// run than processors are stuck). Takes its place back if so.
+    pub fn retire(&self) -> bool {
+        let mut running = self.running.load(Ordering::Acquire);
+        while running > self.stuck.load(Ordering::Acquire) {
+            match self.running.compare_exchange(running, running - 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(now) => running = now,
+            }
+        }
+        false
+    }
+
+    /// Wakes the watcher (at shutdown).
+    pub fn poke(&self) {
+        let _g = self.wake.lock();
+        self.poke.notify_all();
+    }
+
+    /// The stuck processors' batches.
+    pub fn stuck_batches(&self) -> impl Iterator<Item = &Mutex<VecDeque<DirectCall>>> {
+        self.slots.iter().filter(|s| s.stuck.load(Ordering::Acquire)).map(|s| &s.batch)
+    }
+
+    /// Whether a processor is marked stuck now.
+    pub fn any_stuck(&self) -> bool {
+        self.stuck.load(Ordering::Acquire) > 0
+    }
+
+    /// How long a replacement sleeps at most while a processor is stuck
+    /// (it looks for calls queued behind the stuck one).
+    pub fn after(&self) -> Duration {
+        self.after
+    }
+
+    /// Whether a processor's batch has calls waiting.
+    pub fn batches_wait(&self) -> bool {
+        self.slots.iter().any(|s| !s.batch.lock().is_empty())
+    }
+}
+
+/// Marks this thread in user code while alive (see [`enter`]).
+pub(crate) struct UserCode<'a>(&'a TeamInner);
+
+impl<'a> UserCode<'a> {
+    #[inline]
+    pub fn enter(team: &'a TeamInner) -> UserCode<'a> {
+        enter(team);
+        UserCode(team)
+    }
+}
+
+impl Drop for UserCode<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        leave(self.0);
+    }
+}
+
+/// This thread's slot, if it is a processor of `team`.
+#[inline]
+pub(crate) fn my_slot(team: &TeamInner) -> Option<&Slot> {
+    let (of, slot, _) = MINE.get();
+    // SAFETY: a slot set for `team` points into its `Handoff`, alive while
+    // `team` is (borrowed); cleared before the processor lets its team go.
+    (of == team as *const TeamInner as usize).then(|| unsafe { &*slot })
+}
+
+/// User code starts on this thread (a processor of `team`, or not).
+#[inline]
+pub(crate) fn enter(team: &TeamInner) {
+    let (of, slot, depth) = MINE.get();
+    if of != team as *const TeamInner as usize {
+        return;
+    }
+    if depth == 0 {
+        // SAFETY: as in `my_slot`.
+        let e = unsafe { &(*slot).epoch };
+        e.store(e.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+    MINE.set((of, slot, depth + 1));
+}
+
+/// User code ends on this thread.
+#[inline]
+pub(crate) fn leave(team: &TeamInner) {
+    let (of, slot, depth) = MINE.get();
+    if of != team as *const TeamInner as usize || depth == 0 {
+        return;
+    }
+    MINE.set((of, slot, depth - 1));
+    if depth == 1 {
+        // SAFETY: as in `my_slot`.
+        leave_slot(&team.handoff, unsafe { &*slot });
+    }
+}
+
+fn leave_slot(h: &Handoff, slot: &Slot) {
+    let e = slot.epoch.load(Ordering::Relaxed);
+    if e % 2 == 1 {
+        slot.epoch.store(e.wrapping_add(1), Ordering::Relaxed);
+    }
+    if slot.stuck.load(Ordering::Relaxed) && slot.stuck.swap(false, Ordering::AcqRel) {
+        h.stuck.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The watcher: see the module's comment. Returns at shutdown.
+pub(crate) fn watch(team: Arc<TeamInner>) {
+    let h = &team.handoff;
+    let mut last: Vec<u32> = vec![0; h.slots.len()];
+    while !team.is_shut_down() {
+        // 1. Sleep: a look's length while a processor is awake, else until
+        //    poked (`asleep` then `awake`: the Dekker pair of `parked`).
+        {
+            let mut g = h.wake.lock();
+            h.asleep.store(true, Ordering::SeqCst);
+            let idle = h.awake.load(Ordering::SeqCst) == 0;
+            if !idle {
+                h.asleep.store(false, Ordering::SeqCst);
+            }
+            if !team.is_shut_down() {
+                h.poke.wait_for(&mut g, if idle { Duration::from_secs(1) } else { h.after });
+            }
+            h.asleep.store(false, Ordering::SeqCst);
+        }
+        if team.is_shut_down() {
+            break;
+        }
+        // 2. Look: who stayed inside one piece of user code since the last look.
+        let mut found = None;
+        for (i, s) in h.slots.iter().enumerate() {
+            let e = s.epoch.load(Ordering::Relaxed);
+            let stayed = e % 2 == 1 && e == last[i] && s.taken.load(Ordering::Acquire);
+            last[i] = e;
+            if stayed && !s.stuck.load(Ordering::Relaxed) && found.is_none() {
+                found = Some(i);
+            }
+        }
+        // 3. Stuck while work waits: a replacement takes over.
+        let Some(i) = found else { continue };
+        if !team.work_waits() {
+            continue;
+        }
+        if h.running.load(Ordering::Acquire) >= h.max {
+            if !h.capped.swap(true, Ordering::Relaxed) {
+                tracing::warn!(team = %team.id, max = h.max, "processors blocked in user code: all {} replacements run (TeamBuilder::max_replacements); work waits", h.max);
+            }
+            continue;
+        }
+        h.slots[i].stuck.store(true, Ordering::Release);
+        h.stuck.fetch_add(1, Ordering::AcqRel);
+        h.running.fetch_add(1, Ordering::AcqRel);
+        let n = h.started.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == 1 {
+            tracing::warn!(team = %team.id, after = ?h.after, "a processor stayed in one handler or task while work waited: a replacement processor took over (a handler that blocks should use Team::spawn_blocking)");
+        } else {
+            tracing::debug!(team = %team.id, replacements = n, "a replacement processor took over");
+        }
+        if let Err(e) = team.start_processor(format!("ferry-proc-r{n}"), true) {
+            tracing::warn!(team = %team.id, error = %e, "could not start a replacement processor");
+            h.not_started();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replacement_retires_only_while_more_run_than_are_stuck() {
+        let h = Handoff::new(1, Duration::from_millis(2), 2);
+        assert!(!h.retire(), "none running");
+        h.running.store(2, Ordering::Relaxed);
+        h.stuck.store(1, Ordering::Relaxed);
+        assert!(h.retire());
+        assert!(!h.retire(), "one runs for one stuck");
+        h.stuck.store(0, Ordering::Relaxed);
+        assert!(h.retire());
+        assert_eq!(h.running.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn no_processors_no_handoff() {
+        assert!(!Handoff::new(0, Duration::from_millis(2), 4).enabled());
+        assert!(!Handoff::new(2, Duration::from_millis(2), 0).enabled());
+    }
+}
