@@ -142,8 +142,8 @@ impl TeamInner {
     /// takes: it may be the one stuck). Replacements do it while a
     /// processor is stuck.
     pub(super) fn take_queued_calls(&self) {
+        let _in_task = executor::InTask::enter();
         for inbox in self.endpoints.queued_for_direct() {
-            let _in_task = executor::InTask::enter();
             idle::user_code(self, || {
                 while let Some((taker, m, place)) = inbox.take_queued() {
                     taker.take(m, place);

@@ -223,7 +223,7 @@ pub(crate) fn my_slot(team: &TeamInner) -> Option<&Slot> {
 
 /// User code starts on this thread (a processor of `team`, or not).
 #[inline]
-pub(crate) fn enter(team: &TeamInner) {
+fn enter(team: &TeamInner) {
     let (of, slot, depth) = MINE.get();
     if of != team as *const TeamInner as usize {
         return;
@@ -238,7 +238,7 @@ pub(crate) fn enter(team: &TeamInner) {
 
 /// User code ends on this thread.
 #[inline]
-pub(crate) fn leave(team: &TeamInner) {
+fn leave(team: &TeamInner) {
     let (of, slot, depth) = MINE.get();
     if of != team as *const TeamInner as usize || depth == 0 {
         return;

@@ -580,9 +580,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
         let (by_value, in_place) = vec_u8_visitors();
         let id = Some(typeid::of::<V>());
         if id == by_value && typeid::of::<V::Value>() == typeid::of::<Vec<u8>>() {
-            let mut bytes = huge_pages::vec_with_capacity(n);
-            self.read.append_to(n, &mut bytes);
-            let bytes = std::mem::ManuallyDrop::new(bytes);
+            let bytes = std::mem::ManuallyDrop::new(self.fresh(n));
             // SAFETY: `V::Value` is `Vec<u8>` (checked just above by type
             // identity), so this moves `bytes` out unchanged; it is not dropped
             // here (ManuallyDrop).
