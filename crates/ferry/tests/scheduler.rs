@@ -182,3 +182,87 @@ fn handlers_blocked_for_good_hold_no_more_than_the_cap() {
     assert_eq!(threads_named("ferry-proc"), 1, "the replacements did not retire");
     assert_eq!(c.ping_blocking().unwrap(), 7);
 }
+
+/// This thread's CPU affinity (the threads and processes it starts inherit it).
+fn affinity() -> libc::cpu_set_t {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) }, 0);
+    set
+}
+
+fn set_affinity(set: &libc::cpu_set_t) {
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(set), set) }, 0);
+}
+
+/// Pins this thread (and what it starts) to the first CPU it may run on
+/// until dropped: in a child process of a case, the same CPU as its parent's.
+struct OneCpu(libc::cpu_set_t);
+
+impl OneCpu {
+    fn pin() -> OneCpu {
+        let saved = affinity();
+        let first = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &saved) }).unwrap();
+        // SAFETY: a zeroed cpu_set_t is a valid empty set.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(first, &mut one) };
+        set_affinity(&one);
+        OneCpu(saved)
+    }
+}
+
+impl Drop for OneCpu {
+    fn drop(&mut self) {
+        set_affinity(&self.0);
+    }
+}
+
+/// Both sides on one CPU, spinning allowed for long (1 ms): a caller
+/// whose callee has no thread on a CPU sleeps at once instead of spinning
+/// the CPU away from it (URPC's processor reallocation; `share_cpu`), so
+/// a null call costs a couple of context switches, not a spin. (Before,
+/// the median call took a spin timeout or a scheduler slice: ≥ 1 ms.)
+fn a_call_on_one_cpu_costs_context_switches_not_a_spin(p: Placement) {
+    let _one = ONE_AT_A_TIME.lock();
+    let _cpu = OneCpu::pin();
+    pair(p).config(|b| b.spin(Duration::from_millis(1))).run(
+        |srv: &Side| {
+            let _serving = StallServer::serve(&srv.team, "stall", StallImpl).unwrap();
+            srv.put("serving", "");
+            srv.get_within::<String>("done", Duration::from_secs(60));
+        },
+        |cli: &Side| {
+            cli.get::<String>("serving");
+            let c = StallClient::bind(&cli.team, "stall").unwrap();
+            for _ in 0..100 {
+                assert_eq!(c.ping_blocking().unwrap(), 7);
+            }
+            let mut took: Vec<Duration> = (0..1000)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    assert_eq!(c.ping_blocking().unwrap(), 7);
+                    t0.elapsed()
+                })
+                .collect();
+            cli.put("done", "");
+            took.sort();
+            let median = took[took.len() / 2];
+            assert!(median < Duration::from_micros(200), "a call on one CPU took {median:?} (median)");
+        },
+    );
+}
+
+mod one_cpu {
+    use super::*;
+
+    #[test]
+    fn two_teams() {
+        a_call_on_one_cpu_costs_context_switches_not_a_spin(Placement::TwoTeams)
+    }
+
+    #[test]
+    fn two_processes() {
+        a_call_on_one_cpu_costs_context_switches_not_a_spin(Placement::TwoProcesses)
+    }
+}

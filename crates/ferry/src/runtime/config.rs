@@ -89,6 +89,8 @@ pub struct Config {
     pub peer_timeout: Duration,
     /// Threads waiting for an answer never park (they spin).
     pub busy_poll: bool,
+    /// Spinning threads give way when CPUs are short (`TeamBuilder::share_cpu`).
+    pub share_cpu: bool,
     /// Client addresses of the etcd of the cluster name plane (the members
     /// of one etcd cluster); empty: `$FERRY_ETCD`'s, if set, else the
     /// embedded plane.
@@ -136,6 +138,7 @@ impl Default for Config {
             cluster: None,
             peer_timeout: Duration::from_secs(10),
             busy_poll: false,
+            share_cpu: true,
             etcd: Vec::new(),
             names_ttl: Duration::from_secs(10),
             max_names: 4096,
@@ -197,6 +200,21 @@ impl TeamBuilder {
     /// usual ([`TeamBuilder::spin`] bounds their spinning).
     pub fn busy_poll(mut self) -> Self {
         self.cfg.busy_poll = true;
+        self
+    }
+    /// Whether the team's spinning threads give way when CPUs are short
+    /// (default on; URPC's processor reallocation, as far as a process can
+    /// do it). With it, a spinning thread that just woke a thread lets
+    /// that thread have its CPU first (`sched_yield`, which returns at
+    /// once when nobody waits); one that yielded to another thread yields
+    /// again at each look at the clock; and a thread waiting for an answer
+    /// from a team on this machine sleeps at once when that team has no
+    /// thread on a CPU (its pollers do not turn, or it sleeps while CPUs
+    /// are short). Off, threads spin their whole [`TeamBuilder::spin`]
+    /// whatever happens (as ferry did before it had this setting): with
+    /// more busy threads than CPUs a call may then cost a scheduler time slice.
+    pub fn share_cpu(mut self, on: bool) -> Self {
+        self.cfg.share_cpu = on;
         self
     }
     /// Puts the team's names in etcd (`addr`: its client address,

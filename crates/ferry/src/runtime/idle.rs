@@ -2,10 +2,11 @@
 //! fire timers, spin a bounded time, then sleep on the team's doorbell.
 //! Both `block_on` (threads outside the runtime) and processors use it.
 
+use super::channel::Channel;
 use super::channel_list::Snapshot;
 use super::handoff;
 use super::TeamInner;
-use crate::transport::doorbell::Doorbell;
+use crate::transport::doorbell::{self, Doorbell};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,9 +18,48 @@ use std::time::Instant;
 /// a frame it finds to count as one that waited through the sleep.
 const LATE_LOOK: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// How long a thread spins without finding work before it lets other
+/// threads of this CPU run at each look at the clock (`sched_yield`: when
+/// none waits, it returns at once). Longer than a quick call's round trip,
+/// so the common answer never waits behind it.
+const YIELD_AFTER: std::time::Duration = std::time::Duration::from_micros(4);
+
+/// How long an answer wait spins before it first looks at what its peer
+/// does (`Idle::peer_off_cpu`): longer than a quick call's round trip, so
+/// the common answer never pays for the look (cache lines the peer writes).
+const LOOK_AFTER: std::time::Duration = std::time::Duration::from_micros(2);
+
+/// A `sched_yield` that took longer than this ran another thread.
+const YIELD_RAN_ANOTHER: std::time::Duration = std::time::Duration::from_micros(2);
+
+/// Lets other threads of this CPU run, and notes whether one did: then
+/// this thread's CPU is contended, and its next spins yield at once.
+fn yield_cpu() {
+    let t = Instant::now();
+    std::thread::yield_now();
+    CONTENDED.set(t.elapsed() >= YIELD_RAN_ANOTHER);
+}
+
 thread_local! {
+    /// This thread's last yield ran another thread (see `yield_cpu`).
+    static CONTENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The team this thread counts as a poller of right now (its address), or 0.
     static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The channel this thread last sent a message or call on: the peer an
+    /// answer wait of this thread most likely waits on (see `Idle::peer_off_cpu`).
+    static SENT_ON: std::cell::RefCell<Weak<Channel>> = const { std::cell::RefCell::new(Weak::new()) };
+}
+
+/// Notes that this thread sent a message or call on `ch` (no atomic
+/// operation while it keeps sending on the same channel).
+#[inline]
+pub(crate) fn sent_on(ch: &Arc<Channel>) {
+    SENT_ON.with(|s| {
+        let mut s = s.borrow_mut();
+        if !std::ptr::eq(s.as_ptr(), Arc::as_ptr(ch)) {
+            *s = Arc::downgrade(ch);
+        }
+    });
 }
 
 /// Counts this thread as a poller of the team's channels while alive —
@@ -39,6 +79,13 @@ pub(crate) struct Idle<'a> {
     park_at_most: Option<std::time::Duration>,
     /// Never park (busy-poll mode, while this thread waits for an answer).
     busy: bool,
+    /// Spin only while the peer this thread last sent to has a thread on
+    /// a CPU (an answer wait, `TeamBuilder::share_cpu`): `Some` once
+    /// looked up, then the channel to it, if still there.
+    peer: Option<Option<Arc<Channel>>>,
+    watch_peer: bool,
+    /// The peer's beat at the last look.
+    peer_beat: Option<u32>,
 }
 
 impl<'a> Idle<'a> {
@@ -58,13 +105,18 @@ impl<'a> Idle<'a> {
             until: None,
             park_at_most: None,
             busy: false,
+            peer: None,
+            watch_peer: false,
+            peer_beat: None,
         }
     }
 
     /// A wait for an answer (a call's reply, a message): in busy-poll mode
-    /// (`TeamBuilder::busy_poll`) it never parks.
+    /// (`TeamBuilder::busy_poll`) it never parks; else it spins only while
+    /// the peer it waits on is on a CPU (`TeamBuilder::share_cpu`).
     pub fn for_answer(mut self) -> Idle<'a> {
         self.busy = self.team.cfg.busy_poll;
+        self.watch_peer = self.team.cfg.share_cpu && !self.busy;
         self
     }
 
@@ -87,6 +139,8 @@ impl<'a> Idle<'a> {
             return;
         }
         self.spins = self.spins.wrapping_add(1);
+        // Peers waiting on this team see it turn (see `Activity::beat`).
+        team.doorbell.beat(self.spins);
         // Timers are looked at every 16th turn, busy or not: reading the clock
         // costs as much as a poll, and a busy channel must not starve them.
         let fired = self.spins.is_multiple_of(16) && team.timers.fire();
@@ -98,10 +152,24 @@ impl<'a> Idle<'a> {
         let spin = team.cfg.spin;
         if !spin.is_zero() {
             // Read the clock only every 64 spins: it costs as much as a few polls.
-            let started = *self.spin_started.get_or_insert_with(Instant::now);
             // No PAUSE hint: on this hardware it costs ~40 ns, a good part of a
             // round trip, and the poll itself already paces the loop.
-            if !self.spins.is_multiple_of(64) || started.elapsed() < spin {
+            let started = *self.spin_started.get_or_insert_with(Instant::now);
+            let share = team.cfg.share_cpu;
+            if !self.spins.is_multiple_of(64) {
+                // A thread we just woke may be queued for this very CPU: let
+                // it run now (a yield that finds nobody returns at once).
+                if share && doorbell::woke_a_sleeper() {
+                    yield_cpu();
+                }
+                return;
+            }
+            let spun = started.elapsed();
+            if spun < spin && (spun < LOOK_AFTER || !self.peer_off_cpu()) {
+                // Whoever would send us work may wait for this CPU.
+                if share && (spun >= YIELD_AFTER || CONTENDED.get() || doorbell::woke_a_sleeper()) {
+                    yield_cpu();
+                }
                 return;
             }
         }
@@ -165,6 +233,36 @@ impl<'a> Idle<'a> {
     }
 }
 
+impl Idle<'_> {
+    /// Whether the peer this answer wait most likely waits on (the one
+    /// this thread last sent to) has no thread on a CPU: all asleep while
+    /// CPUs are short (the thread our message woke needs one), or pollers whose beat has not
+    /// moved since the last look (they wait for one — perhaps the one this
+    /// thread spins on). Spinning then only delays the answer: the caller
+    /// sleeps instead. A peer running user code (our handler, likely) is
+    /// on a CPU. Looked at every 64 turns once `LOOK_AFTER` passed.
+    fn peer_off_cpu(&mut self) -> bool {
+        if !self.watch_peer {
+            return false;
+        }
+        let peer = self.peer.get_or_insert_with(|| SENT_ON.with(|s| s.borrow().upgrade()));
+        let Some(now) = peer.as_ref().and_then(|ch| ch.transport.peer_activity()) else {
+            return false;
+        };
+        let last = std::mem::replace(&mut self.peer_beat, now.beat);
+        match (now.running, now.polling) {
+            // Every thread it counts sleeps (a thread of its own between
+            // two waits counts nowhere: then it is on a CPU, as far as we
+            // know), and a thread woke needs a CPU: ours, if others wait
+            // for it. (With a CPU to spare, the woken thread gets it: we
+            // spin on, else two teams would wake each other for good.)
+            (0, 0) => now.sleeping > 0 && CONTENDED.get(),
+            (0, _) => now.beat.is_some() && now.beat == last,
+            _ => false,
+        }
+    }
+}
+
 impl Drop for Idle<'_> {
     fn drop(&mut self) {
         POLLING.set(self.outer);
@@ -194,13 +292,13 @@ pub(crate) fn user_code<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
     struct Resume<'a>(&'a TeamInner, usize);
     impl Drop for Resume<'_> {
         fn drop(&mut self) {
-            self.0.doorbell.enter_polling();
+            self.0.doorbell.back_from_user_code();
             POLLING.set(self.1);
         }
     }
     POLLING.set(0);
     // Only frames need a poller: deferred tidying can wait for this thread.
-    if team.doorbell.leave_polling() && team.channels.snapshot().iter().any(|c| c.has_frame_or_held()) {
+    if team.doorbell.enter_user_code() && team.channels.snapshot().iter().any(|c| c.has_frame_or_held()) {
         team.doorbell.ring_one();
     }
     let _resume = Resume(team, me);

@@ -230,6 +230,7 @@ impl TeamInner {
         wait_here: bool,
     ) -> Delivery {
         let mut header = data_header(src, dst, checkpoint, deadline);
+        idle::sent_on(ch);
         if checkpoint == Checkpoint::Immediate {
             let sent = match &payload {
                 Out::Bytes(b) => self.send_immediate(ch, header, b),

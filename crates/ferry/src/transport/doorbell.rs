@@ -81,6 +81,17 @@ pub const DOORBELL_LEN: usize = 4096;
 // 128 bytes apart: cores fetch cache lines in pairs.
 const POLLERS: usize = 128;
 const SLEEPERS: usize = 256;
+const BEAT: usize = 384;
+
+/// The `pollers` word counts, in its low 16 bits, the threads polling the
+/// team's channels and, in its high 16 bits, those that left polling to
+/// run user code (a handler, a task) and will come back: both are awake.
+/// Moving a thread from one count to the other is one add (`RUNNING - 1`)
+/// that borrows nothing while the thread was counted where it leaves.
+/// (More than 65,535 threads polling one team at once would spill into
+/// the running count: peers would then misjudge it, nothing worse.)
+const RUNNING: u32 = 1 << 16;
+const POLLING_MASK: u32 = RUNNING - 1;
 
 /// Where a doorbell's two words live, how a ringer wakes a sleeper and how
 /// a thread sleeps: a state page, eventfds and epoll sets in production
@@ -95,6 +106,11 @@ pub trait DoorbellMemory: Send + Sync + 'static {
 
     fn pollers(&self) -> &Self::Word;
     fn sleepers(&self) -> &Self::Word;
+    /// A word the team's polling threads bump as they turn (see
+    /// [`Activity`]); memories without it (the models) give none.
+    fn beat(&self) -> Option<&Self::Word> {
+        None
+    }
 
     /// Wakes one sleeping thread of the team (or the next to sleep).
     fn ring_one(line: &Self::Line);
@@ -179,6 +195,11 @@ impl DoorbellMemory for DoorbellPage {
     #[inline(always)]
     fn sleepers(&self) -> &AtomicU32 {
         self.word(SLEEPERS)
+    }
+
+    #[inline(always)]
+    fn beat(&self) -> Option<&AtomicU32> {
+        Some(self.word(BEAT))
     }
 
     fn ring_one(line: &Lines) {
@@ -390,11 +411,13 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// Wakes every sleeper unconditionally (a waker whose thread sleeps
     /// here, shutdown, a channel's end).
     pub fn ring_now(&self) {
+        WOKE.set(true);
         M::ring_all(&self.local, self.mem.sleepers().load(Ordering::SeqCst));
     }
 
     /// Wakes one sleeper.
     pub fn ring_one(&self) {
+        WOKE.set(true);
         M::ring_one(&self.local);
     }
 
@@ -416,10 +439,49 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// anything waits (Dekker with `ring`).
     #[inline]
     pub fn leave_polling(&self) -> bool {
-        // L1, L2; L3 below.
-        let last = self.mem.pollers().fetch_sub(1, Ordering::SeqCst) == 1;
+        self.stop_polling(false)
+    }
+
+    /// A polling thread leaves polling to run user code: as
+    /// [`Doorbell::leave_polling`], but it counts as running (awake) until
+    /// [`Doorbell::back_from_user_code`].
+    #[inline]
+    pub fn enter_user_code(&self) -> bool {
+        self.stop_polling(true)
+    }
+
+    /// Back from user code: polling again.
+    #[inline]
+    pub fn back_from_user_code(&self) {
+        self.mem.pollers().fetch_sub(RUNNING - 1, Ordering::SeqCst);
+    }
+
+    /// L1 (out of the polling count, and into the running one if
+    /// `to_user_code`), L2; L3 below.
+    #[inline]
+    fn stop_polling(&self, to_user_code: bool) -> bool {
+        let old = match to_user_code {
+            true => self.mem.pollers().fetch_add(RUNNING - 1, Ordering::SeqCst),
+            false => self.mem.pollers().fetch_sub(1, Ordering::SeqCst),
+        };
+        let last = old & POLLING_MASK == 1;
         fence(Ordering::SeqCst);
         last && self.mem.sleepers().load(Ordering::Relaxed) != 0
+    }
+
+    /// A polling thread's turn: peers watching [`Activity::beat`] see
+    /// the team's pollers are on a CPU.
+    #[inline]
+    pub fn beat(&self, turn: u32) {
+        if let Some(b) = self.mem.beat() {
+            b.store(turn, Ordering::Relaxed);
+        }
+    }
+
+    /// What the team's threads are doing (for a waiting thread of its own
+    /// team's peers in the same process, see [`Bell::activity`]).
+    pub fn activity(&self) -> Activity {
+        Activity::of(&self.mem)
     }
 
     /// First half of parking: the caller stops counting as a poller and
@@ -445,7 +507,7 @@ impl<M: DoorbellMemory> Doorbell<M> {
 
     /// Whether a thread other than the caller (itself a poller) polls now.
     pub fn others_polling(&self) -> bool {
-        self.mem.pollers().load(Ordering::SeqCst) > 1
+        self.mem.pollers().load(Ordering::SeqCst) & POLLING_MASK > 1
     }
 
     /// Undoes `prepare_park` without sleeping.
@@ -510,8 +572,59 @@ impl<M: DoorbellMemory> Bell<M> {
     /// Wakes every sleeper of the team (a writer of it that waits for room
     /// may be any of them).
     pub fn ring_now(&self) {
+        WOKE.set(true);
         M::ring_all(&self.line, self.mem.sleepers().load(Ordering::SeqCst));
     }
+
+    /// What the team's threads are doing, as its state page says.
+    pub fn activity(&self) -> Activity {
+        Activity::of(&self.mem)
+    }
+}
+
+/// What a team's threads are doing, read from its state page (URPC's
+/// processor reallocation: a thread waiting for a team's answer spins only
+/// while that team has a thread on a CPU; else it sleeps at once and so
+/// gives the CPU to the thread it woke). A peer may write anything on its
+/// own page: the worst it gets is a waiting thread that spins or sleeps
+/// when it should not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    /// Threads spinning over the team's channels.
+    pub polling: u32,
+    /// Threads that left polling to run user code (handlers, tasks).
+    pub running: u32,
+    /// Threads asleep.
+    pub sleeping: u32,
+    /// Bumped by polling threads as they turn: a value that stays put
+    /// while `polling > 0` means they are not on a CPU (preempted, or
+    /// waiting for the very CPU the reader spins on).
+    pub beat: Option<u32>,
+}
+
+impl Activity {
+    fn of<M: DoorbellMemory>(mem: &M) -> Activity {
+        let word = mem.pollers().load(Ordering::Relaxed);
+        Activity {
+            polling: word & POLLING_MASK,
+            running: word >> 16,
+            sleeping: mem.sleepers().load(Ordering::Relaxed),
+            beat: mem.beat().map(|b| b.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+thread_local! {
+    /// Whether this thread's last ring woke a sleeping team (see [`woke_a_sleeper`]).
+    static WOKE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's last ring woke a thread (a frame it published
+/// found the whole team asleep, or it rang a sleeper directly): the thread it
+/// woke needs a CPU, maybe this one, so this thread should not spin it
+/// away (it sleeps, or yields). Reading clears it.
+pub fn woke_a_sleeper() -> bool {
+    WOKE.replace(false)
 }
 
 /// S2–S4.
@@ -521,7 +634,14 @@ fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
     fence(Ordering::SeqCst);
     // `sleepers` first: while nobody sleeps (the spinning case) the
     // `pollers` line, which the team writes often, is never pulled over.
-    if mem.sleepers().load(Ordering::Relaxed) != 0 && mem.pollers().load(Ordering::Relaxed) == 0 {
+    let (sleepers, pollers) = match mem.sleepers().load(Ordering::Relaxed) {
+        0 => (0, 0),
+        n => (n, mem.pollers().load(Ordering::Relaxed)),
+    };
+    let idle = sleepers != 0 && pollers & POLLING_MASK == 0;
+    // Nobody running user code either: the whole team slept.
+    WOKE.set(idle && pollers == 0);
+    if idle {
         // One thread is enough to drain the channels; it wakes whoever
         // the messages are for. Waking all would make every idle thread
         // of the team spin again for nothing, stealing the cores.

@@ -197,6 +197,12 @@ impl Transport for InprocEnd {
         self.max_payload
     }
 
+    fn peer_activity(&self) -> Option<super::doorbell::Activity> {
+        // On the loop-back channel the peer is the reader's own team, the
+        // waiting thread among its pollers: nothing to learn.
+        (!Arc::ptr_eq(&self.tx.reader, &self.tx.writer)).then(|| self.tx.reader.activity())
+    }
+
     fn max_detached(&self) -> usize {
         self.tx.frames.lock().detached_capacity
     }

@@ -392,6 +392,13 @@ pub trait Transport: Send + Sync {
         self.has_frame() || self.needs_tidy() || self.is_peer_gone()
     }
 
+    /// What the peer team's threads are doing, where its memory tells (a
+    /// peer on this machine); `None` over a network, or on a team's
+    /// channel to itself.
+    fn peer_activity(&self) -> Option<doorbell::Activity> {
+        None
+    }
+
     /// Ends this end: later sends (and stages) fail with `Closed`; the peer
     /// is told, and sees `PeerGone` once it took what we sent; receives here
     /// drain what had arrived, then report `PeerGone`. Dropping an end closes

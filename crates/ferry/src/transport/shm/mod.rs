@@ -584,6 +584,10 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         self.max_payload
     }
 
+    fn peer_activity(&self) -> Option<super::doorbell::Activity> {
+        Some(self.peer_bell.activity())
+    }
+
     fn max_detached(&self) -> usize {
         self.tx_area.as_ref().map_or(0, |a| a.alloc.lock().size() as usize)
     }
