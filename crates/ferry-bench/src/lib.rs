@@ -49,7 +49,7 @@ pub use child::child_main_if_requested;
 pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
 pub use report::{CaseResult, Report};
 pub use shm::ShmRegion;
-pub use stats::Stats;
+pub use stats::{Stat, Stats};
 pub use suites::{all_cases, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs};
 
 /// A failed check of a bench (not of ferry) as the bench's error: `what`
