@@ -142,7 +142,7 @@ macro_rules! shm_case {
         fn child(ctx: &ChildCtx) {
             serve(ctx, $mode, $explicit)
         }
-        Case { name: $name, parent, child }
+        Case::new($name, parent, child)
     }};
 }
 
@@ -151,7 +151,7 @@ macro_rules! inproc_case {
         fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
             inproc(peer, p, $call)
         }
-        Case { name: $name, parent, child: no_child }
+        Case::new($name, parent, no_child)
     }};
 }
 
@@ -185,11 +185,11 @@ pub fn cases() -> Vec<Case> {
         shm_case!("ferry.shm.implicit.bigop", Mode::Spin, false, 4, bigop),
         shm_case!("ferry.shm.explicit.null", Mode::Spin, true, 4, null_call),
         shm_case!("ferry.shm.explicit.bigop", Mode::Spin, true, 4, bigop),
-        Case { name: "ferry.shm.tasks1", parent: tasks::<1>, child: tasks_child },
-        Case { name: "ferry.shm.tasks2", parent: tasks::<2>, child: tasks_child },
-        Case { name: "ferry.shm.tasks4", parent: tasks::<4>, child: tasks_child },
-        Case { name: "ferry.shm.tasks8", parent: tasks::<8>, child: tasks_child },
-        Case { name: "ferry.shm.tasks16", parent: tasks::<16>, child: tasks_child },
+        Case::new("ferry.shm.tasks1", tasks::<1>, tasks_child),
+        Case::new("ferry.shm.tasks2", tasks::<2>, tasks_child),
+        Case::new("ferry.shm.tasks4", tasks::<4>, tasks_child),
+        Case::new("ferry.shm.tasks8", tasks::<8>, tasks_child),
+        Case::new("ferry.shm.tasks16", tasks::<16>, tasks_child),
     ]
 }
 

@@ -23,7 +23,7 @@ impl Null for NullServer {
 }
 
 pub fn case() -> Case {
-    Case { name: "tarpc.tcp.null", parent, child }
+    Case::new("tarpc.tcp.null", parent, child)
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -444,15 +444,15 @@ fn busy_child(ctx: &ChildCtx) {
 pub fn cases() -> Vec<Case> {
     #[allow(unused_mut)]
     let mut v = vec![
-        Case { name: "floor.tcp", parent: floor_parent, child: floor_child },
-        Case { name: "ferry.tcp.null", parent: null_parent, child: default_child },
-        Case { name: "ferry.tcp.arg1024", parent: arg1024_parent, child: default_child },
-        Case { name: "ferry.tcp.busypoll.null", parent: busypoll_parent, child: busy_child },
-        Case { name: "ferry.tcp.pipelined", parent: pipelined_parent, child: busy_child },
-        Case { name: "floor.tcp.echo.64MiB", parent: floor_echo_parent, child: floor_echo_child },
-        Case { name: "ferry.tcp.echo.64MiB", parent: echo_bytebuf_parent, child: echo_child },
-        Case { name: "ferry.tcp.echo.vec.64MiB", parent: echo_vec_parent, child: echo_child },
-        Case { name: "ferry.tcp.echo.bytes.64MiB", parent: echo_bytes_parent, child: echo_child },
+        Case::new("floor.tcp", floor_parent, floor_child),
+        Case::new("ferry.tcp.null", null_parent, default_child),
+        Case::new("ferry.tcp.arg1024", arg1024_parent, default_child),
+        Case::new("ferry.tcp.busypoll.null", busypoll_parent, busy_child),
+        Case::new("ferry.tcp.pipelined", pipelined_parent, busy_child),
+        Case::new("floor.tcp.echo.64MiB", floor_echo_parent, floor_echo_child),
+        Case::new("ferry.tcp.echo.64MiB", echo_bytebuf_parent, echo_child),
+        Case::new("ferry.tcp.echo.vec.64MiB", echo_vec_parent, echo_child),
+        Case::new("ferry.tcp.echo.bytes.64MiB", echo_bytes_parent, echo_child),
     ];
     #[cfg(feature = "zmq")]
     v.push(zmq_tcp::case());
@@ -468,7 +468,7 @@ mod zmq_tcp {
     use super::*;
 
     pub fn case() -> Case {
-        Case { name: "zmq.tcp.null", parent, child }
+        Case::new("zmq.tcp.null", parent, child)
     }
 
     fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {

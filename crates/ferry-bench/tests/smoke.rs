@@ -41,7 +41,7 @@ fn fdpass_child(ctx: &ChildCtx) {
 fn main() {
     let mut cases = pingpong_cases();
     cases.extend(ferry_rpc::cases());
-    cases.push(Case { name: "test.uds.fdpass", parent: fdpass_parent, child: fdpass_child });
+    cases.push(Case::new("test.uds.fdpass", fdpass_parent, fdpass_child));
     ferry_bench::large::receiver_if_requested();
     child_main_if_requested(&cases);
 

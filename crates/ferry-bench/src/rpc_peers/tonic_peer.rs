@@ -41,11 +41,11 @@ const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { name: "tonic.uds.null", parent: parent::<0>, child },
-        Case { name: "tonic.uds.arg4", parent: parent::<4>, child },
-        Case { name: "tonic.uds.arg256", parent: parent::<256>, child },
-        Case { name: "tonic.uds.arg512", parent: parent::<512>, child },
-        Case { name: "tonic.uds.arg1024", parent: parent::<1024>, child },
+        Case::new("tonic.uds.null", parent::<0>, child),
+        Case::new("tonic.uds.arg4", parent::<4>, child),
+        Case::new("tonic.uds.arg256", parent::<256>, child),
+        Case::new("tonic.uds.arg512", parent::<512>, child),
+        Case::new("tonic.uds.arg1024", parent::<1024>, child),
     ]
 }
 
@@ -227,7 +227,7 @@ fn measure(
 
 /// `tonic.tcp.null` (the TCP suite): the same unary call over TCP.
 pub fn tcp_case() -> Case {
-    Case { name: "tonic.tcp.null", parent: tcp_parent, child: tcp_child }
+    Case::new("tonic.tcp.null", tcp_parent, tcp_child)
 }
 
 fn tcp_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
