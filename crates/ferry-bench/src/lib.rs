@@ -41,6 +41,7 @@ mod shm;
 pub mod soak;
 mod stats;
 mod suites;
+mod targets;
 #[cfg(feature = "tarpc")]
 mod tarpc_peer;
 pub mod tcp;
