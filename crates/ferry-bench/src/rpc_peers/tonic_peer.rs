@@ -206,23 +206,31 @@ fn measure(
         rt.block_on(async {
             tokio::time::timeout(ROUND_TIMEOUT, async {
                 for _ in 0..n {
-                    client.ready().await.expect("tonic: channel not ready");
-                    // Bytes clones share the buffer: the codec's put_slice
-                    // is the one copy of the argument, as with protobuf.
-                    let resp = client
-                        .unary::<Bytes, Bytes, _>(Request::new(arg.clone()), path.clone(), RawCodec)
-                        .await
-                        .expect("tonic: call");
-                    let resp = resp.into_inner();
-                    assert_eq!(resp.len(), 8, "tonic: response of {} bytes", resp.len());
-                    let got = u64::from_le_bytes(resp[..].try_into().unwrap());
-                    assert_eq!(got, expected, "tonic: wrong answer");
+                    call(client, &path, arg, expected).await;
                 }
             })
             .await
             .expect("tonic: a round of calls timed out")
         })
     })
+}
+
+/// One unary call, its answer checked.
+async fn call(
+    client: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    path: &PathAndQuery,
+    arg: &Bytes,
+    expected: u64,
+) {
+    client.ready().await.expect("tonic: channel not ready");
+    // Bytes clones share the buffer: the codec's put_slice
+    // is the one copy of the argument, as with protobuf.
+    let resp =
+        client.unary::<Bytes, Bytes, _>(Request::new(arg.clone()), path.clone(), RawCodec).await.expect("tonic: call");
+    let resp = resp.into_inner();
+    assert_eq!(resp.len(), 8, "tonic: response of {} bytes", resp.len());
+    let got = u64::from_le_bytes(resp[..].try_into().unwrap());
+    assert_eq!(got, expected, "tonic: wrong answer");
 }
 
 /// `tonic.tcp.null` (the TCP suite): the same unary call over TCP.
@@ -236,7 +244,14 @@ fn tcp_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}")).expect("tonic: endpoint").tcp_nodelay(true);
     let channel = rt.block_on(endpoint.connect()).expect("tonic: connect");
     let mut client = tonic::client::Grpc::new(channel);
-    let samples = measure(&rt, &mut client, &Bytes::new(), p);
+    // A latency case of the TCP suite: each call timed on its own.
+    let (path, arg) = (PathAndQuery::from_static(METHOD), Bytes::new());
+    let expected = answer(&arg);
+    let samples = p.measure_each(crate::tcp::calls(p), || {
+        // The timeout's timer is made inside the runtime: it needs its reactor.
+        rt.block_on(async { tokio::time::timeout(ROUND_TIMEOUT, call(&mut client, &path, &arg, expected)).await })
+            .expect("tonic: a call timed out")
+    });
     drop(client);
     drop(rt);
     crate::tcp::tell(&peer.sock, "stop");
