@@ -52,7 +52,10 @@ fn main() {
     let mut failed = report.errors.len();
     for case in &cases {
         match report.get(case.name) {
-            Some(r) if r.samples.len() == params.passes * params.rounds && r.stats.min > 0.0 => {}
+            // A sample per round, or per call for a case timed call by call.
+            Some(r)
+                if [params.rounds, params.iters].map(|n| n * params.passes).contains(&r.samples.len())
+                    && r.stats.min > 0.0 => {}
             Some(r) => {
                 eprintln!("{}: bad samples {:?}", case.name, r.samples);
                 failed += 1;
