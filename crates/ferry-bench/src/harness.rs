@@ -47,10 +47,12 @@ pub struct Params {
     /// each pass (its cases ran minutes apart at most) and the median over
     /// passes reported, so slow drifts of a shared machine cancel out.
     pub passes: usize,
-    /// Timed rounds per case and pass; each gives one sample.
+    /// Timed rounds per case and pass; each gives one sample (cases timed
+    /// call by call, with [`Params::measure_each`], have no rounds).
     pub rounds: usize,
     /// Round trips per round (for spin cases; slow cases scale it down with
-    /// [`Params::iters_div`]).
+    /// [`Params::iters_div`]); also what scales the calls per pass of cases
+    /// timed call by call.
     pub iters: usize,
     /// Untimed rounds run before the timed ones.
     pub warmup: usize,

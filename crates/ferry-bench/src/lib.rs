@@ -2,10 +2,11 @@
 //!
 //! A suite (such as `pingpong`) is a list of [`Case`]s. Each case is a pair of
 //! functions: the parent side runs in the calling process and returns one
-//! sample per round (ns per round trip); the child side runs in a separate
-//! process, started by re-executing the current binary. Every case gets a
-//! fresh child, a shared memory region and a Unix stream socket (see
-//! [`Peer`] and [`ChildCtx`]).
+//! sample per round (ns per round trip) or one per call (a latency case
+//! timed call by call: its median and p99 are per call); the child side
+//! runs in a separate process, started by re-executing the current binary.
+//! Every case gets a fresh child, a shared memory region and a Unix stream
+//! socket (see [`Peer`] and [`ChildCtx`]).
 //!
 //! A binary that runs suites must call [`child_main_if_requested`] first
 //! thing in `main()`, with the same list of cases it will run:

@@ -16,7 +16,8 @@ pub struct BenchArgs {
     /// Timed rounds per case and pass (each round gives one sample).
     #[arg(long, default_value_t = Params::default().rounds)]
     pub rounds: usize,
-    /// Round trips per round (slow cases divide it).
+    /// Round trips per round (slow cases divide it); cases timed call by
+    /// call make this many calls per pass (the TCP suite's: a quarter).
     #[arg(long, default_value_t = Params::default().iters)]
     pub iters: usize,
     /// Untimed rounds before the timed ones.
