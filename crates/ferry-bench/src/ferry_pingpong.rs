@@ -9,10 +9,10 @@ use std::time::Duration;
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { name: "ferry.shm.spin", parent: spin_parent, child: spin_child },
-        Case { name: "ferry.shm.parked", parent: parked_parent, child: parked_child },
-        Case { name: "ferry.inproc", parent: inproc_threads, child: no_child },
-        Case { name: "ferry.inproc.tasks", parent: inproc_tasks, child: no_child },
+        Case::new("ferry.shm.spin", spin_parent, spin_child),
+        Case::new("ferry.shm.parked", parked_parent, parked_child),
+        Case::new("ferry.inproc", inproc_threads, no_child),
+        Case::new("ferry.inproc.tasks", inproc_tasks, no_child),
     ]
 }
 

@@ -2,7 +2,12 @@
 //! generated server in the other process (or the same one for `inproc`).
 //!
 //! - `ferry.shm.{null,arg4,arg256,arg512,arg1024}`: spinning client and server
-//!   (implicit receipt: a task per call);
+//!   (implicit receipt: a task per call); `ferry.shm.null` times each call
+//!   on its own ([`Params::measure_each`], `--iters` calls per pass): its
+//!   figures are per-call p50 and p99;
+//! - `ferry.shm.null.unpinned`: the blocking API from a plain thread, both
+//!   teams with default settings, both processes free to move between
+//!   CPUs; timed per call as `ferry.shm.null`, which it is compared to;
 //! - `ferry.shm.parked.{null,arg1024}`: both sides in blocking mode;
 //! - `ferry.inproc.{null,arg1024}`: client thread and server processor of one team;
 //! - `ferry.shm.{implicit,explicit}.{null,bigop}`: LYNX nullop/bigop (1000
@@ -67,6 +72,8 @@ const NAME: &str = "bench.rpc";
 enum Mode {
     Spin,
     Parked,
+    /// The team's default settings, as a new user starts it.
+    Default,
 }
 
 fn team(run_id: &str, mode: Mode, processors: usize) -> Team {
@@ -74,6 +81,7 @@ fn team(run_id: &str, mode: Mode, processors: usize) -> Team {
     let b = match mode {
         Mode::Spin => b.spin(Duration::from_secs(5)),
         Mode::Parked => b.blocking().park_timeout(Duration::from_secs(5)),
+        Mode::Default => b,
     };
     b.start().expect("start team")
 }
@@ -114,14 +122,27 @@ fn serve(ctx: &ChildCtx, mode: Mode, explicit: bool) {
 
 /// The parent: `iters` calls per round of `call`.
 fn client(peer: &Peer, p: &Params, mode: Mode, iters: usize, call: impl Fn(&BenchClient)) -> Vec<f64> {
+    with_client(peer, mode, |c| {
+        p.measure(iters, |n| {
+            for _ in 0..n {
+                call(c);
+            }
+        })
+    })
+}
+
+/// The parent of a null call timed call by call: `--iters` calls per pass.
+fn null_each(peer: &mut Peer, p: &Params, mode: Mode) -> Vec<f64> {
+    with_client(peer, mode, |c| p.measure_each(p.iters, || null_call(c)))
+}
+
+/// Starts the client team (no processor: calls come from this thread),
+/// binds, runs `measure`, stops the server.
+fn with_client(peer: &Peer, mode: Mode, measure: impl FnOnce(&BenchClient) -> Vec<f64>) -> Vec<f64> {
     let _dir = RemoveDir(run_dir(&peer.run_id));
     let team = team(&peer.run_id, mode, 0);
     let c = bind(&team);
-    let samples = p.measure(iters, |n| {
-        for _ in 0..n {
-            call(&c);
-        }
-    });
+    let samples = measure(&c);
     c.stop_blocking().unwrap();
     drop(c);
     team.shutdown();
@@ -142,7 +163,7 @@ macro_rules! shm_case {
         fn child(ctx: &ChildCtx) {
             serve(ctx, $mode, $explicit)
         }
-        Case { name: $name, parent, child }
+        Case::new($name, parent, child)
     }};
 }
 
@@ -151,7 +172,7 @@ macro_rules! inproc_case {
         fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
             inproc(peer, p, $call)
         }
-        Case { name: $name, parent, child: no_child }
+        Case::new($name, parent, no_child)
     }};
 }
 
@@ -164,9 +185,26 @@ fn bigop(c: &BenchClient) {
     assert_eq!(c.echo_blocking(data).unwrap().len(), 1000);
 }
 
+fn null_spin_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    null_each(peer, p, Mode::Spin)
+}
+
+fn null_spin_child(ctx: &ChildCtx) {
+    serve(ctx, Mode::Spin, false)
+}
+
+fn null_default_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    null_each(peer, p, Mode::Default)
+}
+
+fn null_default_child(ctx: &ChildCtx) {
+    serve(ctx, Mode::Default, false)
+}
+
 pub fn cases() -> Vec<Case> {
     vec![
-        shm_case!("ferry.shm.null", Mode::Spin, false, 4, null_call),
+        Case::new("ferry.shm.null", null_spin_parent, null_spin_child),
+        Case::unpinned("ferry.shm.null.unpinned", null_default_parent, null_default_child),
         shm_case!("ferry.shm.arg4", Mode::Spin, false, 4, arg_call(4)),
         shm_case!("ferry.shm.arg256", Mode::Spin, false, 4, arg_call(256)),
         shm_case!("ferry.shm.arg512", Mode::Spin, false, 4, arg_call(512)),
@@ -185,11 +223,11 @@ pub fn cases() -> Vec<Case> {
         shm_case!("ferry.shm.implicit.bigop", Mode::Spin, false, 4, bigop),
         shm_case!("ferry.shm.explicit.null", Mode::Spin, true, 4, null_call),
         shm_case!("ferry.shm.explicit.bigop", Mode::Spin, true, 4, bigop),
-        Case { name: "ferry.shm.tasks1", parent: tasks::<1>, child: tasks_child },
-        Case { name: "ferry.shm.tasks2", parent: tasks::<2>, child: tasks_child },
-        Case { name: "ferry.shm.tasks4", parent: tasks::<4>, child: tasks_child },
-        Case { name: "ferry.shm.tasks8", parent: tasks::<8>, child: tasks_child },
-        Case { name: "ferry.shm.tasks16", parent: tasks::<16>, child: tasks_child },
+        Case::new("ferry.shm.tasks1", tasks::<1>, tasks_child),
+        Case::new("ferry.shm.tasks2", tasks::<2>, tasks_child),
+        Case::new("ferry.shm.tasks4", tasks::<4>, tasks_child),
+        Case::new("ferry.shm.tasks8", tasks::<8>, tasks_child),
+        Case::new("ferry.shm.tasks16", tasks::<16>, tasks_child),
     ]
 }
 

@@ -27,10 +27,10 @@ const SLOW_DIV: usize = 10;
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { name: "floor.spin.one_line", parent: one_line_parent, child: one_line_child },
-        Case { name: "floor.spin.two_line", parent: two_line_parent, child: two_line_child },
-        Case { name: "floor.futex", parent: futex_parent, child: futex_child },
-        Case { name: "floor.uds", parent: uds_parent, child: uds_child },
+        Case::new("floor.spin.one_line", one_line_parent, one_line_child),
+        Case::new("floor.spin.two_line", two_line_parent, two_line_child),
+        Case::new("floor.futex", futex_parent, futex_child),
+        Case::new("floor.uds", uds_parent, uds_child),
     ]
 }
 

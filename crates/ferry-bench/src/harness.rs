@@ -47,10 +47,12 @@ pub struct Params {
     /// each pass (its cases ran minutes apart at most) and the median over
     /// passes reported, so slow drifts of a shared machine cancel out.
     pub passes: usize,
-    /// Timed rounds per case and pass; each gives one sample.
+    /// Timed rounds per case and pass; each gives one sample (cases timed
+    /// call by call, with [`Params::measure_each`], have no rounds).
     pub rounds: usize,
     /// Round trips per round (for spin cases; slow cases scale it down with
-    /// [`Params::iters_div`]).
+    /// [`Params::iters_div`]); also what scales the calls per pass of cases
+    /// timed call by call.
     pub iters: usize,
     /// Untimed rounds run before the timed ones.
     pub warmup: usize,
@@ -84,6 +86,25 @@ impl Params {
             .collect()
     }
 
+    /// Runs `warmup` untimed tenths of `calls`, then `calls` calls of
+    /// `call`, each timed on its own. Returns one sample per call: ns of
+    /// that round trip (its median is the per-call p50, and so on). One
+    /// clock read per call: each call's end is the next one's start.
+    pub fn measure_each(&self, calls: usize, mut call: impl FnMut()) -> Vec<f64> {
+        for _ in 0..self.warmup * calls.div_ceil(10) {
+            call();
+        }
+        let mut samples = Vec::with_capacity(calls);
+        let mut last = Instant::now();
+        for _ in 0..calls {
+            call();
+            let now = Instant::now();
+            samples.push((now - last).as_nanos() as f64);
+            last = now;
+        }
+        samples
+    }
+
     fn to_env(&self) -> String {
         format!("{},{},{}", self.rounds, self.iters, self.warmup)
     }
@@ -96,9 +117,10 @@ impl Params {
 }
 
 /// A benchmark case: a named pair of functions. The parent side runs in the
-/// calling process and returns one sample per round (ns per round trip,
-/// usually from [`Params::measure`]); the child side runs in a fresh process
-/// and should return when the parent tells it to stop (its own protocol).
+/// calling process and returns its samples (ns per round trip: one per
+/// round from [`Params::measure`], or one per call from
+/// [`Params::measure_each`]); the child side runs in a fresh process and
+/// should return when the parent tells it to stop (its own protocol).
 /// Either side fails the case by panicking.
 #[derive(Clone, Copy, Debug)]
 pub struct Case {
@@ -106,6 +128,25 @@ pub struct Case {
     pub name: &'static str,
     pub parent: fn(&mut Peer, &Params) -> Vec<f64>,
     pub child: fn(&ChildCtx),
+    /// Whether the parent and the child are each pinned to a CPU (see
+    /// [`run_suite`]); if not, both may run on any CPU the suite may use.
+    pub pinned: bool,
+}
+
+impl Case {
+    /// A case whose two processes are pinned to two CPUs.
+    pub const fn new(name: &'static str, parent: fn(&mut Peer, &Params) -> Vec<f64>, child: fn(&ChildCtx)) -> Case {
+        Case { name, parent, child, pinned: true }
+    }
+
+    /// A case whose two processes the scheduler places and moves freely.
+    pub const fn unpinned(
+        name: &'static str,
+        parent: fn(&mut Peer, &Params) -> Vec<f64>,
+        child: fn(&ChildCtx),
+    ) -> Case {
+        Case { name, parent, child, pinned: false }
+    }
 }
 
 /// What the child side of a case gets.
@@ -292,40 +333,48 @@ impl Drop for ChildGuard {
     }
 }
 
-/// Pins the calling thread to one CPU for its lifetime, then restores the
-/// previous affinity.
-struct Pinned {
+/// The calling thread's CPUs for the suite: the first two it may run on,
+/// one for the parent and one for the child. Restores the thread's
+/// affinity when dropped.
+struct Pinning {
     saved: CpuSet,
+    cpus: Option<(usize, usize)>,
 }
 
-impl Pinned {
-    /// Picks the first two CPUs this thread may run on: pins the thread to
-    /// the first and returns the second for the child. With only one CPU
-    /// allowed, nothing is pinned.
-    fn parent_and_child() -> (Option<Pinned>, Option<usize>) {
-        let Ok(saved) = sched_getaffinity(None) else { return (None, None) };
+impl Pinning {
+    /// With only one CPU allowed (or none known), nothing is pinned.
+    fn new() -> Option<Pinning> {
+        let saved = sched_getaffinity(None).ok()?;
         let mut allowed = (0..CpuSet::MAX_CPU).filter(|&c| saved.is_set(c));
-        let (Some(mine), Some(child)) = (allowed.next(), allowed.next()) else {
-            return (None, None);
-        };
+        let cpus = allowed.next().zip(allowed.next());
+        Some(Pinning { saved, cpus })
+    }
+
+    /// Sets the calling thread's affinity for `case` (before its child is
+    /// started, which inherits it): one CPU if the case is pinned, else
+    /// every CPU the suite may use. Returns the CPU for the child, if any.
+    fn enter(&self, case: &Case) -> Option<usize> {
+        let (mine, child) = self.cpus.filter(|_| case.pinned)?;
         let mut set = CpuSet::new();
         set.set(mine);
-        if sched_setaffinity(None, &set).is_err() {
-            return (None, None);
-        }
-        (Some(Pinned { saved }), Some(child))
+        sched_setaffinity(None, &set).ok().map(|()| child)
     }
-}
 
-impl Drop for Pinned {
-    fn drop(&mut self) {
+    fn leave(&self) {
         let _ = sched_setaffinity(None, &self.saved);
     }
 }
 
-/// Pins the calling thread to one CPU (if the process may use two), and runs
-/// `cases` one after another, each with a fresh child pinned to another
-/// CPU. A case that fails (a panic on either side, a child that does not
+impl Drop for Pinning {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// Runs `cases` one after another, each with a fresh child. A pinned case
+/// (the default) runs with the calling thread pinned to one CPU and its
+/// child to another (if the process may use two); an unpinned one with
+/// both free to move. A case that fails (a panic on either side, a child that does not
 /// start or exit cleanly) is reported in [`Report::errors`] and the suite
 /// goes on.
 ///
@@ -338,13 +387,18 @@ pub fn run_suite(suite: &str, cases: &[Case], params: &Params) -> Report {
         "ferry-bench: this binary must call child_main_if_requested() first thing in main()"
     );
     let mut report = Report::new(suite, params);
-    let (pinned, child_cpu) = Pinned::parent_and_child();
+    let pinning = Pinning::new();
     // Per case: the samples of each pass, or why it failed (it is not run again).
     let mut outcomes: Vec<Result<Vec<Vec<f64>>, String>> = vec![Ok(Vec::new()); cases.len()];
     for _ in 0..params.passes.max(1) {
         for (case, outcome) in cases.iter().zip(&mut outcomes) {
             let Ok(passes) = outcome else { continue };
-            match run_case(case, params, child_cpu) {
+            let child_cpu = pinning.as_ref().and_then(|p| p.enter(case));
+            let result = run_case(case, params, child_cpu);
+            if let Some(p) = &pinning {
+                p.leave();
+            }
+            match result {
                 Ok(samples) => passes.push(samples),
                 Err(msg) => {
                     eprintln!("ferry-bench: {} failed: {msg}", case.name);
@@ -353,7 +407,7 @@ pub fn run_suite(suite: &str, cases: &[Case], params: &Params) -> Report {
             }
         }
     }
-    drop(pinned);
+    drop(pinning);
     for (case, outcome) in cases.iter().zip(outcomes) {
         match outcome {
             Ok(passes) => report.push_passes(case.name, passes),
@@ -406,5 +460,31 @@ mod tests {
         assert_eq!(samples.len(), 3);
         assert_eq!(calls, 50);
         assert_eq!(p.iters_div(100), 1);
+    }
+
+    #[test]
+    fn measure_each_gives_one_sample_per_call() {
+        let p = Params { passes: 1, rounds: 3, iters: 10, warmup: 2 };
+        let mut calls = 0;
+        let samples = p.measure_each(25, || {
+            calls += 1;
+            if calls == 30 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        // 2 × ⌈25 / 10⌉ warm-up calls, then 25 timed ones.
+        assert_eq!((samples.len(), calls), (25, 31));
+        // The slow call (the 30th: the 24th timed) is timed on its own.
+        assert!(samples[23] >= 2e6, "{samples:?}");
+    }
+
+    #[test]
+    fn cases_are_pinned_unless_made_unpinned() {
+        fn parent(_: &mut Peer, _: &Params) -> Vec<f64> {
+            vec![]
+        }
+        fn child(_: &ChildCtx) {}
+        assert!(Case::new("a.b.c", parent, child).pinned);
+        assert!(!Case::unpinned("a.b.c.unpinned", parent, child).pinned);
     }
 }

@@ -73,12 +73,12 @@ impl Request for Arg {
 
 /// `iceoryx2.req_resp`.
 pub fn case() -> Case {
-    Case { name: <u64 as Request>::NAME, parent: parent::<u64>, child: child::<u64> }
+    Case::new(<u64 as Request>::NAME, parent::<u64>, child::<u64>)
 }
 
 /// `iceoryx2.req_resp.arg1024`.
 pub fn arg1024_case() -> Case {
-    Case { name: <Arg as Request>::NAME, parent: parent::<Arg>, child: child::<Arg> }
+    Case::new(<Arg as Request>::NAME, parent::<Arg>, child::<Arg>)
 }
 
 fn service_name<R: Request>(run_id: &str) -> ServiceName {

@@ -163,7 +163,7 @@ fn echoed(got: &[u8], sent: &[u8]) -> bool {
 /// One case's row: `seconds` per round (median, min, max) and its
 /// bandwidth at `bytes` moved per round.
 fn case(name: String, seconds: &[f64], bytes: f64) -> Value {
-    let s = Stats::of(seconds).unwrap_or(Stats { median: f64::NAN, min: f64::NAN, max: f64::NAN });
+    let s = Stats::of(seconds).unwrap_or(Stats::NAN);
     json!({
         "name": name,
         "ms": s.median * 1e3,
@@ -299,7 +299,7 @@ fn measure_with(args: &LargeArgs, dir: &std::path::Path) -> ferry::Result<Value>
         let mut typed_warm_row = case(format!("ferry.shm.typed.warm.{size}"), &typed_warm, bytes);
         compare(&mut typed_warm_row, &warm_row, TYPED_WARM_TARGET);
 
-        let warm_stats = Stats::of(&warm).unwrap_or(Stats { median: f64::NAN, min: f64::NAN, max: f64::NAN });
+        let warm_stats = Stats::of(&warm).unwrap_or(Stats::NAN);
         let gbps = |secs: f64| bytes / secs / 1e9;
         rows.push(json!({
             "size_mib": mib,

@@ -2,10 +2,11 @@
 //!
 //! A suite (such as `pingpong`) is a list of [`Case`]s. Each case is a pair of
 //! functions: the parent side runs in the calling process and returns one
-//! sample per round (ns per round trip); the child side runs in a separate
-//! process, started by re-executing the current binary. Every case gets a
-//! fresh child, a shared memory region and a Unix stream socket (see
-//! [`Peer`] and [`ChildCtx`]).
+//! sample per round (ns per round trip) or one per call (a latency case
+//! timed call by call: its median and p99 are per call); the child side
+//! runs in a separate process, started by re-executing the current binary.
+//! Every case gets a fresh child, a shared memory region and a Unix stream
+//! socket (see [`Peer`] and [`ChildCtx`]).
 //!
 //! A binary that runs suites must call [`child_main_if_requested`] first
 //! thing in `main()`, with the same list of cases it will run:
@@ -41,6 +42,7 @@ mod shm;
 pub mod soak;
 mod stats;
 mod suites;
+mod targets;
 #[cfg(feature = "tarpc")]
 mod tarpc_peer;
 pub mod tcp;
@@ -49,7 +51,7 @@ pub use child::child_main_if_requested;
 pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
 pub use report::{CaseResult, Report};
 pub use shm::ShmRegion;
-pub use stats::Stats;
+pub use stats::{Stat, Stats};
 pub use suites::{all_cases, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs};
 
 /// A failed check of a bench (not of ferry) as the bench's error: `what`

@@ -5,10 +5,10 @@ use std::fmt::Write;
 use serde_json::{json, Map, Value};
 
 use crate::harness::Params;
-use crate::stats::Stats;
+use crate::stats::{Stat, Stats};
 
-/// One case's samples (ns per round trip, one per round, every pass) and
-/// their summary.
+/// One case's samples (ns per round trip, one per round, or one per call
+/// for a case timed call by call; every pass) and their summary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CaseResult {
     pub name: String,
@@ -16,6 +16,8 @@ pub struct CaseResult {
     pub samples: Vec<f64>,
     /// The median of each pass, in order.
     pub pass_medians: Vec<f64>,
+    /// The statistics of each pass, in order.
+    pub pass_stats: Vec<Stats>,
 }
 
 /// Results of a suite, in the order the cases ran.
@@ -51,11 +53,12 @@ impl Report {
     /// Adds a result measured in several passes. A pass without samples
     /// counts as a failure.
     pub fn push_passes(&mut self, name: &str, passes: Vec<Vec<f64>>) {
-        let pass_medians: Option<Vec<f64>> = passes.iter().map(|p| Some(Stats::of(p)?.median)).collect();
+        let pass_stats: Option<Vec<Stats>> = passes.iter().map(|p| Stats::of(p)).collect();
         let samples: Vec<f64> = passes.concat();
-        match (Stats::of(&samples), pass_medians) {
-            (Some(stats), Some(pass_medians)) => {
-                self.results.push(CaseResult { name: name.to_string(), stats, samples, pass_medians })
+        match (Stats::of(&samples), pass_stats) {
+            (Some(stats), Some(pass_stats)) => {
+                let pass_medians = pass_stats.iter().map(|s| s.median).collect();
+                self.results.push(CaseResult { name: name.to_string(), stats, samples, pass_medians, pass_stats })
             }
             _ => self.fail(name, "no samples".to_string()),
         }
@@ -73,17 +76,28 @@ impl Report {
     /// `name` over `baseline`: the median over passes of the ratio of
     /// their medians in that pass.
     pub fn ratio(&self, name: &str, baseline: &str) -> Option<f64> {
-        Some(Stats::of(&self.pass_ratios(name, baseline)?)?.median)
+        self.ratio_of(Stat::P50, name, baseline)
+    }
+
+    /// As [`Report::ratio`], on `stat` (the median over passes of the
+    /// ratio of their `stat` in that pass).
+    pub fn ratio_of(&self, stat: Stat, name: &str, baseline: &str) -> Option<f64> {
+        Some(Stats::of(&self.pass_ratios_of(stat, name, baseline)?)?.median)
     }
 
     /// The ratio of `name`'s median to `baseline`'s in each pass (the
     /// overall medians if the two ran a different number of passes).
     pub fn pass_ratios(&self, name: &str, baseline: &str) -> Option<Vec<f64>> {
+        self.pass_ratios_of(Stat::P50, name, baseline)
+    }
+
+    /// As [`Report::pass_ratios`], on `stat`.
+    pub fn pass_ratios_of(&self, stat: Stat, name: &str, baseline: &str) -> Option<Vec<f64>> {
         let (r, b) = (self.get(name)?, self.get(baseline)?);
-        let pairs: Vec<(f64, f64)> = if r.pass_medians.len() == b.pass_medians.len() {
-            r.pass_medians.iter().copied().zip(b.pass_medians.iter().copied()).collect()
+        let pairs: Vec<(f64, f64)> = if r.pass_stats.len() == b.pass_stats.len() {
+            r.pass_stats.iter().zip(&b.pass_stats).map(|(x, base)| (stat.of(x), stat.of(base))).collect()
         } else {
-            vec![(r.stats.median, b.stats.median)]
+            vec![(stat.of(&r.stats), stat.of(&b.stats))]
         };
         pairs.iter().map(|&(x, base)| (base > 0.0).then_some(x / base)).collect()
     }
@@ -103,8 +117,9 @@ impl Report {
         self.extra.insert("ratios".into(), Value::Object(ratios));
     }
 
-    /// `{"suite": ..., "results": [{"name", "median_ns", "min_ns", "max_ns"}, ...],
-    /// "params": {...}}`, plus `"errors": {name: why}` if any case failed,
+    /// `{"suite": ..., "results": [{"name", "median_ns", "p99_ns", "min_ns",
+    /// "max_ns", "samples"}, ...], "params": {...}}` (`median_ns` is the p50;
+    /// `samples` tells per-round figures from per-call ones), plus `"errors": {name: why}` if any case failed,
     /// plus [`Report::extra`].
     pub fn to_json(&self) -> Value {
         let results: Vec<Value> = self
@@ -114,8 +129,10 @@ impl Report {
                 json!({
                     "name": r.name,
                     "median_ns": round1(r.stats.median),
+                    "p99_ns": round1(r.stats.p99),
                     "min_ns": round1(r.stats.min),
                     "max_ns": round1(r.stats.max),
+                    "samples": r.samples.len(),
                 })
             })
             .collect();
@@ -135,8 +152,9 @@ impl Report {
         Value::Object(out)
     }
 
-    /// The human table: name, median, min–max, and the ratio of each median
-    /// to the `baseline` case's median ("-" if there is no such case).
+    /// The human table: name, p50 (the median), p99, min–max, the number of
+    /// samples, and the ratio of each median to the `baseline` case's median
+    /// ("-" if there is no such case).
     pub fn table(&self, baseline: &str) -> String {
         let width = self
             .results
@@ -150,18 +168,30 @@ impl Report {
         let p = &self.params;
         let _ = writeln!(
             t,
-            "{}: round-trip time, median of {} passes × {} rounds (+{} warm-up), each the mean of up to {} round trips;\n\
+            "{}: round-trip time over {} passes; p50 (median) and p99 of the samples: one per call for cases\n\
+             timed call by call (n = calls), else the mean of each round ({} rounds (+{} warm-up) of up to {} round trips);\n\
              ratios are the median over passes of the ratio within a pass",
             self.suite, p.passes, p.rounds, p.warmup, p.iters
         );
-        let _ = writeln!(t, "{:<width$}  {:>10}  {:>21}  x {baseline}", "case", "median", "min – max");
+        let _ = writeln!(
+            t,
+            "{:<width$}  {:>10}  {:>10}  {:>21}  {:>6}  x {baseline}",
+            "case", "p50", "p99", "min – max", "n"
+        );
         for r in &self.results {
             let ratio = match self.ratio(&r.name, baseline) {
                 Some(x) => format!("{x:.2}"),
                 None => "-".into(),
             };
             let range = format!("{} – {}", fmt_ns(r.stats.min), fmt_ns(r.stats.max));
-            let _ = writeln!(t, "{:<width$}  {:>10}  {range:>21}  {ratio}", r.name, fmt_ns(r.stats.median));
+            let _ = writeln!(
+                t,
+                "{:<width$}  {:>10}  {:>10}  {range:>21}  {:>6}  {ratio}",
+                r.name,
+                fmt_ns(r.stats.median),
+                fmt_ns(r.stats.p99),
+                r.samples.len()
+            );
         }
         for (name, why) in &self.errors {
             let _ = writeln!(t, "{name:<width$}  FAILED: {why}");
@@ -215,8 +245,8 @@ mod tests {
         assert_eq!(
             v["results"],
             json!([
-                {"name": "floor.spin.two_line", "median_ns": 310.0, "min_ns": 300.0, "max_ns": 320.0},
-                {"name": "floor.futex", "median_ns": 8150.0, "min_ns": 8000.0, "max_ns": 9000.0},
+                {"name": "floor.spin.two_line", "median_ns": 310.0, "p99_ns": 320.0, "min_ns": 300.0, "max_ns": 320.0, "samples": 3},
+                {"name": "floor.futex", "median_ns": 8150.0, "p99_ns": 9000.0, "min_ns": 8000.0, "max_ns": 9000.0, "samples": 4},
             ])
         );
         assert_eq!(v["memory"], json!({"rss_kib": 1}));
@@ -262,6 +292,26 @@ mod tests {
         assert_eq!(r.get("case").unwrap().stats.median, 160.0);
         r.push("single", vec![300.0]);
         assert_eq!(r.ratio("single", "base"), Some(3.0));
+    }
+
+    #[test]
+    fn p99_ratios_are_taken_within_each_pass() {
+        let mut r = Report::new("x", &Params::default());
+        // Per-call samples: 100 calls a pass, the slowest two the tail.
+        let pass = |fast: f64, slow: f64| -> Vec<f64> { (0..100).map(|i| if i < 98 { fast } else { slow }).collect() };
+        r.push_passes("base", vec![pass(10.0, 100.0), pass(20.0, 200.0)]);
+        r.push_passes("tail", vec![pass(10.0, 150.0), pass(20.0, 100.0)]);
+        assert_eq!(r.get("tail").unwrap().pass_stats[0].p99, 150.0);
+        assert_eq!(r.pass_ratios_of(Stat::P99, "tail", "base"), Some(vec![1.5, 0.5]));
+        assert_eq!(r.ratio_of(Stat::P99, "tail", "base"), Some(1.0));
+        assert_eq!(r.pass_ratios_of(Stat::P50, "tail", "base"), Some(vec![1.0, 1.0]));
+        let v = r.to_json();
+        // Pooled over the passes: 196 fast calls, then 100, 100, 150, 150.
+        assert_eq!(v["results"][1]["p99_ns"], 100.0);
+        assert_eq!(v["results"][1]["samples"], 200);
+        let t = r.table("base");
+        let row = t.lines().find(|l| l.starts_with("tail ")).unwrap();
+        assert!(row.contains("100 ns") && row.contains("200"), "{t}");
     }
 
     #[test]

@@ -146,11 +146,11 @@ const RESP_LEN: usize = 4 + 8;
 
 fn raw_uds_cases() -> Vec<Case> {
     vec![
-        Case { name: "raw.uds.null", parent: uds_parent::<0>, child: uds_child },
-        Case { name: "raw.uds.arg4", parent: uds_parent::<4>, child: uds_child },
-        Case { name: "raw.uds.arg256", parent: uds_parent::<256>, child: uds_child },
-        Case { name: "raw.uds.arg512", parent: uds_parent::<512>, child: uds_child },
-        Case { name: "raw.uds.arg1024", parent: uds_parent::<1024>, child: uds_child },
+        Case::new("raw.uds.null", uds_parent::<0>, uds_child),
+        Case::new("raw.uds.arg4", uds_parent::<4>, uds_child),
+        Case::new("raw.uds.arg256", uds_parent::<256>, uds_child),
+        Case::new("raw.uds.arg512", uds_parent::<512>, uds_child),
+        Case::new("raw.uds.arg1024", uds_parent::<1024>, uds_child),
     ]
 }
 

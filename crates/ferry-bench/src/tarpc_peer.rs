@@ -23,7 +23,7 @@ impl Null for NullServer {
 }
 
 pub fn case() -> Case {
-    Case { name: "tarpc.tcp.null", parent, child }
+    Case::new("tarpc.tcp.null", parent, child)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -33,23 +33,15 @@ fn runtime() -> tokio::runtime::Runtime {
 fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let addr: std::net::SocketAddr = hear(&peer.sock).parse().unwrap();
     let rt = runtime();
-    let samples = rt.block_on(async {
+    let c = rt.block_on(async {
         let transport = tarpc::serde_transport::tcp::connect(addr, Bincode::default).await.expect("tarpc: connect");
-        let c = NullClient::new(client::Config::default(), transport).spawn();
-        let mut samples = Vec::new();
-        // p.measure wants a synchronous round: time each round here the same way.
-        for round in 0..p.warmup + p.rounds {
-            let n = p.iters_div(16);
-            let t0 = std::time::Instant::now();
-            for _ in 0..n {
-                c.null(context::current()).await.expect("tarpc: call");
-            }
-            if round >= p.warmup {
-                samples.push(t0.elapsed().as_nanos() as f64 / n as f64);
-            }
-        }
-        samples
+        NullClient::new(client::Config::default(), transport).spawn()
     });
+    // A latency case of the TCP suite: each call timed on its own (the
+    // client's dispatch task runs on this thread, inside each block_on).
+    let samples =
+        p.measure_each(crate::tcp::calls(p), || rt.block_on(c.null(context::current())).expect("tarpc: call"));
+    drop(c);
     drop(rt);
     tell(&peer.sock, "stop");
     assert_eq!(hear(&peer.sock), "done");

@@ -3,14 +3,28 @@
 //! namespaces (parent in one, child in the other, through a bridge); run
 //! plainly, both ends are on loopback.
 //!
+//! The latency cases (every one below but the pipelined case and the
+//! 64 MiB echoes) time each call on its own ([`Params::measure_each`]),
+//! 5,000 calls per pass by default (`--iters` / 4): their figures are
+//! per-call p50 and p99. Like every case, they run pinned (parent and
+//! child on a CPU each) unless named `.unpinned`.
+//!
 //! - `floor.tcp`: a blocking TCP ping-pong of 48 bytes each way (what a
 //!   null call puts on the wire: a 40-byte frame header and a small body),
 //!   `TCP_NODELAY`: what the hardware and kernel cost per round trip.
+//! - `floor.tcp.spin`: the same ping-pong with both ends busy-polling
+//!   non-blocking sockets (no wake-ups): the floor of a busy-poll mode.
+//! - `floor.tcp.unpinned`: `floor.tcp` with both processes free to move
+//!   between CPUs.
 //! - `ferry.tcp.{null,arg1024}`: a ferry client team (node 1) calling a
-//!   server team (node 2) over TCP, default mode (spin 20 µs, then park).
+//!   server team (node 2) over TCP, default mode (spin 20 µs, then park),
+//!   blocking API from the parent's thread.
+//! - `ferry.tcp.null.unpinned`: `ferry.tcp.null` with both processes free
+//!   to move (beside `floor.tcp.unpinned`).
 //! - `ferry.tcp.busypoll.null`: both teams in busy-poll mode
 //!   (`TeamBuilder::busy_poll`, and the server's processor spinning): they
-//!   never park while a call is out, polling the socket.
+//!   never park while a call is out, polling the socket (beside
+//!   `floor.tcp.spin`).
 //! - `ferry.tcp.pipelined`: 32 calls in flight on one connection; the
 //!   figure is ns per call (calls/s = 10^9 / it).
 //! - `floor.tcp.echo.64MiB`: a raw store-and-forward echo over a plain TCP
@@ -41,7 +55,7 @@ use crate::harness::{Case, ChildCtx, Params, Peer};
 use crate::run_dir::{run_dir, RemoveDir};
 use ferry::{Cluster, Team};
 use serde_bytes::ByteBuf;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -54,6 +68,11 @@ const ECHO_BYTES: usize = 64 << 20;
 /// Calls in flight in `ferry.tcp.pipelined`.
 const IN_FLIGHT: usize = 32;
 const KEY: &[u8] = b"ferry bench tcp: the cluster's key";
+
+/// Calls a latency case times one by one per pass: 5,000 by default.
+pub(crate) fn calls(p: &Params) -> usize {
+    p.iters_div(4)
+}
 
 fn ip(var: &str) -> IpAddr {
     std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(IpAddr::from([127, 0, 0, 1]))
@@ -98,11 +117,9 @@ fn floor_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     let (out, mut back) = ([7u8; FLOOR_BYTES], [0u8; FLOOR_BYTES]);
-    let samples = p.measure(p.iters_div(100), |n| {
-        for _ in 0..n {
-            s.write_all(&out).unwrap();
-            s.read_exact(&mut back).unwrap();
-        }
+    let samples = p.measure_each(calls(p), || {
+        s.write_all(&out).unwrap();
+        s.read_exact(&mut back).unwrap();
     });
     drop(s);
     samples
@@ -116,6 +133,71 @@ fn floor_child(ctx: &ChildCtx) {
     let mut buf = [0u8; FLOOR_BYTES];
     while s.read_exact(&mut buf).is_ok() {
         s.write_all(&buf).unwrap();
+    }
+}
+
+// ------------------------------------------------------------ floor.tcp.spin
+// As floor.tcp, both ends polling non-blocking sockets until the message is
+// there: no end ever sleeps, so no wake-up is paid.
+
+fn spin_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let addr: SocketAddr = hear(&peer.sock).parse().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let (out, mut back) = ([7u8; FLOOR_BYTES], [0u8; FLOOR_BYTES]);
+    let samples = p.measure_each(calls(p), || {
+        write_polling(&mut s, &out);
+        let mut got = 0;
+        // spin_until: fails the case, not hangs it, if the child is gone.
+        peer.spin_until(|| {
+            got += read_now(&mut s, &mut back[got..]).expect("floor.tcp.spin: the child closed the connection");
+            got == FLOOR_BYTES
+        });
+    });
+    drop(s);
+    samples
+}
+
+fn spin_child(ctx: &ChildCtx) {
+    let l = TcpListener::bind((child_ip(), 0)).unwrap();
+    tell(&ctx.sock, &l.local_addr().unwrap().to_string());
+    let (mut s, _) = l.accept().unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; FLOOR_BYTES];
+    loop {
+        let mut got = 0;
+        while got < FLOOR_BYTES {
+            match read_now(&mut s, &mut buf[got..]) {
+                Some(n) => got += n,
+                None => return, // the parent closed: done
+            }
+        }
+        write_polling(&mut s, &buf);
+    }
+}
+
+/// Reads what the socket holds without waiting: the bytes read (0 if none
+/// yet), `None` at the end of the stream.
+fn read_now(s: &mut TcpStream, buf: &mut [u8]) -> Option<usize> {
+    match s.read(buf) {
+        Ok(0) => None,
+        Ok(n) => Some(n),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Some(0),
+        Err(e) => panic!("read: {e}"),
+    }
+}
+
+/// Writes all of `buf` to a non-blocking socket, retrying while it is full.
+fn write_polling(s: &mut TcpStream, buf: &[u8]) {
+    let mut sent = 0;
+    while sent < buf.len() {
+        match s.write(&buf[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+            Err(e) => panic!("write: {e}"),
+        }
     }
 }
 
@@ -397,19 +479,17 @@ fn client_with_team(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClie
 }
 
 fn null_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    client(peer, false, |c| p.measure(p.iters_div(100), |n| (0..n).for_each(|_| c.null_blocking().unwrap())))
+    client(peer, false, |c| p.measure_each(calls(p), || c.null_blocking().unwrap()))
 }
 
 fn arg1024_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let data = ByteBuf::from(crate::rpc_peers::argument(1024));
     let want = crate::rpc_peers::answer(&data);
-    client(peer, false, |c| {
-        p.measure(p.iters_div(100), |n| (0..n).for_each(|_| assert_eq!(c.arg_blocking(data.clone()).unwrap(), want)))
-    })
+    client(peer, false, |c| p.measure_each(calls(p), || assert_eq!(c.arg_blocking(data.clone()).unwrap(), want)))
 }
 
 fn busypoll_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    client(peer, true, |c| p.measure(p.iters_div(20), |n| (0..n).for_each(|_| c.null_blocking().unwrap())))
+    client(peer, true, |c| p.measure_each(calls(p), || c.null_blocking().unwrap()))
 }
 
 fn pipelined_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
@@ -444,15 +524,18 @@ fn busy_child(ctx: &ChildCtx) {
 pub fn cases() -> Vec<Case> {
     #[allow(unused_mut)]
     let mut v = vec![
-        Case { name: "floor.tcp", parent: floor_parent, child: floor_child },
-        Case { name: "ferry.tcp.null", parent: null_parent, child: default_child },
-        Case { name: "ferry.tcp.arg1024", parent: arg1024_parent, child: default_child },
-        Case { name: "ferry.tcp.busypoll.null", parent: busypoll_parent, child: busy_child },
-        Case { name: "ferry.tcp.pipelined", parent: pipelined_parent, child: busy_child },
-        Case { name: "floor.tcp.echo.64MiB", parent: floor_echo_parent, child: floor_echo_child },
-        Case { name: "ferry.tcp.echo.64MiB", parent: echo_bytebuf_parent, child: echo_child },
-        Case { name: "ferry.tcp.echo.vec.64MiB", parent: echo_vec_parent, child: echo_child },
-        Case { name: "ferry.tcp.echo.bytes.64MiB", parent: echo_bytes_parent, child: echo_child },
+        Case::new("floor.tcp", floor_parent, floor_child),
+        Case::new("floor.tcp.spin", spin_parent, spin_child),
+        Case::unpinned("floor.tcp.unpinned", floor_parent, floor_child),
+        Case::new("ferry.tcp.null", null_parent, default_child),
+        Case::unpinned("ferry.tcp.null.unpinned", null_parent, default_child),
+        Case::new("ferry.tcp.arg1024", arg1024_parent, default_child),
+        Case::new("ferry.tcp.busypoll.null", busypoll_parent, busy_child),
+        Case::new("ferry.tcp.pipelined", pipelined_parent, busy_child),
+        Case::new("floor.tcp.echo.64MiB", floor_echo_parent, floor_echo_child),
+        Case::new("ferry.tcp.echo.64MiB", echo_bytebuf_parent, echo_child),
+        Case::new("ferry.tcp.echo.vec.64MiB", echo_vec_parent, echo_child),
+        Case::new("ferry.tcp.echo.bytes.64MiB", echo_bytes_parent, echo_child),
     ];
     #[cfg(feature = "zmq")]
     v.push(zmq_tcp::case());
@@ -468,7 +551,7 @@ mod zmq_tcp {
     use super::*;
 
     pub fn case() -> Case {
-        Case { name: "zmq.tcp.null", parent, child }
+        Case::new("zmq.tcp.null", parent, child)
     }
 
     fn parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
@@ -476,11 +559,9 @@ mod zmq_tcp {
         let ctx = zmq::Context::new();
         let req = ctx.socket(zmq::REQ).unwrap();
         req.connect(&format!("tcp://{addr}")).unwrap();
-        let samples = p.measure(p.iters_div(100), |n| {
-            for _ in 0..n {
-                req.send(&[][..], 0).unwrap();
-                req.recv_bytes(0).unwrap();
-            }
+        let samples = p.measure_each(calls(p), || {
+            req.send(&[][..], 0).unwrap();
+            req.recv_bytes(0).unwrap();
         });
         req.send(&b"stop"[..], 0).unwrap();
         let _ = req.recv_bytes(0);

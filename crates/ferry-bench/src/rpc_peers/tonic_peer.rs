@@ -41,11 +41,11 @@ const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { name: "tonic.uds.null", parent: parent::<0>, child },
-        Case { name: "tonic.uds.arg4", parent: parent::<4>, child },
-        Case { name: "tonic.uds.arg256", parent: parent::<256>, child },
-        Case { name: "tonic.uds.arg512", parent: parent::<512>, child },
-        Case { name: "tonic.uds.arg1024", parent: parent::<1024>, child },
+        Case::new("tonic.uds.null", parent::<0>, child),
+        Case::new("tonic.uds.arg4", parent::<4>, child),
+        Case::new("tonic.uds.arg256", parent::<256>, child),
+        Case::new("tonic.uds.arg512", parent::<512>, child),
+        Case::new("tonic.uds.arg1024", parent::<1024>, child),
     ]
 }
 
@@ -206,17 +206,7 @@ fn measure(
         rt.block_on(async {
             tokio::time::timeout(ROUND_TIMEOUT, async {
                 for _ in 0..n {
-                    client.ready().await.expect("tonic: channel not ready");
-                    // Bytes clones share the buffer: the codec's put_slice
-                    // is the one copy of the argument, as with protobuf.
-                    let resp = client
-                        .unary::<Bytes, Bytes, _>(Request::new(arg.clone()), path.clone(), RawCodec)
-                        .await
-                        .expect("tonic: call");
-                    let resp = resp.into_inner();
-                    assert_eq!(resp.len(), 8, "tonic: response of {} bytes", resp.len());
-                    let got = u64::from_le_bytes(resp[..].try_into().unwrap());
-                    assert_eq!(got, expected, "tonic: wrong answer");
+                    call(client, &path, arg, expected).await;
                 }
             })
             .await
@@ -225,9 +215,27 @@ fn measure(
     })
 }
 
+/// One unary call, its answer checked.
+async fn call(
+    client: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    path: &PathAndQuery,
+    arg: &Bytes,
+    expected: u64,
+) {
+    client.ready().await.expect("tonic: channel not ready");
+    // Bytes clones share the buffer: the codec's put_slice
+    // is the one copy of the argument, as with protobuf.
+    let resp =
+        client.unary::<Bytes, Bytes, _>(Request::new(arg.clone()), path.clone(), RawCodec).await.expect("tonic: call");
+    let resp = resp.into_inner();
+    assert_eq!(resp.len(), 8, "tonic: response of {} bytes", resp.len());
+    let got = u64::from_le_bytes(resp[..].try_into().unwrap());
+    assert_eq!(got, expected, "tonic: wrong answer");
+}
+
 /// `tonic.tcp.null` (the TCP suite): the same unary call over TCP.
 pub fn tcp_case() -> Case {
-    Case { name: "tonic.tcp.null", parent: tcp_parent, child: tcp_child }
+    Case::new("tonic.tcp.null", tcp_parent, tcp_child)
 }
 
 fn tcp_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
@@ -236,7 +244,14 @@ fn tcp_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}")).expect("tonic: endpoint").tcp_nodelay(true);
     let channel = rt.block_on(endpoint.connect()).expect("tonic: connect");
     let mut client = tonic::client::Grpc::new(channel);
-    let samples = measure(&rt, &mut client, &Bytes::new(), p);
+    // A latency case of the TCP suite: each call timed on its own.
+    let (path, arg) = (PathAndQuery::from_static(METHOD), Bytes::new());
+    let expected = answer(&arg);
+    let samples = p.measure_each(crate::tcp::calls(p), || {
+        // The timeout's timer is made inside the runtime: it needs its reactor.
+        rt.block_on(async { tokio::time::timeout(ROUND_TIMEOUT, call(&mut client, &path, &arg, expected)).await })
+            .expect("tonic: a call timed out")
+    });
     drop(client);
     drop(rt);
     crate::tcp::tell(&peer.sock, "stop");

@@ -23,11 +23,11 @@ const RECV_TIMEOUT_MS: i32 = 10_000;
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { name: "zmq.ipc.null", parent: parent::<0>, child },
-        Case { name: "zmq.ipc.arg4", parent: parent::<4>, child },
-        Case { name: "zmq.ipc.arg256", parent: parent::<256>, child },
-        Case { name: "zmq.ipc.arg512", parent: parent::<512>, child },
-        Case { name: "zmq.ipc.arg1024", parent: parent::<1024>, child },
+        Case::new("zmq.ipc.null", parent::<0>, child),
+        Case::new("zmq.ipc.arg4", parent::<4>, child),
+        Case::new("zmq.ipc.arg256", parent::<256>, child),
+        Case::new("zmq.ipc.arg512", parent::<512>, child),
+        Case::new("zmq.ipc.arg1024", parent::<1024>, child),
     ]
 }
 
