@@ -25,6 +25,7 @@
 mod child;
 mod cluster_soak;
 pub mod crash;
+mod crowd;
 mod fdpass;
 mod ferry_pingpong;
 pub mod ferry_rpc;
@@ -34,9 +35,12 @@ mod harness;
 pub mod iceoryx2_peer;
 pub mod large;
 mod memory;
+pub mod oversub;
 mod report;
 pub mod rpc_peers;
+mod rpc_roles;
 mod run_dir;
+pub mod scale;
 mod shm;
 pub mod soak;
 mod stats;
@@ -44,6 +48,7 @@ mod suites;
 #[cfg(feature = "tarpc")]
 mod tarpc_peer;
 pub mod tcp;
+mod windows;
 
 pub use child::child_main_if_requested;
 pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
@@ -67,6 +72,7 @@ pub fn child_main() {
     soak::team_if_requested();
     cluster_soak::team_if_requested();
     ferry_rpc::breakdown_child_if_requested();
+    crowd::member_if_requested(&[&rpc_roles::roles()[..], &oversub::roles()[..]].concat());
     child_main_if_requested(&all_cases());
 }
 

@@ -121,6 +121,7 @@ pub mod rpc {
         v.push(crate::iceoryx2_peer::case());
         v.extend(crate::rpc_peers::cases());
         v.extend(crate::ferry_rpc::cases());
+        v.extend(crate::oversub::cases());
         v
     }
 
@@ -141,6 +142,7 @@ pub mod rpc {
             ("ferry.shm.null", "tonic.uds.null", 1.0 / 50.0),
             ("ferry.shm.null", "zmq.ipc.null", 1.0 / 20.0),
         ];
+        let targets = [&targets[..], &crate::oversub::TARGETS[..]].concat();
         let mut report = super::run("rpc", cases(), args, BASELINE, &targets);
         let throughput: serde_json::Map<String, serde_json::Value> = report
             .results
@@ -158,6 +160,7 @@ pub mod rpc {
             report.extra.insert("throughput_target".into(), t);
         }
         report.extra.insert("throughput".into(), serde_json::Value::Object(throughput));
+        report.extra.insert("oversub".into(), crate::oversub::throughput(&report));
         print(&report, args, BASELINE);
         Ok(())
     }
