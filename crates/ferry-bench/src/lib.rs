@@ -72,8 +72,15 @@ pub fn child_main() {
     soak::team_if_requested();
     cluster_soak::team_if_requested();
     ferry_rpc::breakdown_child_if_requested();
-    crowd::member_if_requested(&[&rpc_roles::roles()[..], &oversub::roles()[..]].concat());
+    crowd_member_if_requested();
     child_main_if_requested(&all_cases());
+}
+
+/// If this process is a member of a case's crowd (see `crowd.rs`), plays
+/// its role and exits. [`child_main`] calls it; a binary with its own list
+/// of cases that runs the many-process ones calls it first thing too.
+pub fn crowd_member_if_requested() {
+    crowd::member_if_requested(&[&rpc_roles::roles()[..], &oversub::roles()[..]].concat());
 }
 
 /// The round-trip floors (and the iceoryx2 peer when the `iceoryx2` feature

@@ -4,7 +4,8 @@
 //! all four pairs together (1e9 / total calls per s; lower is better, as
 //! for the suite's other cases), one sample per round: each round is a
 //! slice of `iters × 10 µs` (200 ms by default) counted by every client at
-//! once (see [`crate::windows`]), after `warmup` slices uncounted.
+//! once (see [`crate::windows`]; 20 ms at least), after `warmup` slices
+//! uncounted.
 //!
 //! - `ferry.shm.oversub`: default settings on both sides;
 //! - `ferry.shm.oversub.nospin`: spinning off on both sides (`blocking()`);
@@ -33,6 +34,8 @@ use crate::windows::{counts_line, ns_per_call, parse_counts, Windows};
 const PAIRS: usize = 4;
 /// A round's slice per `Params::iters`: 20,000 iters make 200 ms.
 const NS_PER_ITER: u64 = 10_000;
+/// The shortest slice: a few scheduler ticks, so that every pair runs in it.
+const MIN_SLICE_NS: u64 = 20_000_000;
 /// Before the first slice: for the order to reach every client.
 const LEAD_NS: u64 = 50_000_000;
 
@@ -62,7 +65,7 @@ pub const TARGETS: [(&str, &str, f64); 2] =
 fn no_child(_: &ChildCtx) {}
 
 fn windows(p: &Params) -> Windows {
-    let slice_ns = p.iters as u64 * NS_PER_ITER;
+    let slice_ns = (p.iters as u64 * NS_PER_ITER).max(MIN_SLICE_NS);
     Windows::after(LEAD_NS + p.warmup as u64 * slice_ns, slice_ns, p.rounds)
 }
 
