@@ -3,7 +3,8 @@
 //! a caller that counts its calls in time slices, a timer that times calls
 //! one by one, and a holder of idle client teams. Each takes `dir=` (the
 //! run's runtime dir) and `name=` (the service), and most `mode=` (see
-//! [`Waiting`]).
+//! [`Waiting`]); with `cpu=` the process pins itself to that CPU (members
+//! are unpinned otherwise).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -63,6 +64,9 @@ impl Waiting {
 }
 
 fn start(m: &Member, b: impl FnOnce(TeamBuilder) -> TeamBuilder) -> Result<Team, String> {
+    if let Ok(cpu) = m.parse::<usize>("cpu") {
+        crate::pin_current_thread(cpu); // before the team's threads, which inherit it
+    }
     let mode = Waiting::from_word(m.get("mode")?)?;
     b(mode.builder(m.get("dir")?)).start().map_err(|e| format!("start team: {e}"))
 }

@@ -38,14 +38,21 @@ fn run_id() -> String {
 /// `ferry.shm.null.idleN`: one server team; a timer process binds and,
 /// once `n` idle client teams (one process, teams without processors)
 /// are bound too, times `calls` null calls one by one; then, all quiet,
-/// the server's CPU over `idle_seconds` and its memory.
+/// the server's CPU over `idle_seconds` and its memory. The server and the
+/// timer are pinned to two CPUs, as a case of the harness: unpinned, the
+/// scheduler puts them on one CPU in some runs and not in others, and p50
+/// swings between ~1 and ~50 µs whatever N is.
 pub(crate) fn idle(n: usize, a: &ScaleArgs) -> Result<Outcome, String> {
     let id = run_id();
     let _dir = RemoveDir(run_dir(&id));
     let arg = format!("dir={} name=bench.scale mode=default", run_dir(&id).display());
+    let (server_cpu, timer_cpu) = match two_cpus() {
+        Some((s, t)) => (format!(" cpu={s}"), format!(" cpu={t}")),
+        None => (String::new(), String::new()),
+    };
     let mut crowd = Crowd::new();
-    let server = crowd.add("rpc.server", &arg)?;
-    let timer = crowd.add("rpc.timer", &format!("{arg} warm={}", (a.calls / 10).max(100)))?;
+    let server = crowd.add("rpc.server", &format!("{arg}{server_cpu}"))?;
+    let timer = crowd.add("rpc.timer", &format!("{arg}{timer_cpu} warm={}", (a.calls / 10).max(100)))?;
     crowd.ready(START)?;
     let pid = crowd.pid(server);
     let rss_base = rss(pid)?;
@@ -107,6 +114,13 @@ pub(crate) fn fanin(c: usize, a: &ScaleArgs) -> Result<Outcome, String> {
         ("max_caller_calls_per_s", *per_caller.iter().max().unwrap_or(&0) as f64 / secs),
     ]);
     Ok(Outcome { samples, figures })
+}
+
+/// The first two CPUs this process may run on, if it may use two.
+fn two_cpus() -> Option<(usize, usize)> {
+    let set = rustix::thread::sched_getaffinity(None).ok()?;
+    let mut allowed = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c));
+    Some((allowed.next()?, allowed.next()?))
 }
 
 fn rss(pid: u32) -> Result<u64, String> {

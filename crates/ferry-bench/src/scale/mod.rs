@@ -11,7 +11,8 @@
 //!   per call of all of them together (1e9 / calls per s); the figures:
 //!   calls per s, and the smallest client's share against an equal share.
 //!
-//! Every process is separate and unpinned, teams at default settings. A
+//! Every process is separate, teams at default settings; the idle cases
+//! pin the server and the timer to two CPUs, the rest is unpinned. A
 //! pass runs each case once; targets are taken per pass, their median over
 //! passes reported (met or MISSED: never a failure exit).
 
@@ -121,7 +122,8 @@ pub fn measure(args: &ScaleArgs) -> Report {
     report.extra.insert(
         "settings".into(),
         json!({"calls": args.calls, "seconds": args.seconds, "idle_seconds": args.idle_seconds,
-               "idle_peers": "teams with processors(0) in one process, each bound by one null call"}),
+               "idle_peers": "teams with processors(0) in one process, each bound by one null call",
+               "pinned": "idle cases: the server and the timer on two CPUs; fan-in: none"}),
     );
     report
 }
