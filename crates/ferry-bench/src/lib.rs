@@ -26,6 +26,7 @@
 mod child;
 mod cluster_soak;
 pub mod crash;
+mod crowd;
 mod fdpass;
 mod ferry_pingpong;
 pub mod ferry_rpc;
@@ -35,9 +36,12 @@ mod harness;
 pub mod iceoryx2_peer;
 pub mod large;
 mod memory;
+pub mod oversub;
 mod report;
 pub mod rpc_peers;
+mod rpc_roles;
 mod run_dir;
+pub mod scale;
 mod shm;
 pub mod soak;
 mod stats;
@@ -46,6 +50,7 @@ mod targets;
 #[cfg(feature = "tarpc")]
 mod tarpc_peer;
 pub mod tcp;
+mod windows;
 
 pub use child::child_main_if_requested;
 pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
@@ -69,7 +74,15 @@ pub fn child_main() {
     soak::team_if_requested();
     cluster_soak::team_if_requested();
     ferry_rpc::breakdown_child_if_requested();
+    crowd_member_if_requested();
     child_main_if_requested(&all_cases());
+}
+
+/// If this process is a member of a case's crowd (see `crowd.rs`), plays
+/// its role and exits. [`child_main`] calls it; a binary with its own list
+/// of cases that runs the many-process ones calls it first thing too.
+pub fn crowd_member_if_requested() {
+    crowd::member_if_requested(&[&rpc_roles::roles()[..], &oversub::roles()[..]].concat());
 }
 
 /// The round-trip floors (and the iceoryx2 peer when the `iceoryx2` feature

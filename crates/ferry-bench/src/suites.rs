@@ -118,6 +118,7 @@ pub mod rpc {
         v.push(crate::iceoryx2_peer::case());
         v.extend(crate::rpc_peers::cases());
         v.extend(crate::ferry_rpc::cases());
+        v.extend(crate::oversub::cases());
         v
     }
 
@@ -139,6 +140,10 @@ pub mod rpc {
             Target::p50("ferry.shm.null", "zmq.ipc.null", 1.0 / 20.0),
             // Free to move (issue 17): the median near the pinned one's; p99 is reported.
             Target::p50("ferry.shm.null.unpinned", "ferry.shm.null", 1.3),
+            // Oversubscribed (ns per call): at least the throughput of
+            // spinning off, and twice the old default's.
+            Target::p50("ferry.shm.oversub", "ferry.shm.oversub.nospin", 1.0),
+            Target::p50("ferry.shm.oversub", "ferry.shm.oversub.spinall", 0.5),
         ];
         let mut report = super::run("rpc", cases(), args, BASELINE, &targets);
         let throughput: serde_json::Map<String, serde_json::Value> = report
@@ -157,6 +162,7 @@ pub mod rpc {
             report.extra.insert("throughput_target".into(), t);
         }
         report.extra.insert("throughput".into(), serde_json::Value::Object(throughput));
+        report.extra.insert("oversub".into(), crate::oversub::throughput(&report));
         print(&report, args, BASELINE);
         Ok(())
     }

@@ -3,7 +3,8 @@
 //! false` and our own main): a case that no longer starts (a setting the
 //! team refuses, say) fails here, not first in a benchmark run.
 //! Also runs a case of its own, the way a binary adds cases to the floors,
-//! and `ferry bench large` at 1 MiB: each of its cases must give a time.
+//! and `ferry bench large` at 1 MiB: each of its cases must give a time;
+//! the many-process cases (rpc's `oversub`, `ferry bench scale`) briefly.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -41,8 +42,10 @@ fn fdpass_child(ctx: &ChildCtx) {
 fn main() {
     let mut cases = pingpong_cases();
     cases.extend(ferry_rpc::cases());
+    cases.extend(ferry_bench::oversub::cases());
     cases.push(Case::new("test.uds.fdpass", fdpass_parent, fdpass_child));
     ferry_bench::large::receiver_if_requested();
+    ferry_bench::crowd_member_if_requested();
     child_main_if_requested(&cases);
 
     let params = Params { passes: 2, rounds: 3, iters: 200, warmup: 1 };
@@ -65,7 +68,9 @@ fn main() {
     }
     let large = large_cases();
     failed += large.iter().filter(|(_, ok)| !ok).count();
-    let total = cases.len() + large.len();
+    let scale = scale_cases();
+    failed += scale.iter().filter(|(_, ok)| !ok).count();
+    let total = cases.len() + large.len() + scale.len();
     println!("smoke: {} passed, {} failed", total - failed.min(total), failed);
     if failed > 0 {
         std::process::exit(1);
@@ -100,6 +105,31 @@ fn large_cases() -> Vec<(String, bool)> {
             println!("{name}: {}", gbps.map_or("missing".to_string(), |g| format!("{g:.2} GB/s")));
             if !ok {
                 eprintln!("{name}: no bandwidth ({gbps:?})");
+            }
+            (name.to_string(), ok)
+        })
+        .collect()
+}
+
+/// `ferry bench scale` on two small cases, briefly: each must give its
+/// samples and figures.
+fn scale_cases() -> Vec<(String, bool)> {
+    let args = ferry_bench::scale::ScaleArgs {
+        only: "ferry.shm.null.idle16,ferry.shm.fanin.2".into(),
+        passes: 1,
+        calls: 300,
+        seconds: 0.2,
+        idle_seconds: 0.1,
+        ..Default::default()
+    };
+    let report = ferry_bench::scale::measure(&args);
+    let figures = &report.extra["figures"];
+    [("ferry.shm.null.idle16", "rss_per_peer_kib"), ("ferry.shm.fanin.2", "min_share")]
+        .iter()
+        .map(|&(name, field)| {
+            let ok = report.get(name).is_some_and(|r| r.stats.min > 0.0) && figures[name][field].is_number();
+            if !ok {
+                eprintln!("{name}: no result ({:?})", report.errors);
             }
             (name.to_string(), ok)
         })

@@ -44,6 +44,10 @@ enum BenchSuite {
     /// RPC between two nodes over TCP (run across two network namespaces
     /// by `scripts/bench.sh tcp`) beside a raw TCP ping-pong and ZeroMQ.
     Tcp(ferry_bench::BenchArgs),
+    /// Many peers: one client's null call beside 0..512 idle client teams
+    /// (latency, the server's idle CPU and memory per peer), and 1..16
+    /// client processes calling one server (calls/s, the smallest share).
+    Scale(ferry_bench::scale::ScaleArgs),
     /// One-way transfer of 64 MiB and 1 GiB messages (cold, then warm into
     /// a reused buffer) beside a warm memcpy of the same size.
     Large(ferry_bench::large::LargeArgs),
@@ -72,6 +76,7 @@ fn main() {
         Command::Bench { suite: BenchSuite::Large(args) } => ferry_bench::large::run(&args),
         Command::Bench { suite: BenchSuite::Soak(args) } => ferry_bench::soak::run(&args),
         Command::Bench { suite: BenchSuite::Tcp(args) } => ferry_bench::tcp_suite::run(&args),
+        Command::Bench { suite: BenchSuite::Scale(args) } => ferry_bench::scale::run(&args),
         Command::Bench { suite: BenchSuite::Crash(args) } => match ferry_bench::crash::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => std::process::exit(1),
