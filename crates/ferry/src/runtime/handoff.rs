@@ -118,7 +118,9 @@ impl Handoff {
             return false;
         };
         MINE.set((team as *const TeamInner as usize, slot, 0));
-        self.awake.fetch_add(1, Ordering::SeqCst);
+        // Awake from the start: a watcher that went to its deep sleep before
+        // this thread came must look while it runs.
+        self.parked(false);
         true
     }
 

@@ -184,15 +184,19 @@ impl<'a> Idle<'a> {
             team.exec.parked.fetch_add(1, Ordering::SeqCst);
         }
         team.doorbell.prepare_park();
+        // Counted as a sleeper now, not a poller: user code the last look
+        // runs (a direct call) must not move this thread out of the pollers.
+        let me = POLLING.replace(0);
         // A channel added since the turn began (its ring came before we
         // counted as sleeping) may already carry a frame whose sender saw us polling and
         // did not ring: the last look before sleeping must include it.
         team.channels.refresh(&mut self.channels);
-        if ready()
+        let work = ready()
             || team.progress_on(&self.channels)
             || team.is_shut_down()
-            || (self.run_tasks && team.exec.has_runnable())
-        {
+            || (self.run_tasks && team.exec.has_runnable());
+        POLLING.set(me);
+        if work {
             team.doorbell.cancel_park();
         } else {
             let mut timeout = team.timers.until_next(team.cfg.park_timeout);
@@ -203,7 +207,16 @@ impl<'a> Idle<'a> {
                 timeout = timeout.min(d);
             }
             let slept = Instant::now();
+            // Counted asleep for the hand-off watcher only now: the look
+            // above may have run a handler (a direct call), which may block.
+            let processor = is_processor_of(team);
+            if processor {
+                team.handoff.parked(true);
+            }
             let rung = team.doorbell.park(timeout);
+            if processor {
+                team.handoff.parked(false);
+            }
             // Slept the whole park timeout without a ring while a frame
             // waited (not one held for a full inbox) and nobody else polled
             // for it: its wake-up was lost (see `Team::late_wakeups`). Not
@@ -538,7 +551,6 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>, replacement: bool) {
                 } else {
                     exec.parked.fetch_sub(1, Ordering::SeqCst);
                 }
-                team.handoff.parked(p);
             });
         }
     }
