@@ -30,6 +30,13 @@ pub(crate) struct Snapshot {
     list: List,
 }
 
+impl Snapshot {
+    /// The list's epoch this snapshot was taken at.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
 impl Deref for Snapshot {
     type Target = [Arc<Channel>];
     fn deref(&self) -> &[Arc<Channel>] {

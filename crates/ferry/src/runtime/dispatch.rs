@@ -34,37 +34,43 @@ impl TeamInner {
     pub fn progress_on(&self, channels: &[Arc<Channel>]) -> bool {
         let mut did = false;
         for ch in channels.iter() {
-            if !ch.needs_attention() {
-                continue;
+            did |= self.progress_one(ch);
+        }
+        did
+    }
+
+    /// Drains one channel once (if it has something to do and nobody else
+    /// drains it). Returns whether anything was received.
+    pub fn progress_one(&self, ch: &Arc<Channel>) -> bool {
+        if !ch.needs_attention() {
+            return false;
+        }
+        let Some(mut rx) = ch.rx.try_lock() else { return false };
+        ch.flush_backlog();
+        let mut did = false;
+        let finished = match self.drain(ch, &mut rx) {
+            Ok(d) => {
+                did = d.taken > 0;
+                // A gone peer's channel is finished once everything it sent
+                // was taken: the transport says so with `PeerGone`.
+                d.peer_gone && !ch.finished.load(Ordering::Acquire)
             }
-            let Some(mut rx) = ch.rx.try_lock() else { continue };
-            ch.flush_backlog();
-            let mut took = false;
-            let finished = match self.drain(ch, &mut rx) {
-                Ok(d) => {
-                    took = d.taken > 0;
-                    did |= took;
-                    // A gone peer's channel is finished once everything it sent
-                    // was taken: the transport says so with `PeerGone`.
-                    d.peer_gone && !ch.finished.load(Ordering::Acquire)
-                }
-                Err(violation) => {
-                    tracing::warn!(peer = %ch.peer, %violation, "closing channel: peer broke the protocol");
-                    ch.close();
-                    true
-                }
-            };
-            if finished {
-                self.settle_gone(ch, &mut rx);
+            Err(violation) => {
+                tracing::warn!(peer = %ch.peer, %violation, "closing channel: peer broke the protocol");
+                ch.close();
+                true
             }
-            self.run_direct(rx);
-            // Our waiting sends, once the peer made room (or gave payload ranges back: taken in the drain).
-            if ch.outbox.is_used() && (took || ch.outbox_due()) {
-                did |= self.advance_outbox(ch, false);
-            }
-            if finished {
-                self.finish_channel(ch);
-            }
+        };
+        if finished {
+            self.settle_gone(ch, &mut rx);
+        }
+        self.run_direct(rx);
+        // Our waiting sends, once the peer made room (or gave payload ranges back: taken in the drain).
+        if ch.outbox.is_used() && (did || ch.outbox_due()) {
+            did |= self.advance_outbox(ch, false);
+        }
+        if finished {
+            self.finish_channel(ch);
         }
         did
     }

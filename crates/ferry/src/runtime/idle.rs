@@ -5,6 +5,7 @@
 use super::channel::Channel;
 use super::channel_list::Snapshot;
 use super::handoff;
+use super::readiness::Sweep;
 use super::TeamInner;
 use crate::transport::doorbell::{self, Doorbell};
 use std::future::Future;
@@ -72,6 +73,8 @@ pub(crate) struct Idle<'a> {
     run_tasks: bool,
     /// The team's channel list, revalidated with one load per turn.
     channels: Snapshot,
+    /// Which of them a turn looks at (see `readiness`).
+    sweep: Sweep,
     spin_started: Option<Instant>,
     spins: u32,
     until: Option<Instant>,
@@ -100,6 +103,7 @@ impl<'a> Idle<'a> {
             // runs the team's ready tasks itself.
             run_tasks: super::executor::in_task() || team.cfg.processors == 0,
             channels: team.channels.snapshot(),
+            sweep: Sweep::new(),
             spin_started: None,
             spins: 0,
             until: None,
@@ -145,7 +149,7 @@ impl<'a> Idle<'a> {
         // costs as much as a poll, and a busy channel must not starve them.
         let fired = self.spins.is_multiple_of(16) && team.timers.fire();
         team.channels.refresh(&mut self.channels);
-        if team.progress_on(&self.channels) || fired {
+        if self.sweep.progress(team, &self.channels) || fired {
             self.spin_started = None;
             return;
         }

@@ -19,6 +19,7 @@
 //! | `peers` | the channel to each peer team: bind (shared memory on this node, TCP to another), reclaim |
 //! | `send` | one message onto a channel; acks, replies, nacks |
 //! | `dispatch` | the progress loop's receive path |
+//! | `readiness` | which channels a spinning thread looks at each turn |
 //! | `outbox` | async sends waiting for room, sent in order |
 //! | `channel`, `channel_list`, `inbox`, `payload` | the data structures they share |
 //! | `idle`, `executor`, `timer`, `sleep`, `reactor` | threads, tasks, time, sockets |
@@ -54,6 +55,7 @@ mod outbox;
 pub(crate) mod payload;
 mod peers;
 pub(crate) mod reactor;
+mod readiness;
 mod send;
 mod sleep;
 mod team;

@@ -197,6 +197,8 @@ pub(crate) struct TeamInner {
     pub exec: Arc<Executor>,
     /// Replacement processors for processors stuck in user code.
     pub(crate) handoff: Handoff,
+    /// Channels that had frames lately (see `readiness`).
+    pub(crate) hot: super::readiness::Hot,
     pub(super) blocking: BlockingPool,
     pub timers: Timers,
     pub(super) endpoints: Endpoints,
@@ -256,6 +258,7 @@ impl TeamInner {
             lease: Mutex::new(Some(lease)),
             exec: Executor::new(doorbell.clone()),
             handoff: Handoff::new(cfg.processors, cfg.handoff_after, cfg.max_replacements),
+            hot: super::readiness::Hot::new(),
             blocking: BlockingPool::new(id.team, cfg.blocking_threads, cfg.blocking_idle),
             endpoints: Endpoints::new(id, cfg.inbox_capacity, cfg.inbox_bytes, doorbell.clone()),
             doorbell,

@@ -1,0 +1,123 @@
+//! Which channels a spinning thread looks at each turn.
+//!
+//! With few channels, a turn looks at every one. With many (a server bound
+//! to hundreds of idle clients), that made every turn, and so every call,
+//! slower with each idle peer. So a turn looks at the channels that had
+//! frames lately — the team's *hot* list, shared by its threads — and at a
+//! window of the others that sweeps through them all, each thread from
+//! its own place: a turn costs the same with 1,000 peers as with 30, and a
+//! frame on a cold channel is found within `channels / SWEEP` turns. The
+//! last look before a thread sleeps still covers every channel (the
+//! doorbell's Dekker step needs it), so nothing waits past that.
+//!
+//! The hot list is a hint: threads write it without a lock, a lost or
+//! stale entry costs a look or a few turns, never a frame.
+
+use super::channel_list::Snapshot;
+use super::TeamInner;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Up to this many channels, every turn looks at all of them.
+const ALL_UP_TO: usize = 32;
+/// Channels in the hot list.
+const HOT: usize = 16;
+/// Cold channels each turn looks at.
+const SWEEP: usize = 16;
+
+/// The team's hot channels: indices into its channel list as of `epoch`.
+pub(crate) struct Hot {
+    /// The list epoch the entries index; entries of another are ignored.
+    epoch: AtomicU64,
+    /// Index + 1 of a channel that had frames lately; 0: none.
+    slots: [AtomicU32; HOT],
+    /// Where the next entry goes (the oldest is replaced).
+    next: AtomicUsize,
+}
+
+impl Hot {
+    pub fn new() -> Hot {
+        Hot { epoch: AtomicU64::new(u64::MAX), slots: Default::default(), next: AtomicUsize::new(0) }
+    }
+
+    /// Marks channel `i` of the list at `epoch` hot.
+    fn mark(&self, epoch: u64, i: usize) {
+        if self.epoch.load(Ordering::Relaxed) != epoch {
+            // The list changed since the entries were written: start over.
+            for s in &self.slots {
+                s.store(0, Ordering::Relaxed);
+            }
+            self.epoch.store(epoch, Ordering::Relaxed);
+        }
+        let tag = i as u32 + 1;
+        if self.slots.iter().any(|s| s.load(Ordering::Relaxed) == tag) {
+            return;
+        }
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % HOT;
+        self.slots[at].store(tag, Ordering::Relaxed);
+    }
+}
+
+/// A spinning thread's place in the sweep.
+pub(crate) struct Sweep {
+    cursor: usize,
+}
+
+impl Sweep {
+    pub fn new() -> Sweep {
+        // Threads start at different places, so they share the sweeping.
+        static START: AtomicUsize = AtomicUsize::new(0);
+        Sweep { cursor: START.fetch_add(SWEEP * 7, Ordering::Relaxed) }
+    }
+
+    /// One turn's look at `channels`: all of them if few, else the hot
+    /// ones and the next window of the rest. Returns whether anything was
+    /// received.
+    pub fn progress(&mut self, team: &TeamInner, channels: &Snapshot) -> bool {
+        let n = channels.len();
+        if n <= ALL_UP_TO {
+            return team.progress_on(channels);
+        }
+        let hot = &team.hot;
+        let epoch = channels.epoch();
+        let mut did = false;
+        let mut looked = [usize::MAX; HOT];
+        if hot.epoch.load(Ordering::Relaxed) == epoch {
+            for (slot, seen) in hot.slots.iter().zip(looked.iter_mut()) {
+                let i = slot.load(Ordering::Relaxed) as usize;
+                if (1..=n).contains(&i) {
+                    *seen = i - 1;
+                    did |= team.progress_one(&channels[i - 1]);
+                }
+            }
+        }
+        for _ in 0..SWEEP {
+            let i = self.cursor % n;
+            self.cursor = self.cursor.wrapping_add(1);
+            if !looked.contains(&i) && team.progress_one(&channels[i]) {
+                hot.mark(epoch, i);
+                did = true;
+            }
+        }
+        did
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hot_list_of_another_epoch_starts_over() {
+        let hot = Hot::new();
+        for i in 0..HOT + 3 {
+            hot.mark(1, i);
+        }
+        // The oldest three were replaced; a repeat takes no slot.
+        hot.mark(1, HOT + 2);
+        let tags: Vec<u32> = hot.slots.iter().map(|s| s.load(Ordering::Relaxed)).collect();
+        assert!(tags.contains(&(HOT as u32 + 3)) && !tags.contains(&1));
+        hot.mark(2, 5);
+        let tags: Vec<u32> = hot.slots.iter().map(|s| s.load(Ordering::Relaxed)).filter(|&t| t != 0).collect();
+        assert_eq!(tags, vec![6]);
+    }
+}
