@@ -266,3 +266,32 @@ mod one_cpu {
         a_call_on_one_cpu_costs_context_switches_not_a_spin(Placement::TwoProcesses)
     }
 }
+
+/// A server with many channels, spinning for long (2 s): a spinning turn
+/// looks only at the hot channels and a sweeping window of the others
+/// (`readiness`), yet a call on any channel, hot or cold, is found within
+/// a few turns, long before the spin would end in a full look.
+#[test]
+fn a_spinning_server_finds_a_call_on_any_of_many_channels() {
+    let _one = ONE_AT_A_TIME.lock();
+    let dir = tempfile::tempdir().unwrap();
+    let start = |b: ferry::TeamBuilder| b.runtime_dir(dir.path()).start().unwrap();
+    let server = start(Team::builder().processors(1).spin(Duration::from_secs(2)));
+    let _serving = StallServer::serve(&server, "stall", StallImpl).unwrap();
+    let clients: Vec<_> = (0..48)
+        .map(|_| {
+            let team = start(Team::builder().processors(0).spin(Duration::from_micros(5)));
+            let c = StallClient::bind(&team, "stall").unwrap();
+            assert_eq!(c.ping_blocking().unwrap(), 7);
+            (team, c)
+        })
+        .collect();
+    // Every client in turn, twice: each call finds the server spinning.
+    let mut slowest = Duration::ZERO;
+    for (_, c) in clients.iter().chain(clients.iter()) {
+        let t0 = Instant::now();
+        assert_eq!(c.ping_blocking().unwrap(), 7);
+        slowest = slowest.max(t0.elapsed());
+    }
+    assert!(slowest < Duration::from_millis(500), "a call waited {slowest:?} for the spinning server to look");
+}
