@@ -248,16 +248,15 @@ impl<'a> Idle<'a> {
         }
         self.spin_started = None;
     }
-}
 
-impl Idle<'_> {
     /// Whether the peer this answer wait most likely waits on (the one
     /// this thread last sent to) has no thread on a CPU: all asleep while
-    /// CPUs are short (the thread our message woke needs one), or pollers whose beat has not
-    /// moved since the last look (they wait for one — perhaps the one this
-    /// thread spins on). Spinning then only delays the answer: the caller
-    /// sleeps instead. A peer running user code (our handler, likely) is
-    /// on a CPU. Looked at every 64 turns once `LOOK_AFTER` passed.
+    /// CPUs are short (the thread our message woke needs one), or pollers
+    /// whose beat has not moved since the last look (they wait for one —
+    /// perhaps the one this thread spins on). Spinning then only delays
+    /// the answer: the caller sleeps instead. A peer running user code
+    /// (our handler, likely) is on a CPU. Looked at every 64 turns once
+    /// `LOOK_AFTER` passed.
     fn peer_off_cpu(&mut self) -> bool {
         if !self.watch_peer {
             return false;

@@ -653,6 +653,34 @@ fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
 mod tests {
     use super::*;
 
+    /// A peer reads on the state page how many of the team's threads
+    /// poll, run user code and sleep, and its pollers' beat; a frame that
+    /// finds a thread in user code while the rest sleep rings, but does
+    /// not count as waking a sleeping team (the thread is on a CPU).
+    #[test]
+    fn the_state_page_tells_peers_who_polls_runs_and_sleeps() {
+        let team = Doorbell::create().unwrap();
+        let line = team.new_line().unwrap();
+        let dup = |fd: &OwnedFd| rustix::io::dup(fd).unwrap();
+        let (one, all) = line.fds();
+        let bell = Bell::open(dup(team.page_fd()), dup(one), dup(all)).unwrap();
+        team.enter_polling();
+        team.enter_polling();
+        assert!(!team.enter_user_code(), "another thread still polls");
+        team.beat(7);
+        assert_eq!(bell.activity(), Activity { polling: 1, running: 1, sleeping: 0, beat: Some(7) });
+        team.prepare_park();
+        assert_eq!(bell.activity(), Activity { polling: 0, running: 1, sleeping: 1, beat: Some(7) });
+        woke_a_sleeper();
+        bell.ring();
+        assert!(!woke_a_sleeper(), "a thread runs user code: the team was not all asleep");
+        team.back_from_user_code();
+        assert_eq!(bell.activity(), Activity { polling: 1, running: 0, sleeping: 1, beat: Some(7) });
+        assert!(team.leave_polling(), "the last poller leaves while one sleeps");
+        bell.ring();
+        assert!(woke_a_sleeper(), "the whole team slept");
+    }
+
     /// A peer that makes its line blocking and fills it must not hold the
     /// thread that rings it: the line is passed over (its wake-ups lost).
     #[test]
