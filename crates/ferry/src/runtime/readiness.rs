@@ -1,6 +1,7 @@
 //! Which channels a spinning thread looks at each turn.
 //!
-//! With few channels, a turn looks at every one. With many (a server bound
+//! With few channels, a turn looks at every one, from another one each
+//! turn (the first looked at is served first). With many (a server bound
 //! to hundreds of idle clients), that made every turn, and so every call,
 //! slower with each idle peer. So a turn looks at the channels that had
 //! frames lately — the team's *hot* list, shared by its threads — and at a
@@ -75,7 +76,13 @@ impl Sweep {
     pub fn progress(&mut self, team: &TeamInner, channels: &Snapshot) -> bool {
         let n = channels.len();
         if n <= ALL_UP_TO {
-            return team.progress_on(channels);
+            // From another channel each turn: the first looked at is served
+            // first, and its peer woken first, so a fixed order would favour
+            // the same peers turn after turn.
+            let start = self.cursor % n.max(1);
+            self.cursor = self.cursor.wrapping_add(1);
+            let (front, back) = channels.split_at(start);
+            return team.progress_on(back) | team.progress_on(front);
         }
         let hot = &team.hot;
         let epoch = channels.epoch();
