@@ -73,3 +73,32 @@ fn loom_doorbell_last_poller_leaving_rings_for_a_frame_it_saw() {
         leaver.join().unwrap();
     });
 }
+
+/// As above, but the other thread goes on to run user code (a handler),
+/// counted as running, not polling (`idle::user_code`): leaving the
+/// pollers for user code is the same Dekker step, so a frame its senders
+/// did not ring for is not slept through either.
+#[test]
+fn loom_doorbell_poller_entering_user_code_rings_for_a_frame_it_saw() {
+    check(Some(3), || {
+        let p = pair(4 * crate::transport::shm::ring::CELL);
+        p.bell_b.enter_polling();
+        p.bell_b.enter_polling();
+        let a = p.a.clone();
+        let sender = thread::spawn(move || a.try_send(&frame(7), b"hi").unwrap());
+        let (b, bell) = (p.b.clone(), p.bell_b.clone());
+        let runner = thread::spawn(move || {
+            if bell.enter_user_code() && b.has_frame() {
+                bell.ring_one();
+            }
+            bell.back_from_user_code();
+            // Then it stops polling for good (`Idle::drop`).
+            if bell.leave_polling() && b.has_frame() {
+                bell.ring_one();
+            }
+        });
+        receive(&p.b, &p.bell_b);
+        sender.join().unwrap();
+        runner.join().unwrap();
+    });
+}
