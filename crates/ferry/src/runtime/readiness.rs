@@ -58,16 +58,25 @@ impl Hot {
     }
 }
 
-/// A spinning thread's place in the sweep.
+thread_local! {
+    /// This thread's place in the sweep, kept from one wait to the next.
+    static CURSOR: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// A spinning thread's place in the sweep (its thread's, while it waits).
 pub(crate) struct Sweep {
     cursor: usize,
 }
 
 impl Sweep {
     pub fn new() -> Sweep {
-        // Threads start at different places, so they share the sweeping.
-        static START: AtomicUsize = AtomicUsize::new(0);
-        Sweep { cursor: START.fetch_add(SWEEP * 7, Ordering::Relaxed) }
+        let cursor = match CURSOR.get() {
+            // Threads start at different places (from where their own
+            // thread-local lives), so they share the sweeping.
+            usize::MAX => CURSOR.with(|c| c as *const _ as usize / 64),
+            c => c,
+        };
+        Sweep { cursor }
     }
 
     /// One turn's look at `channels`: all of them if few, else the hot
@@ -106,6 +115,12 @@ impl Sweep {
             }
         }
         did
+    }
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        CURSOR.set(self.cursor);
     }
 }
 
