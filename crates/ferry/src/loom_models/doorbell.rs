@@ -50,55 +50,49 @@ fn loom_doorbell_receiver_never_sleeps_through_a_frame() {
     });
 }
 
-/// Two threads of the receiving team: one sleeps, the other polls (for
-/// something else) and stops. A sender that saw the poller did not ring, so
-/// the last poller to leave looks at the channel and rings (`Idle::drop`).
-#[test]
-fn loom_doorbell_last_poller_leaving_rings_for_a_frame_it_saw() {
-    check(Some(3), || {
+/// Two threads of the receiving team, both polling from the start
+/// (`Idle::new`): one waits for frame 7 and may sleep, the other runs
+/// `other` (it stops polling one way or another) while a sender sends.
+fn with_a_second_poller(other: fn(&End, &Doorbell<HeapBell>)) {
+    check(Some(3), move || {
         let p = pair(4 * crate::transport::shm::ring::CELL);
-        // Both threads count as pollers from the start (`Idle::new`).
         p.bell_b.enter_polling();
         p.bell_b.enter_polling();
         let a = p.a.clone();
         let sender = thread::spawn(move || a.try_send(&frame(7), b"hi").unwrap());
         let (b, bell) = (p.b.clone(), p.bell_b.clone());
-        let leaver = thread::spawn(move || {
-            if bell.leave_polling() && b.has_frame() {
-                bell.ring_one();
-            }
-        });
+        let second = thread::spawn(move || other(&b, &bell));
         receive(&p.b, &p.bell_b);
         sender.join().unwrap();
-        leaver.join().unwrap();
+        second.join().unwrap();
     });
 }
 
-/// As above, but the other thread goes on to run user code (a handler),
-/// counted as running, not polling (`idle::user_code`): leaving the
-/// pollers for user code is the same Dekker step, so a frame its senders
-/// did not ring for is not slept through either.
+/// The second poller stops. A sender that saw it polling did not ring, so
+/// the last poller to leave looks at the channel and rings (`Idle::drop`).
+#[test]
+fn loom_doorbell_last_poller_leaving_rings_for_a_frame_it_saw() {
+    with_a_second_poller(|b, bell| {
+        if bell.leave_polling() && b.has_frame() {
+            bell.ring_one();
+        }
+    });
+}
+
+/// The second poller runs user code (a handler), counted as running, not
+/// polling (`idle::user_code`), then stops: leaving the pollers for user
+/// code is the same Dekker step, so a frame its senders did not ring for
+/// is not slept through either.
 #[test]
 fn loom_doorbell_poller_entering_user_code_rings_for_a_frame_it_saw() {
-    check(Some(3), || {
-        let p = pair(4 * crate::transport::shm::ring::CELL);
-        p.bell_b.enter_polling();
-        p.bell_b.enter_polling();
-        let a = p.a.clone();
-        let sender = thread::spawn(move || a.try_send(&frame(7), b"hi").unwrap());
-        let (b, bell) = (p.b.clone(), p.bell_b.clone());
-        let runner = thread::spawn(move || {
-            if bell.enter_user_code() && b.has_frame() {
-                bell.ring_one();
-            }
-            bell.back_from_user_code();
-            // Then it stops polling for good (`Idle::drop`).
-            if bell.leave_polling() && b.has_frame() {
-                bell.ring_one();
-            }
-        });
-        receive(&p.b, &p.bell_b);
-        sender.join().unwrap();
-        runner.join().unwrap();
+    with_a_second_poller(|b, bell| {
+        if bell.enter_user_code() && b.has_frame() {
+            bell.ring_one();
+        }
+        bell.back_from_user_code();
+        // Then it stops polling for good (`Idle::drop`).
+        if bell.leave_polling() && b.has_frame() {
+            bell.ring_one();
+        }
     });
 }

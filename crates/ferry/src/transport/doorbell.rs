@@ -653,6 +653,16 @@ fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
 mod tests {
     use super::*;
 
+    /// A new line of `team`'s, and the bell a peer opens from what the bind
+    /// hands it (copies of the page's and the line's descriptors).
+    fn line_and_bell(team: &Doorbell) -> (Line, Bell) {
+        let line = team.new_line().unwrap();
+        let dup = |fd: &OwnedFd| rustix::io::dup(fd).unwrap();
+        let (one, all) = line.fds();
+        let bell = Bell::open(dup(team.page_fd()), dup(one), dup(all)).unwrap();
+        (line, bell)
+    }
+
     /// A peer reads on the state page how many of the team's threads
     /// poll, run user code and sleep, and its pollers' beat; a frame that
     /// finds a thread in user code while the rest sleep rings, but does
@@ -660,10 +670,7 @@ mod tests {
     #[test]
     fn the_state_page_tells_peers_who_polls_runs_and_sleeps() {
         let team = Doorbell::create().unwrap();
-        let line = team.new_line().unwrap();
-        let dup = |fd: &OwnedFd| rustix::io::dup(fd).unwrap();
-        let (one, all) = line.fds();
-        let bell = Bell::open(dup(team.page_fd()), dup(one), dup(all)).unwrap();
+        let (_line, bell) = line_and_bell(&team);
         team.enter_polling();
         team.enter_polling();
         assert!(!team.enter_user_code(), "another thread still polls");
@@ -686,10 +693,8 @@ mod tests {
     #[test]
     fn a_peers_line_made_blocking_is_not_rung() {
         let peer = Doorbell::create().unwrap();
-        let line = peer.new_line().unwrap();
-        let dup = |fd: &OwnedFd| rustix::io::dup(fd).unwrap();
+        let (line, bell) = line_and_bell(&peer);
         let (one, all) = line.fds();
-        let bell = Bell::open(dup(peer.page_fd()), dup(one), dup(all)).unwrap();
         // The peer, on its side of the shared file descriptions.
         for fd in [one, all] {
             rustix::fs::fcntl_setfl(fd, rustix::fs::OFlags::empty()).unwrap();
