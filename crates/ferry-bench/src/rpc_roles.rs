@@ -93,37 +93,42 @@ fn server(m: &mut Member) -> Result<(), String> {
     Ok(())
 }
 
-/// Makes blocking null calls for each order `go ...` (see [`Windows`]) and
-/// answers the counts per slice.
-fn caller(m: &mut Member) -> Result<(), String> {
+/// A client of the bench service that answers each order the parent
+/// sends with `answer(client, order)`, until the parent hangs up.
+fn answer_orders(
+    m: &mut Member,
+    mut answer: impl FnMut(&BenchClient, &str) -> Result<String, String>,
+) -> Result<(), String> {
     let team = start(m, |b| b)?;
     let c = bind(&team, m)?;
     m.say("ready")?;
     while let Some(line) = m.hear() {
-        let counts = Windows::parse(&line)?.count(|| null(&c))?;
-        m.say(&counts_line(&counts))?;
+        m.say(&answer(&c, &line)?)?;
     }
     drop(c);
     team.shutdown();
     Ok(())
 }
 
+/// Makes blocking null calls for each order `go ...` (see [`Windows`]) and
+/// answers the counts per slice.
+fn caller(m: &mut Member) -> Result<(), String> {
+    answer_orders(m, |c, line| Ok(counts_line(&Windows::parse(line)?.count(|| null(c))?)))
+}
+
 /// Answers `time N` with `warm=` untimed null calls, then N timed one by
 /// one: `ns T1 T2 ...`.
 fn timer(m: &mut Member) -> Result<(), String> {
-    let team = start(m, |b| b)?;
-    let c = bind(&team, m)?;
     let warm: usize = m.parse("warm")?;
-    m.say("ready")?;
-    while let Some(line) = m.hear() {
+    answer_orders(m, |c, line| {
         let n: usize = line.strip_prefix("time ").and_then(|n| n.parse().ok()).ok_or(format!("bad order {line:?}"))?;
         for _ in 0..warm {
-            null(&c)?;
+            null(c)?;
         }
         let mut times = Vec::with_capacity(n);
         for _ in 0..n {
             let start = Instant::now();
-            null(&c)?;
+            null(c)?;
             times.push(start.elapsed().as_nanos() as u64);
         }
         let mut out = String::with_capacity(8 * n + 2);
@@ -131,11 +136,8 @@ fn timer(m: &mut Member) -> Result<(), String> {
         for t in times {
             out.push_str(&format!(" {t}"));
         }
-        m.say(&out)?;
-    }
-    drop(c);
-    team.shutdown();
-    Ok(())
+        Ok(out)
+    })
 }
 
 /// Starts `n=` client teams with no processor (an idle team needs none: a

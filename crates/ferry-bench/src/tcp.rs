@@ -112,10 +112,27 @@ pub(crate) fn hear(sock: &std::os::unix::net::UnixStream) -> String {
 
 // ------------------------------------------------------------ floor.tcp
 
-fn floor_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+/// The raw floors' connection, parent side: to the address the child tells
+/// (`TCP_NODELAY`, as ferry's).
+fn dial(peer: &Peer) -> TcpStream {
     let addr: SocketAddr = hear(&peer.sock).parse().unwrap();
-    let mut s = TcpStream::connect(addr).unwrap();
+    let s = TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
+    s
+}
+
+/// The raw floors' connection, child side: tells the parent where to
+/// dial and takes its one connection.
+fn accept_one(ctx: &ChildCtx) -> TcpStream {
+    let l = TcpListener::bind((child_ip(), 0)).unwrap();
+    tell(&ctx.sock, &l.local_addr().unwrap().to_string());
+    let (s, _) = l.accept().unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+fn floor_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let mut s = dial(peer);
     let (out, mut back) = ([7u8; FLOOR_BYTES], [0u8; FLOOR_BYTES]);
     let samples = p.measure_each(calls(p), || {
         s.write_all(&out).unwrap();
@@ -126,10 +143,7 @@ fn floor_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
 }
 
 fn floor_child(ctx: &ChildCtx) {
-    let l = TcpListener::bind((child_ip(), 0)).unwrap();
-    tell(&ctx.sock, &l.local_addr().unwrap().to_string());
-    let (mut s, _) = l.accept().unwrap();
-    s.set_nodelay(true).unwrap();
+    let mut s = accept_one(ctx);
     let mut buf = [0u8; FLOOR_BYTES];
     while s.read_exact(&mut buf).is_ok() {
         s.write_all(&buf).unwrap();
@@ -141,9 +155,7 @@ fn floor_child(ctx: &ChildCtx) {
 // there: no end ever sleeps, so no wake-up is paid.
 
 fn spin_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let addr: SocketAddr = hear(&peer.sock).parse().unwrap();
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
+    let mut s = dial(peer);
     s.set_nonblocking(true).unwrap();
     let (out, mut back) = ([7u8; FLOOR_BYTES], [0u8; FLOOR_BYTES]);
     let samples = p.measure_each(calls(p), || {
@@ -160,10 +172,7 @@ fn spin_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
 }
 
 fn spin_child(ctx: &ChildCtx) {
-    let l = TcpListener::bind((child_ip(), 0)).unwrap();
-    tell(&ctx.sock, &l.local_addr().unwrap().to_string());
-    let (mut s, _) = l.accept().unwrap();
-    s.set_nodelay(true).unwrap();
+    let mut s = accept_one(ctx);
     s.set_nonblocking(true).unwrap();
     let mut buf = [0u8; FLOOR_BYTES];
     loop {
@@ -204,9 +213,7 @@ fn write_polling(s: &mut TcpStream, buf: &[u8]) {
 // ------------------------------------------------------------ floor.tcp.echo
 
 fn floor_echo_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let addr: SocketAddr = hear(&peer.sock).parse().unwrap();
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
+    let mut s = dial(peer);
     let mut back = vec![0u8; ECHO_BYTES];
     let samples = echo_rounds(p, p.rounds, |round| {
         let out = vec![round as u8; ECHO_BYTES];
@@ -223,10 +230,7 @@ fn floor_echo_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
 }
 
 fn floor_echo_child(ctx: &ChildCtx) {
-    let l = TcpListener::bind((child_ip(), 0)).unwrap();
-    tell(&ctx.sock, &l.local_addr().unwrap().to_string());
-    let (mut s, _) = l.accept().unwrap();
-    s.set_nodelay(true).unwrap();
+    let mut s = accept_one(ctx);
     let mut buf = vec![0u8; ECHO_BYTES];
     while s.read_exact(&mut buf).is_ok() {
         s.write_all(&buf).unwrap();
