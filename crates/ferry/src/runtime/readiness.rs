@@ -14,9 +14,11 @@
 //! The hot list is a hint: threads write it without a lock, a lost or
 //! stale entry costs a look or a few turns, never a frame.
 
+use super::channel::Channel;
 use super::channel_list::Snapshot;
 use super::TeamInner;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Up to this many channels, every turn looks at all of them.
 const ALL_UP_TO: usize = 32;
@@ -115,6 +117,16 @@ impl Sweep {
             }
         }
         did
+    }
+
+    /// The next `size` of `channels` (all, if fewer), for a look that
+    /// must reach every channel in time but cost the same whatever their
+    /// number (a sleeping thread's look for a lost wake-up).
+    pub fn window<'c>(&mut self, channels: &'c Snapshot, size: usize) -> impl Iterator<Item = &'c Arc<Channel>> + 'c {
+        let (n, start) = (channels.len(), self.cursor);
+        let size = size.min(n);
+        self.cursor = self.cursor.wrapping_add(size);
+        (0..size).map(move |k| &channels[start.wrapping_add(k) % n])
     }
 }
 

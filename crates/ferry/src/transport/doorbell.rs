@@ -50,7 +50,9 @@
 //! - **R3** look at every channel once more (and the caller's own condition);
 //!   if anything waits, [`Doorbell::cancel_park`] and handle it;
 //! - **R4** [`Doorbell::park`]: sleep until a line rings (take its
-//!   wake-up), at most `park_timeout`.
+//!   wake-up), at most `park_timeout`. A sleep that ends with no ring and
+//!   nothing due may sleep again, still counted ([`Doorbell::sleep`]):
+//!   nothing sent since R1 went unrung.
 //!
 //! S1–S2–S3/S4 against R1–R2–R3 is Dekker's pattern: either R3 sees the
 //! frame, or S3/S4 see the sleeper and no poller and add a wake-up, which
@@ -500,14 +502,20 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// never missed), at most `timeout`; then counts as a poller again.
     /// Returns false if it slept the whole timeout without a ring.
     pub fn park(&self, timeout: Duration) -> bool {
-        let rung = M::wait(&self.sleep, timeout);
+        let rung = self.sleep(timeout);
         self.cancel_park();
         rung
     }
 
-    /// Whether a thread other than the caller (itself a poller) polls now.
-    pub fn others_polling(&self) -> bool {
-        self.mem.pollers().load(Ordering::SeqCst) & POLLING_MASK > 1
+    /// As [`Doorbell::park`], but still counted a sleeper afterwards: the
+    /// caller may sleep again, or must [`Doorbell::cancel_park`].
+    pub fn sleep(&self, timeout: Duration) -> bool {
+        M::wait(&self.sleep, timeout)
+    }
+
+    /// Whether any thread polls now (asked by a sleeper).
+    pub fn anyone_polling(&self) -> bool {
+        self.mem.pollers().load(Ordering::SeqCst) & POLLING_MASK != 0
     }
 
     /// Undoes `prepare_park` without sleeping.
