@@ -310,10 +310,22 @@ impl Drop for Idle<'_> {
     fn drop(&mut self) {
         POLLING.set(self.outer);
         // The last poller leaving must not strand a frame that arrived while
-        // it polled (its sender saw a poller and did not ring).
+        // it polled (its sender saw a poller and did not ring), nor a
+        // channel's deferred work (slots of frames taken, which a writer
+        // short of room waits for): it does that work itself, as waking a
+        // sleeper for it would cost a wake-up per call.
         self.team.channels.refresh(&mut self.channels);
-        if self.team.doorbell.leave_polling() && self.channels.iter().any(|c| c.needs_attention()) {
-            self.team.doorbell.ring_one();
+        if self.team.doorbell.leave_polling() {
+            let mut wake = false;
+            for c in self.channels.iter() {
+                if c.transport.needs_tidy() && !c.transport.has_frame() {
+                    c.transport.tidy();
+                }
+                wake |= c.needs_attention();
+            }
+            if wake {
+                self.team.doorbell.ring_one();
+            }
         }
     }
 }
