@@ -65,6 +65,9 @@ impl TeamInner {
             self.settle_gone(ch, &mut rx);
         }
         self.run_direct(rx);
+        // The answers those calls corked go out now, together, not a turn
+        // later (after a look at every other channel).
+        ch.transport.flush_pending();
         // Our waiting sends, once the peer made room (or gave payload ranges back: taken in the drain).
         if ch.outbox.is_used() && (did || ch.outbox_due()) {
             did |= self.advance_outbox(ch, false);
