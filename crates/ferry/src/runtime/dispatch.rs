@@ -224,8 +224,9 @@ impl TeamInner {
                 }
             }
             // The probe saves a receive that would find nothing (a gone
-            // peer's stream still has its end to read).
-            if !ch.transport.has_frame_or_gone() {
+            // peer's stream still has its end to read), and a socket read
+            // between a request and its answer.
+            if !ch.transport.has_frame_at_hand() && !ch.transport.is_peer_gone() {
                 break;
             }
         }

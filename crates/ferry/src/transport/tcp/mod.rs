@@ -1157,6 +1157,10 @@ impl Transport for TcpEnd {
         self.writer_waiting.load(Ordering::Acquire)
     }
 
+    fn has_frame_at_hand(&self) -> bool {
+        self.rx_ready.load(Ordering::Acquire)
+    }
+
     fn has_frame(&self) -> bool {
         if self.rx_ready.load(Ordering::Acquire) {
             return true;
