@@ -1804,6 +1804,56 @@ mod shm_corrupt_peer {
     }
 }
 
+/// Shared memory and TCP: a large payload's space (or credit) goes back to
+/// its sender through the receiving team's progress loop. Dropped by user
+/// code while every thread of that team sleeps, it wakes one (the sender
+/// may be waiting for it). It used to wait for the team's next park
+/// timeout; since idle wake-ups no longer turn over the channels it waited
+/// for the next message (found by `large_messages`' silent channel test).
+fn dropping_a_large_payload_wakes_its_sleeping_team<F: Factory>() {
+    const LIMIT: Duration = Duration::from_secs(5);
+    let pipe = F::pipe(SMALL);
+    let until = Instant::now() + PATIENCE;
+    send_detached(&*pipe.a, &data(1), &payload(1, pipe.a.max_payload() + 1), until);
+    let (_, detached) = take_detached(&*pipe.a, &*pipe.b);
+    let (b, bell_b) = (&*pipe.b, &*pipe.bell_b);
+    b.tidy();
+    assert!(!b.needs_tidy(), "deferred work before the drop");
+    let parking = AtomicBool::new(false);
+    let slept = std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            bell_b.enter_polling();
+            bell_b.prepare_park();
+            parking.store(true, Ordering::SeqCst);
+            let t0 = Instant::now();
+            bell_b.park(LIMIT);
+            let slept = t0.elapsed();
+            bell_b.leave_polling();
+            slept
+        });
+        while !parking.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        drop(detached);
+        sleeper.join().unwrap()
+    });
+    assert!(b.needs_tidy(), "the drop left nothing to give back");
+    assert!(slept < LIMIT / 2, "the team slept {slept:?}: the drop did not wake it");
+}
+
+mod large_payload_drop {
+    #[test]
+    fn shm() {
+        super::dropping_a_large_payload_wakes_its_sleeping_team::<super::Shm>();
+    }
+
+    #[test]
+    fn tcp() {
+        super::dropping_a_large_payload_wakes_its_sleeping_team::<super::Tcp<super::Loopback>>();
+    }
+}
+
 /// TCP only: a drain that took a frame asks whether another is at hand
 /// before it serves the first; over TCP that answer comes from what was
 /// read, never from a read (a system call between a request and its

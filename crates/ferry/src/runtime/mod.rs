@@ -64,6 +64,7 @@ mod timer;
 pub(crate) use calls::CancelGuard;
 pub use channel::CONTROL_BACKLOG;
 pub use cluster::{Cidr, Cluster};
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use config::MAX_THREADS;
 pub use config::{Config, TeamBuilder, MESSAGE_OVERHEAD};
 pub(crate) use deadline::deadline_after;

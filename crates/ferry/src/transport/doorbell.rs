@@ -501,6 +501,7 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// Sleeps until a wake-up comes (one added since `prepare_park` is
     /// never missed), at most `timeout`; then counts as a poller again.
     /// Returns false if it slept the whole timeout without a ring.
+    #[cfg(any(test, feature = "testing"))]
     pub fn park(&self, timeout: Duration) -> bool {
         let rung = self.sleep(timeout);
         self.cancel_park();

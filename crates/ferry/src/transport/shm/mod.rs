@@ -184,6 +184,8 @@ unsafe impl Sync for RxArea {}
 struct Releases {
     queue: parking_lot::Mutex<Vec<Range>>,
     pending: std::sync::atomic::AtomicBool,
+    /// Our team's doorbell, once bound: it wakes the team to send them.
+    team: Option<Arc<Doorbell>>,
 }
 
 /// A payload staged in this end's area, not sent yet: freed if dropped so.
@@ -341,7 +343,14 @@ impl Drop for Lent {
     fn drop(&mut self) {
         if self.armed {
             self.releases.queue.lock().push(self.range);
-            self.releases.pending.store(true, Ordering::Release);
+            // The first one waiting: a team all asleep wakes to send it
+            // (the peer's memory waits for it); a polling thread sends it
+            // in its turn.
+            if !self.releases.pending.swap(true, Ordering::AcqRel) {
+                if let Some(team) = &self.releases.team {
+                    team.ring();
+                }
+            }
         }
     }
 }
@@ -570,6 +579,20 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
 }
 
 impl ShmEnd {
+    /// Joins the team `cfg` binds for: its reactor cools the area this end
+    /// writes, and its doorbell wakes it to give back what it took from
+    /// the peer's area.
+    fn join_team(&mut self, cfg: &BindConfig) {
+        self.cooler = cfg.cooler.clone();
+        self.wakes(cfg.doorbell.clone());
+    }
+
+    /// `team`'s doorbell wakes it to give back what this end took from the
+    /// peer's area (no message lent yet: nothing else holds `releases`).
+    fn wakes(&mut self, team: Arc<Doorbell>) {
+        self.releases = Arc::new(Releases { team: Some(team), ..Releases::default() });
+    }
+
     /// What the bind handshake gave this end to wake its peer: the peer's
     /// doorbell state page and this channel's two lines (what a test posing as
     /// a misbehaving peer tries to abuse).
@@ -1025,7 +1048,7 @@ pub(crate) fn connect_with(stream: UnixStream, cfg: &BindConfig, expect: TeamId,
         <[_; 3]>::try_from(fds).map_err(|fds| refused(expect, Violation::Descriptors { got: fds.len(), want: 3 }))?;
     let bell = Bell::open(page, one, all).map_err(bad_doorbell(expect))?;
     let mut end = ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell, line), stream);
-    end.cooler = cfg.cooler.clone();
+    end.join_team(cfg);
     Ok(end)
 }
 
@@ -1109,7 +1132,7 @@ fn accept_hello_with(
     match take_hello(&stream, msg, fds, cfg, is_peer, welcome_magic) {
         Ok((segment, sizes, bell, line, peer)) => {
             let mut end = ShmEnd::new(segment, sizes, Side::Acceptor, (bell, line), stream);
-            end.cooler = cfg.cooler.clone();
+            end.join_team(cfg);
             Ok((Box::new(end), peer))
         }
         Err(e) => Err(refusing(&stream, e)),
@@ -1187,10 +1210,11 @@ pub(crate) fn pair_for_tests(cap: usize, area: u64, a: Arc<Doorbell>, b: Arc<Doo
     let bell = |d: &Doorbell, l: &Line| Bell::open(dup(d.page_fd())?, dup(l.fds().0)?, dup(l.fds().1)?);
     let (bell_of_b, bell_of_a) = (bell(&b, &lb)?, bell(&a, &la)?);
     let (sa, sb) = UnixStream::pair().map_err(Error::io("socketpair"))?;
-    Ok((
-        ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell_of_b, la), sa),
-        ShmEnd::new(other, (cap, area, area), Side::Acceptor, (bell_of_a, lb), sb),
-    ))
+    let mut x = ShmEnd::new(segment, (cap, area, area), Side::Connector, (bell_of_b, la), sa);
+    let mut y = ShmEnd::new(other, (cap, area, area), Side::Acceptor, (bell_of_a, lb), sb);
+    x.wakes(a);
+    y.wakes(b);
+    Ok((x, y))
 }
 
 #[cfg(test)]

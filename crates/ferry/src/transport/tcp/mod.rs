@@ -132,7 +132,20 @@ pub struct Received {
     /// Its credit: the payload's length (0 while its frame is refused).
     credit: usize,
     /// Where given-back credit waits to be returned (the end's `returned`).
-    back: Arc<AtomicUsize>,
+    back: Arc<Returned>,
+}
+
+/// Large-payload credit given back by dropped [`Received`]s, not yet
+/// returned, and the team that returns it.
+pub(crate) struct Returned {
+    credit: AtomicUsize,
+    team: Arc<Doorbell>,
+}
+
+impl std::fmt::Debug for Returned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Returned").field("credit", &self.credit).finish_non_exhaustive()
+    }
 }
 
 impl Received {
@@ -149,7 +162,11 @@ impl Received {
 
 impl Drop for Received {
     fn drop(&mut self) {
-        self.back.fetch_add(self.credit, Ordering::Release);
+        // The first credit waiting: a team all asleep wakes to return it (a
+        // writer may wait for it); a polling thread returns it in its turn.
+        if self.back.credit.fetch_add(self.credit, Ordering::Release) == 0 && self.credit > 0 {
+            self.back.team.ring();
+        }
     }
 }
 
@@ -202,7 +219,7 @@ pub struct TcpEnd {
     /// Owed credit goes back at once from this much on (a quarter of our grant).
     return_at: usize,
     /// Large-payload credit given back by dropped [`Received`]s, not yet returned.
-    returned: Arc<AtomicUsize>,
+    returned: Arc<Returned>,
     /// Credit we returned, not yet added back to `rx`'s grant.
     regranted: AtomicUsize,
     regranted_detached: AtomicUsize,
@@ -708,7 +725,7 @@ impl TcpEnd {
             max_detached: theirs.detached,
             granted: theirs,
             return_at: ours.frames / 4,
-            returned: Arc::default(),
+            returned: Arc::new(Returned { credit: AtomicUsize::new(0), team: team.clone() }),
             regranted: AtomicUsize::new(0),
             regranted_detached: AtomicUsize::new(0),
             team,
@@ -787,7 +804,7 @@ impl TcpEnd {
 
     /// Queues a `Release` frame returning what we owe, if anything.
     fn queue_credit(&self, tx: &mut Tx) {
-        let detached = self.returned.swap(0, Ordering::Acquire);
+        let detached = self.returned.credit.swap(0, Ordering::Acquire);
         if tx.owed == 0 && detached == 0 {
             return;
         }
@@ -1179,7 +1196,7 @@ impl Transport for TcpEnd {
     }
 
     fn needs_tidy(&self) -> bool {
-        self.tx_pending.load(Ordering::Acquire) || self.returned.load(Ordering::Relaxed) != 0
+        self.tx_pending.load(Ordering::Acquire) || self.returned.credit.load(Ordering::Relaxed) != 0
     }
 
     fn tidy(&self) {
@@ -1188,7 +1205,7 @@ impl Transport for TcpEnd {
         }
         let mut tx = self.tx.lock();
         // Large-payload credit goes back at once: a writer may wait for it.
-        if self.returned.load(Ordering::Acquire) != 0 {
+        if self.returned.credit.load(Ordering::Acquire) != 0 {
             self.queue_credit(&mut tx);
         }
         self.flush(&mut tx);
