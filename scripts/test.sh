@@ -27,7 +27,7 @@ status=0
 cargo test --workspace --locked --no-fail-fast -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee "$log" || status=$?
 
 # loom models (crates/ferry/src/loom_models/): the real ring, doorbell,
-# wait-for-space, executor and running-calls gate code run under loom,
+# wait-for-space, executor, running-calls gate and hand-off watcher code run under loom,
 # which explores their interleavings. A build of their own (--cfg loom), in target/loom.
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" cargo test -p ferry --lib --release --locked --target-dir target/loom loom \
     -- --test-threads="$RUST_TEST_THREADS" 2>&1 | tee -a "$log" || status=$?

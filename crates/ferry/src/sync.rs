@@ -44,6 +44,65 @@ impl<T> Mutex<T> {
     }
 }
 
+/// A condition variable whose timed wait takes and gives back the guard.
+/// Under loom a wait of [`FOR_GOOD`] or longer is a wait for a notify (a
+/// notify that never comes is a deadlock the model reports); a shorter one
+/// times out at once (a timed wait may).
+pub(crate) struct Condvar(#[cfg(not(loom))] parking_lot::Condvar, #[cfg(loom)] loom::sync::Condvar);
+
+/// See [`Condvar`].
+pub(crate) const FOR_GOOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+#[cfg(not(loom))]
+impl Condvar {
+    pub(crate) fn new() -> Condvar {
+        Condvar(parking_lot::Condvar::new())
+    }
+
+    pub(crate) fn wait_for<'a, T>(
+        &self,
+        mut g: parking_lot::MutexGuard<'a, T>,
+        timeout: std::time::Duration,
+    ) -> parking_lot::MutexGuard<'a, T> {
+        self.0.wait_for(&mut g, timeout);
+        g
+    }
+
+    pub(crate) fn notify_one(&self) {
+        self.0.notify_one();
+    }
+
+    pub(crate) fn notify_all(&self) {
+        self.0.notify_all();
+    }
+}
+
+#[cfg(loom)]
+impl Condvar {
+    pub(crate) fn new() -> Condvar {
+        Condvar(loom::sync::Condvar::new())
+    }
+
+    pub(crate) fn wait_for<'a, T>(
+        &self,
+        g: loom::sync::MutexGuard<'a, T>,
+        timeout: std::time::Duration,
+    ) -> loom::sync::MutexGuard<'a, T> {
+        match timeout >= FOR_GOOD {
+            true => self.0.wait(g).unwrap(),
+            false => g,
+        }
+    }
+
+    pub(crate) fn notify_one(&self) {
+        self.0.notify_one();
+    }
+
+    pub(crate) fn notify_all(&self) {
+        self.0.notify_all();
+    }
+}
+
 /// The operations the protocols do on a 64-bit shared word.
 pub trait AtomicU64Ops: Send + Sync {
     fn load(&self, order: Ordering) -> u64;

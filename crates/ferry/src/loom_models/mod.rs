@@ -30,6 +30,7 @@
 //! | `executor` | wakes racing the end of a poll queue the task once, never during the poll | exhaustive |
 //! | `gate` (`rpc::gate`) | a place freed as the serving task goes to wait for one wakes it | exhaustive |
 //! | `gate` | with two places freed at once, the task is woken | 3 preemptions |
+//! | `handoff` (`runtime::handoff`) | a processor waking as the hand-off watcher goes to sleep for good pokes it | exhaustive |
 //! loom treats SeqCst loads, stores and RMWs as Acquire/Release, so every
 //! store → load (Dekker) step of the real code needs its `fence(SeqCst)`:
 //! each model fails if that fence, or its flag, is taken out.

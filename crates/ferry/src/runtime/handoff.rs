@@ -25,7 +25,8 @@
 use super::channel::{Direct, Incoming};
 use super::TeamInner;
 use crate::rpc::Place;
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{fence, Condvar, FOR_GOOD};
+use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -58,12 +59,8 @@ pub(crate) struct Handoff {
     running: AtomicUsize,
     /// Replacements ever started (`Team::handoffs`).
     started: AtomicU64,
-    /// Processors not parked.
-    awake: AtomicUsize,
-    /// The watcher sleeps until poked (every processor was parked).
-    asleep: AtomicBool,
-    wake: Mutex<()>,
-    poke: Condvar,
+    /// How the watcher sleeps and the processors wake it.
+    bell: WatcherBell,
     /// The cap was met once (logged once).
     capped: AtomicBool,
 }
@@ -94,10 +91,7 @@ impl Handoff {
             stuck: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             started: AtomicU64::new(0),
-            awake: AtomicUsize::new(0),
-            asleep: AtomicBool::new(false),
-            wake: Mutex::new(()),
-            poke: Condvar::new(),
+            bell: WatcherBell::new(),
             capped: AtomicBool::new(false),
         }
     }
@@ -138,21 +132,12 @@ impl Handoff {
             leave_slot(self, slot);
             slot.taken.store(false, Ordering::Release);
         }
-        self.awake.fetch_sub(1, Ordering::SeqCst);
+        self.bell.parked(true);
     }
 
     /// A processor parks (`true`) or wakes (`false`).
     pub fn parked(&self, parked: bool) {
-        if parked {
-            self.awake.fetch_sub(1, Ordering::SeqCst);
-        } else {
-            self.awake.fetch_add(1, Ordering::SeqCst);
-            // The Dekker pair of the watcher's `asleep` then `awake`.
-            if self.asleep.load(Ordering::SeqCst) {
-                let _g = self.wake.lock();
-                self.poke.notify_one();
-            }
-        }
+        self.bell.parked(parked);
     }
 
     /// A replacement gone idle: whether it retires now (more replacements
@@ -170,8 +155,7 @@ impl Handoff {
 
     /// Wakes the watcher (at shutdown).
     pub fn poke(&self) {
-        let _g = self.wake.lock();
-        self.poke.notify_all();
+        self.bell.poke_all();
     }
 
     /// The stuck processors' batches.
@@ -262,25 +246,84 @@ fn leave_slot(h: &Handoff, slot: &Slot) {
     }
 }
 
+/// How the watcher sleeps and the processors wake it: while every
+/// processor is parked the watcher sleeps until poked (at most
+/// [`FOR_GOOD`]); the first processor to wake pokes it. Dekker: the watcher
+/// stores `asleep`, then loads `awake`; a waking processor stores `awake`,
+/// then loads `asleep`, each with a full fence between, so one sees the
+/// other (the loom model `loom_handoff` checks it, and fails without
+/// either fence).
+pub(crate) struct WatcherBell {
+    /// Processors not parked.
+    awake: crate::sync::AtomicUsize,
+    /// The watcher sleeps until poked.
+    asleep: crate::sync::AtomicBool,
+    wake: crate::sync::Mutex<()>,
+    poke: Condvar,
+}
+
+impl WatcherBell {
+    pub fn new() -> WatcherBell {
+        WatcherBell {
+            awake: crate::sync::AtomicUsize::new(0),
+            asleep: crate::sync::AtomicBool::new(false),
+            wake: crate::sync::Mutex::new(()),
+            poke: Condvar::new(),
+        }
+    }
+
+    /// A processor parks (`true`) or wakes (`false`).
+    pub fn parked(&self, parked: bool) {
+        if parked {
+            self.awake.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        self.awake.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::SeqCst) {
+            let _g = self.wake.lock();
+            self.poke.notify_one();
+        }
+    }
+
+    /// Wakes the watcher whatever it waits for (shutdown).
+    pub fn poke_all(&self) {
+        let _g = self.wake.lock();
+        self.poke.notify_all();
+    }
+
+    /// The watcher's sleep: `look` while a processor is awake, else until
+    /// poked. None if `stop()` says so.
+    pub fn sleep(&self, look: Duration, stop: impl Fn() -> bool) {
+        let g = self.wake.lock();
+        self.asleep.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let idle = self.awake.load(Ordering::SeqCst) == 0;
+        if !idle {
+            self.asleep.store(false, Ordering::SeqCst);
+        }
+        let g = match stop() {
+            true => g,
+            false => self.poke.wait_for(g, if idle { FOR_GOOD } else { look }),
+        };
+        self.asleep.store(false, Ordering::SeqCst);
+        drop(g);
+    }
+}
+
+/// The loom model of the watcher's sleep (kept with the other models).
+#[cfg(all(test, loom))]
+#[path = "../loom_models/handoff.rs"]
+mod loom_handoff;
+
 /// The watcher: see the module's comment. Returns at shutdown.
 pub(crate) fn watch(team: Arc<TeamInner>) {
     let h = &team.handoff;
     let mut last: Vec<u32> = vec![0; h.slots.len()];
     while !team.is_shut_down() {
         // 1. Sleep: a look's length while a processor is awake, else until
-        //    poked (`asleep` then `awake`: the Dekker pair of `parked`).
-        {
-            let mut g = h.wake.lock();
-            h.asleep.store(true, Ordering::SeqCst);
-            let idle = h.awake.load(Ordering::SeqCst) == 0;
-            if !idle {
-                h.asleep.store(false, Ordering::SeqCst);
-            }
-            if !team.is_shut_down() {
-                h.poke.wait_for(&mut g, if idle { Duration::from_secs(1) } else { h.after });
-            }
-            h.asleep.store(false, Ordering::SeqCst);
-        }
+        //    poked.
+        h.bell.sleep(h.after, || team.is_shut_down());
         if team.is_shut_down() {
             break;
         }
