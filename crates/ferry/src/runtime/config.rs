@@ -24,7 +24,8 @@ pub const MAX_MESSAGE: usize = shm::MAX_AREA as usize;
 pub const MAX_THREADS: usize = 1024;
 /// Shortest `park_timeout` (smaller values are raised to it).
 const MIN_PARK: Duration = Duration::from_micros(100);
-/// Longest `park_timeout`: it bounds how late a lost wake-up is noticed.
+/// Longest `park_timeout`: it bounds how late a lost wake-up is noticed
+/// (see `TeamBuilder::park_timeout`).
 const MAX_PARK: Duration = Duration::from_secs(60);
 /// Shortest `peer_timeout` (smaller values are raised to it).
 const MIN_PEER_TIMEOUT: Duration = Duration::from_millis(4);
@@ -268,8 +269,11 @@ impl TeamBuilder {
     pub fn blocking(self) -> Self {
         self.spin(Duration::ZERO)
     }
-    /// Longest sleep without looking around (default 50 ms). Bounds how late a
-    /// sleeper notices anything whose wake-up was lost, a dead peer included.
+    /// Longest sleep without looking around (default 50 ms). A sleeper then
+    /// looks at the next 4 of its channels for a frame whose wake-up was
+    /// lost (and sleeps again): such a frame waits at most `park_timeout` ×
+    /// channels / 4. Everything else that needs a sleeper wakes it (frames,
+    /// timers, a dead peer, memory given back).
     pub fn park_timeout(mut self, d: Duration) -> Self {
         self.cfg.park_timeout = d.max(MIN_PARK);
         self
