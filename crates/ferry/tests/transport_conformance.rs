@@ -1873,13 +1873,13 @@ mod tcp_frame_at_hand {
         let frame = tcp_corrupt_peer::frame(&data(1), b"one");
         raw.write_all(&frame).unwrap();
         assert_eq!(recv_within(&end, PATIENCE).map(|(h, _)| h.call_id), Some(1));
-        assert!(!end.has_frame_at_hand());
+        assert!(!end.more_at_hand());
         // A second frame, in the kernel's buffer but not read yet.
         raw.write_all(&tcp_corrupt_peer::frame(&data(2), b"two")).unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!end.has_frame_at_hand(), "read from the socket");
+        assert!(!end.more_at_hand(), "read from the socket");
         assert!(end.has_frame(), "the probe reads");
-        assert!(end.has_frame_at_hand());
+        assert!(end.more_at_hand());
         assert_eq!(recv_now(&end).map(|(h, _)| h.call_id), Some(2));
     }
 }

@@ -64,10 +64,11 @@ impl TeamInner {
         if finished {
             self.settle_gone(ch, &mut rx);
         }
-        self.run_direct(rx);
-        // The answers those calls corked go out now, together, not a turn
-        // later (after a look at every other channel).
-        ch.transport.flush_pending();
+        if self.run_direct(rx) {
+            // The answers those calls corked go out now, together, not a
+            // turn later (after a look at every other channel).
+            ch.transport.flush_pending();
+        }
         // Our waiting sends, once the peer made room (or gave payload ranges back: taken in the drain).
         if ch.outbox.is_used() && (did || ch.outbox_due()) {
             did |= self.advance_outbox(ch, false);
@@ -95,12 +96,15 @@ impl TeamInner {
     }
 
     /// Runs what a drain found for direct takers, once `rx` is unlocked (a
-    /// taker may send, wait, or drain this channel itself).
+    /// taker may send, wait, or drain this channel itself). Returns
+    /// whether any ran.
     #[inline]
-    pub(super) fn run_direct(&self, rx: parking_lot::MutexGuard<'_, RxState>) {
-        if !rx.direct.is_empty() {
+    pub(super) fn run_direct(&self, rx: parking_lot::MutexGuard<'_, RxState>) -> bool {
+        let any = !rx.direct.is_empty();
+        if any {
             self.run_direct_now(rx);
         }
+        any
     }
 
     #[inline(never)]
@@ -226,7 +230,7 @@ impl TeamInner {
             // The probe saves a receive that would find nothing (a gone
             // peer's stream still has its end to read), and a socket read
             // between a request and its answer.
-            if !ch.transport.has_frame_at_hand() && !ch.transport.is_peer_gone() {
+            if !ch.transport.more_at_hand() {
                 break;
             }
         }

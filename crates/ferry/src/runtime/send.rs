@@ -483,7 +483,7 @@ impl TeamInner {
     fn hand_off_now(&self, ch: &Arc<Channel>) {
         if let Some(mut rx) = ch.rx.try_lock() {
             let _ = self.drain(ch, &mut rx);
-            self.run_direct(rx);
+            let _ = self.run_direct(rx);
         }
     }
 }

@@ -328,13 +328,14 @@ pub trait Transport: Send + Sync {
     /// `false` may be stale; a `true` may be spurious.
     fn has_frame(&self) -> bool;
 
-    /// Whether a frame is already at hand, without a system call (a
-    /// socket's transport answers from what it has read; the others as
-    /// [`Transport::has_frame`]): a drain that took a frame asks it before
-    /// the next, so a request is served without a read that finds nothing
-    /// in between (the next turn reads again).
-    fn has_frame_at_hand(&self) -> bool {
-        self.has_frame()
+    /// `has_frame_or_gone()`, without a system call: a socket's transport
+    /// answers from what it has read (the others as
+    /// [`Transport::has_frame_or_gone`]). A drain that took a frame asks it
+    /// before the next, so a request is served without a read that finds
+    /// nothing in between (the next turn reads again).
+    #[inline]
+    fn more_at_hand(&self) -> bool {
+        self.has_frame_or_gone()
     }
 
     /// Whether work was deferred off the receive path (see [`Transport::tidy`]).

@@ -1174,8 +1174,8 @@ impl Transport for TcpEnd {
         self.writer_waiting.load(Ordering::Acquire)
     }
 
-    fn has_frame_at_hand(&self) -> bool {
-        self.rx_ready.load(Ordering::Acquire)
+    fn more_at_hand(&self) -> bool {
+        self.rx_ready.load(Ordering::Acquire) || self.is_peer_gone()
     }
 
     fn has_frame(&self) -> bool {
