@@ -251,6 +251,8 @@ impl<'a> Idle<'a> {
             if rung || timeout < team.cfg.park_timeout || ready() || team.is_shut_down() {
                 break;
             }
+            // A frame waits (not one held for a full inbox) that nobody
+            // else polls for: its wake-up was lost (`Team::late_wakeups`).
             // Not counted: a frame a polling thread is about to take, one
             // in a channel somebody holds (the reactor's liveness look
             // rings for what it read once it lets go), and a look made long
