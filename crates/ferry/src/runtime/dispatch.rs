@@ -41,10 +41,15 @@ impl TeamInner {
 
     /// Drains one channel once (if it has something to do and nobody else
     /// drains it). Returns whether anything was received.
+    #[inline]
     pub fn progress_one(&self, ch: &Arc<Channel>) -> bool {
-        if !ch.needs_attention() {
-            return false;
-        }
+        // The common case, nothing to do, without a call: every spinning
+        // turn asks it of every channel it looks at.
+        ch.needs_attention() && self.progress_busy(ch)
+    }
+
+    #[inline(never)]
+    fn progress_busy(&self, ch: &Arc<Channel>) -> bool {
         let Some(mut rx) = ch.rx.try_lock() else { return false };
         ch.flush_backlog();
         let mut did = false;
