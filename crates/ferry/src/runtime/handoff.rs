@@ -254,6 +254,8 @@ fn leave_slot(h: &Handoff, slot: &Slot) {
 /// other (the loom model `loom_handoff` checks it, and fails without
 /// either fence).
 pub(crate) struct WatcherBell {
+    // `crate::sync`'s types (loom's in the model), unlike the rest of
+    // `Handoff`, which no model runs.
     /// Processors not parked.
     awake: crate::sync::AtomicUsize,
     /// The watcher sleeps until poked.
@@ -293,7 +295,7 @@ impl WatcherBell {
     }
 
     /// The watcher's sleep: `look` while a processor is awake, else until
-    /// poked. None if `stop()` says so.
+    /// poked; no sleep at all if `stop()` says so.
     pub fn sleep(&self, look: Duration, stop: impl Fn() -> bool) {
         let g = self.wake.lock();
         self.asleep.store(true, Ordering::SeqCst);

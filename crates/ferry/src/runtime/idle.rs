@@ -320,7 +320,7 @@ impl Drop for Idle<'_> {
         if self.team.doorbell.leave_polling() {
             let mut wake = false;
             for c in self.channels.iter() {
-                if c.transport.needs_tidy() && !c.transport.has_frame() {
+                if c.transport.needs_tidy() {
                     c.transport.tidy();
                 }
                 wake |= c.needs_attention();
