@@ -93,6 +93,11 @@ pub(crate) struct Idle<'a> {
     watch_peer: bool,
     /// The peer's beat at the last look.
     peer_beat: Option<u32>,
+    /// Rung awake, and found nothing since: another thread took what the
+    /// ring was for (a caller polling for its own answer took the answer
+    /// that rang its team's processor). Spinning on would only take a CPU
+    /// from the threads that did: this one sleeps again at once.
+    rung_for_nothing: bool,
 }
 
 impl<'a> Idle<'a> {
@@ -116,6 +121,7 @@ impl<'a> Idle<'a> {
             peer: None,
             watch_peer: false,
             peer_beat: None,
+            rung_for_nothing: false,
         }
     }
 
@@ -144,6 +150,7 @@ impl<'a> Idle<'a> {
         // re-entering the pollers (two locked instructions) would buy nothing.
         if self.run_tasks && team.exec.has_ready() && user_code(team, || team.exec.run_one()) {
             self.spin_started = None;
+            self.rung_for_nothing = false;
             return;
         }
         self.spins = self.spins.wrapping_add(1);
@@ -155,10 +162,11 @@ impl<'a> Idle<'a> {
         team.channels.refresh(&mut self.channels);
         if self.sweep.progress(team, &self.channels) || fired {
             self.spin_started = None;
+            self.rung_for_nothing = false;
             return;
         }
         let spin = team.cfg.spin;
-        if !spin.is_zero() {
+        if !spin.is_zero() && !self.rung_for_nothing {
             // Read the clock only every 64 spins: it costs as much as a few polls.
             // No PAUSE hint: on this hardware it costs ~40 ns, a good part of a
             // round trip, and the poll itself already paces the loop.
@@ -204,10 +212,11 @@ impl<'a> Idle<'a> {
             || team.is_shut_down()
             || (self.run_tasks && team.exec.has_runnable());
         POLLING.set(me);
+        self.rung_for_nothing = false;
         if work {
             team.doorbell.cancel_park();
         } else {
-            self.sleep(ready);
+            self.rung_for_nothing = self.sleep(ready);
         }
         parked(false);
         if self.run_tasks {
@@ -218,7 +227,7 @@ impl<'a> Idle<'a> {
 
     /// R4: sleeps (counted a sleeper since R1) until a line rings, a
     /// timer or the deadline is due, or the caller is ready; then counts as
-    /// a poller again.
+    /// a poller again. Returns whether a ring ended the sleep.
     ///
     /// A park timeout with no ring and nothing due is an *idle* wake-up: the
     /// thread sleeps again at once, still counted a sleeper. Every frame
@@ -228,7 +237,7 @@ impl<'a> Idle<'a> {
     /// (`Team::late_wakeups`), and an idle wake-up costs the same with 1,000
     /// peers as with none. A lost wake-up is still found, within
     /// `park_timeout` × channels / `LOST_LOOK`.
-    fn sleep(&mut self, ready: &dyn Fn() -> bool) {
+    fn sleep(&mut self, ready: &dyn Fn() -> bool) -> bool {
         let team = self.team;
         // Counted asleep for the hand-off watcher only now (the last look
         // may have run a handler, a direct call, which may block), and
@@ -238,6 +247,7 @@ impl<'a> Idle<'a> {
         if processor {
             team.handoff.parked(true);
         }
+        let mut rung;
         loop {
             let mut timeout = team.timers.until_next(team.cfg.park_timeout);
             if let Some(d) = self.until {
@@ -247,7 +257,7 @@ impl<'a> Idle<'a> {
                 timeout = timeout.min(d);
             }
             let slept = Instant::now();
-            let rung = team.doorbell.sleep(timeout);
+            rung = team.doorbell.sleep(timeout);
             if rung || timeout < team.cfg.park_timeout || ready() || team.is_shut_down() {
                 break;
             }
@@ -276,6 +286,7 @@ impl<'a> Idle<'a> {
             team.handoff.parked(false);
         }
         team.doorbell.cancel_park();
+        rung
     }
 
     /// Whether the peer this answer wait most likely waits on (the one
@@ -651,6 +662,35 @@ mod tests {
         assert!(matches!(waiter.join().unwrap(), Err(crate::Error::DeadlineExceeded)));
         assert_eq!((before.sleeping, after.sleeping), (1, 1));
         assert_eq!(before.beat, after.beat, "~200 idle wake-ups turned over the channels");
+    }
+
+    /// A processor rung awake that finds nothing to do (another thread
+    /// took the frame) sleeps again after one turn: it does not spin. Before,
+    /// each such ring cost its full spin (here 2 ms: hundreds of turns), the
+    /// CPU a fan-in's callers and server needed.
+    #[test]
+    fn a_ring_for_nothing_earns_no_spin() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Team::builder().runtime_dir(dir.path()).processors(1).spin(Duration::from_millis(2));
+        let team = b.park_timeout(Duration::from_secs(5)).start().unwrap();
+        let bell = &team.inner.doorbell;
+        let asleep = || {
+            let until = std::time::Instant::now() + Duration::from_secs(5);
+            while bell.activity().sleeping != 1 {
+                assert!(std::time::Instant::now() < until, "the processor does not sleep");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        };
+        asleep();
+        let before = bell.activity().beat.unwrap();
+        const RINGS: u32 = 20;
+        for _ in 0..RINGS {
+            bell.ring_one();
+            std::thread::sleep(Duration::from_millis(1));
+            asleep();
+        }
+        let turns = bell.activity().beat.unwrap().wrapping_sub(before);
+        assert!(turns <= 3 * RINGS, "{turns} turns for {RINGS} rings");
     }
 
     /// A thread that once blocked on a team caches a waker for it; once the
