@@ -118,12 +118,18 @@ impl TeamInner {
             /// A buffer to swap with `rx.direct`, so neither allocates per message.
             static SPARE: std::cell::Cell<Vec<(Direct, Incoming, Place)>> = const { std::cell::Cell::new(Vec::new()) };
         }
-        let mut batch = SPARE.take();
-        std::mem::swap(&mut batch, &mut rx.direct);
-        drop(rx);
         // A taker runs handlers: like a task, a blocking call it makes must
         // keep running the team's tasks (one of them may be what it waits for).
         let _in_task = executor::InTask::enter();
+        if rx.direct.len() == 1 {
+            // The common case, one call: no batch to keep for a replacement.
+            let (taker, m, place) = rx.direct.pop().expect("one call");
+            drop(rx);
+            return idle::user_code(self, || taker.take(m, place));
+        }
+        let mut batch = SPARE.take();
+        std::mem::swap(&mut batch, &mut rx.direct);
+        drop(rx);
         idle::user_code(self, || match handoff::my_slot(self) {
             // A processor keeps the rest of a batch where a replacement can
             // take it, should one of the calls block (see `handoff`).

@@ -53,18 +53,21 @@ thread_local! {
     /// The channel this thread last sent a message or call on: the peer an
     /// answer wait of this thread most likely waits on (see `Idle::peer_off_cpu`).
     static SENT_ON: std::cell::RefCell<Weak<Channel>> = const { std::cell::RefCell::new(Weak::new()) };
+    /// `SENT_ON`'s address, checked on every send without `SENT_ON`'s
+    /// costlier access (it has a destructor to register). `SENT_ON` keeps
+    /// the allocation, so the address is no other channel's.
+    static SENT_ON_ADDR: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Notes that this thread sent a message or call on `ch` (no atomic
 /// operation while it keeps sending on the same channel).
 #[inline]
 pub(crate) fn sent_on(ch: &Arc<Channel>) {
-    SENT_ON.with(|s| {
-        let mut s = s.borrow_mut();
-        if !std::ptr::eq(s.as_ptr(), Arc::as_ptr(ch)) {
-            *s = Arc::downgrade(ch);
-        }
-    });
+    let addr = Arc::as_ptr(ch) as usize;
+    if SENT_ON_ADDR.get() != addr {
+        SENT_ON_ADDR.set(addr);
+        SENT_ON.with(|s| *s.borrow_mut() = Arc::downgrade(ch));
+    }
 }
 
 /// Counts this thread as a poller of the team's channels while alive —
