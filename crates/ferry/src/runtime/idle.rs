@@ -390,7 +390,9 @@ struct ThreadWaker {
 }
 
 /// Releases a thread waker for the next wait on this thread.
-struct WakerLease(Arc<ThreadWaker>);
+/// (Holding the waker the thread's wait polls with: one reference count
+/// for both, taken once per wait.)
+struct WakerLease(Arc<ThreadWaker>, Waker);
 
 impl Drop for WakerLease {
     fn drop(&mut self) {
@@ -417,7 +419,7 @@ thread_local! {
     static THREAD_WAKERS: std::cell::RefCell<Vec<(Arc<ThreadWaker>, Waker)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn thread_waker(team: &TeamInner) -> (Arc<ThreadWaker>, Waker, WakerLease) {
+fn thread_waker(team: &TeamInner) -> WakerLease {
     THREAD_WAKERS.with(|cell| {
         let mut wakers = cell.borrow_mut();
         // The address cannot be another doorbell's: our `Weak` keeps the allocation.
@@ -444,16 +446,17 @@ fn thread_waker(team: &TeamInner) -> (Arc<ThreadWaker>, Waker, WakerLease) {
             }
         };
         tw.in_use.store(true, Ordering::Relaxed);
-        (tw.clone(), w, WakerLease(tw))
+        WakerLease(tw, w)
     })
 }
 
 /// Runs `fut` to completion on this thread, driving the team's channels
 /// while it waits (spin, then park).
 pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
-    let (tw, waker, _lease) = thread_waker(team);
+    let lease = thread_waker(team);
+    let (tw, waker) = (&lease.0, &lease.1);
     let mut fut = pin!(fut);
-    let mut cx = Context::from_waker(&waker);
+    let mut cx = Context::from_waker(waker);
     // Fast path: ready at once (an Immediate send), no polling bookkeeping.
     if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
         return v;
@@ -463,7 +466,9 @@ pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
         if let Poll::Ready(v) = user_code(team, || fut.as_mut().poll(&mut cx)) {
             return v;
         }
-        while !tw.woken.swap(false, Ordering::AcqRel) {
+        // A load first: a locked swap on every spinning turn costs more
+        // than the rest of the turn's look.
+        while !(tw.woken.load(Ordering::Relaxed) && tw.woken.swap(false, Ordering::AcqRel)) {
             idle.step(&|| tw.woken.load(Ordering::SeqCst), &|p| tw.parked.store(p, Ordering::SeqCst));
         }
     }
@@ -486,7 +491,7 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     loop {
         idle.step(
             &|| {
-                let (tw, waker, _) = sleeper();
+                let WakerLease(tw, waker) = sleeper();
                 // Only a wake after this registration may stop the park.
                 tw.woken.store(false, Ordering::SeqCst);
                 let mut cx = Context::from_waker(waker);
