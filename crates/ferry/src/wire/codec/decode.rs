@@ -521,6 +521,16 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
         }
     }
 
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
+        // `()` (the arguments of a method that takes none, the result of
+        // one that returns nothing): nil, read without the general head.
+        if self.peek()? == 0xc0 {
+            self.peeked = None;
+            return visitor.visit_unit();
+        }
+        self.deserialize_any(visitor)
+    }
+
     fn deserialize_unit_struct<V: Visitor<'de>>(self, _: &'static str, visitor: V) -> Res<V::Value> {
         // Written as an empty array (as rmp-serde does); nil is accepted too.
         if self.peek()? == 0x90 {
@@ -658,6 +668,6 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
 
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str
-        bytes unit tuple_struct map struct identifier ignored_any
+        bytes tuple_struct map struct identifier ignored_any
     }
 }

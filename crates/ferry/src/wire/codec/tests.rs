@@ -329,6 +329,18 @@ fn hostile_input_is_a_codec_error() {
     assert!(matches!(decode::<String>(&[0xa1, 0xff]), Err(Error::Codec(_))));
 }
 
+/// `()` decodes from nil (its fast path) and from nothing else: what
+/// follows it, a value of another kind, or no value at all is an error.
+#[test]
+fn unit_is_nil_only() {
+    assert_eq!(encode(&()).unwrap(), [0xc0]);
+    decode::<()>(&[0xc0]).unwrap();
+    decode::<((), u8)>(&[0x92, 0xc0, 7]).unwrap();
+    for bytes in [&[][..], &[0xc0, 0xc0], &[0x90], &[0x01], &[0xc1]] {
+        assert!(matches!(decode::<()>(bytes), Err(Error::Codec(_))), "{bytes:?}");
+    }
+}
+
 /// A value nested to the limit decodes on a test thread's stack.
 #[test]
 fn nesting_up_to_the_limit_decodes() {
