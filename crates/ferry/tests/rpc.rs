@@ -171,6 +171,20 @@ fn calls_in_every_mode(p: Placement) {
     });
 }
 
+/// Results on both sides of the size a reply holds inline (30 bytes: a
+/// status byte, an array header and one byte per small number) arrive whole.
+fn results_around_the_inline_size(p: Placement) {
+    with_calc_server(p, |cli| {
+        let calc = calc_client(cli);
+        let mut expect = Vec::new();
+        for v in 0..40u64 {
+            calc.push_blocking(v).unwrap();
+            expect.push(v);
+            assert_eq!(calc.pushed_blocking().unwrap(), expect);
+        }
+    });
+}
+
 fn errors_reach_the_caller_typed(p: Placement) {
     with_calc_server(p, |cli| {
         let calc = calc_client(cli);
@@ -528,6 +542,7 @@ placements!(
     request_goes_before_the_handler_runs,
     large_typed_arguments_and_results,
     calls_in_every_mode,
+    results_around_the_inline_size,
     errors_reach_the_caller_typed,
     oneway_discards_the_value_and_reports_errors,
     mismatched_client_is_refused_at_bind,

@@ -33,6 +33,8 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Response> + Send>>;
 pub enum Response {
     /// The response's bytes.
     Bytes(Vec<u8>),
+    /// A small response's bytes, held inline: no allocation per reply.
+    Inline(InlineBytes),
     /// Sends the reply of the call it is given.
     Value(Box<dyn FnOnce(IncomingCall) -> Result<()> + Send>),
 }
@@ -41,11 +43,29 @@ impl Response {
     /// A status byte then `value`: encoded now if small, else kept to be
     /// encoded as its reply is sent (a status `CODEC` if it does not encode).
     pub(crate) fn encoded<T: Serialize + Send + 'static>(code: u8, value: T, what: &'static str) -> Response {
+        if let Ok(Some((bytes, len))) = out::encode_inline(&[code], &value) {
+            return Response::Inline(InlineBytes { bytes, len: len as u8 });
+        }
         match out::encode_small(&[code], &value) {
             Ok(Some(bytes)) => Response::Bytes(bytes),
             Ok(None) => Response::Value(Box::new(move |call| call.reply_encoded(code, &value, what))),
             Err(e) => Response::Bytes(envelope::status(envelope::CODEC, &format!("the {what} did not encode: {e}"))),
         }
+    }
+}
+
+/// Up to [`InlineBytes::CAP`] bytes, held inline.
+pub struct InlineBytes {
+    bytes: [u8; InlineBytes::CAP],
+    len: u8,
+}
+
+impl InlineBytes {
+    /// Most bytes held (a status byte and a small value).
+    pub const CAP: usize = 30;
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
     }
 }
 
@@ -446,6 +466,7 @@ impl IncomingCall {
     pub fn respond(self, response: Response) -> Result<()> {
         match response {
             Response::Bytes(b) => self.reply_raw(&b),
+            Response::Inline(b) => self.reply_raw(b.as_slice()),
             Response::Value(send) => send(self),
         }
     }

@@ -139,6 +139,40 @@ pub fn encode_small<T: Serialize + ?Sized>(head: &[u8], value: &T) -> Result<Opt
     Ok(encode_small_into(head, value, &mut buf)?.then_some(buf))
 }
 
+/// `head` then `value`'s encoding in an array, if it fits in `N` bytes
+/// (the length used); `None` if not (nothing allocated either way).
+pub fn encode_inline<const N: usize, T: Serialize + ?Sized>(
+    head: &[u8],
+    value: &T,
+) -> Result<Option<([u8; N], usize)>> {
+    let mut fixed = Fixed { bytes: [0; N], len: 0, over: false };
+    match fixed.put(head).and_then(|()| codec::encode_to(value, &mut fixed)) {
+        Ok(()) => Ok(Some((fixed.bytes, fixed.len))),
+        Err(_) if fixed.over => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// An array that refuses bytes past its end.
+struct Fixed<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+    over: bool,
+}
+
+impl<const N: usize> Sink for Fixed<N> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        let Some(to) = self.bytes.get_mut(self.len..self.len + bytes.len()) else {
+            self.over = true;
+            return Err(Error::Codec("does not fit inline".into()));
+        };
+        to.copy_from_slice(bytes);
+        self.len += bytes.len();
+        Ok(())
+    }
+}
+
 /// A vector that refuses to grow past [`ENCODE_IN_PLACE_ABOVE`].
 struct Limited<'a> {
     out: &'a mut Vec<u8>,
@@ -154,5 +188,29 @@ impl Sink for Limited<'_> {
         }
         self.out.extend_from_slice(bytes);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What fits the array is encoded there, exactly as in a vector; one
+    /// byte more is `None`; a value that cannot encode is an error.
+    #[test]
+    fn encode_inline_fits_or_says_so() {
+        // A 6-byte string is 7 bytes encoded: 8 with the head.
+        let v = "abcdef";
+        let (bytes, len) = encode_inline::<8, _>(&[9], v).unwrap().unwrap();
+        assert_eq!(&bytes[..len], &encode_small(&[9], v).unwrap().unwrap()[..]);
+        assert!(encode_inline::<7, _>(&[9], v).unwrap().is_none());
+        assert!(encode_inline::<0, _>(&[9], v).unwrap().is_none());
+        struct Fails;
+        impl Serialize for Fails {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> std::result::Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        assert!(matches!(encode_inline::<8, _>(&[9], &Fails), Err(Error::Codec(_))));
     }
 }
