@@ -164,6 +164,13 @@ impl<'a> Idle<'a> {
         let fired = self.spins.is_multiple_of(16) && team.timers.fire();
         team.channels.refresh(&mut self.channels);
         if self.sweep.progress(team, &self.channels) || fired {
+            if self.rung_for_nothing && HANDED.replace(false) {
+                // Rung awake only to hand a parked thread of this team its
+                // answer: that thread's work, not this one's. It earns no
+                // spin, and the next ring for it should wake it directly.
+                team.doorbell.step_back();
+                return;
+            }
             self.spin_started = None;
             self.rung_for_nothing = false;
             return;
@@ -220,6 +227,7 @@ impl<'a> Idle<'a> {
             team.doorbell.cancel_park();
         } else {
             self.rung_for_nothing = self.sleep(ready);
+            HANDED.set(false);
         }
         parked(false);
         if self.run_tasks {
@@ -409,12 +417,15 @@ impl Wake for ThreadWaker {
         if self.parked.load(Ordering::SeqCst) {
             if let Some(doorbell) = self.doorbell.upgrade() {
                 doorbell.ring_now();
+                HANDED.set(true);
             }
         }
     }
 }
 
 thread_local! {
+    /// This thread woke a thread of its team parked in `block_on` (see `Idle::step`).
+    static HANDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// This thread's wakers, one per team it blocked on (the last few), kept between calls.
     static THREAD_WAKERS: std::cell::RefCell<Vec<(Arc<ThreadWaker>, Waker)>> = const { std::cell::RefCell::new(Vec::new()) };
 }

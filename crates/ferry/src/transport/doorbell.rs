@@ -25,7 +25,11 @@
 //! one sleeping thread), `all` lines without (each thread's set keeps its
 //! own edge, so no thread takes another's wake-up). A ring that comes just
 //! before a thread sleeps is not lost: the edge waits in its set, and the
-//! sleep returns at once. A socket (a TCP
+//! sleep returns at once. An exclusive edge wakes the first set, in the
+//! order they began to watch the line, whose thread sleeps: a thread rung
+//! only to hand another thread of its team the answer it sleeps for steps
+//! back to the end ([`Doorbell::step_back`]), so that the next answer wakes
+//! the waiting thread itself. A socket (a TCP
 //! channel, next) joins the sets the same way and wakes a team as directly
 //! as shared memory does.
 //!
@@ -127,6 +131,10 @@ pub trait DoorbellMemory: Send + Sync + 'static {
     /// deadlock it reports). Spurious returns are allowed. Returns false
     /// if it slept the whole timeout with no line ringing (as far as it can tell).
     fn wait(sleep: &Self::Sleep, timeout: Duration) -> bool;
+
+    /// Puts this thread last among the sleepers an exclusive ring on the
+    /// lines that ended its last sleep wakes (see [`Doorbell::step_back`]).
+    fn step_back(_sleep: &Self::Sleep) {}
 }
 
 /// A doorbell's state page: writable for its team, read-only for peers.
@@ -215,6 +223,10 @@ impl DoorbellMemory for DoorbellPage {
     fn wait(sleep: &SleepSet, timeout: Duration) -> bool {
         sleep.wait(timeout)
     }
+
+    fn step_back(sleep: &SleepSet) {
+        sleep.step_back();
+    }
 }
 
 /// A team's lines, and the epoll set of each thread that sleeps on them.
@@ -251,6 +263,8 @@ const ONE: epoll::EventFlags = epoll::EventFlags::IN.union(epoll::EventFlags::ET
 const ALL: epoll::EventFlags = epoll::EventFlags::IN.union(epoll::EventFlags::ET);
 
 thread_local! {
+    /// The line whose edge ended this thread's last sleep (its key), if one did.
+    static WOKEN_BY: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
     /// This thread's epoll set for each team it slept on (the last few).
     static THREAD_SETS: std::cell::RefCell<Vec<(std::sync::Weak<Registry>, Arc<OwnedFd>)>> =
         const { std::cell::RefCell::new(Vec::new()) };
@@ -318,7 +332,30 @@ impl SleepSet {
         // The edges taken here are this thread's own (its set's): any one
         // wakes it; taking several at once saves spurious returns later.
         // An error (EINTR) counts as a ring: only a timeout says nobody rang.
-        !matches!(epoll::wait(&*set, &mut events[..], Some(&timeout)), Ok(0))
+        let got = epoll::wait(&*set, &mut events[..], Some(&timeout));
+        WOKEN_BY.set(match got {
+            Ok(n) if n > 0 => Some(events[0].data.u64()),
+            _ => None,
+        });
+        !matches!(got, Ok(0))
+    }
+
+    /// Moves this thread's set to the end of the queue of the `one` line
+    /// that ended its last sleep (an exclusive edge wakes the first set in
+    /// it with a sleeping thread, in the order they began to watch): the
+    /// next edge wakes another sleeper first. (Watching anew an eventfd
+    /// that was ever written reports one edge at once: the next sleep may
+    /// return once for nothing.)
+    fn step_back(&self) {
+        let Some(k) = WOKEN_BY.take() else { return };
+        let Ok(set) = self.thread_set() else { return };
+        let st = self.0.state.lock();
+        // A line removed meanwhile stays removed.
+        for (fd, flags) in st.lines.get(&k).into_iter().flatten() {
+            if flags.contains(epoll::EventFlags::EXCLUSIVE) && epoll::delete(&*set, &**fd).is_ok() {
+                let _ = epoll::add(&*set, &**fd, epoll::EventData::new_u64(k), *flags);
+            }
+        }
     }
 }
 
@@ -512,6 +549,14 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// caller may sleep again, or must [`Doorbell::cancel_park`].
     pub fn sleep(&self, timeout: Duration) -> bool {
         M::wait(&self.sleep, timeout)
+    }
+
+    /// This thread, rung awake, found only what another thread of its team
+    /// sleeps for (an answer it waits on, handed over): it goes last among
+    /// those the line that woke it wakes, so that the next such ring wakes
+    /// the waiting thread itself, not this one to hand it over.
+    pub fn step_back(&self) {
+        M::step_back(&self.sleep);
     }
 
     /// Whether any thread polls now (asked by a sleeper).
