@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -28,10 +29,26 @@ pub struct Client {
     team: Arc<TeamInner>,
     sender: RawSender,
     descriptor: Arc<ServiceDescriptor>,
-    /// One-way calls waiting for the next call or flush: (encoded batch, count).
-    batch: Arc<Mutex<(Vec<u8>, u32)>>,
+    /// One-way calls waiting for the next call or flush.
+    batch: Arc<Batch>,
     /// Calls are retryable (see [`Client::retrying`]).
     retry: bool,
+}
+
+/// One-way calls waiting for the next call or flush.
+#[derive(Default)]
+struct Batch {
+    /// (encoded batch, count).
+    queued: Mutex<(Vec<u8>, u32)>,
+    /// Whether `queued` holds calls: changed under its lock, read without,
+    /// so a call with nothing queued before it takes no lock.
+    any: AtomicBool,
+}
+
+impl Batch {
+    fn any(&self) -> bool {
+        self.any.load(Ordering::Acquire)
+    }
 }
 
 /// Request ids of retryable calls: unique in this process, so per client
@@ -87,7 +104,7 @@ impl Client {
         async move {
             let reply = sender.clone().with_timeout(BIND_TIMEOUT).send_async(&request?, Checkpoint::OnReturn).await?;
             envelope::decode_response::<(), super::Never>(&reply)?;
-            let batch = Arc::new(Mutex::new((Vec::new(), 0)));
+            let batch = Arc::new(Batch::default());
             Ok(Client { team, sender, descriptor: Arc::new(descriptor), batch, retry: false })
         }
     }
@@ -144,7 +161,7 @@ impl Client {
         let t = cost::start();
         let mut payload = SCRATCH.take();
         payload.clear();
-        if !self.retry && self.batch.lock().1 == 0 {
+        if !self.retry && !self.batch.any() {
             // A plain call: large arguments are encoded straight where they are staged.
             let mut head = [envelope::CALL, 0, 0, 0, 0];
             head[1..].copy_from_slice(&method.to_le_bytes());
@@ -227,7 +244,7 @@ impl Client {
     /// call is not queued (flush, then queue it again).
     pub fn batch<A: Serialize>(&self, method: u32, args: &A) -> Result<(), RpcError> {
         let args = codec::encode(args)?;
-        let mut b = self.batch.lock();
+        let mut b = self.batch.queued.lock();
         let (buf, count) = &mut *b;
         // Room for this entry and for the call (or flush) that ends the batch.
         let len = buf.len().max(5) + 8 + args.len() + 8;
@@ -236,12 +253,13 @@ impl Client {
             return Err(Error::LimitReached { limit: Limit::BatchCalls, max: max as u64 }.into());
         }
         envelope::push_batch_entry(buf, count, method, &args);
+        self.batch.any.store(true, Ordering::Release);
         Ok(())
     }
 
     /// Sends the queued batch and waits until the server has run all of it.
     pub fn flush(&self) -> Result<(), RpcError> {
-        if self.batch.lock().1 == 0 {
+        if !self.batch.any() {
             return Ok(());
         }
         self.call_blocking::<(), (), super::Never>(envelope::FLUSH, &())
@@ -254,7 +272,7 @@ impl Client {
             let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return envelope::call_once_into(id, method, args, out);
         }
-        let mut b = self.batch.lock();
+        let mut b = self.batch.queued.lock();
         if b.1 == 0 {
             drop(b);
             return envelope::call_into(method, args, out);
@@ -262,6 +280,7 @@ impl Client {
         // Encode first: a call that does not encode leaves the batch queued.
         let args = codec::encode(args)?;
         let (buf, mut count) = std::mem::take(&mut *b);
+        self.batch.any.store(false, Ordering::Release);
         drop(b);
         *out = buf;
         envelope::push_batch_entry(out, &mut count, method, &args);
