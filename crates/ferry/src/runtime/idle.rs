@@ -397,14 +397,22 @@ struct ThreadWaker {
     doorbell: Weak<Doorbell>,
 }
 
-/// Releases a thread waker for the next wait on this thread.
-/// (Holding the waker the thread's wait polls with: one reference count
-/// for both, taken once per wait.)
-struct WakerLease(Arc<ThreadWaker>, Waker);
+/// A thread waker and the `Waker` made of it, as this thread keeps them.
+type Cached = std::rc::Rc<(Arc<ThreadWaker>, Waker)>;
+
+/// Releases a thread waker for the next wait on this thread. (An `Rc` of
+/// the cached pair: a wait takes no atomic reference count.)
+struct WakerLease(Cached);
+
+impl WakerLease {
+    fn waker(&self) -> (&Arc<ThreadWaker>, &Waker) {
+        (&self.0 .0, &self.0 .1)
+    }
+}
 
 impl Drop for WakerLease {
     fn drop(&mut self) {
-        self.0.in_use.store(false, Ordering::Relaxed);
+        self.0 .0.in_use.store(false, Ordering::Relaxed);
     }
 }
 
@@ -427,7 +435,7 @@ thread_local! {
     /// This thread woke a thread of its team parked in `block_on` (see `Idle::step`).
     static HANDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// This thread's wakers, one per team it blocked on (the last few), kept between calls.
-    static THREAD_WAKERS: std::cell::RefCell<Vec<(Arc<ThreadWaker>, Waker)>> = const { std::cell::RefCell::new(Vec::new()) };
+    static THREAD_WAKERS: std::cell::RefCell<Vec<Cached>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn thread_waker(team: &TeamInner) -> WakerLease {
@@ -437,8 +445,8 @@ fn thread_waker(team: &TeamInner) -> WakerLease {
         let free = |tw: &Arc<ThreadWaker>| {
             std::ptr::eq(tw.doorbell.as_ptr(), Arc::as_ptr(&team.doorbell)) && !tw.in_use.load(Ordering::Relaxed)
         };
-        let (tw, w) = match wakers.iter().find(|(tw, _)| free(tw)) {
-            Some((tw, w)) => (tw.clone(), w.clone()),
+        let cached = match wakers.iter().find(|c| free(&c.0)) {
+            Some(c) => c.clone(),
             None => {
                 let tw = Arc::new(ThreadWaker {
                     woken: AtomicBool::new(false),
@@ -448,16 +456,17 @@ fn thread_waker(team: &TeamInner) -> WakerLease {
                 });
                 let w = Waker::from(tw.clone());
                 // Entries of dropped teams are of no use to anyone.
-                wakers.retain(|(tw, _)| tw.doorbell.strong_count() > 0);
+                wakers.retain(|c| c.0.doorbell.strong_count() > 0);
                 if wakers.len() == 8 {
                     wakers.remove(0);
                 }
-                wakers.push((tw.clone(), w.clone()));
-                (tw, w)
+                let c = std::rc::Rc::new((tw, w));
+                wakers.push(c.clone());
+                c
             }
         };
-        tw.in_use.store(true, Ordering::Relaxed);
-        WakerLease(tw, w)
+        cached.0.in_use.store(true, Ordering::Relaxed);
+        WakerLease(cached)
     })
 }
 
@@ -465,7 +474,7 @@ fn thread_waker(team: &TeamInner) -> WakerLease {
 /// while it waits (spin, then park).
 pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
     let lease = thread_waker(team);
-    let (tw, waker) = (&lease.0, &lease.1);
+    let (tw, waker) = lease.waker();
     let mut fut = pin!(fut);
     let mut cx = Context::from_waker(waker);
     // Fast path: ready at once (an Immediate send), no polling bookkeeping.
@@ -502,7 +511,7 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     loop {
         idle.step(
             &|| {
-                let WakerLease(tw, waker) = sleeper();
+                let (tw, waker) = sleeper().waker();
                 // Only a wake after this registration may stop the park.
                 tw.woken.store(false, Ordering::SeqCst);
                 let mut cx = Context::from_waker(waker);
@@ -514,7 +523,7 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
                     Poll::Pending => tw.woken.load(Ordering::SeqCst),
                 }
             },
-            &|p| sleeper().0.parked.store(p, Ordering::SeqCst),
+            &|p| sleeper().waker().0.parked.store(p, Ordering::SeqCst),
         );
         if let Some(v) = got.take() {
             return v;
@@ -721,8 +730,7 @@ mod tests {
         let port = team.open_raw_port().unwrap();
         assert!(matches!(port.recv_timeout(Duration::from_millis(5)), Err(crate::Error::DeadlineExceeded)));
         let doorbell = Arc::downgrade(&team.inner.doorbell);
-        let cached =
-            |d: &Weak<Doorbell>| THREAD_WAKERS.with(|w| w.borrow().iter().any(|(tw, _)| tw.doorbell.ptr_eq(d)));
+        let cached = |d: &Weak<Doorbell>| THREAD_WAKERS.with(|w| w.borrow().iter().any(|c| c.0.doorbell.ptr_eq(d)));
         assert!(cached(&doorbell));
         drop((port, team));
         assert_eq!(doorbell.strong_count(), 0);
