@@ -64,6 +64,7 @@ impl InlineBytes {
     /// Most bytes held (a status byte and a small value).
     pub const CAP: usize = 30;
 
+    /// The bytes held.
     pub fn as_slice(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
     }

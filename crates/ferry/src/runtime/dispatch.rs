@@ -123,9 +123,10 @@ impl TeamInner {
         let _in_task = executor::InTask::enter();
         if rx.direct.len() == 1 {
             // The common case, one call: no batch to keep for a replacement.
-            let (taker, m, place) = rx.direct.pop().expect("one call");
-            drop(rx);
-            return idle::user_code(self, || taker.take(m, place));
+            if let Some((taker, m, place)) = rx.direct.pop() {
+                drop(rx);
+                return idle::user_code(self, || taker.take(m, place));
+            }
         }
         let mut batch = SPARE.take();
         std::mem::swap(&mut batch, &mut rx.direct);

@@ -96,10 +96,10 @@ pub(crate) struct Idle<'a> {
     watch_peer: bool,
     /// The peer's beat at the last look.
     peer_beat: Option<u32>,
-    /// Rung awake, and found nothing since: another thread took what the
-    /// ring was for (a caller polling for its own answer took the answer
-    /// that rang its team's processor). Spinning on would only take a CPU
-    /// from the threads that did: this one sleeps again at once.
+    /// Rung awake, and found nothing of its own since: another thread took
+    /// what the ring was for, or this one only handed a parked thread its
+    /// answer. Spinning on would only take a CPU from the threads that do
+    /// the work: this one sleeps again at once.
     rung_for_nothing: bool,
 }
 

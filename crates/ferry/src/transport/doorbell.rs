@@ -263,8 +263,9 @@ const ONE: epoll::EventFlags = epoll::EventFlags::IN.union(epoll::EventFlags::ET
 const ALL: epoll::EventFlags = epoll::EventFlags::IN.union(epoll::EventFlags::ET);
 
 thread_local! {
-    /// The line whose edge ended this thread's last sleep (its key), if one did.
-    static WOKEN_BY: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    /// The line whose edge ended this thread's last sleep, if one did: its
+    /// registry's address and its key there.
+    static WOKEN_BY: std::cell::Cell<Option<(usize, u64)>> = const { std::cell::Cell::new(None) };
     /// This thread's epoll set for each team it slept on (the last few).
     static THREAD_SETS: std::cell::RefCell<Vec<(std::sync::Weak<Registry>, Arc<OwnedFd>)>> =
         const { std::cell::RefCell::new(Vec::new()) };
@@ -334,7 +335,7 @@ impl SleepSet {
         // An error (EINTR) counts as a ring: only a timeout says nobody rang.
         let got = epoll::wait(&*set, &mut events[..], Some(&timeout));
         WOKEN_BY.set(match got {
-            Ok(n) if n > 0 => Some(events[0].data.u64()),
+            Ok(n) if n > 0 => Some((Arc::as_ptr(&self.0) as usize, events[0].data.u64())),
             _ => None,
         });
         !matches!(got, Ok(0))
@@ -347,7 +348,8 @@ impl SleepSet {
     /// that was ever written reports one edge at once: the next sleep may
     /// return once for nothing.)
     fn step_back(&self) {
-        let Some(k) = WOKEN_BY.take() else { return };
+        // (A sleep on another team since, in user code run meanwhile, is not ours.)
+        let Some((_, k)) = WOKEN_BY.take().filter(|(r, _)| *r == Arc::as_ptr(&self.0) as usize) else { return };
         let Ok(set) = self.thread_set() else { return };
         let st = self.0.state.lock();
         // A line removed meanwhile stays removed.
