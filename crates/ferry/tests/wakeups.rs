@@ -159,28 +159,10 @@ fn sleeps_of_threads_named(name: &str) -> u64 {
 /// with it, 0.45 M without). The caller does that work itself now.
 #[test]
 fn a_caller_does_not_wake_its_own_sleeping_processor() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Child::spawn("parked-echo", dir.path());
-    child.expect("", START);
-    // This process's only processor: the client team's.
-    let client = Team::builder().runtime_dir(dir.path()).processors(1).start().unwrap();
-    let echo = client.connect::<String>("echo").unwrap();
-    for _ in 0..10 {
-        let _: String = echo.call(&"warm".to_string()).unwrap();
-    }
-    // Let the processor fall asleep.
-    std::thread::sleep(Duration::from_millis(100));
-    let before = sleeps_of_threads_named("ferry-proc-0");
     const CALLS: u64 = 400;
-    for i in 0..CALLS {
-        let back: String = echo.call(&format!("call {i}")).unwrap();
-        assert_eq!(back, format!("call {i}"));
-    }
-    let woke = sleeps_of_threads_named("ferry-proc-0") - before;
+    let woke = processor_sleeps_over_calls("parked-echo", 10, Duration::from_millis(100), CALLS);
     // Before: about 40 % of the calls woke it.
     assert!(woke < CALLS / 8, "the client's idle processor slept {woke} times over {CALLS} calls");
-    drop(echo);
-    child.kill();
 }
 
 /// A thread parked for an answer is the one the answer wakes. The team's
@@ -193,23 +175,31 @@ fn a_caller_does_not_wake_its_own_sleeping_processor() {
 /// back in that order.
 #[test]
 fn an_answer_wakes_the_thread_parked_for_it() {
+    const CALLS: u64 = 100;
+    let woke = processor_sleeps_over_calls("slow-echo", 5, Duration::ZERO, CALLS);
+    assert!(woke < CALLS / 4, "the client's processor slept {woke} times over {CALLS} calls");
+}
+
+/// How many times this process's only processor (a client team's, one
+/// processor) slept over `calls` blocking echo calls to a child playing
+/// `role`, after `warm` calls and `settle` to let it fall asleep.
+fn processor_sleeps_over_calls(role: &str, warm: usize, settle: Duration, calls: u64) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Child::spawn("slow-echo", dir.path());
+    let mut child = Child::spawn(role, dir.path());
     child.expect("", START);
-    // This process's only processor: the client team's.
     let client = Team::builder().runtime_dir(dir.path()).processors(1).start().unwrap();
     let echo = client.connect::<String>("echo").unwrap();
-    for _ in 0..5 {
+    for _ in 0..warm {
         let _: String = echo.call(&"warm".to_string()).unwrap();
     }
+    std::thread::sleep(settle);
     let before = sleeps_of_threads_named("ferry-proc-0");
-    const CALLS: u64 = 100;
-    for i in 0..CALLS {
+    for i in 0..calls {
         let back: String = echo.call(&format!("call {i}")).unwrap();
         assert_eq!(back, format!("call {i}"));
     }
     let woke = sleeps_of_threads_named("ferry-proc-0") - before;
-    assert!(woke < CALLS / 4, "the client's processor slept {woke} times over {CALLS} calls");
     drop(echo);
     child.kill();
+    woke
 }

@@ -137,6 +137,12 @@ impl<'a> Idle<'a> {
         self
     }
 
+    /// This thread did work of its own: its next spin starts afresh.
+    fn found_work(&mut self) {
+        self.spin_started = None;
+        self.rung_for_nothing = false;
+    }
+
     /// Never sleeps past `deadline`.
     pub fn until(mut self, deadline: Option<Instant>) -> Idle<'a> {
         self.until = deadline;
@@ -152,8 +158,7 @@ impl<'a> Idle<'a> {
         // `has_ready` first: with no task ready, `user_code`'s leaving and
         // re-entering the pollers (two locked instructions) would buy nothing.
         if self.run_tasks && team.exec.has_ready() && user_code(team, || team.exec.run_one()) {
-            self.spin_started = None;
-            self.rung_for_nothing = false;
+            self.found_work();
             return;
         }
         self.spins = self.spins.wrapping_add(1);
@@ -171,8 +176,7 @@ impl<'a> Idle<'a> {
                 team.doorbell.step_back();
                 return;
             }
-            self.spin_started = None;
-            self.rung_for_nothing = false;
+            self.found_work();
             return;
         }
         let spin = team.cfg.spin;
