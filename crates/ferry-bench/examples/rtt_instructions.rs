@@ -8,7 +8,8 @@
 //! Instructions per round trip = (total − startup) / N; compare two runs with
 //! different N to cancel the startup. `rtt_instructions N rpc` does the same
 //! for a null RPC (client and server teams, server run inline on the
-//! calling thread's progress loop); build with `--no-default-features` to
+//! calling thread's progress loop), `rtt_instructions N arg` for a call
+//! with 4 bytes of arguments as `ferry.shm.arg4`; build with `--no-default-features` to
 //! compile cost accounting out and compare. `rtt_instructions N tcp` makes
 //! N null calls pipelined as `ferry bench tcp`'s `ferry.tcp.pipelined` does
 //! (32 in flight, refilled 16 per batch) between two nodes of a cluster on
@@ -20,18 +21,23 @@ use ferry::{Checkpoint, Team};
 #[ferry::service]
 pub trait Null {
     async fn null(&self);
+    async fn arg(&self, data: serde_bytes::ByteBuf) -> u64;
 }
 
 struct NullImpl;
 
 impl Null for NullImpl {
     async fn null(&self) {}
+    async fn arg(&self, data: serde_bytes::ByteBuf) -> u64 {
+        data.iter().map(|&b| u64::from(b)).sum()
+    }
 }
 
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
     match std::env::args().nth(2).as_deref() {
-        Some("rpc") => return rpc(n),
+        Some("rpc") => return rpc(n, false),
+        Some("arg") => return rpc(n, true),
         Some("tcp") => return tcp(n),
         _ => {}
     }
@@ -54,7 +60,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn rpc(n: usize) {
+fn rpc(n: usize, arg: bool) {
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // One processor serves; this thread calls. Callgrind runs threads one
@@ -64,8 +70,13 @@ fn rpc(n: usize) {
     let client = Team::builder().runtime_dir(&dir).processors(0).blocking().start().unwrap();
     let serving = NullServer::serve(&server, "null", NullImpl).unwrap();
     let c = NullClient::bind(&client, "null").unwrap();
+    let data = serde_bytes::ByteBuf::from(vec![1u8, 2, 3, 4]);
     for _ in 0..n {
-        c.null_blocking().unwrap();
+        if arg {
+            assert_eq!(c.arg_blocking(data.clone()).unwrap(), 10);
+        } else {
+            c.null_blocking().unwrap();
+        }
     }
     drop((c, serving));
     client.shutdown();

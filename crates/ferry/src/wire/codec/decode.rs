@@ -225,9 +225,23 @@ impl<'de, R: Read<'de>> Deserializer<R> {
 
     #[inline]
     fn head(&mut self) -> Res<Head> {
-        use rmp::Marker as M;
         let b = self.peek()?;
         self.peeked = None;
+        // The one-byte forms of small values, without the general match.
+        match b {
+            0x00..=0x7f => Ok(Head::Uint(b.into())),
+            0x80..=0x8f => Ok(Head::Map(usize::from(b & 0x0f))),
+            0x90..=0x9f => Ok(Head::Array(usize::from(b & 0x0f))),
+            0xa0..=0xbf => Ok(Head::Str(usize::from(b & 0x1f))),
+            0xc0 => Ok(Head::Nil),
+            _ => self.long_head(b),
+        }
+    }
+
+    /// `head` for markers followed by a length or a value.
+    #[inline(never)]
+    fn long_head(&mut self, b: u8) -> Res<Head> {
+        use rmp::Marker as M;
         Ok(match M::from_u8(b) {
             M::FixPos(v) => Head::Uint(v.into()),
             M::FixNeg(v) => Head::Int(v.into()),
@@ -277,10 +291,17 @@ impl<'de, R: Read<'de>> Deserializer<R> {
 
     /// If the next value is bin, reads its header and returns its length.
     fn bin_head(&mut self) -> Res<Option<usize>> {
-        if !matches!(self.peek()?, BIN8 | BIN16 | BIN32) {
-            return Ok(None);
-        }
-        let Head::Bin(n) = self.head()? else { unreachable!("a bin marker was peeked") };
+        let n = match self.peek()? {
+            BIN8 => {
+                self.peeked = None;
+                self.len8()?
+            }
+            BIN16 | BIN32 => {
+                let Head::Bin(n) = self.head()? else { unreachable!("a bin marker was peeked") };
+                n
+            }
+            _ => return Ok(None),
+        };
         self.need(n, "bin").map(|()| Some(n))
     }
 

@@ -10,6 +10,12 @@ use serde::ser::{self, Serialize};
 
 type Res = std::result::Result<(), CodecError>;
 
+/// Markers of the short forms (the MessagePack specification's names).
+const FIXARRAY: u8 = 0x90;
+const FIXMAP: u8 = 0x80;
+const FIXSTR: u8 = 0xa0;
+const BIN8: u8 = 0xc4;
+
 /// A sink that only counts (`encoded_len`).
 pub(super) struct Counter(pub(super) usize);
 
@@ -57,20 +63,30 @@ impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
         self.sink.put(bytes).map_err(sink_error)
     }
 
+    // The short forms below are written directly (most values are small);
+    // the others through `rmp::encode`, which picks the same forms.
+
     fn bin(&mut self, v: &[u8]) -> Res {
-        let len = len32(v.len())?;
-        marker!(self, rmp::encode::write_bin_len, len)?;
+        if let Ok(n) = u8::try_from(v.len()) {
+            self.put(&[BIN8, n])?;
+        } else {
+            marker!(self, rmp::encode::write_bin_len, len32(v.len())?)?;
+        }
         self.put(v)
     }
 
     fn array_len(&mut self, len: usize) -> Res {
-        let len = len32(len)?;
-        marker!(self, rmp::encode::write_array_len, len)
+        if len < 16 {
+            return self.put(&[FIXARRAY | len as u8]);
+        }
+        marker!(self, rmp::encode::write_array_len, len32(len)?)
     }
 
     fn map_len(&mut self, len: usize) -> Res {
-        let len = len32(len)?;
-        marker!(self, rmp::encode::write_map_len, len)
+        if len < 16 {
+            return self.put(&[FIXMAP | len as u8]);
+        }
+        marker!(self, rmp::encode::write_map_len, len32(len)?)
     }
 
     /// A compound: with its length known, written straight; without
@@ -129,6 +145,9 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         self.serialize_u64(v.into())
     }
     fn serialize_u64(self, v: u64) -> Res {
+        if v < 128 {
+            return self.put(&[v as u8]);
+        }
         marker!(self, rmp::encode::write_uint, v)
     }
     fn serialize_u128(self, v: u128) -> Res {
@@ -144,8 +163,11 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         self.serialize_str(v.encode_utf8(&mut [0; 4]))
     }
     fn serialize_str(self, v: &str) -> Res {
-        let len = len32(v.len())?;
-        marker!(self, rmp::encode::write_str_len, len)?;
+        if v.len() < 32 {
+            self.put(&[FIXSTR | v.len() as u8])?;
+        } else {
+            marker!(self, rmp::encode::write_str_len, len32(v.len())?)?;
+        }
         self.put(v.as_bytes())
     }
     fn serialize_bytes(self, v: &[u8]) -> Res {

@@ -119,6 +119,11 @@ fn encoding_is_rmp_serdes_except_bytes() {
     same_as_rmp(&(Unit, Newtype(5), Tuple(1, "x".into()), ()));
     same_as_rmp(&HashMap::from([(1u8, "a".to_string())]));
     same_as_rmp(&vec![1u32; 70000]);
+    // Around the one-byte headers of arrays and maps (written without rmp).
+    for n in [15, 16] {
+        same_as_rmp(&vec![1u16; n]);
+        same_as_rmp(&(0..n as u32).map(|k| (k, k)).collect::<std::collections::BTreeMap<_, _>>());
+    }
     same_as_rmp(&(i128::MIN, u128::MAX));
     let p = Point { x: -3, label: "a".into() };
     // fixarray of 2: [-3, "a"] — what Python's msgpack.unpackb returns as [-3, 'a'].
