@@ -132,6 +132,12 @@ pub enum Error {
     /// This team has shut down.
     #[error("team is shut down")]
     Shutdown,
+    /// A served frame kind asked for is registered already (see `Team::serve_frames`).
+    #[error("served frame kind {kind} is taken by another handler")]
+    KindTaken {
+        /// The first kind of the range that is taken.
+        kind: u8,
+    },
     /// An operating-system call failed.
     #[error("{context}: {source}")]
     Io {
@@ -295,6 +301,13 @@ pub enum Refusal {
         len: usize,
         /// This team's `max_message`.
         max: usize,
+    },
+    /// The peer serves no frames of this kind (no primitive there
+    /// registered it: see `Team::serve_frames`).
+    #[error("the peer serves no frames of kind {kind}")]
+    NotServed {
+        /// The frame's kind byte.
+        kind: u8,
     },
     /// The peer refused for a reason this build does not know; the text is
     /// the peer's own words, as it sent them.
@@ -500,6 +513,7 @@ impl Error {
             }
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
             Error::Shutdown => Error::Shutdown,
+            Error::KindTaken { kind } => Error::KindTaken { kind: *kind },
             Error::Io { context, source } => {
                 Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
             }

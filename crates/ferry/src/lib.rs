@@ -9,7 +9,9 @@
 //! [`rpc`] services, reaches other teams' endpoints by [`id`] or by name
 //! ([`names`]), and reports failures as [`Error`]s. [`codec`] is the
 //! payload encoding of typed messages, [`cost`] the optional accounting
-//! of where a call's time goes.
+//! of where a call's time goes. [`extend`] is the extension point a
+//! primitive plugs into the core by (its own frame kinds, served in the
+//! progress loop).
 //!
 //! Inside, bottom up: the wire format (frames) → transports (frame pipes:
 //! in process, shared memory) → the runtime (teams, tasks, progress) → the
@@ -20,6 +22,7 @@
 
 pub mod cost;
 pub mod error;
+pub mod extend;
 pub mod id;
 #[cfg(all(test, loom))]
 mod loom_models;

@@ -57,7 +57,13 @@ impl Team {
 
     /// A sender of raw-bytes messages to the endpoint `to`.
     pub fn raw_sender(&self, to: EndpointId) -> RawSender {
-        RawSender { team: self.inner.clone(), to, timeout: None, channel: Arc::new(CachedChannel::new()) }
+        RawSender {
+            team: self.inner.clone(),
+            to,
+            timeout: None,
+            channel: Arc::new(CachedChannel::new()),
+            kind: Kind::Data,
+        }
     }
 
     /// Looks `name` up and returns a sender to it.
@@ -422,11 +428,19 @@ pub struct RawSender {
     /// doorbell and socket once the team has reclaimed it (it did, until
     /// the crash matrix found it).
     channel: Arc<CachedChannel>,
+    /// What its frames are: `Data`, or a primitive's served kind (see `crate::extend`).
+    kind: Kind,
 }
 
 impl Clone for RawSender {
     fn clone(&self) -> Self {
-        RawSender { team: self.team.clone(), to: self.to, timeout: self.timeout, channel: self.channel.clone() }
+        RawSender {
+            team: self.team.clone(),
+            to: self.to,
+            timeout: self.timeout,
+            channel: self.channel.clone(),
+            kind: self.kind,
+        }
     }
 }
 
@@ -475,7 +489,7 @@ impl RawSender {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.and_then(crate::runtime::deadline_after);
         if let Some(ch) = self.cached() {
-            return self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking);
+            return self.team.send_on(&ch, self.kind, src, self.to, bytes, checkpoint, deadline, blocking);
         }
         // First use, or the channel died: the team finds (or binds) the
         // current one, and it is cached for the next sends. A blocking send with no deadline binds on this
@@ -489,18 +503,25 @@ impl RawSender {
         match route {
             Ok(Route::Ready(ch)) => {
                 self.channel.set(&ch);
-                self.team.send_on(&ch, src, self.to, bytes, checkpoint, deadline, blocking)
+                self.team.send_on(&ch, self.kind, src, self.to, bytes, checkpoint, deadline, blocking)
             }
-            Ok(Route::Binding(bind)) => self.team.send_when_bound(&bind, src, self.to, bytes, checkpoint, deadline),
+            Ok(Route::Binding(bind)) => {
+                self.team.send_when_bound(&bind, self.kind, src, self.to, bytes, checkpoint, deadline)
+            }
             Err(e) => Delivery::failed(e),
         }
+    }
+
+    /// The same sender, whose frames are of `kind` (a served kind: see `Team::frame_sender`).
+    pub(crate) fn of_kind(self, kind: Kind) -> RawSender {
+        RawSender { kind, ..self }
     }
 
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
             if let Some(ch) = self.cached() {
-                let h = Header::new(Kind::Data, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
+                let h = Header::new(self.kind, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
                 return self.team.send_immediate(&ch, h, bytes).map(|()| Vec::new());
             }
         }

@@ -290,6 +290,26 @@ impl TeamInner {
                 *violation = Some(Violation::StrayRelease);
                 false
             }
+            Kind::Served(_) if may_need_answer && self.answers_wait(ch) => false,
+            Kind::Served(_) => {
+                match body {
+                    Body::Inline(p) => self.serve_frame(ch, h, Payload::from_slice(p)),
+                    Body::Detached(slot) => {
+                        let d = slot.take().expect("a detached body is offered once");
+                        match d.len() > self.cfg.max_message {
+                            // Taken (so released at once) and refused.
+                            true => self.nack(
+                                ch,
+                                h,
+                                NackReason::TooLarge,
+                                &Nack::too_large(d.len() as u64, self.cfg.max_message as u64),
+                            ),
+                            false => self.serve_frame(ch, h, Payload::Detached(d)),
+                        }
+                    }
+                }
+                true
+            }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
                 match body {
                     Body::Inline(p) => self.dispatch(ch, rx, h, len, || Payload::from_slice(p)),
@@ -412,6 +432,7 @@ fn nack_error(ch: &Channel, h: &Header, payload: &[u8]) -> Error {
     match Nack::parse(payload) {
         Nack::NoSuchEndpoint => Error::NoSuchEndpoint(ch.peer_endpoint(h.src)),
         Nack::NoReply => Error::Refused(Refusal::NoReply),
+        Nack::NotServed(kind) => Error::Refused(Refusal::NotServed { kind }),
         Nack::TooLarge { len, max } => Error::TooLarge { len: size(len), max: size(max) },
         Nack::Other(text) => Error::Refused(Refusal::Peer(String::from_utf8_lossy(text).into_owned())),
     }

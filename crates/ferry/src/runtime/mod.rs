@@ -18,6 +18,7 @@
 //! | `delivery` | the future of one send |
 //! | `peers` | the channel to each peer team: bind (shared memory on this node, TCP to another), reclaim |
 //! | `send` | one message onto a channel; acks, replies, nacks |
+//! | `served` | the extension point: primitives' handlers of their frame kinds |
 //! | `dispatch` | the progress loop's receive path |
 //! | `readiness` | which channels a spinning thread looks at each turn |
 //! | `outbox` | async sends waiting for room, sent in order |
@@ -57,6 +58,7 @@ mod peers;
 pub(crate) mod reactor;
 mod readiness;
 mod send;
+pub(crate) mod served;
 mod sleep;
 mod team;
 mod timer;

@@ -222,6 +222,7 @@ impl TeamInner {
     pub fn send_on(
         self: &Arc<Self>,
         ch: &Arc<Channel>,
+        kind: Kind,
         src: EndpointId,
         dst: EndpointId,
         payload: Out<'_>,
@@ -229,7 +230,7 @@ impl TeamInner {
         deadline: Option<Instant>,
         wait_here: bool,
     ) -> Delivery {
-        let mut header = data_header(src, dst, checkpoint, deadline);
+        let mut header = data_header(kind, src, dst, checkpoint, deadline);
         idle::sent_on(ch);
         if checkpoint == Checkpoint::Immediate {
             let sent = match &payload {
@@ -328,6 +329,7 @@ impl TeamInner {
     pub fn send_when_bound(
         self: &Arc<Self>,
         bind: &Arc<Binding>,
+        kind: Kind,
         src: EndpointId,
         dst: EndpointId,
         payload: Out<'_>,
@@ -342,7 +344,7 @@ impl TeamInner {
             Ok(v) => Some(v),
             Err(e) => return Delivery::failed(e),
         };
-        let mut header = data_header(src, dst, checkpoint, deadline);
+        let mut header = data_header(kind, src, dst, checkpoint, deadline);
         let mut queued = None;
         let joined = bind.join(|| {
             // An `Immediate` send waits for the bind, not for room: the
@@ -360,7 +362,7 @@ impl TeamInner {
             // Bound meanwhile (`join` made nothing): sent as usual.
             Some(Ok(ch)) => {
                 let payload = Out::Bytes(Cow::Owned(payload.take().expect("not queued")));
-                self.send_on(&ch, src, dst, payload, checkpoint, deadline, false)
+                self.send_on(&ch, kind, src, dst, payload, checkpoint, deadline, false)
             }
             Some(Err(e)) => Delivery::failed(e),
             None => {
@@ -488,9 +490,16 @@ impl TeamInner {
     }
 }
 
-/// The header of a data message from `src` to `dst` (its call id is set when it is sent).
-fn data_header(src: EndpointId, dst: EndpointId, checkpoint: Checkpoint, deadline: Option<Instant>) -> Header {
-    let mut header = Header::new(Kind::Data, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
+/// The header of a message (`Data`, or a served kind) from `src` to `dst`
+/// (its call id is set when it is sent).
+fn data_header(
+    kind: Kind,
+    src: EndpointId,
+    dst: EndpointId,
+    checkpoint: Checkpoint,
+    deadline: Option<Instant>,
+) -> Header {
+    let mut header = Header::new(kind, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
     header.budget_ns = deadline.map_or(0, budget_ns);
     header
 }

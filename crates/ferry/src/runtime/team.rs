@@ -208,6 +208,8 @@ pub(crate) struct TeamInner {
     pub(super) peers: Peers,
     pub(super) loopback: Arc<Channel>,
     pub(super) calls: Calls,
+    /// Primitives' handlers of served frames (see `served`).
+    pub(super) served: super::served::Served,
     shut_down: AtomicBool,
     /// Names bound now (at most `cfg.max_names`).
     names_held: AtomicUsize,
@@ -267,6 +269,7 @@ impl TeamInner {
             peers: Peers::default(),
             loopback,
             calls: Calls::default(),
+            served: Default::default(),
             shut_down: AtomicBool::new(false),
             names_held: AtomicUsize::new(0),
             late_wakeups: AtomicU64::new(0),
@@ -400,6 +403,7 @@ impl TeamInner {
         // Break the cycles that keep tasks (and through them this team) alive.
         self.timers.clear();
         self.calls.clear_cancels();
+        self.served.clear();
         self.exec.clear();
         // The team's names go: its node files with its lease, then the plane's.
         self.lease.lock().take();

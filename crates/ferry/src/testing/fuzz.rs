@@ -38,7 +38,7 @@ use crate::transport::shm::ring::{Consumer, Producer, RingMem, CELL};
 use crate::transport::shm::{self, AreaMemory, ShmEnd};
 use crate::transport::tcp::{self, handshake, Grant};
 use crate::transport::{Body, Detached, Recv, Staged, Transport};
-use crate::wire::{codec as wire_codec, flags, Header, Kind, Nack, HEADER_LEN};
+use crate::wire::{codec as wire_codec, flags, Header, Kind, Nack, Route, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -139,7 +139,7 @@ pub fn frame(data: &[u8]) {
             Nack::Other(text) => {
                 let _ = String::from_utf8_lossy(text);
             }
-            Nack::NoSuchEndpoint | Nack::NoReply => {}
+            Nack::NoSuchEndpoint | Nack::NoReply | Nack::NotServed(_) => {}
         },
         // A shared-memory release or descriptor: a checked range, or none.
         Kind::Release | Kind::Data | Kind::Reply => {
@@ -148,6 +148,14 @@ pub fn frame(data: &[u8]) {
             }
         }
         Kind::Ack | Kind::Cancel => {}
+        // What a routed primitive reads first (links, groups).
+        Kind::Served(_) => match Route::split(payload) {
+            Ok((route, rest)) => {
+                assert_eq!(rest.len() + Route::LEN, payload.len());
+                assert_eq!(route.encode()[..], payload[..Route::LEN]);
+            }
+            Err(e) => assert!(payload.len() < Route::LEN, "{e}"),
+        },
     }
 }
 
@@ -558,7 +566,11 @@ pub fn shm_ring(data: &[u8]) {
     // for the end's own sends, one the runtime would give it.
     let header = |input: &mut Input<'_>, len: usize, ours: bool| {
         let mut h = Header::new(
-            Kind::from_u8(input.byte() % 8).unwrap_or(Kind::Data),
+            Kind::from_u8(match input.byte() {
+                b @ 0..=63 => b % 8,
+                b => b,
+            })
+            .unwrap_or(Kind::Data),
             Addr::from_bits(input.u64()),
             Addr::from_bits(input.u64()),
             input.u64(),
@@ -1135,6 +1147,13 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     add("frame", "cancel", frame_bytes(Header::new(Kind::Cancel, ep(7, 1), ep(9, 2), 42), b""));
     add("frame", "release", frame_bytes(Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0), &descriptor));
     add("frame", "tcp-credit", tcp::credit_frame(4096, 1 << 20));
+    let served = Header::new(Kind::Served(200), ep(7, 0), ep(9, 0), 43).with_checkpoint(Checkpoint::OnReturn);
+    add("frame", "served", frame_bytes(served, b"abc"));
+    let mut routed = Route { id: 0x0001_0002_0080_0001, seq: 17 }.encode().to_vec();
+    routed.extend_from_slice(b"on a link");
+    add("frame", "served-routed", frame_bytes(Header::new(Kind::Served(128), ep(7, 0), ep(9, 0), 0), &routed));
+    let not_served = [crate::wire::NackReason::NotServed as u8, 200];
+    add("frame", "nack-not-served", frame_bytes(Header::new(Kind::Nack, ep(9, 0), ep(7, 0), 43), &not_served));
 
     // codec
     let record = Record {
@@ -1215,7 +1234,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let push = |p: &mut Vec<u8>, kind: Kind, fl: u16, payload: &[u8]| {
         p.push(ring_op::PUSH);
         p.extend_from_slice(&(payload.len() as u16).to_le_bytes());
-        p.push(kind as u8);
+        p.push(kind.to_u8());
         p.extend_from_slice(&ep(7, 1).bits().to_le_bytes());
         p.extend_from_slice(&ep(9, 2).bits().to_le_bytes());
         p.extend_from_slice(&42u64.to_le_bytes());
@@ -1250,9 +1269,9 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     add("shm_ring", "detached", p);
     // A large payload from the end: lent, read by the peer, given back.
     let mut p = program(3, 3, 0);
-    p.extend_from_slice(&[ring_op::SEND_LARGE, 0x10, 0x20, Kind::Data as u8]);
+    p.extend_from_slice(&[ring_op::SEND_LARGE, 0x10, 0x20, Kind::Data.to_u8()]);
     p.extend_from_slice(&[0; 26]);
-    p.extend_from_slice(&[ring_op::SEND_SMALL, 3, Kind::Reply as u8]);
+    p.extend_from_slice(&[ring_op::SEND_SMALL, 3, Kind::Reply.to_u8()]);
     p.extend_from_slice(&[0; 26]);
     p.extend_from_slice(b"abc");
     p.extend_from_slice(&[ring_op::PEER_READS, ring_op::PEER_READS, ring_op::PEER_RELEASES, 0, 0]);

@@ -9,27 +9,35 @@ pub mod codec;
 use crate::id::Addr;
 
 /// Version of the frame layout; a frame with another version is a protocol error.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Size of the encoded header in bytes.
 pub const HEADER_LEN: usize = 40;
 
+/// Kind bytes of served frames: each primitive built on the core (remote
+/// memory, fifos, signals, links, ...) takes a range of them and registers a
+/// handler for it (`crate::extend`). Below them are the core's own kinds.
+pub const SERVED_KINDS: std::ops::RangeInclusive<u8> = 64..=255;
+
 /// What a frame is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// A message for the port `dst`.
-    Data = 1,
+    Data,
     /// "Checkpoint reached" for the send with `call_id` (flags say which checkpoint).
-    Ack = 2,
+    Ack,
     /// The reply to the `OnReturn` send with `call_id`; payload is the reply.
-    Reply = 3,
+    Reply,
     /// The send with `call_id` failed at the receiver; payload is a `NackReason` byte then UTF-8 text.
-    Nack = 4,
+    Nack,
     /// The sender of `call_id` gave up waiting: stop working on it (no answer is read).
-    Cancel = 6,
+    Cancel,
     /// Gives a range of the payload area back to its writer (a transport's
     /// own frame: payload `{offset u64, len u64}`; never reaches the runtime).
-    Release = 7,
+    Release,
+    /// A frame of a primitive's own (a byte of [`SERVED_KINDS`]): its
+    /// handler runs it in the receiving team's progress loop, and answers
+    /// it as a Data frame is answered (Ack, Reply, Nack with its `call_id`).
+    Served(u8),
 }
 
 impl Kind {
@@ -42,8 +50,54 @@ impl Kind {
             4 => Kind::Nack,
             6 => Kind::Cancel,
             7 => Kind::Release,
+            v if SERVED_KINDS.contains(&v) => Kind::Served(v),
             _ => return None,
         })
+    }
+
+    /// The kind byte.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            Kind::Data => 1,
+            Kind::Ack => 2,
+            Kind::Reply => 3,
+            Kind::Nack => 4,
+            Kind::Cancel => 6,
+            Kind::Release => 7,
+            Kind::Served(v) => v,
+        }
+    }
+}
+
+/// The first bytes of a *routed* frame's payload: the route it travels on
+/// (a link, a group) and its number there. Routed kinds are served kinds
+/// whose primitive says so; the prefix is decoded here, once, for all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The link's or group's id (its primitive's name space).
+    pub id: u64,
+    /// The frame's sequence number on that route, in each direction.
+    pub seq: u64,
+}
+
+impl Route {
+    /// Bytes of the prefix.
+    pub const LEN: usize = 16;
+
+    /// The route at the start of `payload`, and the bytes after it.
+    pub fn split(payload: &[u8]) -> Result<(Route, &[u8]), HeaderError> {
+        let (head, rest) = payload.split_at_checked(Route::LEN).ok_or(HeaderError::Route(payload.len()))?;
+        let id = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        let seq = u64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
+        Ok((Route { id, seq }, rest))
+    }
+
+    /// The prefix's bytes.
+    pub fn encode(&self) -> [u8; Route::LEN] {
+        let mut b = [0u8; Route::LEN];
+        b[..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..].copy_from_slice(&self.seq.to_le_bytes());
+        b
     }
 }
 
@@ -56,7 +110,7 @@ pub mod flags {
     pub const CHECKPOINT_SHIFT: u16 = 1;
     /// The bits of the checkpoint.
     pub const CHECKPOINT_MASK: u16 = 0b11 << CHECKPOINT_SHIFT;
-    /// Every other bit must be zero in version 2.
+    /// Every other bit must be zero in version 3.
     pub const KNOWN: u16 = DETACHED | CHECKPOINT_MASK;
 }
 
@@ -93,6 +147,8 @@ pub enum NackReason {
     /// The message was dropped without the reply `OnReturn` asked for.
     NoReply = 2,
     TooLarge = 3,
+    /// A served frame of a kind no handler serves here.
+    NotServed = 4,
     Other = 255,
 }
 
@@ -102,6 +158,7 @@ impl NackReason {
             1 => NackReason::NoSuchEndpoint,
             2 => NackReason::NoReply,
             3 => NackReason::TooLarge,
+            4 => NackReason::NotServed,
             _ => NackReason::Other,
         }
     }
@@ -109,12 +166,14 @@ impl NackReason {
 
 /// What a `Nack`'s payload (a peer's bytes) says: its reason byte, then
 /// for `TooLarge` the message's size and the receiver's `max_message`
-/// (u64 LE each), for the other reasons UTF-8 text (`Other`: the peer's
+/// (u64 LE each), for `NotServed` the kind byte, for the other reasons UTF-8 text (`Other`: the peer's
 /// only account of why; the others' text is not read).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Nack<'a> {
     NoSuchEndpoint,
     NoReply,
+    /// No handler for the frame's kind (the byte after the reason).
+    NotServed(u8),
     TooLarge {
         len: u64,
         max: u64,
@@ -130,6 +189,7 @@ impl<'a> Nack<'a> {
         match p.first().map(|b| NackReason::from_u8(*b)) {
             Some(NackReason::NoSuchEndpoint) => Nack::NoSuchEndpoint,
             Some(NackReason::NoReply) => Nack::NoReply,
+            Some(NackReason::NotServed) if !body.is_empty() => Nack::NotServed(body[0]),
             Some(NackReason::TooLarge) if body.len() == 16 => Nack::TooLarge {
                 len: u64::from_le_bytes(body[..8].try_into().expect("8 bytes")),
                 max: u64::from_le_bytes(body[8..].try_into().expect("8 bytes")),
@@ -179,6 +239,9 @@ pub enum HeaderError {
     /// A kind byte no [`Kind`] has.
     #[error("unknown frame kind {0}")]
     Kind(u8),
+    /// A routed frame's payload shorter than its [`Route`] (its length).
+    #[error("a routed frame's payload of {0} bytes has no room for its route")]
+    Route(usize),
     /// Flag bits outside [`flags::KNOWN`] (the whole flags word).
     #[error("unknown flags {0:#x}")]
     Flags(u16),
@@ -218,7 +281,7 @@ impl Header {
     /// Encodes into the first `HEADER_LEN` bytes of `out`.
     pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
         out[0] = VERSION;
-        out[1] = self.kind as u8;
+        out[1] = self.kind.to_u8();
         out[2..4].copy_from_slice(&self.flags.to_le_bytes());
         out[4..8].copy_from_slice(&self.len.to_le_bytes());
         out[8..16].copy_from_slice(&self.src.bits().to_le_bytes());
@@ -285,6 +348,8 @@ mod tests {
         assert_eq!(Nack::parse(&[NackReason::NoSuchEndpoint as u8]), Nack::NoSuchEndpoint);
         assert_eq!(Nack::parse(b"\x09why"), Nack::Other(b"why"));
         assert_eq!(Nack::parse(b""), Nack::Other(b""));
+        assert_eq!(Nack::parse(&[NackReason::NotServed as u8, 200]), Nack::NotServed(200));
+        assert_eq!(Nack::parse(&[NackReason::NotServed as u8]), Nack::Other(b""));
     }
 
     fn frame(h: &Header, payload: &[u8]) -> Vec<u8> {
@@ -326,6 +391,30 @@ mod tests {
         }
     }
 
+    /// Kinds 64..=255 are served kinds, and round-trip; the core's gaps are refused.
+    #[test]
+    fn served_kinds_round_trip_and_gaps_are_refused() {
+        for b in 0..=255u8 {
+            match Kind::from_u8(b) {
+                Some(k) => assert_eq!(k.to_u8(), b),
+                None => assert!(matches!(b, 0 | 5 | 8..=63), "kind {b} refused"),
+            }
+        }
+        assert_eq!(Kind::from_u8(64), Some(Kind::Served(64)));
+        let h = Header::new(Kind::Served(200), Addr::new(1, 2, 0).unwrap(), Addr::new(3, 4, 0).unwrap(), 5);
+        assert_eq!(Header::decode(&frame(&h, b"")).unwrap(), h);
+    }
+
+    #[test]
+    fn routes_split_off_their_payload() {
+        let route = Route { id: 0x0102_0304_0506_0708, seq: 9 };
+        let mut p = route.encode().to_vec();
+        p.extend_from_slice(b"rest");
+        assert_eq!(Route::split(&p).unwrap(), (route, &b"rest"[..]));
+        assert_eq!(Route::split(&p[..Route::LEN]).unwrap(), (route, &b""[..]));
+        assert_eq!(Route::split(&p[..15]), Err(HeaderError::Route(15)));
+    }
+
     #[test]
     fn header_rejects_garbage() {
         let h = Header::new(Kind::Ack, Addr::NONE, Addr::NONE, 1);
@@ -335,8 +424,8 @@ mod tests {
         bad[0] = 9;
         assert_eq!(Header::decode(&bad), Err(HeaderError::Version(9)));
         let mut bad = good.clone();
-        bad[1] = 77;
-        assert_eq!(Header::decode(&bad), Err(HeaderError::Kind(77)));
+        bad[1] = 37;
+        assert_eq!(Header::decode(&bad), Err(HeaderError::Kind(37)));
         let mut bad = good.clone();
         bad[3] = 0x80;
         assert!(matches!(Header::decode(&bad), Err(HeaderError::Flags(_))));

@@ -470,7 +470,7 @@ impl Rx {
             // Refused before it is buffered whole: no frame may exceed what we
             // granted (its kind and flags say which credit it draws on).
             let bits = u16::from_le_bytes([rest[2], rest[3]]);
-            let limit = if rest[1] == Kind::Release as u8 {
+            let limit = if rest[1] == Kind::Release.to_u8() {
                 CREDIT_LEN
             } else if bits & flags::DETACHED != 0 {
                 self.grant_detached
@@ -481,7 +481,7 @@ impl Rx {
                 return Err(RecvError::Corrupt(Violation::PastCredit { len }));
             }
             if rest.len() < HEADER_LEN + len {
-                if bits & flags::DETACHED != 0 && len > OWN_BUFFER && rest[1] != Kind::Release as u8 {
+                if bits & flags::DETACHED != 0 && len > OWN_BUFFER && rest[1] != Kind::Release.to_u8() {
                     // Its credit checked above: `len` is at most what we granted.
                     let header = Header::decode_head(rest)?;
                     let (f, d) = TcpEnd::cost(&header);

@@ -1,0 +1,210 @@
+//! Served frames: the extension point through which a primitive (remote
+//! memory, fifos, signals, links, ...) plugs into the core.
+//!
+//! A primitive takes a range of the served frame kinds
+//! ([`SERVED_KINDS`](crate::wire::SERVED_KINDS)) and registers one
+//! [`FrameHandler`] for it with [`Team::serve_frames`]. Its peers send it
+//! frames of those kinds with a sender made by [`Team::frame_sender`] (a
+//! `RawSender` whose frames are of that kind): the send machinery of
+//! ports — binding, deadlines, room, `PeerGone` — serves them unchanged,
+//! and the answer comes back as a port's does (an Ack, a Reply, a Nack).
+//!
+//! Whichever thread drains the channel a frame came on runs the handler
+//! as it takes the frame: a processor, the replacement started for a
+//! processor stuck in user code, a thread inside a blocking call of the
+//! team, the waiting thread of a `processors(0)` team. Never a user task:
+//! a frame is served while every task of the team is blocked. So a handler
+//! must not block; it answers through the [`ServedFrame`] it is given, on
+//! the channel's bounded answer path (a reply that finds no room waits in
+//! the channel's outbox, and while answers wait for a peer that does not
+//! read, the team takes no more frames from it that need answers).
+//!
+//! The primitive keeps its own state (in its handler); the core knows
+//! only the kinds and the handler.
+
+use super::channel::Channel;
+use super::payload::Payload;
+use super::{Team, TeamInner};
+use crate::error::{Error, Result};
+use crate::id::EndpointId;
+use crate::port::RawSender;
+use crate::wire::{Checkpoint, Header, Kind, NackReason, SERVED_KINDS};
+use parking_lot::RwLock;
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+/// A primitive's handler of its frame kinds (see the module's text).
+pub trait FrameHandler: Send + Sync + 'static {
+    /// Serves one frame. Runs on the thread that took it off its channel,
+    /// with that channel held: it must not block (no lock another thread
+    /// may hold for long, no system call that waits). Dropping `frame`
+    /// without answering answers for it: a `NoReply` nack if its sender
+    /// waits for a reply, nothing otherwise.
+    fn serve(&self, frame: ServedFrame<'_>);
+}
+
+/// The team's handlers, by served kind.
+pub(crate) struct Served {
+    handlers: RwLock<Vec<Option<Arc<dyn FrameHandler>>>>,
+}
+
+impl Default for Served {
+    fn default() -> Self {
+        Served { handlers: RwLock::new(vec![None; SERVED_KINDS.len()]) }
+    }
+}
+
+impl Served {
+    fn index(kind: u8) -> usize {
+        usize::from(kind - SERVED_KINDS.start())
+    }
+
+    fn handler(&self, kind: u8) -> Option<Arc<dyn FrameHandler>> {
+        self.handlers.read()[Served::index(kind)].clone()
+    }
+
+    /// Drops every handler (at shutdown: they may hold the team's own objects).
+    pub fn clear(&self) {
+        self.handlers.write().iter_mut().for_each(|h| *h = None);
+    }
+}
+
+/// Keeps a handler registered (see [`Team::serve_frames`]); dropping it
+/// unregisters the handler: frames of its kinds are then nacked `NotServed`.
+#[must_use = "dropping it unregisters the handler"]
+pub struct ServedKinds {
+    team: Weak<TeamInner>,
+    kinds: RangeInclusive<u8>,
+}
+
+impl Drop for ServedKinds {
+    fn drop(&mut self) {
+        if let Some(team) = self.team.upgrade() {
+            let mut handlers = team.served.handlers.write();
+            for k in self.kinds.clone() {
+                handlers[Served::index(k)] = None;
+            }
+        }
+    }
+}
+
+impl Team {
+    /// Registers `handler` for the served frame kinds `kinds` (within
+    /// [`SERVED_KINDS`](crate::wire::SERVED_KINDS), none of them taken)
+    /// until the returned guard is dropped.
+    pub fn serve_frames(&self, kinds: RangeInclusive<u8>, handler: Arc<dyn FrameHandler>) -> Result<ServedKinds> {
+        if kinds.is_empty() || !SERVED_KINDS.contains(kinds.start()) {
+            return Err(Error::InvalidArgument(format!(
+                "served kinds {kinds:?} are not a range within {SERVED_KINDS:?}"
+            )));
+        }
+        let mut handlers = self.inner.served.handlers.write();
+        if let Some(kind) = kinds.clone().find(|k| handlers[Served::index(*k)].is_some()) {
+            return Err(Error::KindTaken { kind });
+        }
+        for k in kinds.clone() {
+            handlers[Served::index(k)] = Some(handler.clone());
+        }
+        Ok(ServedKinds { team: Arc::downgrade(&self.inner), kinds })
+    }
+
+    /// A sender of frames of the served kind `kind` to the team `to` (its
+    /// slot 0: a handler reads what the frame is about from its payload, or
+    /// from [`ServedFrame::slot`] of an endpoint-like `to`). Sends take a
+    /// checkpoint as a port's: `OnReturn` waits for the handler's reply.
+    pub fn frame_sender(&self, to: EndpointId, kind: u8) -> Result<RawSender> {
+        if !SERVED_KINDS.contains(&kind) {
+            return Err(Error::InvalidArgument(format!("frame kind {kind} is not a served kind ({SERVED_KINDS:?})")));
+        }
+        Ok(self.raw_sender(to).of_kind(Kind::Served(kind)))
+    }
+}
+
+/// One served frame, as its handler gets it.
+pub struct ServedFrame<'a> {
+    team: &'a TeamInner,
+    ch: &'a Arc<Channel>,
+    header: &'a Header,
+    payload: Payload,
+    answered: bool,
+}
+
+impl ServedFrame<'_> {
+    /// The frame's kind byte.
+    pub fn kind(&self) -> u8 {
+        self.header.kind.to_u8()
+    }
+
+    /// The endpoint that sent it (slot 0: its team).
+    pub fn from(&self) -> EndpointId {
+        self.ch.peer_endpoint(self.header.src)
+    }
+
+    /// The slot of this team it was sent to (0: the team itself).
+    pub fn slot(&self) -> u32 {
+        self.header.dst.slot()
+    }
+
+    /// What its sender waits for.
+    pub fn checkpoint(&self) -> Checkpoint {
+        self.header.checkpoint()
+    }
+
+    /// When its sender stops waiting, if it set a deadline.
+    pub fn deadline(&self) -> Option<Instant> {
+        super::deadline::deadline_on_arrival(self.header.budget_ns)
+    }
+
+    /// Runs `f` on the payload's bytes (copied first if they are in the
+    /// peer's memory: a handler never reads memory the peer can write).
+    pub fn with_payload<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        self.payload.with_bytes(f)
+    }
+
+    /// Answers with `bytes` (a sender waiting `OnReturn` gets them; one
+    /// that waits for nothing gets nothing). `PeerGone` if the channel
+    /// went; a reply larger than the channel takes is `TooLarge`.
+    pub fn reply(mut self, bytes: &[u8]) -> Result<()> {
+        self.answered = true;
+        match self.header.checkpoint() {
+            Checkpoint::OnReturn => self.team.reply(self.ch, self.header, bytes),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses it: its sender's call fails with `Refused(Peer(why))`.
+    pub fn refuse(mut self, why: &str) {
+        self.answered = true;
+        self.team.nack(self.ch, self.header, NackReason::Other, why.as_bytes());
+    }
+}
+
+impl Drop for ServedFrame<'_> {
+    fn drop(&mut self) {
+        if !self.answered && self.header.checkpoint() == Checkpoint::OnReturn {
+            self.team.nack(self.ch, self.header, NackReason::NoReply, b"served frame dropped without a reply");
+        }
+    }
+}
+
+impl TeamInner {
+    /// Runs the handler of a served frame (the receive path's part).
+    pub(super) fn serve_frame(&self, ch: &Arc<Channel>, h: &Header, payload: Payload) {
+        let kind = h.kind.to_u8();
+        let Some(handler) = self.served.handler(kind) else {
+            self.nack(ch, h, NackReason::NotServed, &[kind]);
+            return;
+        };
+        if matches!(h.checkpoint(), Checkpoint::OnReceipt | Checkpoint::OnDelivery) {
+            // Taken, and (the handler being its receiver) delivered.
+            self.ack(ch, h, h.checkpoint());
+        }
+        let frame = ServedFrame { team: self, ch, header: h, payload, answered: false };
+        // A handler's panic must not unwind through the receive path (the
+        // channel's state): its sender gets `NoReply` (the frame's drop).
+        if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.serve(frame))) {
+            tracing::error!(kind, panic = %super::panic_message(&*e), "a served-frame handler panicked");
+        }
+    }
+}

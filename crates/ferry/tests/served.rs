@@ -1,0 +1,167 @@
+//! Served frames (`ferry::extend`), the core's extension point for
+//! primitives, over every placement: a handler registered for a range of
+//! frame kinds answers them from the progress loop — also while every task
+//! of its team is blocked, and in a team without processors, from a thread
+//! waiting in a blocking call.
+
+mod common;
+
+use common::pair::{pair, Placement, Side};
+use ferry::extend::{FrameHandler, ServedFrame};
+use ferry::{Checkpoint, EndpointId, Error, Refusal, Team, TeamId};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Kind 200 answers with the payload reversed (a large one: with its
+/// length), 201 refuses, 202 drops the frame unanswered; each counts.
+#[derive(Default)]
+struct Test {
+    served: AtomicUsize,
+}
+
+const REVERSE: u8 = 200;
+const REFUSE: u8 = 201;
+const DROP: u8 = 202;
+const NOBODY: u8 = 203;
+
+impl FrameHandler for Test {
+    fn serve(&self, frame: ServedFrame<'_>) {
+        self.served.fetch_add(1, Ordering::SeqCst);
+        match frame.kind() {
+            REVERSE => {
+                let answer = frame.with_payload(|b| match b.len() > 1024 {
+                    true => (b.len() as u64).to_le_bytes().to_vec(),
+                    false => b.iter().rev().copied().collect(),
+                });
+                frame.reply(&answer).unwrap();
+            }
+            REFUSE => frame.refuse("not today"),
+            _ => drop(frame),
+        }
+    }
+}
+
+fn owner(team: &TeamId) -> EndpointId {
+    team.endpoint(0).unwrap()
+}
+
+/// Every way a served frame is answered, and the frames that are not.
+fn served_frames_are_answered(p: Placement) {
+    pair(p).run(
+        |a: &Side| {
+            let handler = Arc::new(Test::default());
+            let _serving = a.team.serve_frames(REVERSE..=DROP, handler.clone()).unwrap();
+            a.put("serving", "");
+            let sent: usize = a.get("sent");
+            assert!(common::eventually(Duration::from_secs(5), || handler.served.load(Ordering::SeqCst) == sent));
+        },
+        |b: &Side| {
+            b.get::<String>("serving");
+            let to = owner(&b.peer);
+            let send = |kind: u8, bytes: &[u8], c: Checkpoint| b.team.frame_sender(to, kind).unwrap().send(bytes, c);
+            assert_eq!(send(REVERSE, b"abc", Checkpoint::OnReturn).unwrap(), b"cba");
+            // Large: out of band on shared memory.
+            let big = vec![7u8; 3 << 20];
+            assert_eq!(send(REVERSE, &big, Checkpoint::OnReturn).unwrap(), (3u64 << 20).to_le_bytes());
+            assert_eq!(send(REVERSE, b"x", Checkpoint::OnReceipt).unwrap(), b"");
+            assert_eq!(send(REVERSE, b"x", Checkpoint::OnDelivery).unwrap(), b"");
+            assert_eq!(send(REVERSE, b"x", Checkpoint::Immediate).unwrap(), b"");
+            match send(REFUSE, b"x", Checkpoint::OnReturn) {
+                Err(Error::Refused(Refusal::Peer(why))) => assert_eq!(why, "not today"),
+                other => panic!("a refusal: {other:?}"),
+            }
+            assert!(matches!(send(DROP, b"x", Checkpoint::OnReturn), Err(Error::Refused(Refusal::NoReply))));
+            // Not counted: no handler runs.
+            match send(NOBODY, b"x", Checkpoint::OnReturn) {
+                Err(Error::Refused(Refusal::NotServed { kind })) => assert_eq!(kind, NOBODY),
+                other => panic!("not served: {other:?}"),
+            }
+            b.put("sent", 7);
+        },
+    );
+}
+
+/// A served frame is answered while the owner's only processor is stuck
+/// in a task that blocks it (a replacement processor drains the channel):
+/// what remote memory relies on.
+fn served_while_every_task_blocks(p: Placement) {
+    pair(p).config_a(|b| b.processors(1)).run(
+        |a: &Side| {
+            let _serving = a.team.serve_frames(REVERSE..=DROP, Arc::new(Test::default())).unwrap();
+            let stuck = a.team.spawn(async { std::thread::sleep(Duration::from_secs(3)) });
+            a.put("blocked", "");
+            a.get::<String>("done");
+            a.team.block_on(stuck).unwrap();
+        },
+        |b: &Side| {
+            b.get::<String>("blocked");
+            // Well inside the block.
+            std::thread::sleep(Duration::from_millis(100));
+            let sender = b.team.frame_sender(owner(&b.peer), REVERSE).unwrap();
+            let t0 = Instant::now();
+            assert_eq!(sender.send(b"ab", Checkpoint::OnReturn).unwrap(), b"ba");
+            let took = t0.elapsed();
+            b.put("done", "");
+            assert!(took < Duration::from_secs(1), "answered after {took:?}, behind the blocked task");
+        },
+    );
+}
+
+/// A team without processors serves frames from a thread of its that
+/// waits in a blocking call (here, a port's receive).
+fn a_processorless_owner_serves_from_its_waiting_thread(p: Placement) {
+    if p.one_team() {
+        return; // One team: the requester's own thread would serve it.
+    }
+    pair(p).config_a(|b| b.processors(0)).run(
+        |a: &Side| {
+            let _serving = a.team.serve_frames(REVERSE..=DROP, Arc::new(Test::default())).unwrap();
+            let port = a.team.open_raw_port().unwrap();
+            a.put("port", port.id());
+            // The only thread driving this team waits here until B is done.
+            let m = port.recv_timeout(Duration::from_secs(20)).unwrap();
+            assert_eq!(m.payload(), b"done");
+        },
+        |b: &Side| {
+            let port: EndpointId = b.get("port");
+            let sender = b.team.frame_sender(owner(&b.peer), REVERSE).unwrap();
+            for _ in 0..100 {
+                assert_eq!(sender.send(b"xyz", Checkpoint::OnReturn).unwrap(), b"zyx");
+            }
+            b.team.raw_sender(port).send(b"done", Checkpoint::OnReceipt).unwrap();
+        },
+    );
+}
+
+placements!(
+    served_frames_are_answered,
+    served_while_every_task_blocks,
+    a_processorless_owner_serves_from_its_waiting_thread
+);
+
+/// Kinds outside the served range, and kinds taken, are refused with
+/// typed errors; a handler's guard unregisters it.
+#[test]
+fn kinds_are_checked_and_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let handler = Arc::new(Test::default());
+    assert!(matches!(team.serve_frames(10..=70, handler.clone()), Err(Error::InvalidArgument(_))));
+    #[allow(clippy::reversed_empty_ranges)]
+    let empty = 210..=200;
+    assert!(matches!(team.serve_frames(empty, handler.clone()), Err(Error::InvalidArgument(_))));
+    assert!(matches!(team.frame_sender(owner(&team.id()), 3), Err(Error::InvalidArgument(_))));
+    let guard = team.serve_frames(REVERSE..=DROP, handler.clone()).unwrap();
+    assert!(matches!(team.serve_frames(DROP..=NOBODY, handler.clone()), Err(Error::KindTaken { kind: DROP })));
+    let other = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let sender = other.frame_sender(owner(&team.id()), REVERSE).unwrap();
+    assert_eq!(sender.send(b"12", Checkpoint::OnReturn).unwrap(), b"21");
+    drop(guard);
+    assert!(matches!(
+        sender.send(b"12", Checkpoint::OnReturn),
+        Err(Error::Refused(Refusal::NotServed { kind: REVERSE }))
+    ));
+    // Free again.
+    let _again = team.serve_frames(DROP..=NOBODY, handler).unwrap();
+}
