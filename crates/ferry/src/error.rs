@@ -249,6 +249,19 @@ pub enum Violation {
     /// A payload release outside the transport that lends payloads.
     #[error("a payload release outside its transport")]
     StrayRelease,
+    /// Descriptors handed over that this end did not ask for (or a
+    /// handover message that is not one: no tag, no descriptor, too many).
+    #[error("descriptors handed over unasked (call {tag})")]
+    UnaskedHandover {
+        /// The call they came for (0: not a handover message).
+        tag: u64,
+    },
+    /// An answer that says descriptors came with it, when none did.
+    #[error("an answer to call {tag} without the descriptors it announced")]
+    HandoverMissing {
+        /// The call it answers.
+        tag: u64,
+    },
     /// A TCP frame larger than the credit granted.
     #[error("a {len}-byte frame, past the credit granted")]
     PastCredit {
@@ -391,6 +404,9 @@ pub enum Limit {
     /// ([`crate::TeamBuilder::handshakes_per_source`]), or from addresses
     /// that are no node's of the cluster file (64), at the node that refused.
     Handshakes,
+    /// Calls on one channel awaiting descriptors back at once (64): see
+    /// [`crate::extend`]'s post-bind resources.
+    Handovers,
 }
 
 impl Limit {
@@ -404,6 +420,7 @@ impl Limit {
             Limit::RingBytes => 5,
             Limit::BatchCalls => 6,
             Limit::Handshakes => 7,
+            Limit::Handovers => 8,
         }
     }
 
@@ -417,6 +434,7 @@ impl Limit {
             Limit::RingBytes,
             Limit::BatchCalls,
             Limit::Handshakes,
+            Limit::Handovers,
         ]
         .into_iter()
         .find(|l| l.code() == code)
@@ -452,6 +470,7 @@ impl Limit {
                 "bind fewer teams at once, or raise the refusing node's TeamBuilder::handshakes_per_source \
                  (handshakes-per-source in its cluster file)"
             }
+            Limit::Handovers => "wait for some of the calls that take descriptors back to end",
         }
     }
 }
@@ -466,6 +485,7 @@ impl std::fmt::Display for Limit {
             Limit::RingBytes => "ring size a peer maps",
             Limit::BatchCalls => "calls in one RPC batch",
             Limit::Handshakes => "TCP handshakes at once from one address",
+            Limit::Handovers => "calls awaiting descriptors on one channel",
         })
     }
 }

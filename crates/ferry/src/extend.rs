@@ -8,6 +8,13 @@
 //! never a user task) and answers through the [`ServedFrame`]. A routed
 //! primitive (links, groups) starts its frames' payloads with a [`Route`].
 //!
+//! *Resources after the bind*: over shared memory, an answer can hand the
+//! caller descriptors (memfds: segments it maps) —
+//! [`ServedFrame::reply_with_descriptors`] answers
+//! [`RawSender::call_for_descriptors`](crate::RawSender::call_for_descriptors).
+//! A caller gets descriptors only in the answer to a call that asked for
+//! them; anything else a peer sends is a protocol violation (`docs/WIRE.md`).
+//!
 //! ```
 //! use ferry::extend::{FrameHandler, ServedFrame};
 //! use ferry::{Checkpoint, Team};

@@ -9,6 +9,7 @@ mod common;
 use common::pair::{pair, Placement, Side};
 use ferry::extend::{FrameHandler, ServedFrame};
 use ferry::{Checkpoint, EndpointId, Error, Refusal, Team, TeamId};
+use rustix::fd::AsFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,7 +135,58 @@ fn a_processorless_owner_serves_from_its_waiting_thread(p: Placement) {
     );
 }
 
+/// Kind 205 answers with a memfd holding "segment", handed over (post-bind
+/// resources), or refuses with why it cannot.
+struct Segments;
+
+const SEGMENT: u8 = 205;
+
+impl FrameHandler for Segments {
+    fn serve(&self, frame: ServedFrame<'_>) {
+        let fd = rustix::fs::memfd_create("ferry-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::io::write(&fd, b"segment").unwrap();
+        // Not asked for (or not over shared memory): an error, and the frame
+        // is dropped unanswered (its sender gets `NoReply`).
+        let _ = frame.reply_with_descriptors(b"here", &[fd.as_fd()]);
+    }
+}
+
+/// A served frame's answer hands the caller a shared-memory segment after
+/// the bind, over shared memory; elsewhere asking is a typed error, and a
+/// caller that did not ask gets none.
+fn segments_are_handed_over_on_shared_memory(p: Placement) {
+    pair(p).run(
+        |a: &Side| {
+            let _serving = a.team.serve_frames(SEGMENT..=SEGMENT, Arc::new(Segments)).unwrap();
+            a.put("serving", "");
+            a.get::<String>("done");
+        },
+        |b: &Side| {
+            b.get::<String>("serving");
+            let sender = b.team.frame_sender(owner(&b.peer), SEGMENT).unwrap();
+            match p {
+                Placement::TwoTeams | Placement::TwoProcesses => {
+                    for _ in 0..3 {
+                        let (reply, fds) = sender.call_for_descriptors(b"give").unwrap();
+                        assert_eq!((reply.as_slice(), fds.len()), (&b"here"[..], 1));
+                        let mut text = [0u8; 16];
+                        let n = rustix::io::pread(&fds[0], &mut text, 0).unwrap();
+                        assert_eq!(&text[..n], b"segment");
+                    }
+                }
+                // One team (the loop-back) or TCP: no descriptors travel.
+                _ => assert!(matches!(sender.call_for_descriptors(b"give"), Err(Error::InvalidArgument(_)))),
+            }
+            // Not asked: the handler cannot hand any over (its reply fails:
+            // the frame is dropped unanswered).
+            assert!(matches!(sender.send(b"give", Checkpoint::OnReturn), Err(Error::Refused(Refusal::NoReply))));
+            b.put("done", "");
+        },
+    );
+}
+
 placements!(
+    segments_are_handed_over_on_shared_memory,
     served_frames_are_answered,
     served_while_every_task_blocks,
     a_processorless_owner_serves_from_its_waiting_thread

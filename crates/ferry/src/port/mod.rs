@@ -16,8 +16,9 @@ use crate::runtime::channel::Incoming;
 use crate::runtime::out::{self, Out};
 use crate::runtime::payload::Payload;
 use crate::runtime::EndpointInbox as Inbox;
+use crate::runtime::Form;
 use crate::runtime::{idle, Delivery, Route, Team, TeamInner};
-use crate::wire::{Checkpoint, Header, Kind, NackReason};
+use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
@@ -62,7 +63,7 @@ impl Team {
             to,
             timeout: None,
             channel: Arc::new(CachedChannel::new()),
-            kind: Kind::Data,
+            form: Form::DATA,
         }
     }
 
@@ -429,7 +430,7 @@ pub struct RawSender {
     /// the crash matrix found it).
     channel: Arc<CachedChannel>,
     /// What its frames are: `Data`, or a primitive's served kind (see `crate::extend`).
-    kind: Kind,
+    form: Form,
 }
 
 impl Clone for RawSender {
@@ -439,7 +440,7 @@ impl Clone for RawSender {
             to: self.to,
             timeout: self.timeout,
             channel: self.channel.clone(),
-            kind: self.kind,
+            form: self.form,
         }
     }
 }
@@ -489,7 +490,7 @@ impl RawSender {
         let src = self.team.id.endpoint(0).unwrap();
         let deadline = self.timeout.and_then(crate::runtime::deadline_after);
         if let Some(ch) = self.cached() {
-            return self.team.send_on(&ch, self.kind, src, self.to, bytes, checkpoint, deadline, blocking);
+            return self.team.send_on(&ch, self.form, src, self.to, bytes, checkpoint, deadline, blocking);
         }
         // First use, or the channel died: the team finds (or binds) the
         // current one, and it is cached for the next sends. A blocking send with no deadline binds on this
@@ -503,10 +504,10 @@ impl RawSender {
         match route {
             Ok(Route::Ready(ch)) => {
                 self.channel.set(&ch);
-                self.team.send_on(&ch, self.kind, src, self.to, bytes, checkpoint, deadline, blocking)
+                self.team.send_on(&ch, self.form, src, self.to, bytes, checkpoint, deadline, blocking)
             }
             Ok(Route::Binding(bind)) => {
-                self.team.send_when_bound(&bind, self.kind, src, self.to, bytes, checkpoint, deadline)
+                self.team.send_when_bound(&bind, self.form, src, self.to, bytes, checkpoint, deadline)
             }
             Err(e) => Delivery::failed(e),
         }
@@ -514,14 +515,42 @@ impl RawSender {
 
     /// The same sender, whose frames are of `kind` (a served kind: see `Team::frame_sender`).
     pub(crate) fn of_kind(self, kind: Kind) -> RawSender {
-        RawSender { kind, ..self }
+        RawSender { form: Form { kind, ..self.form }, ..self }
+    }
+
+    /// An `OnReturn` send whose answer may bring descriptors: shared-memory
+    /// segments a primitive's handler hands over after the bind
+    /// ([`ServedFrame::reply_with_descriptors`](crate::extend::ServedFrame::reply_with_descriptors)).
+    /// Blocks for the reply and them (none if the handler sent none). Only
+    /// over shared memory: elsewhere (one team, another node) this is
+    /// `InvalidArgument`, and the primitive shares memory its own way.
+    pub fn call_for_descriptors(&self, bytes: &[u8]) -> Result<(Vec<u8>, Vec<rustix::fd::OwnedFd>)> {
+        let ch = match self.cached() {
+            Some(ch) => ch,
+            None => {
+                // Bound here: the handover is asked on the very channel the call goes out on.
+                let ch = self.team.channel_to(self.to.team_id())?;
+                self.channel.set(&ch);
+                ch
+            }
+        };
+        let src = self.team.id.endpoint(0).unwrap();
+        let deadline = self.timeout.and_then(crate::runtime::deadline_after);
+        let form = Form { flags: flags::HANDOVER, ..self.form };
+        let mut d = self.team.send_on(&ch, form, src, self.to, Out::from(bytes), Checkpoint::OnReturn, deadline, true);
+        let completion = d.completion();
+        let reply = match d.take_ready() {
+            Some(r) => r,
+            None => idle::block_on(&self.team, d),
+        }?;
+        Ok((reply, completion.map(|c| c.take_descriptors()).unwrap_or_default()))
     }
 
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.
     pub fn send(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
         if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {
             if let Some(ch) = self.cached() {
-                let h = Header::new(self.kind, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
+                let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to.addr(), 0);
                 return self.team.send_immediate(&ch, h, bytes).map(|()| Vec::new());
             }
         }

@@ -28,13 +28,36 @@ pub(crate) struct Completion {
     /// answer. 0 (no channel) while the send waits for its channel's bind.
     channel: AtomicU64,
     state: Mutex<(Option<Result<Payload>>, Option<Waker>)>,
+    /// The answer may bring descriptors (see `Transport::ask_handover`).
+    pub handover: std::sync::atomic::AtomicBool,
+    /// The descriptors it brought, until the caller takes them.
+    descriptors: Mutex<Vec<rustix::fd::OwnedFd>>,
 }
 
 impl Completion {
     /// A completion no answer finishes (an `Immediate` send waiting for its
     /// channel's bind: the sender finishes it once the message is written).
     pub fn detached() -> Arc<Completion> {
-        Arc::new(Completion { channel: AtomicU64::new(0), state: Mutex::new((None, None)) })
+        Arc::new(Completion::new(0))
+    }
+
+    fn new(channel: u64) -> Completion {
+        Completion {
+            channel: AtomicU64::new(channel),
+            state: Mutex::new((None, None)),
+            handover: Default::default(),
+            descriptors: Default::default(),
+        }
+    }
+
+    /// Keeps the descriptors an answer brought (before `finish`).
+    pub fn hand(&self, fds: Vec<rustix::fd::OwnedFd>) {
+        *self.descriptors.lock() = fds;
+    }
+
+    /// The descriptors the answer brought, if any.
+    pub fn take_descriptors(&self) -> Vec<rustix::fd::OwnedFd> {
+        std::mem::take(&mut *self.descriptors.lock())
     }
 
     /// The send goes out on the channel `key` (it waited for the bind).
@@ -142,8 +165,7 @@ impl Calls {
     /// [`Completion::bind`]) that waits for an answer; returns its call id.
     pub fn start(&self, ch: Option<&Channel>) -> (u64, Arc<Completion>) {
         let id = self.next_call.fetch_add(1, Ordering::Relaxed) + 1;
-        let key = AtomicU64::new(ch.map_or(0, Channel::key));
-        let completion = Arc::new(Completion { channel: key, state: Mutex::new((None, None)) });
+        let completion = Arc::new(Completion::new(ch.map_or(0, Channel::key)));
         self.pending.lock().insert(id, completion.clone());
         (id, completion)
     }

@@ -63,6 +63,14 @@ impl Delivery {
         Delivery { state: DeliveryState::Ready(Err(e)), deadline: None, timer: None }
     }
 
+    /// The completion it waits on, if it waits (to take descriptors from, after).
+    pub(crate) fn completion(&self) -> Option<Arc<Completion>> {
+        match &self.state {
+            DeliveryState::Waiting(w) => Some(w.completion.clone()),
+            _ => None,
+        }
+    }
+
     /// The outcome, if known already (an `Immediate` send, or a failure).
     pub fn take_ready(&mut self) -> Option<Result<Vec<u8>>> {
         match std::mem::replace(&mut self.state, DeliveryState::Done) {

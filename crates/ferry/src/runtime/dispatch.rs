@@ -15,7 +15,8 @@ use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::Addr;
 use crate::rpc::Place;
 use crate::transport::{Body, Recv, RecvError};
-use crate::wire::{Checkpoint, Header, Kind, Nack, NackReason};
+use crate::wire::{flags, Checkpoint, Header, Kind, Nack, NackReason};
+use rustix::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -277,6 +278,27 @@ impl TeamInner {
             Body::Inline(p) => p.len(),
             Body::Detached(slot) => slot.as_ref().map_or(0, |d| d.len()),
         };
+        if h.flags & flags::HANDOVER != 0 && !matches!(h.kind, Kind::Data | Kind::Served(_)) {
+            // Descriptors sent with an answer (post-bind resources): only a
+            // reply to a call of ours that asked for them brings any.
+            let fds = match h.kind {
+                Kind::Reply => ch.transport.take_handover(h.call_id),
+                _ => Err(Violation::UnaskedHandover { tag: h.call_id }),
+            };
+            let fds = match fds {
+                Ok(fds) => fds,
+                Err(v) => {
+                    *violation = Some(v);
+                    return false;
+                }
+            };
+            let payload = match body {
+                Body::Inline(p) => Payload::from_slice(p),
+                Body::Detached(slot) => Payload::Detached(slot.take().expect("a detached body is offered once")),
+            };
+            self.complete_handed(ch, h, Ok(payload), fds);
+            return true;
+        }
         // Any data frame but an `Immediate` one may be answered (an ack, a nack).
         let may_need_answer = h.call_id != 0 || h.checkpoint() != Checkpoint::Immediate;
         match h.kind {
@@ -414,10 +436,27 @@ impl TeamInner {
 
     /// An ack, reply or nack for one of our sends (or a failure of one).
     fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: Result<Payload>) {
+        self.complete_handed(ch, h, payload, Vec::new())
+    }
+
+    /// [`TeamInner::complete`] of an answer that brought descriptors `fds`
+    /// (see `Transport::ask_handover`).
+    fn complete_handed(&self, ch: &Arc<Channel>, h: &Header, payload: Result<Payload>, fds: Vec<OwnedFd>) {
+        let handed = h.flags & flags::HANDOVER != 0;
         let Some(c) = self.calls.take_answered(ch, h.call_id) else {
             tracing::debug!(call = h.call_id, peer = %ch.peer, "answer to no pending send; ignored");
-            return;
+            if !handed {
+                // A call that asked for descriptors and was forgotten (its
+                // caller gave up) got its answer, without: no longer asked.
+                ch.transport.unask_handover(h.call_id);
+            }
+            return; // (Descriptors it brought are closed here.)
         };
+        if handed {
+            c.hand(fds);
+        } else if c.handover.load(Ordering::Relaxed) {
+            ch.transport.unask_handover(h.call_id);
+        }
         c.finish(match (h.kind, payload) {
             (Kind::Ack | Kind::Reply, p) => p,
             (_, Ok(p)) => Err(p.with_bytes(|b| nack_error(ch, h, b))),

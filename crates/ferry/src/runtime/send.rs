@@ -16,7 +16,7 @@ use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::transport::{SendError, Staged};
-use crate::wire::{Checkpoint, Header, Kind, NackReason};
+use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -222,7 +222,7 @@ impl TeamInner {
     pub fn send_on(
         self: &Arc<Self>,
         ch: &Arc<Channel>,
-        kind: Kind,
+        form: Form,
         src: EndpointId,
         dst: EndpointId,
         payload: Out<'_>,
@@ -230,7 +230,7 @@ impl TeamInner {
         deadline: Option<Instant>,
         wait_here: bool,
     ) -> Delivery {
-        let mut header = data_header(kind, src, dst, checkpoint, deadline);
+        let mut header = data_header(form, src, dst, checkpoint, deadline);
         idle::sent_on(ch);
         if checkpoint == Checkpoint::Immediate {
             let sent = match &payload {
@@ -248,6 +248,14 @@ impl TeamInner {
         }
         let (call_id, completion) = self.calls.start(Some(ch));
         header.call_id = call_id;
+        if header.flags & flags::HANDOVER != 0 {
+            // Asked before the call goes out: its answer may come at once.
+            if let Err(e) = ch.transport.ask_handover(call_id) {
+                self.calls.forget(call_id);
+                return Delivery::failed(e);
+            }
+            completion.handover.store(true, Ordering::Relaxed);
+        }
         let sent = match wait_here {
             true => self.send_out(ch, header, &payload, true, deadline).map(|()| None),
             false => self.send_or_queue(ch, header, payload, &completion),
@@ -256,6 +264,7 @@ impl TeamInner {
             Ok(q) => q,
             Err(e) => {
                 self.calls.forget(call_id);
+                ch.transport.unask_handover(call_id);
                 return Delivery::failed(e);
             }
         };
@@ -329,7 +338,7 @@ impl TeamInner {
     pub fn send_when_bound(
         self: &Arc<Self>,
         bind: &Arc<Binding>,
-        kind: Kind,
+        form: Form,
         src: EndpointId,
         dst: EndpointId,
         payload: Out<'_>,
@@ -344,7 +353,7 @@ impl TeamInner {
             Ok(v) => Some(v),
             Err(e) => return Delivery::failed(e),
         };
-        let mut header = data_header(kind, src, dst, checkpoint, deadline);
+        let mut header = data_header(form, src, dst, checkpoint, deadline);
         let mut queued = None;
         let joined = bind.join(|| {
             // An `Immediate` send waits for the bind, not for room: the
@@ -362,7 +371,7 @@ impl TeamInner {
             // Bound meanwhile (`join` made nothing): sent as usual.
             Some(Ok(ch)) => {
                 let payload = Out::Bytes(Cow::Owned(payload.take().expect("not queued")));
-                self.send_on(&ch, kind, src, dst, payload, checkpoint, deadline, false)
+                self.send_on(&ch, form, src, dst, payload, checkpoint, deadline, false)
             }
             Some(Err(e)) => Delivery::failed(e),
             None => {
@@ -389,7 +398,11 @@ impl TeamInner {
     ///
     /// [`CONTROL_BACKLOG`]: super::channel::CONTROL_BACKLOG
     pub fn reply(&self, ch: &Channel, h: &Header, payload: &[u8]) -> Result<()> {
-        let header = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
+        self.answer(ch, Header::new(Kind::Reply, h.dst, h.src, h.call_id), payload)
+    }
+
+    /// [`TeamInner::reply`] with its header made (a reply with flags of its own).
+    pub fn answer(&self, ch: &Channel, header: Header, payload: &[u8]) -> Result<()> {
         self.check_size(ch, payload.len())?;
         // The common case first, as `send_message` does: it fits a frame and nothing waits.
         if payload.len() <= ch.max_payload && !ch.outbox.is_used() && ch.flush_backlog() {
@@ -490,16 +503,29 @@ impl TeamInner {
     }
 }
 
-/// The header of a message (`Data`, or a served kind) from `src` to `dst`
-/// (its call id is set when it is sent).
+/// What a sender's frames are: their kind (`Data`, or a primitive's served
+/// kind) and flags of their own (`HANDOVER`: the answer may bring descriptors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Form {
+    pub kind: Kind,
+    pub flags: u16,
+}
+
+impl Form {
+    pub const DATA: Form = Form { kind: Kind::Data, flags: 0 };
+}
+
+/// The header of a message of `form` from `src` to `dst` (its call id is
+/// set when it is sent).
 fn data_header(
-    kind: Kind,
+    form: Form,
     src: EndpointId,
     dst: EndpointId,
     checkpoint: Checkpoint,
     deadline: Option<Instant>,
 ) -> Header {
-    let mut header = Header::new(kind, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
+    let mut header = Header::new(form.kind, src.addr(), dst.addr(), 0).with_checkpoint(checkpoint);
+    header.flags |= form.flags;
     header.budget_ns = deadline.map_or(0, budget_ns);
     header
 }

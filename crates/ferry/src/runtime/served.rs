@@ -28,8 +28,9 @@ use super::{Team, TeamInner};
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::port::RawSender;
-use crate::wire::{Checkpoint, Header, Kind, NackReason, SERVED_KINDS};
+use crate::wire::{flags, Checkpoint, Header, Kind, NackReason, SERVED_KINDS};
 use parking_lot::RwLock;
+use rustix::fd::BorrowedFd;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -171,6 +172,30 @@ impl ServedFrame<'_> {
             Checkpoint::OnReturn => self.team.reply(self.ch, self.header, bytes),
             _ => Ok(()),
         }
+    }
+
+    /// Answers with `bytes` and hands the sender `fds` (shared-memory
+    /// segments: post-bind resources), which its
+    /// [`RawSender::call_for_descriptors`] gets with the reply. Only if it
+    /// asked for them (else `InvalidArgument`), and only over shared
+    /// memory (else `InvalidArgument`: the primitive shares memory its own
+    /// way in one process, and not at all across machines). On an error
+    /// the frame is dropped (its sender gets `NoReply`).
+    ///
+    /// The sender's runtime keeps what it got only for the call that asked,
+    /// and closes it with the channel; this team cannot take a descriptor
+    /// back from another process: a primitive that must withdraw memory
+    /// moves it to a fresh segment (see remote memory's revocation).
+    pub fn reply_with_descriptors(mut self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+        let h = self.header;
+        if h.flags & flags::HANDOVER == 0 || h.checkpoint() != Checkpoint::OnReturn {
+            return Err(Error::InvalidArgument("the frame's sender did not ask for descriptors".into()));
+        }
+        self.ch.transport.hand_over(h.call_id, fds)?;
+        self.answered = true;
+        let mut reply = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
+        reply.flags |= flags::HANDOVER;
+        self.team.answer(self.ch, reply, bytes)
     }
 
     /// Refuses it: its sender's call fails with `Refused(Peer(why))`.

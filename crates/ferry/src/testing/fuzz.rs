@@ -25,6 +25,7 @@
 //! | [`names_query`] | a name query as a node reads it, an answer (or a refusal) as the asker reads it (also signed) |
 //! | [`etcd`] | an etcd answer: HTTP/1.1 status and headers, chunked bodies, the JSON of every request ferry makes, watch streams, endpoint ids as text |
 //! | [`handover`] | a TCP bind handed over by another team of the node (`FERRYTHO`), and the hello it carries |
+//! | [`shm_descriptors`] | descriptors handed over after a shared-memory bind, on its socket: asked, unasked, taken, against a peer that sends anything |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
 use crate::id::{Addr, EndpointId, TeamId};
@@ -61,6 +62,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("names_query", names_query),
     ("etcd", etcd),
     ("handover", handover),
+    ("shm_descriptors", shm_descriptors),
     ("settings", settings),
 ];
 
@@ -1101,6 +1103,46 @@ pub fn handover(data: &[u8]) {
     }
 }
 
+/// Descriptors after the bind (`transport::shm::handover`) against a peer
+/// that writes anything on the bind socket: a program of our asks, unasks
+/// and takes, and the peer's messages (any bytes, 0..=6 descriptors).
+/// What is taken is what was asked, and never more than was asked waits.
+pub fn shm_descriptors(data: &[u8]) {
+    use crate::transport::shm::handover::{Handovers, MAX_ASKED};
+    use rustix::fd::AsFd;
+    let mut input = Input(data);
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    theirs.set_nonblocking(true).expect("non-blocking");
+    let memfd = rustix::fs::memfd_create("ferry-fuzz", rustix::fs::MemfdFlags::CLOEXEC).expect("a memfd");
+    let handovers = Handovers::default();
+    while !input.is_empty() {
+        let tag = u64::from(input.byte() % 8);
+        match input.byte() % 5 {
+            0 => {
+                let _ = handovers.ask(tag);
+            }
+            1 => handovers.unask(tag),
+            2 => {
+                let n = input.byte() as usize % 13;
+                let bytes = input.bytes(n).to_vec();
+                let fds = vec![memfd.as_fd(); input.byte() as usize % 7];
+                let _ = crate::sys::fdpass::send(theirs.as_fd(), &bytes, &fds);
+            }
+            3 => {
+                if handovers.receive(&ours).is_err() {
+                    return; // The channel would close.
+                }
+            }
+            _ => match handovers.take(tag, &ours) {
+                Ok(fds) => assert!(!fds.is_empty() && fds.len() <= crate::sys::fdpass::MAX_FDS),
+                Err(_) => return,
+            },
+        }
+        let (asked, got) = handovers.counts();
+        assert!(got <= asked && asked <= MAX_ASKED);
+    }
+}
+
 /// The seed corpora, made by ferry's own encoders (and, for the harnesses
 /// that read a program, programs of honest exchanges): what
 /// `write_seed_corpora` writes into `fuzz/corpus/<target>/`.
@@ -1147,6 +1189,9 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     add("frame", "cancel", frame_bytes(Header::new(Kind::Cancel, ep(7, 1), ep(9, 2), 42), b""));
     add("frame", "release", frame_bytes(Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0), &descriptor));
     add("frame", "tcp-credit", tcp::credit_frame(4096, 1 << 20));
+    // shm_descriptors: (tag, op) pairs; ask 1, the peer hands 1 over, take 1.
+    add("shm_descriptors", "asked", vec![1, 0, 1, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 3, 1, 4]);
+    add("shm_descriptors", "unasked", vec![2, 2, 8, 5, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]);
     let served = Header::new(Kind::Served(200), ep(7, 0), ep(9, 0), 43).with_checkpoint(Checkpoint::OnReturn);
     add("frame", "served", frame_bytes(served, b"abc"));
     let mut routed = Route { id: 0x0001_0002_0080_0001, seq: 17 }.encode().to_vec();

@@ -378,6 +378,31 @@ pub trait Transport: Send + Sync {
         None
     }
 
+    /// Post-bind resources: the next answer to our call `tag` may bring
+    /// descriptors (shared-memory segments); until it comes, a handover
+    /// tagged `tag` is taken and kept for [`Transport::take_handover`]
+    /// (any other is a protocol violation). Only transports that can pass
+    /// descriptors (shared memory) support it; a few calls at a time.
+    fn ask_handover(&self, _tag: u64) -> crate::Result<()> {
+        Err(crate::Error::InvalidArgument("descriptors travel only over shared-memory channels".into()))
+    }
+
+    /// The answer to `tag` came without descriptors: a handover tagged
+    /// `tag` is no longer expected.
+    fn unask_handover(&self, _tag: u64) {}
+
+    /// Hands `fds` to the peer for its call `tag` (it asked, see
+    /// [`Transport::ask_handover`]), ahead of the answer that announces them.
+    fn hand_over(&self, _tag: u64, _fds: &[BorrowedFd<'_>]) -> crate::Result<()> {
+        Err(crate::Error::InvalidArgument("descriptors travel only over shared-memory channels".into()))
+    }
+
+    /// The descriptors handed over for our call `tag`, which an answer
+    /// announced: a violation if none came (or we never asked).
+    fn take_handover(&self, tag: u64) -> Result<Vec<rustix::fd::OwnedFd>, Violation> {
+        Err(Violation::UnaskedHandover { tag })
+    }
+
     /// Looks, without waiting, whether the peer's end is gone, and records
     /// it if so (see [`Liveness::Gone`]). Cheap enough to call on every
     /// wake-up of `liveness_fd`, not meant for the receive path.

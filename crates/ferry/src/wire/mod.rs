@@ -110,8 +110,13 @@ pub mod flags {
     pub const CHECKPOINT_SHIFT: u16 = 1;
     /// The bits of the checkpoint.
     pub const CHECKPOINT_MASK: u16 = 0b11 << CHECKPOINT_SHIFT;
+    /// Descriptors (shared-memory segments handed over after the bind, on
+    /// the shared-memory bind socket): on a served frame, the sender takes
+    /// them in the answer; on a Reply, they were sent before it, tagged with
+    /// its `call_id`.
+    pub const HANDOVER: u16 = 1 << 3;
     /// Every other bit must be zero in version 3.
-    pub const KNOWN: u16 = DETACHED | CHECKPOINT_MASK;
+    pub const KNOWN: u16 = DETACHED | CHECKPOINT_MASK | HANDOVER;
 }
 
 /// When a send counts as complete (DESIGN §1, StarMod §4.2).

@@ -36,6 +36,7 @@
 //! the defaults, the mapped segment and doorbell pages.
 
 pub mod area;
+pub(crate) mod handover;
 pub mod ring;
 
 use super::doorbell::{Bell, Doorbell, DoorbellMemory, DoorbellPage, Line};
@@ -125,9 +126,12 @@ pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     hung_up: AtomicBool,
     /// `PeerGone` was reported: final, even if a frame still comes.
     ended: AtomicBool,
-    /// This end's side of the bind socket: carries nothing, kept for its
-    /// hang-up (none for a model's heap rings).
+    /// This end's side of the bind socket: kept for its hang-up, and
+    /// carries descriptors handed over after the bind (`handover`); none
+    /// for a model's heap rings.
     socket: Option<UnixStream>,
+    /// Descriptors asked for and handed over after the bind.
+    handovers: handover::Handovers,
     /// Where this end stages large payloads (none for a model's heap rings).
     tx_area: Option<TxArea>,
     /// Where the peer stages its large payloads for us.
@@ -411,6 +415,15 @@ impl ShmEnd {
 }
 
 impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
+    /// Records the peer's hang-up (see `check_liveness`).
+    fn hang_up(&self) -> Liveness {
+        self.hung_up.store(true, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
+        // The owner wakes whoever must learn it, once it did what comes
+        // first (the runtime sweeps the dead team's files).
+        Liveness::Gone
+    }
+
     /// An end writing `tx`, reading `rx`, ringing the peer's bell.
     pub(crate) fn from_parts(tx: M, rx: M, peer_bell: Bell<B>, segment: Option<Arc<Mapping>>) -> ShmEnd<M, B> {
         ShmEnd {
@@ -427,6 +440,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             hung_up: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             socket: None,
+            handovers: Default::default(),
             tx_area: None,
             rx_area: None,
             cooler: None,
@@ -798,13 +812,63 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         self.socket.as_ref().map(|s| s.as_fd())
     }
 
-    /// The bind socket carries nothing after the handshake: readable means
-    /// the peer hung up (or, if a byte came, broke the protocol: closed).
+    fn ask_handover(&self, tag: u64) -> crate::Result<()> {
+        match &self.socket {
+            Some(_) => self.handovers.ask(tag),
+            None => Err(crate::Error::InvalidArgument("this channel has no bind socket to pass descriptors on".into())),
+        }
+    }
+
+    fn unask_handover(&self, tag: u64) {
+        self.handovers.unask(tag);
+    }
+
+    fn hand_over(&self, tag: u64, fds: &[BorrowedFd<'_>]) -> crate::Result<()> {
+        let Some(sock) = &self.socket else {
+            return Err(crate::Error::InvalidArgument("this channel has no bind socket to pass descriptors on".into()));
+        };
+        if fds.is_empty() || fds.len() > fdpass::MAX_FDS {
+            return Err(crate::Error::InvalidArgument(format!(
+                "a handover carries 1 to {} descriptors, not {}",
+                fdpass::MAX_FDS,
+                fds.len()
+            )));
+        }
+        fdpass::send(sock.as_fd(), &tag.to_le_bytes(), fds)
+    }
+
+    fn take_handover(&self, tag: u64) -> Result<Vec<rustix::fd::OwnedFd>, Violation> {
+        match &self.socket {
+            Some(sock) => self.handovers.take(tag, sock),
+            None => Err(Violation::UnaskedHandover { tag }),
+        }
+    }
+
+    /// The bind socket carries only handovers we asked for after the
+    /// handshake: readable otherwise means the peer hung up (or, if a byte
+    /// came, broke the protocol: closed).
     fn check_liveness(&self) -> Liveness {
         if self.closed.load(Ordering::Acquire) {
             return if self.hung_up.load(Ordering::Acquire) { Liveness::Gone } else { Liveness::Closed };
         }
         let Some(sock) = &self.socket else { return Liveness::Alive };
+        if let Err(v) = self.handovers.receive(sock) {
+            tracing::warn!(violation = %v, "peer handed over descriptors unasked; closing the channel");
+            self.close();
+            return Liveness::Closed;
+        }
+        if self.handovers.any_asked() {
+            // What is left is a handover not sent whole yet, or the hang-up.
+            let mut b = [0u8; 1];
+            return match rustix::net::recv(
+                sock.as_fd(),
+                &mut b,
+                rustix::net::RecvFlags::DONTWAIT | rustix::net::RecvFlags::PEEK,
+            ) {
+                Ok((0, _)) => self.hang_up(),
+                _ => Liveness::Alive,
+            };
+        }
         let mut b = [0u8; 1];
         match rustix::net::recv(sock.as_fd(), &mut b, rustix::net::RecvFlags::DONTWAIT) {
             Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => Liveness::Alive,
@@ -813,13 +877,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
                 self.close();
                 Liveness::Closed
             }
-            _ => {
-                self.hung_up.store(true, Ordering::Release);
-                self.closed.store(true, Ordering::Release);
-                // The owner wakes whoever must learn it, once it did what comes
-                // first (the runtime sweeps the dead team's files).
-                Liveness::Gone
-            }
+            _ => self.hang_up(),
         }
     }
 
