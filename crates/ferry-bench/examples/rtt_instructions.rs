@@ -39,6 +39,7 @@ fn main() {
         Some("rpc") => return rpc(n, false),
         Some("arg") => return rpc(n, true),
         Some("tcp") => return tcp(n),
+        Some("inproc") => return inproc(n),
         _ => {}
     }
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
@@ -57,6 +58,26 @@ fn main() {
     drop((pa, pb));
     a.shutdown();
     b.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A port round trip inside one team (the loop-back channel), one thread
+/// playing both ends: `ferry.inproc`'s path without its spinning.
+fn inproc(n: usize) {
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let team = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
+    let (pa, pb) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
+    let (to_a, to_b) = (team.raw_sender(pa.id()), team.raw_sender(pb.id()));
+    let msg = [7u8; 8];
+    for _ in 0..n {
+        to_b.send(&msg, Checkpoint::Immediate).unwrap();
+        let m = pb.recv_blocking().unwrap();
+        to_a.send(m.payload(), Checkpoint::Immediate).unwrap();
+        pa.recv_blocking().unwrap();
+    }
+    drop((pa, pb));
+    team.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -279,25 +279,7 @@ impl TeamInner {
             Body::Detached(slot) => slot.as_ref().map_or(0, |d| d.len()),
         };
         if h.flags & flags::HANDOVER != 0 && !matches!(h.kind, Kind::Data | Kind::Served(_)) {
-            // Descriptors sent with an answer (post-bind resources): only a
-            // reply to a call of ours that asked for them brings any.
-            let fds = match h.kind {
-                Kind::Reply => ch.transport.take_handover(h.call_id),
-                _ => Err(Violation::UnaskedHandover { tag: h.call_id }),
-            };
-            let fds = match fds {
-                Ok(fds) => fds,
-                Err(v) => {
-                    *violation = Some(v);
-                    return false;
-                }
-            };
-            let payload = match body {
-                Body::Inline(p) => Payload::from_slice(p),
-                Body::Detached(slot) => Payload::Detached(slot.take().expect("a detached body is offered once")),
-            };
-            self.complete_handed(ch, h, Ok(payload), fds);
-            return true;
+            return self.route_handed(ch, h, body, violation);
         }
         // Any data frame but an `Immediate` one may be answered (an ack, a nack).
         let may_need_answer = h.call_id != 0 || h.checkpoint() != Checkpoint::Immediate;
@@ -314,22 +296,7 @@ impl TeamInner {
             }
             Kind::Served(_) if may_need_answer && self.answers_wait(ch) => false,
             Kind::Served(_) => {
-                match body {
-                    Body::Inline(p) => self.serve_frame(ch, h, Payload::from_slice(p)),
-                    Body::Detached(slot) => {
-                        let d = slot.take().expect("a detached body is offered once");
-                        match d.len() > self.cfg.max_message {
-                            // Taken (so released at once) and refused.
-                            true => self.nack(
-                                ch,
-                                h,
-                                NackReason::TooLarge,
-                                &Nack::too_large(d.len() as u64, self.cfg.max_message as u64),
-                            ),
-                            false => self.serve_frame(ch, h, Payload::Detached(d)),
-                        }
-                    }
-                }
+                self.route_served(ch, h, body);
                 true
             }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
@@ -352,6 +319,54 @@ impl TeamInner {
                     }
                 }
                 true
+            }
+        }
+    }
+
+    /// `route` of an answer that says descriptors came with it (post-bind
+    /// resources): only a reply to a call of ours that asked for them
+    /// brings any. (Out of line, as `route_served`: the common frames'
+    /// path stays as short as it was.)
+    #[cold]
+    #[inline(never)]
+    fn route_handed(&self, ch: &Arc<Channel>, h: &Header, body: Body<'_>, violation: &mut Option<Violation>) -> bool {
+        let fds = match h.kind {
+            Kind::Reply => ch.transport.take_handover(h.call_id),
+            _ => Err(Violation::UnaskedHandover { tag: h.call_id }),
+        };
+        let fds = match fds {
+            Ok(fds) => fds,
+            Err(v) => {
+                *violation = Some(v);
+                return false;
+            }
+        };
+        let payload = match body {
+            Body::Inline(p) => Payload::from_slice(p),
+            Body::Detached(slot) => Payload::Detached(slot.take().expect("a detached body is offered once")),
+        };
+        self.complete_handed(ch, h, Ok(payload), fds);
+        true
+    }
+
+    /// `route` of a served frame (its room for an answer checked): its
+    /// primitive's handler runs it.
+    #[inline(never)]
+    fn route_served(&self, ch: &Arc<Channel>, h: &Header, body: Body<'_>) {
+        match body {
+            Body::Inline(p) => self.serve_frame(ch, h, Payload::from_slice(p)),
+            Body::Detached(slot) => {
+                let d = slot.take().expect("a detached body is offered once");
+                match d.len() > self.cfg.max_message {
+                    // Taken (so released at once) and refused.
+                    true => self.nack(
+                        ch,
+                        h,
+                        NackReason::TooLarge,
+                        &Nack::too_large(d.len() as u64, self.cfg.max_message as u64),
+                    ),
+                    false => self.serve_frame(ch, h, Payload::Detached(d)),
+                }
             }
         }
     }
