@@ -132,6 +132,29 @@ pub enum Error {
     /// This team has shut down.
     #[error("team is shut down")]
     Shutdown,
+    /// A region's key is not the one it was exported with (`Team::open_region`).
+    #[error("access denied to region {region}: wrong key")]
+    AccessDenied {
+        /// The region.
+        region: EndpointId,
+    },
+    /// An access outside a region (its offset plus length past the
+    /// region's end, or overflowing).
+    #[error("{len} bytes at offset {offset} are outside the region's {region_len} bytes")]
+    OutOfBounds {
+        /// The access's offset.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The region's length.
+        region_len: u64,
+    },
+    /// An atomic operation on a word whose offset is not a multiple of 8.
+    #[error("offset {offset} is not a multiple of 8 (atomic operations are on aligned u64 words)")]
+    Misaligned {
+        /// The offset given.
+        offset: u64,
+    },
     /// A served frame kind asked for is registered already (see `Team::serve_frames`).
     #[error("served frame kind {kind} is taken by another handler")]
     KindTaken {
@@ -256,6 +279,9 @@ pub enum Violation {
         /// The call they came for (0: not a handover message).
         tag: u64,
     },
+    /// An answer to a region's opening of no form this build knows.
+    #[error("a region's opening answered with {0}")]
+    BadRegionAnswer(String),
     /// An answer that says descriptors came with it, when none did.
     #[error("an answer to call {tag} without the descriptors it announced")]
     HandoverMissing {
@@ -407,6 +433,8 @@ pub enum Limit {
     /// Calls on one channel awaiting descriptors back at once (64): see
     /// [`crate::extend`]'s post-bind resources.
     Handovers,
+    /// Regions a team exports at once ([`crate::memory::MAX_REGIONS`]).
+    Regions,
 }
 
 impl Limit {
@@ -421,6 +449,7 @@ impl Limit {
             Limit::BatchCalls => 6,
             Limit::Handshakes => 7,
             Limit::Handovers => 8,
+            Limit::Regions => 9,
         }
     }
 
@@ -435,6 +464,7 @@ impl Limit {
             Limit::BatchCalls,
             Limit::Handshakes,
             Limit::Handovers,
+            Limit::Regions,
         ]
         .into_iter()
         .find(|l| l.code() == code)
@@ -471,6 +501,7 @@ impl Limit {
                  (handshakes-per-source in its cluster file)"
             }
             Limit::Handovers => "wait for some of the calls that take descriptors back to end",
+            Limit::Regions => "drop regions no longer needed",
         }
     }
 }
@@ -486,6 +517,7 @@ impl std::fmt::Display for Limit {
             Limit::BatchCalls => "calls in one RPC batch",
             Limit::Handshakes => "TCP handshakes at once from one address",
             Limit::Handovers => "calls awaiting descriptors on one channel",
+            Limit::Regions => "regions exported by a team",
         })
     }
 }
@@ -534,6 +566,11 @@ impl Error {
             Error::InvalidArgument(s) => Error::InvalidArgument(s.clone()),
             Error::Shutdown => Error::Shutdown,
             Error::KindTaken { kind } => Error::KindTaken { kind: *kind },
+            Error::AccessDenied { region } => Error::AccessDenied { region: *region },
+            Error::OutOfBounds { offset, len, region_len } => {
+                Error::OutOfBounds { offset: *offset, len: *len, region_len: *region_len }
+            }
+            Error::Misaligned { offset } => Error::Misaligned { offset: *offset },
             Error::Io { context, source } => {
                 Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
             }

@@ -5,8 +5,8 @@
 //! processes of one machine, TCP between machines.
 //!
 //! The public surface: a [`Team`] (this process's presence, started by a
-//! [`TeamBuilder`]; see [`runtime`]) opens [`port`]s and serves or calls
-//! [`rpc`] services, reaches other teams' endpoints by [`id`] or by name
+//! [`TeamBuilder`]; see [`runtime`]) opens [`port`]s, serves or calls
+//! [`rpc`] services, exports and opens regions of [`memory`], reaches other teams' endpoints by [`id`] or by name
 //! ([`names`]), and reports failures as [`Error`]s. [`codec`] is the
 //! payload encoding of typed messages, [`cost`] the optional accounting
 //! of where a call's time goes. [`extend`] is the extension point a
@@ -26,6 +26,7 @@ pub mod extend;
 pub mod id;
 #[cfg(all(test, loom))]
 mod loom_models;
+pub mod memory;
 pub mod names;
 pub mod port;
 pub mod rpc;

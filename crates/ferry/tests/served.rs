@@ -217,3 +217,22 @@ fn kinds_are_checked_and_released() {
     // Free again.
     let _again = team.serve_frames(DROP..=NOBODY, handler).unwrap();
 }
+
+/// Regression: a handler that holds its own registration (as a primitive
+/// keeps its state and its `ServedKinds` together) deadlocked the team's
+/// shutdown, which dropped it under the lock its registration's drop takes.
+#[test]
+fn a_handler_holding_its_own_registration_goes_at_shutdown() {
+    struct SelfHeld(parking_lot::Mutex<Option<ferry::extend::ServedKinds>>);
+    impl FrameHandler for SelfHeld {
+        fn serve(&self, frame: ServedFrame<'_>) {
+            let _ = frame.reply(b"");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let handler = Arc::new(SelfHeld(parking_lot::Mutex::new(None)));
+    *handler.0.lock() = Some(team.serve_frames(REVERSE..=REVERSE, handler.clone()).unwrap());
+    drop(handler);
+    common::within(Duration::from_secs(10), "shutdown", move || team.shutdown());
+}

@@ -31,7 +31,8 @@ impl Endpoints {
         Endpoints { team, inboxes, next_slot: AtomicU32::new(1), capacity, byte_capacity, doorbell }
     }
 
-    fn open(&self) -> Result<(EndpointId, Arc<EndpointInbox>)> {
+    /// A slot no endpoint had before.
+    fn reserve(&self) -> Result<EndpointId> {
         // Slots are never reused (an id has no generation of its own: a
         // stale sender would reach the new port), so a team opens at most
         // `LINK_SLOTS - 1` endpoints in its life.
@@ -40,7 +41,12 @@ impl Endpoints {
             .next_slot
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| (s < LINK_SLOTS).then_some(s + 1))
             .map_err(|_| exhausted())?;
-        let id = self.team.endpoint(slot).ok_or_else(exhausted)?;
+        self.team.endpoint(slot).ok_or_else(exhausted)
+    }
+
+    fn open(&self) -> Result<(EndpointId, Arc<EndpointInbox>)> {
+        let id = self.reserve()?;
+        let slot = id.slot();
         let inbox = Arc::new(Inbox::new(self.capacity, self.byte_capacity, self.doorbell.clone()));
         self.inboxes.write().insert(slot, inbox.clone());
         Ok((id, inbox))
@@ -78,6 +84,15 @@ impl TeamInner {
             return Err(Error::Shutdown);
         }
         self.endpoints.open()
+    }
+
+    /// A new endpoint id with no inbox: a primitive's object (a region)
+    /// that peers reach by served frames (see `served`).
+    pub fn reserve_endpoint(&self) -> Result<EndpointId> {
+        if self.is_shut_down() {
+            return Err(Error::Shutdown);
+        }
+        self.endpoints.reserve()
     }
 
     /// Closes an endpoint: later messages are refused; queued ones are nacked.

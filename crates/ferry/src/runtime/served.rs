@@ -65,9 +65,12 @@ impl Served {
         self.handlers.read()[Served::index(kind)].clone()
     }
 
-    /// Drops every handler (at shutdown: they may hold the team's own objects).
+    /// Drops every handler (at shutdown: they may hold the team's own
+    /// objects). Dropped after the lock is let go: a handler's drop may
+    /// drop its own registration (`ServedKinds`), which takes it.
     pub fn clear(&self) {
-        self.handlers.write().iter_mut().for_each(|h| *h = None);
+        let handlers: Vec<_> = self.handlers.write().iter_mut().map(Option::take).collect();
+        drop(handlers);
     }
 }
 
@@ -82,10 +85,11 @@ pub struct ServedKinds {
 impl Drop for ServedKinds {
     fn drop(&mut self) {
         if let Some(team) = self.team.upgrade() {
-            let mut handlers = team.served.handlers.write();
-            for k in self.kinds.clone() {
-                handlers[Served::index(k)] = None;
-            }
+            // Dropped after the lock is let go (see `Served::clear`).
+            let _removed: Vec<_> = {
+                let mut handlers = team.served.handlers.write();
+                self.kinds.clone().map(|k| handlers[Served::index(k)].take()).collect()
+            };
         }
     }
 }
@@ -108,6 +112,26 @@ impl Team {
             handlers[Served::index(k)] = Some(handler.clone());
         }
         Ok(ServedKinds { team: Arc::downgrade(&self.inner), kinds })
+    }
+
+    /// A new endpoint id of this team, for an object of a primitive (a
+    /// region) that its peers name in frames they send it ([`ServedFrame::slot`])
+    /// and may find by name ([`Team::bind_name`]). No port has it: a
+    /// message sent to it is refused (`NoSuchEndpoint`).
+    pub fn reserve_endpoint(&self) -> Result<EndpointId> {
+        self.inner.reserve_endpoint()
+    }
+
+    /// Binds `name` to `id` in the team's name plane (as a named port's
+    /// name is bound: the names of ports and of primitives' objects are one
+    /// name space), counted in `TeamBuilder::max_names`.
+    pub fn bind_name(&self, name: &str, id: EndpointId) -> Result<()> {
+        self.inner.register_name(name, id)
+    }
+
+    /// Unbinds `name`, which [`Team::bind_name`] bound.
+    pub fn unbind_name(&self, name: &str) {
+        self.inner.unregister_name(name)
     }
 
     /// A sender of frames of the served kind `kind` to the team `to` (its

@@ -1,0 +1,137 @@
+//! The importer's side: opening a region, and the operations on it.
+
+use super::regions::{status, RegionMemory, Regions};
+use super::view::View;
+use super::{Key, MAX_REGION_BYTES, OPEN};
+use crate::error::{Error, Refusal, Result};
+use crate::id::EndpointId;
+use crate::Team;
+use std::sync::Arc;
+
+/// An opened region (see [`crate::memory`]): every operation is checked
+/// against its bounds, then made on its memory directly.
+pub struct RegionRef {
+    id: EndpointId,
+    view: View,
+    /// Keeps `view`'s memory mapped.
+    _memory: Arc<RegionMemory>,
+}
+
+impl Team {
+    /// Opens the region exported under `name` with `key`.
+    pub fn open_region(&self, name: &str, key: Key) -> Result<RegionRef> {
+        let id = self.lookup(name)?;
+        self.open_region_at(id, key)
+    }
+
+    /// Opens the region `region` with `key`: `AccessDenied` if the key is
+    /// not its key, `NoSuchEndpoint` if its team exports no such region.
+    pub fn open_region_at(&self, region: EndpointId, key: Key) -> Result<RegionRef> {
+        // The owner is in this process: its mapping is shared as it is.
+        if let Some(regions) = Regions::in_this_process(region.team_id()) {
+            return Ok(RegionRef::shared(region, regions.find(region, &key.to_bytes())?));
+        }
+        if region.node() != self.id().node {
+            return Err(Error::InvalidArgument(format!(
+                "region {region} is on another node: regions are opened on their own machine only (for now)"
+            )));
+        }
+        let (answer, fds) = match self.frame_sender(region, OPEN)?.call_for_descriptors(&key.to_bytes()) {
+            Ok(got) => got,
+            // The team exports no region at all.
+            Err(Error::Refused(Refusal::NotServed { .. })) => return Err(Error::NoSuchEndpoint(region)),
+            Err(e) => return Err(e),
+        };
+        let bad = |what: &str| Error::Protocol {
+            peer: region.team_id(),
+            violation: crate::Violation::BadRegionAnswer(what.to_string()),
+        };
+        match answer.first() {
+            Some(&status::OPENED) if answer.len() == 17 => {}
+            Some(&status::NO_REGION) => return Err(Error::NoSuchEndpoint(region)),
+            Some(&status::DENIED) => return Err(Error::AccessDenied { region }),
+            _ => return Err(bad("an answer of no known form")),
+        }
+        let len = u64::from_le_bytes(answer[1..9].try_into().expect("8 bytes"));
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|l| (1..=MAX_REGION_BYTES).contains(l))
+            .ok_or_else(|| bad("its length"))?;
+        let [data, control]: [_; 2] = fds.try_into().map_err(|_| bad("not its two memfds"))?;
+        Ok(RegionRef::shared(region, Arc::new(RegionMemory::open(len, data, control)?)))
+    }
+}
+
+impl RegionRef {
+    pub(super) fn shared(id: EndpointId, memory: Arc<RegionMemory>) -> RegionRef {
+        RegionRef { id, view: memory.view(), _memory: memory }
+    }
+
+    /// The region's id.
+    pub fn id(&self) -> EndpointId {
+        self.id
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.view.len()
+    }
+
+    /// Whether it is empty (never: a region has at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.view.len() == 0
+    }
+
+    /// Writes `bytes` at `offset`.
+    pub fn put(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+        self.view.put(offset, bytes)
+    }
+
+    /// Writes each `(offset, bytes)` in order (all checked first: none is
+    /// written if one is out of bounds).
+    pub fn put_vectored(&self, parts: &[(usize, &[u8])]) -> Result<()> {
+        parts.iter().try_for_each(|(offset, bytes)| self.view.check(*offset, bytes.len()))?;
+        parts.iter().try_for_each(|(offset, bytes)| self.view.put(*offset, bytes))
+    }
+
+    /// Reads `out.len()` bytes at `offset` into `out`.
+    pub fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.view.get(offset, out)
+    }
+
+    /// Reads `len` bytes at `offset`.
+    pub fn get_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        // Checked before the vector is made: a huge `len` allocates nothing.
+        self.view.check(offset, len)?;
+        let mut out = vec![0u8; len];
+        self.view.get(offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads into each `(offset, out)` in order (all checked first).
+    pub fn get_vectored(&self, parts: &mut [(usize, &mut [u8])]) -> Result<()> {
+        parts.iter().try_for_each(|(offset, out)| self.view.check(*offset, out.len()))?;
+        parts.iter_mut().try_for_each(|(offset, out)| self.view.get(*offset, out))
+    }
+
+    /// The `u64` word at `offset` (a multiple of 8).
+    pub fn load(&self, offset: usize) -> Result<u64> {
+        self.view.load(offset)
+    }
+
+    /// Sets the word at `offset` to `value`; returns what it was.
+    pub fn swap(&self, offset: usize, value: u64) -> Result<u64> {
+        self.view.swap(offset, value)
+    }
+
+    /// Adds `value` to the word at `offset` (wrapping); returns what it was.
+    pub fn fetch_add(&self, offset: usize, value: u64) -> Result<u64> {
+        self.view.fetch_add(offset, value)
+    }
+
+    /// Sets the word at `offset` to `new` if it is `current`; returns what
+    /// it was (`current` if it was set).
+    pub fn compare_and_swap(&self, offset: usize, current: u64, new: u64) -> Result<u64> {
+        self.view.compare_and_swap(offset, current, new)
+    }
+}

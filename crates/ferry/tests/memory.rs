@@ -1,0 +1,145 @@
+//! Remote memory (`ferry::memory`) on one machine: regions exported by one
+//! team, opened by another in every placement of one machine (the same
+//! team, two teams of one process sharing the owner's mapping, two
+//! processes mapping the memfd the owner handed over), with keys, bounds and
+//! atomics; many importer processes at once.
+
+mod common;
+
+use common::pair::{pair, Placement, Side};
+use common::{Child, ROLE};
+use ferry::memory::Key;
+use ferry::{Error, Team};
+use std::time::Duration;
+
+const LEN: usize = 10_000;
+
+/// Puts, gets and atomics of an importer reach the owner's memory, and the
+/// owner's its; the owner's only processor is blocked meanwhile (no task
+/// of the owner serves an access). Across nodes a region is refused (for
+/// now: served frames will carry them).
+fn a_region_is_shared_in_every_placement(p: Placement) {
+    pair(p).config_a(|b| b.processors(1)).run(
+        |a: &Side| {
+            let region = a.team.export("shared", LEN).unwrap();
+            region.put(0, b"from the owner").unwrap();
+            a.put("key", region.key());
+            a.put("id", region.id());
+            a.get::<String>("opened");
+            // Every task of the owner blocks while the importer works.
+            let stuck = a.team.spawn(async { std::thread::sleep(Duration::from_millis(500)) });
+            a.put("blocked", "");
+            a.get::<String>("done");
+            a.team.block_on(stuck).unwrap();
+            if p == Placement::TwoNodes {
+                return;
+            }
+            assert_eq!(region.get_vec(5000, 14).unwrap(), b"from the other");
+            assert_eq!(region.load(8000).unwrap(), 1000);
+            assert_eq!(region.load(8008).unwrap(), 2);
+        },
+        |b: &Side| {
+            let key: Key = b.get("key");
+            let id: ferry::EndpointId = b.get("id");
+            if p == Placement::TwoNodes {
+                assert!(matches!(b.team.open_region("shared", key), Err(Error::InvalidArgument(_))));
+                b.put("opened", "");
+                b.get::<String>("blocked");
+                b.put("done", "");
+                return;
+            }
+            let r = b.team.open_region("shared", key).unwrap();
+            assert_eq!((r.len(), r.id()), (LEN, id));
+            assert_eq!(b.team.open_region_at(id, key).unwrap().len(), LEN);
+            b.put("opened", "");
+            b.get::<String>("blocked");
+            assert_eq!(r.get_vec(0, 14).unwrap(), b"from the owner");
+            r.put(5000, b"from the other").unwrap();
+            for _ in 0..1000 {
+                r.fetch_add(8000, 1).unwrap();
+            }
+            assert_eq!(r.compare_and_swap(8008, 0, 1).unwrap(), 0);
+            assert_eq!(r.compare_and_swap(8008, 0, 5).unwrap(), 1, "not swapped");
+            assert_eq!(r.swap(8008, 2).unwrap(), 1);
+            let mut parts = [(5000, &mut [0u8; 4][..]), (0, &mut [0u8; 4][..])];
+            r.get_vectored(&mut parts).unwrap();
+            assert_eq!((&*parts[0].1, &*parts[1].1), (&b"from"[..], &b"from"[..]));
+            b.put("done", "");
+        },
+    );
+}
+
+/// Hostile and mistaken accesses fail with typed errors and touch nothing.
+fn mistakes_are_typed_errors(p: Placement) {
+    if p == Placement::TwoNodes {
+        return; // Regions are opened on their own machine only (for now).
+    }
+    pair(p).run(
+        |a: &Side| {
+            let region = a.team.export("guarded", LEN).unwrap();
+            a.put("key", region.key());
+            a.get::<String>("done");
+            assert_eq!(region.get_vec(0, LEN).unwrap(), vec![0u8; LEN], "nothing was written");
+        },
+        |b: &Side| {
+            let key: Key = b.get("key");
+            let wrong = Key::from_bytes([7; 16]);
+            assert!(matches!(b.team.open_region("guarded", wrong), Err(Error::AccessDenied { .. })));
+            assert!(matches!(b.team.open_region("no-such-region", key), Err(Error::NameNotFound(_))));
+            let r = b.team.open_region("guarded", key).unwrap();
+            // A slot of the owner's team that is no region.
+            let other = r.id().team_id().endpoint(r.id().slot() + 1000).unwrap();
+            assert!(matches!(b.team.open_region_at(other, key), Err(Error::NoSuchEndpoint(_))));
+            assert!(matches!(r.put(LEN - 1, b"xy"), Err(Error::OutOfBounds { .. })));
+            assert!(matches!(r.put(usize::MAX, b"x"), Err(Error::OutOfBounds { .. })));
+            assert!(matches!(r.get_vec(1, usize::MAX), Err(Error::OutOfBounds { .. })));
+            assert!(matches!(r.fetch_add(4, 1), Err(Error::Misaligned { offset: 4 })));
+            assert!(matches!(r.swap(LEN - 4, 1), Err(Error::Misaligned { .. })));
+            assert!(matches!(r.compare_and_swap(10_000, 0, 1), Err(Error::OutOfBounds { .. })));
+            let parts = [(0, &b"ok"[..]), (LEN, &b"no"[..])];
+            assert!(matches!(r.put_vectored(&parts), Err(Error::OutOfBounds { .. })));
+            b.put("done", "");
+        },
+    );
+}
+
+placements!(a_region_is_shared_in_every_placement, mistakes_are_typed_errors);
+
+/// 8 importer processes × 100,000 `fetch_add` on one word: the exact total.
+#[test]
+fn eight_processes_count_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let region = owner.export("counter", 64).unwrap();
+    let key = region.key().to_string();
+    let mut children: Vec<Child> = (0..8)
+        .map(|_| {
+            Child::spawn_with("count", dir.path(), |c| {
+                c.env("FERRY_TEST_KEY", &key);
+            })
+        })
+        .collect();
+    for c in &mut children {
+        c.expect("counted", Duration::from_secs(60));
+    }
+    assert_eq!(region.load(0).unwrap(), 800_000);
+}
+
+/// What the child processes run.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(ROLE) else { return };
+    let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
+    let team = Team::builder().runtime_dir(&dir).start().unwrap();
+    match role.as_str() {
+        "count" => {
+            let key: Key = std::env::var("FERRY_TEST_KEY").unwrap().parse().unwrap();
+            let r = team.open_region("counter", key).unwrap();
+            for _ in 0..100_000 {
+                r.fetch_add(0, 1).unwrap();
+            }
+            common::say("counted");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
