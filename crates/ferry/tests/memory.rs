@@ -125,6 +125,74 @@ fn eight_processes_count_exactly() {
     assert_eq!(region.load(0).unwrap(), 800_000);
 }
 
+/// A lock-free stack (Treiber's, the head word tagged against ABA) of
+/// node indices in one region, popped and pushed by 4 processes at once
+/// through `compare_and_swap`: at the end it holds every node once.
+#[test]
+fn a_lock_free_stack_shared_by_four_processes_stays_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let region = owner.export("stack", stack::LEN).unwrap();
+    for node in 0..stack::NODES {
+        stack::push(&region, node);
+    }
+    let key = region.key().to_string();
+    let mut children: Vec<Child> = (0..4)
+        .map(|_| {
+            Child::spawn_with("stack", dir.path(), |c| {
+                c.env("FERRY_TEST_KEY", &key);
+            })
+        })
+        .collect();
+    for c in &mut children {
+        c.expect("churned", Duration::from_secs(60));
+    }
+    let mut seen = vec![false; stack::NODES as usize];
+    while let Some(node) = stack::pop(&region) {
+        assert!(!std::mem::replace(&mut seen[node as usize], true), "node {node} twice");
+    }
+    assert!(seen.iter().all(|s| *s), "nodes lost");
+}
+
+/// Treiber's stack in a region: word 0 the head (tag << 32 | node + 1,
+/// 0 empty), then each node's next (node + 1, 0 none).
+mod stack {
+    use ferry::memory::RegionRef;
+
+    pub const NODES: u64 = 256;
+    pub const LEN: usize = 8 + 8 * NODES as usize;
+
+    fn next_of(node: u64) -> usize {
+        8 + 8 * node as usize
+    }
+
+    pub fn push(r: &RegionRef, node: u64) {
+        loop {
+            let head = r.load(0).unwrap();
+            r.swap(next_of(node), head & 0xffff_ffff).unwrap();
+            let new = ((head >> 32) + 1) << 32 | (node + 1);
+            if r.compare_and_swap(0, head, new).unwrap() == head {
+                return;
+            }
+        }
+    }
+
+    pub fn pop(r: &RegionRef) -> Option<u64> {
+        loop {
+            let head = r.load(0).unwrap();
+            let top = head & 0xffff_ffff;
+            if top == 0 {
+                return None;
+            }
+            let next = r.load(next_of(top - 1)).unwrap();
+            let new = ((head >> 32) + 1) << 32 | next;
+            if r.compare_and_swap(0, head, new).unwrap() == head {
+                return Some(top - 1);
+            }
+        }
+    }
+}
+
 /// What the child processes run.
 #[test]
 fn child_entry() {
@@ -139,6 +207,16 @@ fn child_entry() {
                 r.fetch_add(0, 1).unwrap();
             }
             common::say("counted");
+        }
+        "stack" => {
+            let key: Key = std::env::var("FERRY_TEST_KEY").unwrap().parse().unwrap();
+            let r = team.open_region("stack", key).unwrap();
+            for _ in 0..20_000 {
+                if let Some(node) = stack::pop(&r) {
+                    stack::push(&r, node);
+                }
+            }
+            common::say("churned");
         }
         other => panic!("unknown role {other}"),
     }
