@@ -39,5 +39,5 @@
 //! # Ok::<(), ferry::Error>(())
 //! ```
 
-pub use crate::runtime::served::{FrameHandler, ServedFrame, ServedKinds};
+pub use crate::runtime::served::{FrameHandler, PeerLiveness, ServedFrame, ServedKinds};
 pub use crate::wire::{Route, SERVED_KINDS};

@@ -86,6 +86,9 @@ fn mistakes_are_typed_errors(p: Placement) {
             let wrong = Key::from_bytes([7; 16]);
             assert!(matches!(b.team.open_region("guarded", wrong), Err(Error::AccessDenied { .. })));
             assert!(matches!(b.team.open_region("no-such-region", key), Err(Error::NameNotFound(_))));
+            assert!(matches!(b.team.export("guarded", 8), Err(Error::NameTaken { .. })), "one name space");
+            assert!(matches!(b.team.export("bad name!", 8), Err(Error::InvalidName(_))));
+            assert!(matches!(b.team.export("empty", 0), Err(Error::InvalidArgument(_))));
             let r = b.team.open_region("guarded", key).unwrap();
             // A slot of the owner's team that is no region.
             let other = r.id().team_id().endpoint(r.id().slot() + 1000).unwrap();
@@ -123,6 +126,37 @@ fn eight_processes_count_exactly() {
         c.expect("counted", Duration::from_secs(60));
     }
     assert_eq!(region.load(0).unwrap(), 800_000);
+}
+
+/// The owner's death: the importer's operations fail `PeerGone` within a
+/// bounded time — in a team with no processor, where only its reactor
+/// learns it — and once the importer drops its handle, nothing of the
+/// region is left in its process (no mapping, no descriptor).
+#[test]
+fn an_importer_learns_its_owners_death_and_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
+    let mut owner = Child::spawn("owner", dir.path());
+    let key: Key = owner.expect("key", Duration::from_secs(10)).parse().unwrap();
+    let region_files = || {
+        let fds = std::fs::read_dir("/proc/self/fd").unwrap().filter_map(|f| std::fs::read_link(f.ok()?.path()).ok());
+        let ours = |s: &str| s.contains("ferry-region:owned") || s.contains("ferry-region-control:owned");
+        let maps = common::shared_mappings().into_iter().filter(|m| ours(m)).count();
+        fds.filter(|l| ours(&l.to_string_lossy())).count() + maps
+    };
+    let r = team.open_region("owned", key).unwrap();
+    assert_eq!(r.fetch_add(0, 1).unwrap(), 0);
+    assert!(region_files() > 0, "mapped while open");
+    owner.kill();
+    let t0 = std::time::Instant::now();
+    assert!(
+        common::eventually(Duration::from_secs(5), || matches!(r.fetch_add(0, 1), Err(Error::PeerGone { .. }))),
+        "operations on a dead owner's region went on"
+    );
+    eprintln!("learnt the owner's death in {:?}", t0.elapsed());
+    assert!(matches!(r.get_vec(0, 8), Err(Error::PeerGone { .. })));
+    drop(r);
+    assert_eq!(region_files(), 0, "the region's memfds or mappings stayed");
 }
 
 /// A lock-free stack (Treiber's, the head word tagged against ABA) of
@@ -207,6 +241,12 @@ fn child_entry() {
                 r.fetch_add(0, 1).unwrap();
             }
             common::say("counted");
+        }
+        // Exports a region and lives until killed.
+        "owner" => {
+            let region = team.export("owned", 4096).unwrap();
+            common::say(format!("key {}", region.key()));
+            std::thread::sleep(Duration::from_secs(60));
         }
         "stack" => {
             let key: Key = std::env::var("FERRY_TEST_KEY").unwrap().parse().unwrap();

@@ -4,6 +4,7 @@ use super::regions::{status, RegionMemory, Regions};
 use super::view::View;
 use super::{Key, MAX_REGION_BYTES, OPEN};
 use crate::error::{Error, Refusal, Result};
+use crate::extend::PeerLiveness;
 use crate::id::EndpointId;
 use crate::Team;
 use std::sync::Arc;
@@ -13,6 +14,9 @@ use std::sync::Arc;
 pub struct RegionRef {
     id: EndpointId,
     view: View,
+    /// The owner's liveness, for a region of another process: once it is
+    /// gone, operations fail `PeerGone` rather than touch orphaned memory.
+    owner: Option<PeerLiveness>,
     /// Keeps `view`'s memory mapped.
     _memory: Arc<RegionMemory>,
 }
@@ -36,7 +40,8 @@ impl Team {
                 "region {region} is on another node: regions are opened on their own machine only (for now)"
             )));
         }
-        let (answer, fds) = match self.frame_sender(region, OPEN)?.call_for_descriptors(&key.to_bytes()) {
+        let sender = self.frame_sender(region, OPEN)?;
+        let (answer, fds) = match sender.call_for_descriptors(&key.to_bytes()) {
             Ok(got) => got,
             // The team exports no region at all.
             Err(Error::Refused(Refusal::NotServed { .. })) => return Err(Error::NoSuchEndpoint(region)),
@@ -58,13 +63,24 @@ impl Team {
             .filter(|l| (1..=MAX_REGION_BYTES).contains(l))
             .ok_or_else(|| bad("its length"))?;
         let [data, control]: [_; 2] = fds.try_into().map_err(|_| bad("not its two memfds"))?;
-        Ok(RegionRef::shared(region, Arc::new(RegionMemory::open(len, data, control)?)))
+        let mut opened = RegionRef::shared(region, Arc::new(RegionMemory::open(len, data, control)?));
+        opened.owner = sender.peer_liveness();
+        Ok(opened)
     }
 }
 
 impl RegionRef {
     pub(super) fn shared(id: EndpointId, memory: Arc<RegionMemory>) -> RegionRef {
-        RegionRef { id, view: memory.view(), _memory: memory }
+        RegionRef { id, view: memory.view(), owner: None, _memory: memory }
+    }
+
+    /// The view, while the owner lives.
+    #[inline]
+    fn live(&self) -> Result<&View> {
+        if let Some(owner) = &self.owner {
+            owner.check()?;
+        }
+        Ok(&self.view)
     }
 
     /// The region's id.
@@ -84,54 +100,57 @@ impl RegionRef {
 
     /// Writes `bytes` at `offset`.
     pub fn put(&self, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.view.put(offset, bytes)
+        self.live()?.put(offset, bytes)
     }
 
     /// Writes each `(offset, bytes)` in order (all checked first: none is
     /// written if one is out of bounds).
     pub fn put_vectored(&self, parts: &[(usize, &[u8])]) -> Result<()> {
-        parts.iter().try_for_each(|(offset, bytes)| self.view.check(*offset, bytes.len()))?;
-        parts.iter().try_for_each(|(offset, bytes)| self.view.put(*offset, bytes))
+        let view = self.live()?;
+        parts.iter().try_for_each(|(offset, bytes)| view.check(*offset, bytes.len()))?;
+        parts.iter().try_for_each(|(offset, bytes)| view.put(*offset, bytes))
     }
 
     /// Reads `out.len()` bytes at `offset` into `out`.
     pub fn get(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.view.get(offset, out)
+        self.live()?.get(offset, out)
     }
 
     /// Reads `len` bytes at `offset`.
     pub fn get_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
         // Checked before the vector is made: a huge `len` allocates nothing.
-        self.view.check(offset, len)?;
+        let view = self.live()?;
+        view.check(offset, len)?;
         let mut out = vec![0u8; len];
-        self.view.get(offset, &mut out)?;
+        view.get(offset, &mut out)?;
         Ok(out)
     }
 
     /// Reads into each `(offset, out)` in order (all checked first).
     pub fn get_vectored(&self, parts: &mut [(usize, &mut [u8])]) -> Result<()> {
-        parts.iter().try_for_each(|(offset, out)| self.view.check(*offset, out.len()))?;
-        parts.iter_mut().try_for_each(|(offset, out)| self.view.get(*offset, out))
+        let view = self.live()?;
+        parts.iter().try_for_each(|(offset, out)| view.check(*offset, out.len()))?;
+        parts.iter_mut().try_for_each(|(offset, out)| view.get(*offset, out))
     }
 
     /// The `u64` word at `offset` (a multiple of 8).
     pub fn load(&self, offset: usize) -> Result<u64> {
-        self.view.load(offset)
+        self.live()?.load(offset)
     }
 
     /// Sets the word at `offset` to `value`; returns what it was.
     pub fn swap(&self, offset: usize, value: u64) -> Result<u64> {
-        self.view.swap(offset, value)
+        self.live()?.swap(offset, value)
     }
 
     /// Adds `value` to the word at `offset` (wrapping); returns what it was.
     pub fn fetch_add(&self, offset: usize, value: u64) -> Result<u64> {
-        self.view.fetch_add(offset, value)
+        self.live()?.fetch_add(offset, value)
     }
 
     /// Sets the word at `offset` to `new` if it is `current`; returns what
     /// it was (`current` if it was set).
     pub fn compare_and_swap(&self, offset: usize, current: u64, new: u64) -> Result<u64> {
-        self.view.compare_and_swap(offset, current, new)
+        self.live()?.compare_and_swap(offset, current, new)
     }
 }

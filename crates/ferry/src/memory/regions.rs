@@ -31,10 +31,12 @@ pub(super) struct RegionMemory {
 }
 
 impl RegionMemory {
-    fn create(len: usize) -> Result<RegionMemory> {
-        let data = Mapping::create("ferry-region", mapped_len(len))?;
+    /// The memory of region `name` (the memfds are named after it, as
+    /// `/proc/<pid>/maps` and `fd/` show them).
+    fn create(name: &str, len: usize) -> Result<RegionMemory> {
+        let data = Mapping::create(&format!("ferry-region:{name}"), mapped_len(len))?;
         // Sealed against writable mappings once ours is made: importers map it read-only.
-        let control = Mapping::create_published("ferry-region-control", PAGE)?;
+        let control = Mapping::create_published(&format!("ferry-region-control:{name}"), PAGE)?;
         let memory = RegionMemory { data, control, len };
         memory.epoch_word().store(1, Ordering::Release);
         Ok(memory)
@@ -165,8 +167,15 @@ impl Team {
             return Err(Error::LimitReached { limit: Limit::Regions, max: MAX_REGIONS as u64 });
         }
         let id = self.reserve_endpoint()?;
-        let memory = Arc::new(RegionMemory::create(len)?);
+        // The name first: it is checked there (its memfds are named after it).
         self.bind_name(name, id)?;
+        let memory = match RegionMemory::create(name, len) {
+            Ok(m) => Arc::new(m),
+            Err(e) => {
+                self.unbind_name(name);
+                return Err(e);
+            }
+        };
         regions.table.lock().insert(id.slot(), (key, memory.clone()));
         let handle = RegionRef::shared(id, memory);
         Ok(Region { team: self.clone(), name: name.to_string(), key, regions, handle })

@@ -513,6 +513,11 @@ impl RawSender {
         }
     }
 
+    /// Its channel, if it has one (see `cached`).
+    pub(crate) fn channel(&self) -> Option<Arc<Channel>> {
+        self.cached()
+    }
+
     /// The same sender, whose frames are of `kind` (a served kind: see `Team::frame_sender`).
     pub(crate) fn of_kind(self, kind: Kind) -> RawSender {
         RawSender { form: Form { kind, ..self.form }, ..self }

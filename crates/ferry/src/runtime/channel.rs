@@ -111,6 +111,10 @@ pub(crate) struct Channel {
     pub held: AtomicBool,
     /// Finalized: pending operations failed, removed from the team.
     pub finished: AtomicBool,
+    /// Set once the peer is known gone (or the channel closed), shared with
+    /// what outlives the channel and must learn it without holding it: a
+    /// primitive's handles (`crate::extend::PeerLiveness`).
+    pub gone: Arc<AtomicBool>,
     /// Async sends waiting for room, in order.
     pub outbox: Outbox,
 }
@@ -187,6 +191,7 @@ impl Channel {
             backlog_used: AtomicBool::new(false),
             held: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            gone: Arc::default(),
             outbox: Outbox::default(),
         }
     }

@@ -346,6 +346,7 @@ impl TeamInner {
         if ch.finished.swap(true, Ordering::AcqRel) {
             return;
         }
+        ch.gone.store(true, Ordering::Release);
         self.channels.update(|v| v.iter().filter(|c| !Arc::ptr_eq(c, ch)).cloned().collect());
         self.peers.remove(ch);
         self.reactor.unwatch(ch);

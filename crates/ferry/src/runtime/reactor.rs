@@ -439,6 +439,9 @@ fn check_hangup(team: &Arc<TeamInner>, ch: &Arc<Channel>) {
         // sweep is for survivors.
         Liveness::Gone | Liveness::Closed => {}
     }
+    // Known now, also to handles that hold no channel (and in a team no
+    // thread drains before it next calls): the primitives' liveness flags.
+    ch.gone.store(true, Ordering::Release);
     drop(rx);
     team.reactor.unwatch(ch);
     team.peer_hung_up();

@@ -146,6 +146,42 @@ impl Team {
     }
 }
 
+/// Whether a peer is gone, for a primitive's handle that outlives its
+/// calls (a region's importer): a flag the runtime sets when it learns the
+/// peer died or its channel closed — the team's reactor sees it at once,
+/// whether or not a thread of the team is draining channels. Holds no
+/// channel: a dead peer's channel is reclaimed as usual.
+#[derive(Clone)]
+pub struct PeerLiveness {
+    gone: Arc<std::sync::atomic::AtomicBool>,
+    peer: crate::id::TeamId,
+}
+
+impl PeerLiveness {
+    /// Whether the peer is gone (a load).
+    #[inline]
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// `PeerGone` if the peer is gone.
+    #[inline]
+    pub fn check(&self) -> Result<()> {
+        match self.is_gone() {
+            true => Err(Error::PeerGone { peer: self.peer }),
+            false => Ok(()),
+        }
+    }
+}
+
+impl RawSender {
+    /// The liveness of the peer this sender's channel reaches (`None`
+    /// before its first send: no channel yet).
+    pub fn peer_liveness(&self) -> Option<PeerLiveness> {
+        self.channel().map(|ch| PeerLiveness { gone: ch.gone.clone(), peer: ch.peer })
+    }
+}
+
 /// One served frame, as its handler gets it.
 pub struct ServedFrame<'a> {
     team: &'a TeamInner,
