@@ -14,11 +14,16 @@ use std::time::Duration;
 
 const LEN: usize = 10_000;
 
+/// The tests of this file run one at a time: some count this process's
+/// descriptors and mappings, which another test's teams would change.
+static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 /// Puts, gets and atomics of an importer reach the owner's memory, and the
 /// owner's its; the owner's only processor is blocked meanwhile (no task
 /// of the owner serves an access). Across nodes a region is refused (for
 /// now: served frames will carry them).
 fn a_region_is_shared_in_every_placement(p: Placement) {
+    let _one = ONE_AT_A_TIME.lock();
     pair(p).config_a(|b| b.processors(1)).run(
         |a: &Side| {
             let region = a.team.export("shared", LEN).unwrap();
@@ -71,6 +76,7 @@ fn a_region_is_shared_in_every_placement(p: Placement) {
 
 /// Hostile and mistaken accesses fail with typed errors and touch nothing.
 fn mistakes_are_typed_errors(p: Placement) {
+    let _one = ONE_AT_A_TIME.lock();
     if p == Placement::TwoNodes {
         return; // Regions are opened on their own machine only (for now).
     }
@@ -111,6 +117,7 @@ placements!(a_region_is_shared_in_every_placement, mistakes_are_typed_errors);
 /// 8 importer processes × 100,000 `fetch_add` on one word: the exact total.
 #[test]
 fn eight_processes_count_exactly() {
+    let _one = ONE_AT_A_TIME.lock();
     let dir = tempfile::tempdir().unwrap();
     let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
     let region = owner.export("counter", 64).unwrap();
@@ -134,6 +141,7 @@ fn eight_processes_count_exactly() {
 /// region is left in its process (no mapping, no descriptor).
 #[test]
 fn an_importer_learns_its_owners_death_and_keeps_nothing() {
+    let _one = ONE_AT_A_TIME.lock();
     let dir = tempfile::tempdir().unwrap();
     let team = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
     let mut owner = Child::spawn("owner", dir.path());
@@ -159,11 +167,37 @@ fn an_importer_learns_its_owners_death_and_keeps_nothing() {
     assert_eq!(region_files(), 0, "the region's memfds or mappings stayed");
 }
 
+/// An importer's death leaves its owner whole: the region works on, and
+/// once the dead importer's channel is reclaimed the owner holds no
+/// descriptor or mapping more than before it came.
+#[test]
+fn a_killed_importer_leaves_its_owner_whole() {
+    let _one = ONE_AT_A_TIME.lock();
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let region = owner.export("counter", 64).unwrap();
+    let before = (common::fd_count(), common::shared_mappings().len());
+    let mut importer = Child::spawn_with("count", dir.path(), |c| {
+        c.env("FERRY_TEST_KEY", region.key().to_string());
+    });
+    importer.expect("counted", Duration::from_secs(60));
+    importer.kill();
+    assert_eq!(region.fetch_add(0, 1).unwrap(), 100_000);
+    let whole = || (common::fd_count(), common::shared_mappings().len()) == before;
+    assert!(
+        common::eventually(Duration::from_secs(10), whole),
+        "left behind: {:?} then {:?}",
+        before,
+        (common::fd_count(), common::shared_mappings().len())
+    );
+}
+
 /// A lock-free stack (Treiber's, the head word tagged against ABA) of
 /// node indices in one region, popped and pushed by 4 processes at once
 /// through `compare_and_swap`: at the end it holds every node once.
 #[test]
 fn a_lock_free_stack_shared_by_four_processes_stays_whole() {
+    let _one = ONE_AT_A_TIME.lock();
     let dir = tempfile::tempdir().unwrap();
     let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
     let region = owner.export("stack", stack::LEN).unwrap();
