@@ -38,6 +38,7 @@ pub mod large;
 mod memory;
 pub mod oversub;
 mod report;
+pub mod remote_memory;
 pub mod rpc_peers;
 mod rpc_roles;
 mod run_dir;
@@ -57,7 +58,7 @@ pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
 pub use report::{CaseResult, Report};
 pub use shm::ShmRegion;
 pub use stats::{Stat, Stats};
-pub use suites::{all_cases, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs};
+pub use suites::{all_cases, memory as memory_suite, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs};
 
 /// A failed check of a bench (not of ferry) as the bench's error: `what`
 /// went wrong while doing `context`.

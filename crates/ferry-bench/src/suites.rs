@@ -39,6 +39,7 @@ pub fn all_cases() -> Vec<Case> {
     let mut v = pingpong_cases();
     v.extend(rpc::cases());
     v.extend(crate::tcp::cases());
+    v.extend(crate::remote_memory::cases());
     v
 }
 
@@ -100,6 +101,23 @@ pub mod pingpong {
         ];
         let mut report = super::run("pingpong", pingpong_cases(), args, BASELINE, &targets);
         report.extra.insert("memory".into(), crate::memory::report());
+        print(&report, args, BASELINE);
+        Ok(())
+    }
+}
+
+pub mod memory {
+    use super::*;
+
+    pub const BASELINE: &str = "floor.load.remote";
+
+    /// `ferry bench memory`: remote memory on one machine beside its floors.
+    pub fn run(args: &BenchArgs) -> ferry::Result<()> {
+        let targets = [
+            Target::p50("ferry.shm.get.8", BASELINE, 1.5),
+            Target::p50("ferry.shm.fetch_add", "floor.atomic.fetch_add", 1.5),
+        ];
+        let report = super::run("memory", crate::remote_memory::cases(), args, BASELINE, &targets);
         print(&report, args, BASELINE);
         Ok(())
     }

@@ -41,6 +41,9 @@ enum BenchSuite {
         #[arg(long)]
         breakdown: bool,
     },
+    /// Remote memory on one machine: a region's get, put and atomics
+    /// between two processes beside a load and an atomic on shared memory.
+    Memory(ferry_bench::BenchArgs),
     /// RPC between two nodes over TCP (run across two network namespaces
     /// by `scripts/bench.sh tcp`) beside a raw TCP ping-pong and ZeroMQ.
     Tcp(ferry_bench::BenchArgs),
@@ -76,6 +79,7 @@ fn main() {
         Command::Bench { suite: BenchSuite::Large(args) } => ferry_bench::large::run(&args),
         Command::Bench { suite: BenchSuite::Soak(args) } => ferry_bench::soak::run(&args),
         Command::Bench { suite: BenchSuite::Tcp(args) } => ferry_bench::tcp_suite::run(&args),
+        Command::Bench { suite: BenchSuite::Memory(args) } => ferry_bench::memory_suite::run(&args),
         Command::Bench { suite: BenchSuite::Scale(args) } => ferry_bench::scale::run(&args),
         Command::Bench { suite: BenchSuite::Crash(args) } => match ferry_bench::crash::run(&args) {
             Ok(true) => Ok(()),

@@ -9,6 +9,9 @@ use crate::id::EndpointId;
 use crate::Team;
 use std::sync::Arc;
 
+/// How long opening a region of another process waits for its owner's answer.
+pub const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// An opened region (see [`crate::memory`]): every operation is checked
 /// against its bounds, then made on its memory directly.
 pub struct RegionRef {
@@ -29,7 +32,10 @@ impl Team {
     }
 
     /// Opens the region `region` with `key`: `AccessDenied` if the key is
-    /// not its key, `NoSuchEndpoint` if its team exports no such region.
+    /// not its key, `NoSuchEndpoint` if its team exports no such region,
+    /// `DeadlineExceeded` if its owner did not answer within
+    /// [`OPEN_TIMEOUT`] (a team with no processor answers only while one of
+    /// its threads waits in a ferry call).
     pub fn open_region_at(&self, region: EndpointId, key: Key) -> Result<RegionRef> {
         // The owner is in this process: its mapping is shared as it is.
         if let Some(regions) = Regions::in_this_process(region.team_id()) {
@@ -40,7 +46,9 @@ impl Team {
                 "region {region} is on another node: regions are opened on their own machine only (for now)"
             )));
         }
-        let sender = self.frame_sender(region, OPEN)?;
+        // Bounded: an owner none of whose threads drains its channels (no
+        // processor, its threads all in user code) never answers.
+        let sender = self.frame_sender(region, OPEN)?.with_timeout(OPEN_TIMEOUT);
         let (answer, fds) = match sender.call_for_descriptors(&key.to_bytes()) {
             Ok(got) => got,
             // The team exports no region at all.

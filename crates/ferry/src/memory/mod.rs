@@ -55,7 +55,7 @@ mod import;
 mod regions;
 mod view;
 
-pub use import::RegionRef;
+pub use import::{RegionRef, OPEN_TIMEOUT};
 pub use regions::Region;
 
 use crate::error::{Error, Result};
