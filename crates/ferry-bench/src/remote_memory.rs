@@ -128,7 +128,9 @@ fn open(team: &Team) -> RegionRef {
     loop {
         match team.open_region(NAME, KEY) {
             Ok(r) => return r,
-            Err(ferry::Error::NameNotFound(_)) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
+            Err(ferry::Error::NameNotFound(_)) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
             Err(e) => panic!("opening the child's region: {e}"),
         }
     }

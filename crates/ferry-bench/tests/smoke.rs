@@ -1,4 +1,4 @@
-//! Runs every pingpong case and ferry's RPC cases briefly, each in a real
+//! Runs every pingpong case, ferry's RPC cases and remote memory's briefly, each in a real
 //! child process (this test binary re-executes itself, hence `harness =
 //! false` and our own main): a case that no longer starts (a setting the
 //! team refuses, say) fails here, not first in a benchmark run.
@@ -43,6 +43,7 @@ fn main() {
     let mut cases = pingpong_cases();
     cases.extend(ferry_rpc::cases());
     cases.extend(ferry_bench::oversub::cases());
+    cases.extend(ferry_bench::remote_memory::cases());
     cases.push(Case::new("test.uds.fdpass", fdpass_parent, fdpass_child));
     ferry_bench::large::receiver_if_requested();
     ferry_bench::crowd_member_if_requested();
