@@ -1,6 +1,6 @@
 //! The importer's side: opening a region, and the operations on it.
 
-use super::regions::{status, RegionMemory, Regions};
+use super::regions::{refusal, status, RegionMemory, Regions};
 use super::view::View;
 use super::{Key, MAX_REGION_BYTES, OPEN};
 use crate::error::{Error, Refusal, Result};
@@ -39,7 +39,8 @@ impl Team {
     pub fn open_region_at(&self, region: EndpointId, key: Key) -> Result<RegionRef> {
         // The owner is in this process: its mapping is shared as it is.
         if let Some(regions) = Regions::in_this_process(region.team_id()) {
-            return Ok(RegionRef::shared(region, regions.find(region, &key.to_bytes())?));
+            let memory = regions.find(region.slot(), &key.to_bytes()).map_err(|s| refusal(s, region))?;
+            return Ok(RegionRef::shared(region, memory));
         }
         if region.node() != self.id().node {
             return Err(Error::InvalidArgument(format!(
@@ -61,8 +62,7 @@ impl Team {
         };
         match answer.first() {
             Some(&status::OPENED) if answer.len() == 17 => {}
-            Some(&status::NO_REGION) => return Err(Error::NoSuchEndpoint(region)),
-            Some(&status::DENIED) => return Err(Error::AccessDenied { region }),
+            Some(&s @ (status::NO_REGION | status::DENIED)) => return Err(refusal(s, region)),
             _ => return Err(bad("an answer of no known form")),
         }
         let len = u64::from_le_bytes(answer[1..9].try_into().expect("8 bytes"));

@@ -99,13 +99,22 @@ impl Regions {
         EXPORTERS.lock().get(&team).and_then(Weak::upgrade)
     }
 
-    /// Region `slot`'s memory, if `key` is its key.
-    pub fn find(&self, region: EndpointId, key: &[u8]) -> Result<Arc<RegionMemory>> {
-        match self.table.lock().get(&region.slot()) {
-            None => Err(Error::NoSuchEndpoint(region)),
-            Some((k, _)) if !k.matches(key) => Err(Error::AccessDenied { region }),
+    /// The memory of the region at `slot`, if `key` is its key; else why
+    /// not (a [`status`], as an `OPEN` answer says it).
+    pub fn find(&self, slot: u32, key: &[u8]) -> std::result::Result<Arc<RegionMemory>, u8> {
+        match self.table.lock().get(&slot) {
+            None => Err(status::NO_REGION),
+            Some((k, _)) if !k.matches(key) => Err(status::DENIED),
             Some((_, memory)) => Ok(memory.clone()),
         }
+    }
+}
+
+/// The error an `OPEN` status other than `OPENED` means.
+pub(super) fn refusal(status: u8, region: EndpointId) -> Error {
+    match status {
+        status::DENIED => Error::AccessDenied { region },
+        _ => Error::NoSuchEndpoint(region),
     }
 }
 
@@ -114,12 +123,7 @@ impl FrameHandler for Regions {
         if frame.kind() != OPEN {
             return frame.refuse("a remote-memory request this team does not serve");
         }
-        let found = frame.with_payload(|key| match self.table.lock().get(&frame.slot()) {
-            None => Err(status::NO_REGION),
-            Some((k, _)) if !k.matches(key) => Err(status::DENIED),
-            Some((_, memory)) => Ok(memory.clone()),
-        });
-        let memory = match found {
+        let memory = match frame.with_payload(|key| self.find(frame.slot(), key)) {
             Ok(memory) => memory,
             Err(why) => {
                 let _ = frame.reply(&[why]);
