@@ -211,3 +211,27 @@ impl Drop for Region {
         self.regions.table.lock().remove(&self.handle.id().slot());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::mm::{mmap, MapFlags, ProtFlags};
+
+    /// A hostile importer holding the control page's memfd cannot map it
+    /// writable (the epoch is the owner's alone), nor shrink the data
+    /// (which would fault every other process's accesses).
+    #[test]
+    fn an_importer_can_neither_write_the_control_page_nor_shrink_the_data() {
+        let memory = RegionMemory::create("test", 100).unwrap();
+        let control = rustix::io::dup(memory.control.fd()).unwrap();
+        // SAFETY: a fresh mapping at an address the kernel picks; unmapped if made.
+        let writable = unsafe {
+            mmap(std::ptr::null_mut(), PAGE, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, &control, 0)
+        };
+        assert!(writable.is_err(), "the control page was mapped writable");
+        assert!(rustix::io::write(&control, b"x").is_err());
+        assert!(RegionMemory::open(100, rustix::io::dup(memory.data.fd()).unwrap(), control).is_ok());
+        assert!(rustix::fs::ftruncate(memory.data.fd(), 0).is_err());
+        assert_eq!(memory.epoch(), 1);
+    }
+}
