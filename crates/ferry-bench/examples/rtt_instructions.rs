@@ -46,6 +46,15 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let a = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
     let b = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
+    bounce(n, &a, &b);
+    a.shutdown();
+    b.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `n` round trips of an 8-byte message between a port of `a` and one of
+/// `b` (the same team, or two), this thread playing both ends.
+fn bounce(n: usize, a: &Team, b: &Team) {
     let (pa, pb) = (a.open_raw_port().unwrap(), b.open_raw_port().unwrap());
     let (to_b, to_a) = (a.raw_sender(pb.id()), b.raw_sender(pa.id()));
     let msg = [7u8; 8];
@@ -55,10 +64,6 @@ fn main() {
         to_a.send(m.payload(), Checkpoint::Immediate).unwrap();
         pa.recv_blocking().unwrap();
     }
-    drop((pa, pb));
-    a.shutdown();
-    b.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A port round trip inside one team (the loop-back channel), one thread
@@ -67,16 +72,7 @@ fn inproc(n: usize) {
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let team = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
-    let (pa, pb) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
-    let (to_a, to_b) = (team.raw_sender(pa.id()), team.raw_sender(pb.id()));
-    let msg = [7u8; 8];
-    for _ in 0..n {
-        to_b.send(&msg, Checkpoint::Immediate).unwrap();
-        let m = pb.recv_blocking().unwrap();
-        to_a.send(m.payload(), Checkpoint::Immediate).unwrap();
-        pa.recv_blocking().unwrap();
-    }
-    drop((pa, pb));
+    bounce(n, &team, &team);
     team.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }

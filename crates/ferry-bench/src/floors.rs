@@ -71,7 +71,7 @@ fn one_line_child(ctx: &ChildCtx) {
 // The parent bumps the request counter; the child copies it into the
 // response counter. Each side reads only the line the other writes.
 
-fn two_line_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+pub(crate) fn two_line_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let (req, resp) = (peer.shm.atomic_u64(REQ), peer.shm.atomic_u64(RESP));
     let mut v = 0;
     let samples = p.measure(p.iters, |n| {
@@ -85,7 +85,7 @@ fn two_line_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     samples
 }
 
-fn two_line_child(ctx: &ChildCtx) {
+pub(crate) fn two_line_child(ctx: &ChildCtx) {
     let (req, resp) = (ctx.shm.atomic_u64(REQ), ctx.shm.atomic_u64(RESP));
     let mut last = 0;
     loop {

@@ -3,9 +3,10 @@
 //! pinned processes in which the parent reaches a line the child last
 //! wrote (never an L1 hit); what differs is how it reaches it.
 //!
-//! * `floor.load.remote` — the parent stores a counter in the ack word;
-//!   the child copies it into the data word; the parent loads the data
-//!   word until it sees it. Raw atomics on the harness's shared memory.
+//! * `floor.load.remote` — the parent stores a counter in a word; the
+//!   child copies it into another; the parent loads that one until it sees
+//!   it. Raw atomics on the harness's shared memory: `floor.spin.two_line`'s
+//!   exchange.
 //! * `ferry.shm.get.N` (N = 8, 64, 1024) — the same, the child (the
 //!   region's owner) writing N bytes (the counter first) and the parent
 //!   `get`ting N bytes until it sees them: a checked get against a load.
@@ -41,7 +42,8 @@ const KEY: Key = Key::from_bytes(*b"ferry-bench-key!");
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case::new("floor.load.remote", load_floor_parent, load_floor_child),
+        // `floor.spin.two_line`'s very exchange, named for what it anchors here.
+        Case::new("floor.load.remote", crate::floors::two_line_parent, crate::floors::two_line_child),
         Case::new("ferry.shm.get.8", |p, q| get_parent(p, q, 8), region_echo_child),
         Case::new("ferry.shm.get.64", |p, q| get_parent(p, q, 64), region_echo_child),
         Case::new("ferry.shm.get.1024", |p, q| get_parent(p, q, 1024), region_echo_child),
@@ -55,35 +57,6 @@ pub fn cases() -> Vec<Case> {
 }
 
 // --- floors ------------------------------------------------------------------
-
-fn load_floor_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let (ack, data) = (peer.shm.atomic_u64(ACK), peer.shm.atomic_u64(DATA));
-    let mut v = 0;
-    let samples = p.measure(p.iters, |n| {
-        for _ in 0..n {
-            v += 1;
-            ack.store(v, Release);
-            peer.spin_until(|| data.load(Acquire) == v);
-        }
-    });
-    ack.store(STOP, Release);
-    samples
-}
-
-fn load_floor_child(ctx: &ChildCtx) {
-    let (ack, data) = (ctx.shm.atomic_u64(ACK), ctx.shm.atomic_u64(DATA));
-    let mut last = 0;
-    loop {
-        let v = ack.load(Acquire);
-        if v != last {
-            if v == STOP {
-                return;
-            }
-            data.store(v, Release);
-            last = v;
-        }
-    }
-}
 
 fn turns_floor_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let word = peer.shm.atomic_u64(DATA);
@@ -157,7 +130,6 @@ fn exporting(ctx: &ChildCtx, side: impl FnOnce(&RegionRef)) {
 }
 
 fn get_parent(peer: &mut Peer, p: &Params, n: usize) -> Vec<f64> {
-    let peer = &*peer;
     with_region(peer, |r| {
         let mut buf = vec![0u8; n];
         let mut v = 0u64;
@@ -176,28 +148,37 @@ fn get_parent(peer: &mut Peer, p: &Params, n: usize) -> Vec<f64> {
     })
 }
 
+/// Calls `answer` with each new value `read` gives, until `STOP`.
+fn answer_each(mut read: impl FnMut() -> u64, mut answer: impl FnMut(u64)) {
+    let mut last = 0;
+    loop {
+        let v = read();
+        if v != last {
+            if v == STOP {
+                return;
+            }
+            answer(v);
+            last = v;
+        }
+    }
+}
+
 /// Echoes the ack word into the data's first 8 bytes, as a write of the
 /// whole data (up to 1024 bytes).
 fn region_echo_child(ctx: &ChildCtx) {
     exporting(ctx, |r| {
         let mut data = vec![7u8; 1024];
-        let mut last = 0;
-        loop {
-            let v = r.load(ACK).unwrap();
-            if v != last {
-                if v == STOP {
-                    return;
-                }
+        answer_each(
+            || r.load(ACK).unwrap(),
+            |v| {
                 data[..8].copy_from_slice(&v.to_le_bytes());
                 r.put(DATA, &data).unwrap();
-                last = v;
-            }
-        }
+            },
+        )
     })
 }
 
 fn put_parent(peer: &mut Peer, p: &Params, n: usize) -> Vec<f64> {
-    let peer = &*peer;
     with_region(peer, |r| {
         let mut data = vec![7u8; n];
         let mut v = 0u64;
@@ -217,22 +198,16 @@ fn put_parent(peer: &mut Peer, p: &Params, n: usize) -> Vec<f64> {
 /// Answers each new data word in the ack word.
 fn region_ack_child(ctx: &ChildCtx) {
     exporting(ctx, |r| {
-        let mut last = 0;
-        loop {
-            let v = r.load(DATA).unwrap();
-            if v != last {
-                if v == STOP {
-                    return;
-                }
+        answer_each(
+            || r.load(DATA).unwrap(),
+            |v| {
                 r.swap(ACK, v).unwrap();
-                last = v;
-            }
-        }
+            },
+        )
     })
 }
 
 fn turns_parent(peer: &mut Peer, p: &Params, cas: bool) -> Vec<f64> {
-    let peer = &*peer;
     with_region(peer, |r| {
         let mut v = 0u64;
         let samples = p.measure(p.iters, |k| {

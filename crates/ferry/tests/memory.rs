@@ -121,14 +121,8 @@ fn eight_processes_count_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
     let region = owner.export("counter", 64).unwrap();
-    let key = region.key().to_string();
-    let mut children: Vec<Child> = (0..8)
-        .map(|_| {
-            Child::spawn_with("count", dir.path(), |c| {
-                c.env("FERRY_TEST_KEY", &key);
-            })
-        })
-        .collect();
+    let key = region.key();
+    let mut children: Vec<Child> = (0..8).map(|_| importer("count", dir.path(), &key)).collect();
     for c in &mut children {
         c.expect("counted", Duration::from_secs(60));
     }
@@ -180,9 +174,7 @@ fn a_killed_importer_leaves_its_owner_whole() {
     // the thread's life): counted before, not as the importer's.
     std::thread::sleep(Duration::from_millis(300));
     let before = (common::fd_count(), common::shared_mappings().len());
-    let mut importer = Child::spawn_with("count", dir.path(), |c| {
-        c.env("FERRY_TEST_KEY", region.key().to_string());
-    });
+    let mut importer = importer("count", dir.path(), &region.key());
     importer.expect("counted", Duration::from_secs(60));
     // Killed and reaped, its pipes closed: what is left is the runtime's.
     drop(importer);
@@ -208,14 +200,8 @@ fn a_lock_free_stack_shared_by_four_processes_stays_whole() {
     for node in 0..stack::NODES {
         stack::push(&region, node);
     }
-    let key = region.key().to_string();
-    let mut children: Vec<Child> = (0..4)
-        .map(|_| {
-            Child::spawn_with("stack", dir.path(), |c| {
-                c.env("FERRY_TEST_KEY", &key);
-            })
-        })
-        .collect();
+    let key = region.key();
+    let mut children: Vec<Child> = (0..4).map(|_| importer("stack", dir.path(), &key)).collect();
     for c in &mut children {
         c.expect("churned", Duration::from_secs(60));
     }
@@ -265,16 +251,23 @@ mod stack {
     }
 }
 
+/// A child process in `role` that opens a region with `key`.
+fn importer(role: &str, dir: &std::path::Path, key: &Key) -> Child {
+    Child::spawn_with(role, dir, |c| {
+        c.env("FERRY_TEST_KEY", key.to_string());
+    })
+}
+
 /// What the child processes run.
 #[test]
 fn child_entry() {
     let Ok(role) = std::env::var(ROLE) else { return };
     let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
     let team = Team::builder().runtime_dir(&dir).start().unwrap();
+    let key = || -> Key { std::env::var("FERRY_TEST_KEY").unwrap().parse().unwrap() };
     match role.as_str() {
         "count" => {
-            let key: Key = std::env::var("FERRY_TEST_KEY").unwrap().parse().unwrap();
-            let r = team.open_region("counter", key).unwrap();
+            let r = team.open_region("counter", key()).unwrap();
             for _ in 0..100_000 {
                 r.fetch_add(0, 1).unwrap();
             }
@@ -287,8 +280,7 @@ fn child_entry() {
             std::thread::sleep(Duration::from_secs(60));
         }
         "stack" => {
-            let key: Key = std::env::var("FERRY_TEST_KEY").unwrap().parse().unwrap();
-            let r = team.open_region("stack", key).unwrap();
+            let r = team.open_region("stack", key()).unwrap();
             for _ in 0..20_000 {
                 if let Some(node) = stack::pop(&r) {
                     stack::push(&r, node);

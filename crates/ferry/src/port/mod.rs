@@ -449,7 +449,7 @@ impl RawSender {
     /// The cached channel, while it lives and its peer is not gone. (An
     /// upgrade per send: non-`Immediate` sends clone the channel anyway.)
     #[inline]
-    fn cached(&self) -> Option<Arc<Channel>> {
+    pub(crate) fn cached(&self) -> Option<Arc<Channel>> {
         self.channel.get()
     }
 
@@ -511,11 +511,6 @@ impl RawSender {
             }
             Err(e) => Delivery::failed(e),
         }
-    }
-
-    /// Its channel, if it has one (see `cached`).
-    pub(crate) fn channel(&self) -> Option<Arc<Channel>> {
-        self.cached()
     }
 
     /// The same sender, whose frames are of `kind` (a served kind: see `Team::frame_sender`).

@@ -178,7 +178,7 @@ impl RawSender {
     /// The liveness of the peer this sender's channel reaches (`None`
     /// before its first send: no channel yet).
     pub fn peer_liveness(&self) -> Option<PeerLiveness> {
-        self.channel().map(|ch| PeerLiveness { gone: ch.gone.clone(), peer: ch.peer })
+        self.cached().map(|ch| PeerLiveness { gone: ch.gone.clone(), peer: ch.peer })
     }
 }
 

@@ -227,6 +227,11 @@ pub enum Body<'a> {
     Detached(&'a mut Option<Detached>),
 }
 
+/// What asking a transport that passes no descriptors for a handover is.
+pub(crate) fn no_handover() -> crate::Error {
+    crate::Error::InvalidArgument("descriptors travel only over shared-memory channels".into())
+}
+
 /// Why a receive failed. Final for this end (it is closed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecvError {
@@ -384,7 +389,7 @@ pub trait Transport: Send + Sync {
     /// (any other is a protocol violation). Only transports that can pass
     /// descriptors (shared memory) support it; a few calls at a time.
     fn ask_handover(&self, _tag: u64) -> crate::Result<()> {
-        Err(crate::Error::InvalidArgument("descriptors travel only over shared-memory channels".into()))
+        Err(no_handover())
     }
 
     /// The answer to `tag` came without descriptors: a handover tagged
@@ -394,7 +399,7 @@ pub trait Transport: Send + Sync {
     /// Hands `fds` to the peer for its call `tag` (it asked, see
     /// [`Transport::ask_handover`]), ahead of the answer that announces them.
     fn hand_over(&self, _tag: u64, _fds: &[BorrowedFd<'_>]) -> crate::Result<()> {
-        Err(crate::Error::InvalidArgument("descriptors travel only over shared-memory channels".into()))
+        Err(no_handover())
     }
 
     /// The descriptors handed over for our call `tag`, which an answer

@@ -815,7 +815,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
     fn ask_handover(&self, tag: u64) -> crate::Result<()> {
         match &self.socket {
             Some(_) => self.handovers.ask(tag),
-            None => Err(crate::Error::InvalidArgument("this channel has no bind socket to pass descriptors on".into())),
+            None => Err(super::no_handover()),
         }
     }
 
@@ -825,7 +825,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     fn hand_over(&self, tag: u64, fds: &[BorrowedFd<'_>]) -> crate::Result<()> {
         let Some(sock) = &self.socket else {
-            return Err(crate::Error::InvalidArgument("this channel has no bind socket to pass descriptors on".into()));
+            return Err(super::no_handover());
         };
         if fds.is_empty() || fds.len() > fdpass::MAX_FDS {
             return Err(crate::Error::InvalidArgument(format!(
