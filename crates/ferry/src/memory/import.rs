@@ -60,21 +60,28 @@ impl Team {
             peer: region.team_id(),
             violation: crate::Violation::BadRegionAnswer(what.to_string()),
         };
-        match answer.first() {
-            Some(&status::OPENED) if answer.len() == 17 => {}
-            Some(&s @ (status::NO_REGION | status::DENIED)) => return Err(refusal(s, region)),
-            _ => return Err(bad("an answer of no known form")),
-        }
-        let len = u64::from_le_bytes(answer[1..9].try_into().expect("8 bytes"));
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|l| (1..=MAX_REGION_BYTES).contains(l))
-            .ok_or_else(|| bad("its length"))?;
+        let len = match parse_open_answer(&answer) {
+            Ok(len) => len,
+            Err(Ok(status)) => return Err(refusal(status, region)),
+            Err(Err(what)) => return Err(bad(what)),
+        };
         let [data, control]: [_; 2] = fds.try_into().map_err(|_| bad("not its two memfds"))?;
         let mut opened = RegionRef::shared(region, Arc::new(RegionMemory::open(len, data, control)?));
         opened.owner = sender.peer_liveness();
         Ok(opened)
     }
+}
+
+/// An `OPEN` answer (a peer's bytes): the region's length if it opened;
+/// else the status that refused it, or what is wrong with the answer.
+pub(crate) fn parse_open_answer(answer: &[u8]) -> std::result::Result<usize, std::result::Result<u8, &'static str>> {
+    match answer.first() {
+        Some(&status::OPENED) if answer.len() == 17 => {}
+        Some(&s @ (status::NO_REGION | status::DENIED)) => return Err(Ok(s)),
+        _ => return Err(Err("an answer of no known form")),
+    }
+    let len = u64::from_le_bytes(answer[1..9].try_into().expect("8 bytes"));
+    usize::try_from(len).ok().filter(|l| (1..=MAX_REGION_BYTES).contains(l)).ok_or(Err("its length"))
 }
 
 impl RegionRef {

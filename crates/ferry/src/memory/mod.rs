@@ -51,7 +51,7 @@
 //! # Ok::<(), ferry::Error>(())
 //! ```
 
-mod import;
+pub(crate) mod import;
 mod regions;
 mod view;
 
@@ -139,7 +139,7 @@ impl FromStr for Key {
 }
 
 /// Bytes of a page.
-const PAGE: usize = 4096;
+const PAGE: usize = crate::transport::shm::area::PAGE as usize;
 
 /// The bytes a region of `len` bytes maps: whole pages.
 fn mapped_len(len: usize) -> usize {

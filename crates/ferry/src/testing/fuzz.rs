@@ -25,6 +25,7 @@
 //! | [`names_query`] | a name query as a node reads it, an answer (or a refusal) as the asker reads it (also signed) |
 //! | [`etcd`] | an etcd answer: HTTP/1.1 status and headers, chunked bodies, the JSON of every request ferry makes, watch streams, endpoint ids as text |
 //! | [`handover`] | a TCP bind handed over by another team of the node (`FERRYTHO`), and the hello it carries |
+//! | [`region_open`] | a region's opening as the importer reads the owner's answer (status, length) |
 //! | [`shm_descriptors`] | descriptors handed over after a shared-memory bind, on its socket: asked, unasked, taken, against a peer that sends anything |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
@@ -63,6 +64,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("etcd", etcd),
     ("handover", handover),
     ("shm_descriptors", shm_descriptors),
+    ("region_open", region_open),
     ("settings", settings),
 ];
 
@@ -1143,6 +1145,14 @@ pub fn shm_descriptors(data: &[u8]) {
     }
 }
 
+/// The owner's answer to a region's opening, as the importer reads it: a
+/// length it accepts is one it may map.
+pub fn region_open(data: &[u8]) {
+    if let Ok(len) = crate::memory::import::parse_open_answer(data) {
+        assert!((1..=crate::memory::MAX_REGION_BYTES).contains(&len) && data.len() == 17);
+    }
+}
+
 /// The seed corpora, made by ferry's own encoders (and, for the harnesses
 /// that read a program, programs of honest exchanges): what
 /// `write_seed_corpora` writes into `fuzz/corpus/<target>/`.
@@ -1190,6 +1200,11 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     add("frame", "release", frame_bytes(Header::new(Kind::Release, Addr::NONE, Addr::NONE, 0), &descriptor));
     add("frame", "tcp-credit", tcp::credit_frame(4096, 1 << 20));
     // shm_descriptors: (tag, op) pairs; ask 1, the peer hands 1 over, take 1.
+    let mut opened = vec![0u8];
+    opened.extend_from_slice(&4096u64.to_le_bytes());
+    opened.extend_from_slice(&1u64.to_le_bytes());
+    add("region_open", "opened", opened);
+    add("region_open", "denied", vec![2]);
     add("shm_descriptors", "asked", vec![1, 0, 1, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 3, 1, 4]);
     add("shm_descriptors", "unasked", vec![2, 2, 8, 5, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]);
     let served = Header::new(Kind::Served(200), ep(7, 0), ep(9, 0), 43).with_checkpoint(Checkpoint::OnReturn);
