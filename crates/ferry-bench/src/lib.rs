@@ -36,6 +36,7 @@ mod harness;
 pub mod iceoryx2_peer;
 pub mod large;
 mod memory;
+mod mpi_peer;
 pub mod oversub;
 pub mod remote_memory;
 mod report;

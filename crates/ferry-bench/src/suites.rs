@@ -39,7 +39,7 @@ pub fn all_cases() -> Vec<Case> {
     let mut v = pingpong_cases();
     v.extend(rpc::cases());
     v.extend(crate::tcp::cases());
-    v.extend(crate::remote_memory::cases());
+    v.extend(memory::cases());
     v
 }
 
@@ -111,13 +111,34 @@ pub mod memory {
 
     pub const BASELINE: &str = "floor.load.remote";
 
+    /// The suite's cases: ferry's and their floors, then MPI's (see
+    /// `mpi_peer.rs`), whether or not MPI is installed.
+    pub fn cases() -> Vec<Case> {
+        let mut cases = crate::remote_memory::cases();
+        cases.extend(crate::mpi_peer::cases());
+        cases
+    }
+
     /// `ferry bench memory`: remote memory on one machine beside its floors.
     pub fn run(args: &BenchArgs) -> ferry::Result<()> {
         let targets = [
             Target::p50("ferry.shm.get.8", BASELINE, 1.5),
             Target::p50("ferry.shm.fetch_add", "floor.atomic.fetch_add", 1.5),
+            // Absent without MPI: a target whose case has no result is not checked.
+            Target::p50("ferry.shm.get.8", "mpi.get.8", 1.0),
+            Target::p50("ferry.shm.fetch_add", "mpi.fetch_add", 1.0),
         ];
-        let report = super::run("memory", crate::remote_memory::cases(), args, BASELINE, &targets);
+        let mut cases = cases();
+        // Without MPI its cases are left out, not failed: a missing peer is no error of ferry's.
+        let skipped = crate::mpi_peer::missing();
+        if let Some(why) = &skipped {
+            eprintln!("ferry bench memory: leaving out the mpi.* cases: {why}");
+            cases.retain(|c| !c.name.starts_with("mpi."));
+        }
+        let mut report = super::run("memory", cases, args, BASELINE, &targets);
+        if let Some(why) = skipped {
+            report.extra.insert("skipped".into(), json!({ "mpi.*": why }));
+        }
         print(&report, args, BASELINE);
         Ok(())
     }

@@ -149,6 +149,13 @@ pub enum Error {
         /// The region's length.
         region_len: u64,
     },
+    /// The region was revoked or re-keyed by its owner since this handle
+    /// opened it (`Region::revoke`, `Region::rekey`): open it again.
+    #[error("region {region} was revoked by its owner")]
+    Revoked {
+        /// The region.
+        region: EndpointId,
+    },
     /// An atomic operation on a word whose offset is not a multiple of 8.
     #[error("offset {offset} is not a multiple of 8 (atomic operations are on aligned u64 words)")]
     Misaligned {
@@ -279,8 +286,9 @@ pub enum Violation {
         /// The call they came for (0: not a handover message).
         tag: u64,
     },
-    /// An answer to a region's opening of no form this build knows.
-    #[error("a region's opening answered with {0}")]
+    /// An answer about a region (its opening, an operation served by its
+    /// owner) of no form this build knows.
+    #[error("a region's owner answered with {0}")]
     BadRegionAnswer(String),
     /// An answer that says descriptors came with it, when none did.
     #[error("an answer to call {tag} without the descriptors it announced")]
@@ -433,8 +441,12 @@ pub enum Limit {
     /// Calls on one channel awaiting descriptors back at once (64): see
     /// [`crate::extend`]'s post-bind resources.
     Handovers,
-    /// Regions a team exports at once ([`crate::memory::MAX_REGIONS`]).
+    /// Regions a team exports at once ([`crate::TeamBuilder::max_regions`]).
     Regions,
+    /// Bytes a team exports in all its regions ([`crate::TeamBuilder::max_exported_bytes`]).
+    ExportedBytes,
+    /// Regions a team has open at once as an importer ([`crate::TeamBuilder::max_imported_regions`]).
+    ImportedRegions,
 }
 
 impl Limit {
@@ -450,6 +462,8 @@ impl Limit {
             Limit::Handshakes => 7,
             Limit::Handovers => 8,
             Limit::Regions => 9,
+            Limit::ExportedBytes => 10,
+            Limit::ImportedRegions => 11,
         }
     }
 
@@ -465,6 +479,8 @@ impl Limit {
             Limit::Handshakes,
             Limit::Handovers,
             Limit::Regions,
+            Limit::ExportedBytes,
+            Limit::ImportedRegions,
         ]
         .into_iter()
         .find(|l| l.code() == code)
@@ -501,7 +517,11 @@ impl Limit {
                  (handshakes-per-source in its cluster file)"
             }
             Limit::Handovers => "wait for some of the calls that take descriptors back to end",
-            Limit::Regions => "drop regions no longer needed",
+            Limit::Regions => "drop regions no longer needed, or raise TeamBuilder::max_regions",
+            Limit::ExportedBytes => "drop regions no longer needed, or raise TeamBuilder::max_exported_bytes",
+            Limit::ImportedRegions => {
+                "drop opened regions no longer needed, or raise TeamBuilder::max_imported_regions"
+            }
         }
     }
 }
@@ -518,6 +538,8 @@ impl std::fmt::Display for Limit {
             Limit::Handshakes => "TCP handshakes at once from one address",
             Limit::Handovers => "calls awaiting descriptors on one channel",
             Limit::Regions => "regions exported by a team",
+            Limit::ExportedBytes => "bytes exported by a team",
+            Limit::ImportedRegions => "regions opened by a team",
         })
     }
 }
@@ -571,6 +593,7 @@ impl Error {
                 Error::OutOfBounds { offset: *offset, len: *len, region_len: *region_len }
             }
             Error::Misaligned { offset } => Error::Misaligned { offset: *offset },
+            Error::Revoked { region } => Error::Revoked { region: *region },
             Error::Io { context, source } => {
                 Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
             }

@@ -2,7 +2,7 @@
 //! (which runs these tests): one team per namespace, each a process started
 //! with `ip netns exec`, talking over TCP between addresses that exist only
 //! among the namespaces. Ports and RPC across them, a team killed mid-call,
-//! a link cut mid-call. Teams in PID namespaces of their own (containers):
+//! a link cut mid-call, a region's owner killed. Teams in PID namespaces of their own (containers):
 //! with one team number on two nodes, and two on one node.
 
 mod common;
@@ -40,6 +40,9 @@ fn large_payload(i: usize) -> String {
     let block: Vec<u8> = (0..63 * 4096).map(|k| alphabet[(k + k / 63 + i) % 63]).collect();
     String::from_utf8(block.iter().copied().cycle().take(LARGE).collect()).unwrap()
 }
+/// The key of the server's region.
+const REGION_KEY: ferry::memory::Key = ferry::memory::Key::from_bytes(*b"netns region key");
+
 /// How long a silent peer lasts (heartbeats every quarter of it).
 const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -56,10 +59,12 @@ fn child_entry() {
             let hold = team.open_named_port::<String>("hold").unwrap();
             let _serving = CalcServer::serve(&team, "calc", CalcImpl).unwrap();
             let _large = LargeServer::serve(&team, "large", LargeImpl).unwrap();
+            let region = team.export_with_key("region", 4096, REGION_KEY).unwrap();
             common::say(format!("echo {}", echo.id()));
             common::say(format!("hold {}", hold.id()));
             common::say(format!("calc {}", team.lookup("calc").unwrap()));
             common::say(format!("large {}", team.lookup("large").unwrap()));
+            common::say(format!("region {}", region.id()));
             let holder = std::thread::spawn(move || {
                 let mut held = Vec::new();
                 while let Ok(m) = hold.recv_blocking() {
@@ -133,6 +138,16 @@ fn child_entry() {
                             })
                         })
                     }
+                    // Opens a region, says so, then adds to its first word
+                    // until an operation fails (at most 20 s).
+                    "region-until-gone" => team.open_region_at(id(1), REGION_KEY).and_then(|r| {
+                        common::say("opened");
+                        let until = Instant::now() + Duration::from_secs(20);
+                        while Instant::now() < until {
+                            r.fetch_add(0, 1)?;
+                        }
+                        Ok(())
+                    }),
                     "hold" => {
                         // A limit of 0: no deadline at all.
                         let limit: u64 = words[2].parse().unwrap();
@@ -199,6 +214,7 @@ struct Server {
     hold: String,
     calc: String,
     large: String,
+    region: String,
 }
 
 fn server(n: &str) -> Server {
@@ -210,7 +226,8 @@ fn serving(mut child: Child) -> Server {
     let hold = child.expect("hold ", START);
     let calc = child.expect("calc ", START);
     let large = child.expect("large ", START);
-    Server { child, echo, hold, calc, large }
+    let region = child.expect("region ", START);
+    Server { child, echo, hold, calc, large, region }
 }
 
 /// The client, node a, ready for commands.
@@ -310,6 +327,22 @@ fn a_team_killed_mid_call_fails_the_call() {
     let mut client = client();
     client.tell(&format!("hold {} 60000", b.hold));
     b.child.expect("holding", START);
+    let t0 = Instant::now();
+    b.child.kill();
+    let answer = client.expect("", Duration::from_secs(20));
+    assert!(answer.starts_with("err PeerGone"), "{answer}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+}
+
+/// A region's owner killed while an importer on another node uses it: the
+/// importer's next operation fails with `PeerGone`, well before any timeout.
+#[test]
+#[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
+fn a_regions_owner_killed_fails_its_importers_operations() {
+    let mut b = server("b");
+    let mut client = client();
+    client.tell(&format!("region-until-gone {}", b.region));
+    assert_eq!(client.expect("", START), "opened");
     let t0 = Instant::now();
     b.child.kill();
     let answer = client.expect("", Duration::from_secs(20));

@@ -54,12 +54,17 @@ fn served_frames_are_answered(p: Placement) {
             let handler = Arc::new(Test::default());
             let _serving = a.team.serve_frames(REVERSE..=DROP, handler.clone()).unwrap();
             a.put("serving", "");
-            let sent: usize = a.get("sent");
+            let sent: usize = a.get::<usize>("sent") + 1;
             assert!(common::eventually(Duration::from_secs(5), || handler.served.load(Ordering::SeqCst) == sent));
         },
         |b: &Side| {
             b.get::<String>("serving");
             let to = owner(&b.peer);
+            // The first frame, with a deadline, waits for the bind in the
+            // bind's queue: its answer is the reply, not its going out
+            // (a served frame is a request, as a port's message is).
+            let first = b.team.frame_sender(to, REVERSE).unwrap().with_timeout(Duration::from_secs(10));
+            assert_eq!(first.call(b"first").unwrap(), b"tsrif");
             let send = |kind: u8, bytes: &[u8], c: Checkpoint| b.team.frame_sender(to, kind).unwrap().send(bytes, c);
             assert_eq!(send(REVERSE, b"abc", Checkpoint::OnReturn).unwrap(), b"cba");
             // Large: out of band on shared memory.

@@ -1,69 +1,20 @@
-//! Remote memory (DESIGN §5; MBCF's remote write and read, StarMod's remote
-//! variables): a team *exports* a region — a named byte range — under an
-//! access key; holders of the key open it and `put`, `get` and run atomics
-//! on it (`swap`, `fetch_add`, `compare_and_swap` on aligned `u64` words)
-//! without any task of the owner running.
-//!
-//! On one machine a region is a shared mapping of its own (a memfd, not a
-//! channel's ring): the owner maps it, and an importer in another process
-//! maps it too, after the owner checked its key and handed the memfd over
-//! its channel ([`crate::extend`]'s descriptors after the bind); an
-//! importer in the owner's process shares the owner's mapping. Every
-//! operation is then the importer's own loads, stores and atomic
-//! instructions, checked against the region's bounds first: no message,
-//! no system call, no task of the owner. Across machines the owner's
-//! runtime will serve them (the next step of issue 18); opening a region
-//! of another node is refused for now.
-//!
-//! **Names.** A region has an endpoint id of its owner's team, and its name
-//! is bound to it in the team's name plane: regions and ports share one
-//! name space (a region cannot take a port's name, nor the reverse).
-//!
-//! **Ordering.** Per importer and region, operations take effect in the
-//! order they are made, and each is done when its call returns: a `get`
-//! after a `put` (from any process of the machine) sees the `put`'s bytes,
-//! unless someone wrote them since. Atomics are sequentially consistent.
-//! A `put` or `get` of more than 8 bytes is not atomic: concurrent writers
-//! of the same bytes leave some bytes of each.
-//!
-//! **Checks.** A wrong key is `AccessDenied` when the region is opened;
-//! any access outside the region (an overflowing offset included) is
-//! `OutOfBounds`, an atomic operation on an offset that is not a multiple
-//! of 8 is `Misaligned`: no access is ever made outside the region. The
-//! memory past `len` up to the page's end is zero and unreachable.
-//!
-//! **Limits.** A team exports at most [`MAX_REGIONS`] regions of at most
-//! [`MAX_REGION_BYTES`] each; an importer maps what it opens until it
-//! drops the handle.
-//!
-//! ```
-//! # let dir = tempfile::tempdir().unwrap();
-//! use ferry::Team;
-//! let owner = Team::builder().runtime_dir(dir.path()).start()?;
-//! let region = owner.export("counters", 4096)?;
-//! let user = Team::builder().runtime_dir(dir.path()).start()?;
-//! let counters = user.open_region("counters", region.key())?;
-//! counters.fetch_add(8, 5)?;
-//! counters.put(100, b"hello")?;
-//! assert_eq!(region.fetch_add(8, 1)?, 5);
-//! assert_eq!(&region.get_vec(100, 5)?, b"hello");
-//! assert!(matches!(counters.put(4095, b"xy"), Err(ferry::Error::OutOfBounds { .. })));
-//! # Ok::<(), ferry::Error>(())
-//! ```
+// The module's documentation is docs/MEMORY.md: its example runs as a doc test.
+#![doc = include_str!("../../../../docs/MEMORY.md")]
 
 pub(crate) mod import;
-mod regions;
+pub(crate) mod ops;
+mod path;
+pub(crate) mod regions;
 mod view;
 
-pub use import::{RegionRef, OPEN_TIMEOUT};
+pub use import::{PutDone, RegionRef, FLAG_FAILED, OPEN_TIMEOUT};
+pub use path::{Step, MAX_PATH_STEPS};
 pub use regions::Region;
 
 use crate::error::{Error, Result};
 use std::fmt;
 use std::str::FromStr;
 
-/// Regions a team exports at once.
-pub const MAX_REGIONS: usize = 1024;
 /// Bytes of one region (1 TiB).
 pub const MAX_REGION_BYTES: usize = 1 << 40;
 
@@ -71,8 +22,12 @@ pub const MAX_REGION_BYTES: usize = 1 << 40;
 const KINDS: std::ops::RangeInclusive<u8> = 64..=71;
 /// Opens a region: payload its key; the answer a status byte, then (if
 /// opened) its length and epoch (u64 LE each), with the region's memfds
-/// handed over on shared memory.
+/// handed over if the importer asked (shared memory).
 const OPEN: u8 = 64;
+/// An operation served by the owner (across machines): see [`ops`].
+const OP: u8 = 65;
+/// Most bytes one served operation moves (larger gets and puts are split).
+const MAX_SERVED_BYTES: usize = 1 << 20;
 
 /// A region's access key: 128 bits, random unless given. Printed and
 /// parsed as 32 hex digits.

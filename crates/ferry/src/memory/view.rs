@@ -5,6 +5,25 @@
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// `Ok` if `len` bytes at `offset` lie inside a region of `region_len`
+/// bytes (an overflowing offset included).
+#[inline]
+pub(super) fn check(region_len: usize, offset: usize, len: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len => Ok(()),
+        _ => Err(Error::OutOfBounds { offset: offset as u64, len: len as u64, region_len: region_len as u64 }),
+    }
+}
+
+/// `Ok` if the word at `offset` is aligned and inside the region.
+#[inline]
+pub(super) fn check_word(region_len: usize, offset: usize) -> Result<()> {
+    if !offset.is_multiple_of(8) {
+        return Err(Error::Misaligned { offset: offset as u64 });
+    }
+    check(region_len, offset, 8)
+}
+
 /// A region's bytes in this process: `len` bytes at `base`, in memory
 /// mapped shared with other processes (which write it concurrently).
 #[derive(Clone, Copy)]
@@ -34,10 +53,7 @@ impl View {
     /// (an overflowing offset included).
     #[inline]
     fn at(&self, offset: usize, len: usize) -> Result<*mut u8> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.base.wrapping_add(offset)),
-            _ => Err(Error::OutOfBounds { offset: offset as u64, len: len as u64, region_len: self.len as u64 }),
-        }
+        check(self.len, offset, len).map(|()| self.base.wrapping_add(offset))
     }
 
     /// Whether `len` bytes at `offset` lie inside the region.
@@ -48,10 +64,8 @@ impl View {
     /// The aligned word at `offset`.
     #[inline]
     fn word(&self, offset: usize) -> Result<&AtomicU64> {
-        if !offset.is_multiple_of(8) {
-            return Err(Error::Misaligned { offset: offset as u64 });
-        }
-        let p = self.at(offset, 8)?;
+        check_word(self.len, offset)?;
+        let p = self.base.wrapping_add(offset);
         // SAFETY: in bounds (checked), 8-byte aligned (the base is, and the
         // offset is a multiple of 8), mapped while `self` is used; every
         // access to shared words goes through atomics.

@@ -104,6 +104,12 @@ pub struct Config {
     pub max_channels: usize,
     /// Most calls each service served implicitly runs at once.
     pub max_running_calls: usize,
+    /// Most regions this team exports at once.
+    pub max_regions: usize,
+    /// Most bytes this team exports in all its regions (whole pages).
+    pub max_exported_bytes: u64,
+    /// Most regions this team has open at once as an importer.
+    pub max_imported_regions: usize,
     /// Most TCP connections from one address whose handshake is under way
     /// (the cluster file's `handshakes-per-source` replaces it).
     pub handshakes_per_source: usize,
@@ -112,6 +118,11 @@ pub struct Config {
 /// The range of `handoff_after`.
 pub const MIN_HANDOFF_AFTER: Duration = Duration::from_micros(100);
 pub const MAX_HANDOFF_AFTER: Duration = Duration::from_secs(60);
+
+/// The largest `max_regions` and `max_imported_regions`.
+pub const MAX_REGIONS: usize = 1 << 20;
+/// The largest `max_exported_bytes` (256 TiB).
+pub const MAX_EXPORTED_BYTES: u64 = 1 << 48;
 
 /// The largest `max_running_calls`.
 pub const MAX_RUNNING_CALLS: usize = 1 << 20;
@@ -145,6 +156,9 @@ impl Default for Config {
             max_names: 4096,
             max_channels: 1024,
             max_running_calls: 1024,
+            max_regions: 1024,
+            max_exported_bytes: 1 << 40,
+            max_imported_regions: 1024,
             handshakes_per_source: 8,
         }
     }
@@ -251,6 +265,28 @@ impl TeamBuilder {
     /// and, over shared memory, two rings and two payload areas.
     pub fn max_channels(mut self, n: usize) -> Self {
         self.cfg.max_channels = n;
+        self
+    }
+    /// Most regions the team exports at once (default 1024): past it,
+    /// `Team::export` fails with `Error::LimitReached` (`Limit::Regions`).
+    pub fn max_regions(mut self, n: usize) -> Self {
+        self.cfg.max_regions = n;
+        self
+    }
+    /// Most bytes the team exports in all its regions, counted in whole
+    /// pages (default 1 TiB, also the most one region has): past it,
+    /// `Team::export` fails with `Error::LimitReached`
+    /// (`Limit::ExportedBytes`). Memory is used only as it is written.
+    pub fn max_exported_bytes(mut self, n: u64) -> Self {
+        self.cfg.max_exported_bytes = n;
+        self
+    }
+    /// Most regions the team has open at once as an importer (default
+    /// 1024): past it, `Team::open_region` fails with
+    /// `Error::LimitReached` (`Limit::ImportedRegions`). On one machine each
+    /// is a mapping (two, with its control page) and two descriptors.
+    pub fn max_imported_regions(mut self, n: usize) -> Self {
+        self.cfg.max_imported_regions = n;
         self
     }
     /// Most calls each service this team serves implicitly
@@ -426,6 +462,9 @@ impl TeamBuilder {
         in_range("inbox_capacity", c.inbox_capacity, 1..=usize::MAX)?;
         in_range("hold_capacity", c.hold_capacity, 1..=usize::MAX)?;
         in_range("max_running_calls", c.max_running_calls, 1..=MAX_RUNNING_CALLS)?;
+        in_range("max_regions", c.max_regions, 1..=MAX_REGIONS)?;
+        in_range("max_exported_bytes", c.max_exported_bytes, 4096..=MAX_EXPORTED_BYTES)?;
+        in_range("max_imported_regions", c.max_imported_regions, 1..=MAX_REGIONS)?;
         in_range("handshakes_per_source", c.handshakes_per_source, 1..=MAX_THREADS)?;
         in_range("blocking_idle", c.blocking_idle, Duration::ZERO..=A_DAY)?;
         in_range("peer_timeout", c.peer_timeout, MIN_PEER_TIMEOUT..=A_DAY)?;

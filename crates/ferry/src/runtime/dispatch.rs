@@ -278,7 +278,7 @@ impl TeamInner {
             Body::Inline(p) => p.len(),
             Body::Detached(slot) => slot.as_ref().map_or(0, |d| d.len()),
         };
-        if h.flags & flags::HANDOVER != 0 && !matches!(h.kind, Kind::Data | Kind::Served(_)) {
+        if h.flags & flags::HANDOVER != 0 && !h.kind.is_request() {
             return self.route_handed(ch, h, body, violation);
         }
         // Any data frame but an `Immediate` one may be answered (an ack, a nack).

@@ -28,7 +28,7 @@ use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::Error;
 use crate::transport::{SendError, Staged};
-use crate::wire::{Checkpoint, Header, Kind};
+use crate::wire::{Checkpoint, Header};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -75,12 +75,12 @@ impl Queued {
 
     /// A reply (no future waits on it), not a message of ours.
     pub fn is_answer(&self) -> bool {
-        self.header.kind != Kind::Data
+        !self.header.kind.is_request()
     }
 
     /// A message that never waits for room: fails with `WouldBlock` if there is none.
     fn is_immediate(&self) -> bool {
-        self.header.kind == Kind::Data && self.header.checkpoint() == Checkpoint::Immediate
+        self.header.kind.is_request() && self.header.checkpoint() == Checkpoint::Immediate
     }
 
     /// Whether it still waits to be sent.

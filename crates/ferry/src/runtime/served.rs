@@ -217,6 +217,12 @@ impl ServedFrame<'_> {
         super::deadline::deadline_on_arrival(self.header.budget_ns)
     }
 
+    /// Whether its sender asked for descriptors with the answer
+    /// ([`RawSender::call_for_descriptors`]): over shared memory only.
+    pub fn asks_for_descriptors(&self) -> bool {
+        self.header.flags & flags::HANDOVER != 0 && self.header.checkpoint() == Checkpoint::OnReturn
+    }
+
     /// Runs `f` on the payload's bytes (copied first if they are in the
     /// peer's memory: a handler never reads memory the peer can write).
     pub fn with_payload<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
@@ -248,7 +254,7 @@ impl ServedFrame<'_> {
     /// moves it to a fresh segment (see remote memory's revocation).
     pub fn reply_with_descriptors(mut self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
         let h = self.header;
-        if h.flags & flags::HANDOVER == 0 || h.checkpoint() != Checkpoint::OnReturn {
+        if !self.asks_for_descriptors() {
             return Err(Error::InvalidArgument("the frame's sender did not ask for descriptors".into()));
         }
         self.ch.transport.hand_over(h.call_id, fds)?;

@@ -25,7 +25,8 @@
 //! | [`names_query`] | a name query as a node reads it, an answer (or a refusal) as the asker reads it (also signed) |
 //! | [`etcd`] | an etcd answer: HTTP/1.1 status and headers, chunked bodies, the JSON of every request ferry makes, watch streams, endpoint ids as text |
 //! | [`handover`] | a TCP bind handed over by another team of the node (`FERRYTHO`), and the hello it carries |
-//! | [`region_open`] | a region's opening as the importer reads the owner's answer (status, length) |
+//! | [`region_open`] | a region's opening as the importer reads the owner's answer (status, length, epoch) |
+//! | [`region_ops`] | remote memory's served operations: a request as the owner decodes and runs it (on a real region), an answer as the importer reads it |
 //! | [`shm_descriptors`] | descriptors handed over after a shared-memory bind, on its socket: asked, unasked, taken, against a peer that sends anything |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
@@ -65,6 +66,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("handover", handover),
     ("shm_descriptors", shm_descriptors),
     ("region_open", region_open),
+    ("region_ops", region_ops),
     ("settings", settings),
 ];
 
@@ -1148,8 +1150,36 @@ pub fn shm_descriptors(data: &[u8]) {
 /// The owner's answer to a region's opening, as the importer reads it: a
 /// length it accepts is one it may map.
 pub fn region_open(data: &[u8]) {
-    if let Ok(len) = crate::memory::import::parse_open_answer(data) {
+    if let Ok((len, _epoch)) = crate::memory::import::parse_open_answer(data) {
         assert!((1..=crate::memory::MAX_REGION_BYTES).contains(&len) && data.len() == 17);
+    }
+}
+
+/// Remote memory's served operations. The first byte picks the side: even,
+/// the owner's — the rest is a request, decoded and (if it decodes) run on
+/// a region of 4 KiB whose key and epoch it carries; its answer must read
+/// back as an answer, no larger than one served read — and odd, the
+/// importer's: the rest is an answer, read for a region of 4 KiB.
+pub fn region_ops(data: &[u8]) {
+    use crate::memory::ops::{decode_request, parse_answer, Request};
+    use crate::memory::regions::{serve_op, RegionMemory};
+    static MEMORY: std::sync::LazyLock<RegionMemory> =
+        std::sync::LazyLock::new(|| RegionMemory::create("fuzz", 4096, 1).expect("a region's memory"));
+    let Some((&side, bytes)) = data.split_first() else { return };
+    let region = EndpointId::at(Addr::new(1, 2, 4).expect("an address"), 3);
+    if side % 2 == 1 {
+        let _ = parse_answer(bytes, region, 4096);
+        return;
+    }
+    if let Some(req) = decode_request(bytes) {
+        // Encoding what was decoded gives the same bytes: one reading per request.
+        assert_eq!(Request { ..req }.encode(), bytes);
+        let req = decode_request(bytes).expect("decoded once");
+        let answer = serve_op(&MEMORY, req);
+        assert!(answer.len() <= 1 + (1 << 20));
+        if let Err(e) = parse_answer(&answer, region, 4096) {
+            assert!(matches!(e, crate::Error::OutOfBounds { .. } | crate::Error::Misaligned { .. }), "{e}");
+        }
     }
 }
 
@@ -1205,6 +1235,26 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     opened.extend_from_slice(&1u64.to_le_bytes());
     add("region_open", "opened", opened);
     add("region_open", "denied", vec![2]);
+    {
+        use crate::memory::ops::{Op, Request};
+        use crate::memory::Step;
+        let key = [7u8; 16];
+        let steps = vec![Step::Index { index: 1, size: 16 }, Step::Field(8), Step::Indirect];
+        let ops = [
+            ("get", Op::Get { len: 8 }),
+            ("put", Op::Put(b"hello")),
+            ("swap", Op::Swap(5)),
+            ("fetch-add", Op::FetchAdd(1)),
+            ("cas", Op::Cas { current: 0, new: 1 }),
+            ("path", Op::Path { steps, len: 8 }),
+        ];
+        for (name, op) in ops {
+            let req = Request { key: &key, epoch: 1, offset: 64, op };
+            add("region_ops", name, [&[0u8][..], &req.encode()].concat());
+        }
+        add("region_ops", "answer-word", [&[1u8, 0][..], &7u64.to_le_bytes()].concat());
+        add("region_ops", "answer-out-of-bounds", [&[1u8, 4][..], &[0; 16]].concat());
+    }
     add("shm_descriptors", "asked", vec![1, 0, 1, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 3, 1, 4]);
     add("shm_descriptors", "unasked", vec![2, 2, 8, 5, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]);
     let served = Header::new(Kind::Served(200), ep(7, 0), ep(9, 0), 43).with_checkpoint(Checkpoint::OnReturn);

@@ -41,6 +41,12 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Whether a frame of this kind is a request (a port's message, a
+    /// primitive's frame) rather than an answer or a transport's own frame.
+    pub fn is_request(self) -> bool {
+        matches!(self, Kind::Data | Kind::Served(_))
+    }
+
     /// The kind of a header's kind byte; `None` if no kind has it.
     pub fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {

@@ -11,6 +11,9 @@
 //! - [`Placement::TwoNodes`]: two processes in two network namespaces, two
 //!   nodes of a cluster (TCP). Only under `scripts/netns-test.sh`, which
 //!   makes the namespaces and the cluster files; elsewhere these are ignored.
+//! - [`Placement::LoopbackNodes`]: two teams of this process, two nodes of
+//!   a cluster on loopback (TCP): what crosses machines, without
+//!   namespaces (`loopback_placements!`, for the suites that ask for it).
 //!
 //! For the process placements the test runs itself again, twice, as the
 //! same test (`--exact <its name>`) with `FERRY_TEST_CHILD=pair-a|pair-b`;
@@ -34,6 +37,7 @@ pub enum Placement {
     TwoTeams,
     TwoProcesses,
     TwoNodes,
+    LoopbackNodes,
 }
 
 impl Placement {
@@ -44,7 +48,12 @@ impl Placement {
 
     /// Both sides are in this process.
     pub fn one_process(self) -> bool {
-        matches!(self, Placement::SameTeam | Placement::TwoTeams)
+        matches!(self, Placement::SameTeam | Placement::TwoTeams | Placement::LoopbackNodes)
+    }
+
+    /// The sides are two nodes of a cluster (TCP between them).
+    pub fn two_nodes(self) -> bool {
+        matches!(self, Placement::TwoNodes | Placement::LoopbackNodes)
     }
 }
 
@@ -93,7 +102,7 @@ impl Pair {
         match (self.placement, role.as_deref()) {
             (_, Some("pair-a")) => run_child(self.placement, &self.tweak_a, a),
             (_, Some("pair-b")) => run_child(self.placement, &self.tweak_b, b),
-            (Placement::SameTeam | Placement::TwoTeams, _) => self.run_here(a, b),
+            (Placement::SameTeam | Placement::TwoTeams | Placement::LoopbackNodes, _) => self.run_here(a, b),
             (Placement::TwoProcesses | Placement::TwoNodes, _) => run_parent(self.placement),
         }
     }
@@ -101,9 +110,17 @@ impl Pair {
     /// Both sides as threads of this process.
     fn run_here(self, a: impl FnOnce(&Side) + Send, b: impl FnOnce(&Side) + Send) {
         let dir = tempfile::tempdir().unwrap();
-        let start = |tweak: &Tweak| tweak(base().runtime_dir(dir.path())).start().expect("start team");
-        let team_a = start(&self.tweak_a);
-        let team_b = if self.placement.one_team() { team_a.clone() } else { start(&self.tweak_b) };
+        let ports = [free_port(), free_port()];
+        let start = |tweak: &Tweak, node: usize| {
+            let mut b = base().runtime_dir(dir.path());
+            if self.placement == Placement::LoopbackNodes {
+                // A node's own runtime dir: names cross nodes as the cluster's.
+                b = b.runtime_dir(dir.path().join(node.to_string())).cluster(loopback_cluster(node, ports));
+            }
+            tweak(b).start().expect("start team")
+        };
+        let team_a = start(&self.tweak_a, 1);
+        let team_b = if self.placement.one_team() { team_a.clone() } else { start(&self.tweak_b, 2) };
         let (to_a, to_b) = (Arc::new(Inbox::default()), Arc::new(Inbox::default()));
         let side_a = Side::new(self.placement, team_a, team_b.id(), to_a.clone(), Line::Inbox(to_b.clone()));
         let side_b = Side::new(self.placement, team_b, side_a.team.id(), to_b, Line::Inbox(to_a));
@@ -115,6 +132,26 @@ impl Pair {
                 std::panic::resume_unwind(e);
             }
         });
+    }
+}
+
+/// A port of loopback free when asked.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Node `node` (1 or 2) of a cluster of two on loopback, at `ports`.
+fn loopback_cluster(node: usize, ports: [u16; 2]) -> ferry::Cluster {
+    let addr = |i: usize| std::net::SocketAddr::from(([127, 0, 0, 1], ports[i - 1]));
+    let peer = 3 - node;
+    ferry::Cluster {
+        node: node as u16,
+        listen: addr(node),
+        peers: [(peer as u16, addr(peer))].into_iter().collect(),
+        key: Arc::from(&b"the loopback pair's cluster key"[..]),
+        tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
     }
 }
 
@@ -310,6 +347,18 @@ fn run_parent(placement: Placement) {
 pub fn netns() -> (String, PathBuf) {
     let prefix = std::env::var("FERRY_NETNS").expect("run by scripts/netns-test.sh, which makes the namespaces");
     (prefix, PathBuf::from(std::env::var("FERRY_NETNS_WORK").unwrap()))
+}
+
+/// The cases of [`placements!`] also between two nodes on loopback, in
+/// this process (`mod loopback_nodes`).
+#[macro_export]
+macro_rules! loopback_placements {
+    ($($case:ident),* $(,)?) => {
+        $crate::placements!($($case),*);
+        mod loopback_nodes {
+            $( #[test] fn $case() { super::$case($crate::common::pair::Placement::LoopbackNodes) } )*
+        }
+    };
 }
 
 /// Instantiates the two-sided cases for every placement: modules
