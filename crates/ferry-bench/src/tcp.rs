@@ -448,10 +448,16 @@ fn team(run_id: &str, node: u16, ports: (u16, u16), busy: bool, processors: usiz
 /// only bind its own address), says it with its endpoint, then serves
 /// `Bench` until told to stop.
 fn serve(ctx: &ChildCtx, busy: bool) {
+    serve_with(ctx, busy, |_| ())
+}
+
+/// [`serve`], with what `also` makes of the team (a region) kept meanwhile.
+pub(crate) fn serve_with<T>(ctx: &ChildCtx, busy: bool, also: impl FnOnce(&Team) -> T) {
     let _dir = RemoveDir(run_dir(&format!("{}-2", ctx.run_id)));
     let theirs: u16 = hear(&ctx.sock).parse().unwrap();
     let ours = free_port(child_ip());
     let team = team(&ctx.run_id, 2, (theirs, ours), busy, 1);
+    let _also = also(&team);
     let stopped = Arc::new(AtomicBool::new(false));
     let _serving = BenchServer::serve(&team, "bench.tcp", BenchImpl::new(stopped.clone())).unwrap();
     tell(&ctx.sock, &format!("{ours} {}", team.lookup("bench.tcp").unwrap()));
@@ -467,7 +473,11 @@ fn client(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient) -> Vec
     client_with_team(peer, busy, |c, _| measure(c))
 }
 
-fn client_with_team(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient, &Team) -> Vec<f64>) -> Vec<f64> {
+pub(crate) fn client_with_team(
+    peer: &mut Peer,
+    busy: bool,
+    measure: impl FnOnce(&BenchClient, &Team) -> Vec<f64>,
+) -> Vec<f64> {
     let _dir = RemoveDir(run_dir(&format!("{}-1", peer.run_id)));
     let ours = free_port(parent_ip());
     tell(&peer.sock, &ours.to_string());

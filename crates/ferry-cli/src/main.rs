@@ -41,8 +41,9 @@ enum BenchSuite {
         #[arg(long)]
         breakdown: bool,
     },
-    /// Remote memory on one machine: a region's get, put and atomics
-    /// between two processes beside a load and an atomic on shared memory.
+    /// Remote memory: a region's get, put, atomics and paths between two
+    /// processes (shared memory) and two nodes (TCP), beside a load and an
+    /// atomic on shared memory, a TCP ping-pong, an RPC and MPI.
     Memory(ferry_bench::BenchArgs),
     /// RPC between two nodes over TCP (run across two network namespaces
     /// by `scripts/bench.sh tcp`) beside a raw TCP ping-pong and ZeroMQ.

@@ -2,6 +2,7 @@
 //! between the two, printing what each costs: first with the two processes
 //! as two nodes of a cluster (TCP on loopback), then over shared memory.
 
+use ferry::memory::{Key, Step};
 use ferry::rpc::RpcError;
 use ferry::{Checkpoint, Result, Team};
 use std::process::{Command, Stdio};
@@ -149,7 +150,70 @@ across nodes — team {} (node 1) and team {} (node 2), TCP on loopback, median 
         calls.into_iter().for_each(|c| drop(c.wait().unwrap()));
     }) / 32.0;
     show("32 calls in flight, written together (Team::batch), per call", per_call);
+    memory_tour(&team, "tour.tcp.region")?;
     team.shutdown();
+    Ok(())
+}
+
+/// The key of the tour's regions (both processes know it).
+const REGION_KEY: Key = Key::from_bytes(*b"the tour's key!!");
+/// Where the tour's regions lay out a path: word 0 points to the record at
+/// 64, whose field 8 points to the 8 bytes at 256.
+const PATH: [Step; 3] = [Step::Indirect, Step::Field(8), Step::Indirect];
+
+/// The other process's region `name`, exported with its path laid out.
+fn export_region(team: &Team, name: &str) -> Result<ferry::memory::Region> {
+    let r = team.export_with_key(name, 4096, REGION_KEY)?;
+    r.put(0, &64u64.to_le_bytes())?;
+    r.put(72, &256u64.to_le_bytes())?;
+    r.put(256, b"a region")?;
+    Ok(r)
+}
+
+/// Remote memory: the other process's region, mapped here (one machine)
+/// or served by its owner (another node); each operation's cost.
+fn memory_tour(team: &Team, name: &str) -> Result<()> {
+    let r = team.open_region_at(team.lookup_wait(name, Duration::from_secs(10))?, REGION_KEY)?;
+    // Cheap operations are timed 100 at a time (a clock read costs more than they do).
+    let (per, rounds) = if r.is_mapped() { (100, ROUNDS / 10) } else { (1, ROUNDS) };
+    let cost = |f: &mut dyn FnMut()| median_ns(rounds, || (0..per).for_each(|_| f())) / per as f64;
+    println!(
+        "\nremote memory — region {name} of the other process's team, {}, median of {}:",
+        if r.is_mapped() {
+            "mapped here (loads, stores, atomics: no message)"
+        } else {
+            "served by its owner's runtime"
+        },
+        rounds * per
+    );
+    let mut out = [0u8; 8];
+    show("get 8 bytes", cost(&mut || r.get(256, &mut out).unwrap()));
+    show("put 64 bytes", cost(&mut || r.put(1024, &[7u8; 64]).unwrap()));
+    show(
+        "fetch_add on a u64",
+        cost(&mut || {
+            std::hint::black_box(r.fetch_add(2048, 1).unwrap());
+        }),
+    );
+    show("path read: 3 steps (2 pointers), then 8 bytes", cost(&mut || r.get_path(0, &PATH, &mut out).unwrap()));
+    if r.is_mapped() {
+        let local = std::hint::black_box([7u8; 8]);
+        show(
+            "the floor: 8 bytes of this process's own memory",
+            cost(&mut || {
+                std::hint::black_box(local);
+            }),
+        );
+    } else {
+        show(
+            "put 64 bytes, acknowledged (a future)",
+            cost(&mut || team.block_on(r.put_async(1024, &[7u8; 64])).unwrap()),
+        );
+    }
+    println!("  path read gave {:?}; every access is checked:", String::from_utf8_lossy(&out));
+    println!("    put(4090, 8 bytes) = {}", r.put(4090, &[0; 8]).unwrap_err());
+    println!("    fetch_add(4, 1) = {}", r.fetch_add(4, 1).unwrap_err());
+    println!("    open with a wrong key = {}", team.open_region(name, Key::from_bytes([0; 16])).err().unwrap());
     Ok(())
 }
 
@@ -228,6 +292,7 @@ fn tour(team: &Team) -> Result<()> {
     }
 
     rpc_tour(team)?;
+    memory_tour(team, "tour.region")?;
 
     println!("\nbackpressure: Immediate sends into a receiver that does not keep up");
     echo.send(&b"pause".to_vec(), Checkpoint::OnDelivery)?; // the receiver stops reading for a while
@@ -251,7 +316,7 @@ fn tour(team: &Team) -> Result<()> {
         Err(e) => show(&format!("call failed with \"{e}\" after"), t.elapsed().as_nanos() as f64),
         Ok(_) => println!("  unexpected: the dead peer answered"),
     }
-    println!("\nmore primitives (links, groups, remote memory, fifos, signals, ...) join this tour as they land.");
+    println!("\nmore primitives (links, groups, fifos, signals, ...) join this tour as they land.");
     Ok(())
 }
 
@@ -321,6 +386,7 @@ pub fn child() -> Result<()> {
     let _greeter = GreeterServer::serve(&team, "tour.greeter", GreeterImpl { team: team.clone() })?;
     let port = team.open_named_raw_port("tour.echo")?;
     let _echo = team.spawn(echo(team.clone(), port));
+    let _region = export_region(&team, "tour.region")?;
     // Node 2 of the tour's cluster: the same services, reached over TCP.
     let ports = std::env::var("TOUR_TCP_PORTS").unwrap_or_default();
     let ports: Vec<u16> = ports.split(',').filter_map(|p| p.parse().ok()).collect();
@@ -335,6 +401,7 @@ pub fn child() -> Result<()> {
     let _greeter2 = GreeterServer::serve(&node2, "tour.tcp.greeter", GreeterImpl { team: node2.clone() })?;
     let port2 = node2.open_named_raw_port("tour.tcp.echo")?;
     let _echo2 = node2.spawn(echo(node2.clone(), port2));
+    let _region2 = export_region(&node2, "tour.tcp.region")?;
     // This thread only waits (in the kernel) until the tour ends the process.
     loop {
         std::thread::park();
