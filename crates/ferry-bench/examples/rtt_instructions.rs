@@ -15,6 +15,10 @@
 //! (32 in flight, refilled 16 per batch) between two nodes of a cluster on
 //! loopback, both teams in blocking mode (no spinning: what is counted is
 //! the calls' work, system calls included, which `strace -c -f` counts).
+//! `rtt_instructions N tcp-null` makes N null calls one after the other on
+//! the same two nodes; `tcp-get` N 8-byte gets of a region of node 2
+//! (served by its runtime), `tcp-get-nodeadline` the same without the
+//! operations' default deadline.
 
 use ferry::{Checkpoint, Team};
 
@@ -39,6 +43,7 @@ fn main() {
         Some("rpc") => return rpc(n, false),
         Some("arg") => return rpc(n, true),
         Some("tcp") => return tcp(n),
+        Some(op @ ("tcp-null" | "tcp-get" | "tcp-get-nodeadline")) => return tcp_one_by_one(n, op),
         Some("inproc") => return inproc(n),
         _ => {}
     }
@@ -101,10 +106,11 @@ fn rpc(n: usize, arg: bool) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn tcp(n: usize) {
-    use std::collections::{BTreeMap, VecDeque};
+/// Node 1 (no processor) and node 2 (one) of a cluster on loopback, in
+/// blocking mode, with their runtime dirs under `dir`.
+fn two_nodes(dir: &std::path::Path) -> (Team, Team) {
+    use std::collections::BTreeMap;
     use std::sync::Arc;
-    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
     let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let addrs = [free(), free()];
     let team = |node: u16, processors: usize| {
@@ -123,8 +129,36 @@ fn tcp(n: usize) {
         std::fs::create_dir_all(&run).unwrap();
         Team::builder().runtime_dir(run).processors(processors).blocking().cluster(cluster).start().unwrap()
     };
-    let server = team(2, 1);
-    let client = team(1, 0);
+    (team(1, 0), team(2, 1))
+}
+
+/// `n` calls one after the other from node 1 to node 2: null RPCs, or gets
+/// of 8 bytes of a region.
+fn tcp_one_by_one(n: usize, op: &str) {
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    let (client, server) = two_nodes(&dir);
+    let _serving = NullServer::serve(&server, "null", NullImpl).unwrap();
+    let _region = server.export_with_key("region", 64, ferry::memory::Key::from_bytes([1; 16])).unwrap();
+    let c = NullClient::bind(&client, "null").unwrap();
+    let r = client.open_region("region", ferry::memory::Key::from_bytes([1; 16])).unwrap();
+    let r = if op == "tcp-get-nodeadline" { r.with_timeout(std::time::Duration::MAX) } else { r };
+    let mut out = [0u8; 8];
+    for _ in 0..n {
+        match op {
+            "tcp-null" => c.null_blocking().unwrap(),
+            _ => r.get(0, &mut out).unwrap(),
+        }
+    }
+    drop((c, r));
+    client.shutdown();
+    server.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tcp(n: usize) {
+    use std::collections::VecDeque;
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    let (client, server) = two_nodes(&dir);
     let serving = NullServer::serve(&server, "null", NullImpl).unwrap();
     let c = NullClient::bind(&client, "null").unwrap();
     let mut flying = VecDeque::new();

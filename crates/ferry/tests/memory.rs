@@ -201,7 +201,45 @@ fn revocation_and_rekeying(p: Placement) {
     );
 }
 
+/// Across machines an operation whose owner drains nothing (its one
+/// processor stuck in user code, no replacement allowed) fails
+/// `DeadlineExceeded` at the handle's deadline, not hangs; the handle works
+/// again once the owner does. (On one machine nothing waits.)
+fn a_served_operation_has_a_deadline(p: Placement) {
+    let _one = ONE_AT_A_TIME.lock();
+    if !p.two_nodes() {
+        return;
+    }
+    pair(p).config_a(|b| b.processors(1).max_replacements(0)).run(
+        |a: &Side| {
+            let region = a.team.export("slow", 64).unwrap();
+            a.put("key", region.key());
+            a.get::<String>("opened");
+            let stuck = a.team.spawn(async { std::thread::sleep(Duration::from_millis(1500)) });
+            std::thread::sleep(Duration::from_millis(50));
+            a.put("stuck", "");
+            // Not in a ferry call meanwhile: a thread waiting in one would serve.
+            std::thread::sleep(Duration::from_millis(1500));
+            a.team.block_on(stuck).unwrap();
+            a.get::<String>("done");
+        },
+        |b: &Side| {
+            let key: Key = b.get("key");
+            let r = b.team.open_region("slow", key).unwrap().with_timeout(Duration::from_millis(200));
+            r.put(0, b"x").unwrap();
+            b.put("opened", "");
+            b.get::<String>("stuck");
+            let t0 = std::time::Instant::now();
+            assert!(matches!(r.get_vec(0, 1), Err(Error::DeadlineExceeded)));
+            assert!(t0.elapsed() < Duration::from_secs(1), "waited {:?}", t0.elapsed());
+            assert!(common::eventually(Duration::from_secs(5), || r.get_vec(0, 1).is_ok_and(|v| v == b"x")));
+            b.put("done", "");
+        },
+    );
+}
+
 loopback_placements!(
+    a_served_operation_has_a_deadline,
     a_region_is_shared_in_every_placement,
     mistakes_are_typed_errors,
     paths_and_acknowledgements,

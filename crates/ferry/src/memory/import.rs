@@ -23,6 +23,12 @@ use std::task::{Context, Poll};
 /// How long opening a region of another process waits for its owner's answer.
 pub const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long an operation served by a region's owner (across machines)
+/// waits for its answer, unless [`RegionRef::with_timeout`] says otherwise:
+/// an owner that never drains its channels (no processor, its threads in
+/// user code) makes it fail `DeadlineExceeded`, not hang.
+pub const OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The value an ack flag gets when its write failed
 /// ([`RegionRef::put_flagged`]).
 pub const FLAG_FAILED: u64 = u64::MAX;
@@ -104,7 +110,8 @@ impl Team {
             Err(Err(what)) => return Err(bad(what)),
         };
         if !on_this_machine {
-            let place = Place::Served { sender: self.frame_sender(region, OP)?, key, team: self.clone() };
+            let sender = self.frame_sender(region, OP)?.with_timeout(OPERATION_TIMEOUT);
+            let place = Place::Served { sender, key, team: self.clone() };
             return Ok(RegionRef { id: region, len, epoch, place, _imported: None });
         }
         let [data, control]: [_; 2] = fds.try_into().map_err(|_| bad("not its two memfds"))?;
@@ -196,6 +203,17 @@ impl RegionRef {
     /// Whether it is empty (never: a region has at least one byte).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The same handle, whose operations served by the owner (across
+    /// machines) wait at most `limit` for their answer (default
+    /// [`OPERATION_TIMEOUT`]; `Duration::MAX`: no limit). Mapped
+    /// operations never wait.
+    pub fn with_timeout(mut self, limit: std::time::Duration) -> RegionRef {
+        if let Place::Served { sender, .. } = &mut self.place {
+            *sender = sender.clone().with_timeout(limit);
+        }
+        self
     }
 
     /// Whether it is mapped in this process (its operations are this

@@ -7,7 +7,7 @@ mod path;
 pub(crate) mod regions;
 mod view;
 
-pub use import::{PutDone, RegionRef, FLAG_FAILED, OPEN_TIMEOUT};
+pub use import::{PutDone, RegionRef, FLAG_FAILED, OPEN_TIMEOUT, OPERATION_TIMEOUT};
 pub use path::{Step, MAX_PATH_STEPS};
 pub use regions::Region;
 

@@ -541,7 +541,7 @@ impl RawSender {
         let completion = d.completion();
         let reply = match d.take_ready() {
             Some(r) => r,
-            None => idle::block_on(&self.team, d),
+            None => d.wait_here(&self.team).map(Payload::into_vec),
         }?;
         Ok((reply, completion.map(|c| c.take_descriptors()).unwrap_or_default()))
     }
@@ -562,7 +562,7 @@ impl RawSender {
         let mut d = self.start(bytes, checkpoint, true);
         match d.take_ready() {
             Some(r) => r,
-            None => idle::block_on(&self.team, d),
+            None => d.wait_here(&self.team).map(Payload::into_vec),
         }
     }
 
@@ -713,8 +713,8 @@ impl<T: Serialize> Sender<T> {
 
     /// `OnReturn` send decoding the reply as `R` (where it arrived), blocking.
     pub fn call<R: DeserializeOwned>(&self, value: &T) -> Result<R> {
-        let mut d = out::encoded(value, |o| self.raw.start(o, Checkpoint::OnReturn, true))?;
-        idle::block_on(&self.raw.team, poll_fn(|cx| d.poll_payload(cx)))?.decode_at(0)
+        let d = out::encoded(value, |o| self.raw.start(o, Checkpoint::OnReturn, true))?;
+        d.wait_here(&self.raw.team)?.decode_at(0)
     }
 
     /// `OnReturn` send; the future resolves to the decoded reply.

@@ -214,8 +214,7 @@ impl Client {
         method: u32,
         args: &A,
     ) -> Result<R, RpcError<E>> {
-        let fut = self.start_call(method, args, true);
-        idle::block_on(&self.team, fut)
+        self.start_call(method, args, true).wait()
     }
 
     /// A one-way call: no result; returns when `checkpoint` is reached
@@ -323,9 +322,13 @@ impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
 
 impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> CallFuture<R, E, W> {
     /// Blocks this thread until the result is there.
-    pub fn wait(self) -> Result<R, RpcError<E>> {
+    pub fn wait(mut self) -> Result<R, RpcError<E>> {
         match self.team.clone() {
-            Some(team) => idle::block_on(&team, self),
+            Some(team) => {
+                // Its deadline ends the wait: no timer (see `Delivery::wait_here`).
+                let until = self.delivery.as_mut().and_then(|d| d.waited_on_this_thread());
+                idle::block_on_until(&team, self, until)
+            }
             None => Err(self.failed.unwrap_or(RpcError::Cancelled)),
         }
     }

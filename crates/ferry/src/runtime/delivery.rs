@@ -27,6 +27,9 @@ pub struct Delivery {
     state: DeliveryState,
     deadline: Option<Instant>,
     timer: Option<u64>,
+    /// Waited for by a blocked thread, whose wait ends at the deadline:
+    /// no timer is needed ([`Delivery::wait_here`]).
+    waited_here: bool,
 }
 
 enum DeliveryState {
@@ -54,13 +57,32 @@ pub(super) enum On {
 
 impl Delivery {
     pub(super) fn done() -> Delivery {
-        Delivery { state: DeliveryState::Ready(Ok(Payload::from_slice(&[]))), deadline: None, timer: None }
+        Delivery::ready(Ok(Payload::from_slice(&[])))
     }
     pub(super) fn waiting(w: Waiting, deadline: Option<Instant>) -> Delivery {
-        Delivery { state: DeliveryState::Waiting(w), deadline, timer: None }
+        Delivery { state: DeliveryState::Waiting(w), deadline, timer: None, waited_here: false }
     }
     pub(crate) fn failed(e: Error) -> Delivery {
-        Delivery { state: DeliveryState::Ready(Err(e)), deadline: None, timer: None }
+        Delivery::ready(Err(e))
+    }
+
+    fn ready(r: Result<Payload>) -> Delivery {
+        Delivery { state: DeliveryState::Ready(r), deadline: None, timer: None, waited_here: false }
+    }
+
+    /// Waits for it on this thread (a blocking send), driving the team
+    /// meanwhile. The wait itself ends at the deadline: no timer is
+    /// registered for it (a timer costs a lock and two map updates).
+    pub(crate) fn wait_here(mut self, team: &TeamInner) -> Result<Payload> {
+        let until = self.waited_on_this_thread();
+        super::idle::block_on_until(team, std::future::poll_fn(|cx| self.poll_payload(cx)), until)
+    }
+
+    /// Says it will be waited for by a blocked thread, whose wait ends at
+    /// the deadline it returns ([`idle::block_on_until`](super::idle::block_on_until)).
+    pub(crate) fn waited_on_this_thread(&mut self) -> Option<Instant> {
+        self.waited_here = true;
+        self.deadline
     }
 
     /// The completion it waits on, if it waits (to take descriptors from, after).
@@ -110,7 +132,9 @@ impl Delivery {
                 w.give_up();
                 return Poll::Ready(Err(Error::DeadlineExceeded));
             }
-            self.timer = Some(w.team.register_timer(self.timer, at, cx.waker()));
+            if !self.waited_here {
+                self.timer = Some(w.team.register_timer(self.timer, at, cx.waker()));
+            }
         }
         self.state = DeliveryState::Waiting(w);
         Poll::Pending

@@ -477,6 +477,14 @@ fn thread_waker(team: &TeamInner) -> WakerLease {
 /// Runs `fut` to completion on this thread, driving the team's channels
 /// while it waits (spin, then park).
 pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
+    block_on_until(team, fut, None)
+}
+
+/// [`block_on`] of a future that ends itself at `until` (a send's
+/// deadline, which it checks when polled): the wait polls it again once
+/// `until` has passed, and never sleeps past it, so the future needs no
+/// timer of its own.
+pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<Instant>) -> F::Output {
     let lease = thread_waker(team);
     let (tw, waker) = lease.waker();
     let mut fut = pin!(fut);
@@ -485,15 +493,25 @@ pub(crate) fn block_on<F: Future>(team: &TeamInner, fut: F) -> F::Output {
     if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
         return v;
     }
-    let mut idle = Idle::new(team).for_answer();
+    let mut idle = Idle::new(team).for_answer().until(until);
+    let due = |until: Option<Instant>| until.is_some_and(|at| Instant::now() >= at);
     loop {
         if let Poll::Ready(v) = user_code(team, || fut.as_mut().poll(&mut cx)) {
             return v;
         }
+        if due(idle.until) {
+            // Polled past `until` and not done (a call sent again, with a
+            // deadline and a timer of its own): its waker says when.
+            idle.until = None;
+        }
         // A load first: a locked swap on every spinning turn costs more
         // than the rest of the turn's look.
+        let until = idle.until;
         while !(tw.woken.load(Ordering::Relaxed) && tw.woken.swap(false, Ordering::AcqRel)) {
-            idle.step(&|| tw.woken.load(Ordering::SeqCst), &|p| tw.parked.store(p, Ordering::SeqCst));
+            if due(until) {
+                break;
+            }
+            idle.step(&|| tw.woken.load(Ordering::SeqCst) || due(until), &|p| tw.parked.store(p, Ordering::SeqCst));
         }
     }
 }

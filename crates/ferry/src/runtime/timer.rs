@@ -1,7 +1,8 @@
 //! Timers: deadlines in time order, fired by whichever thread is idle.
 
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -20,8 +21,8 @@ struct State {
     /// once: a stream of long timers that are cancelled (a call with a long
     /// timeout answered at once) must not pile up behind an earlier one.
     order: BTreeSet<(u64, u64)>,
-    /// id → (deadline, waker).
-    live: HashMap<u64, (u64, Waker)>,
+    /// id → (deadline, waker). Our own ids, so a fast hash (no peer picks them).
+    live: FxHashMap<u64, (u64, Waker)>,
 }
 
 impl State {
