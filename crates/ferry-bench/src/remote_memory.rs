@@ -66,8 +66,10 @@ macro_rules! sized {
 
 pub fn cases() -> Vec<Case> {
     let mut v = vec![
-        // `floor.spin.two_line`'s very exchange, named for what it anchors here.
+        // `floor.spin.two_line`'s very exchange, named for what it anchors
+        // here (and under its own name, as the list of floors has it).
         Case::new("floor.load.remote", crate::floors::two_line_parent, crate::floors::two_line_child),
+        Case::new("floor.spin.two_line", crate::floors::two_line_parent, crate::floors::two_line_child),
     ];
     v.extend(sized!("ferry.shm.get", get_parent, region_echo_child, [2, 8, 64, 256, 1024]));
     v.extend(sized!("ferry.shm.put", put_parent, region_ack_child, [2, 8, 64, 256, 1024]));

@@ -43,7 +43,9 @@ fn main() {
     let mut cases = pingpong_cases();
     cases.extend(ferry_rpc::cases());
     cases.extend(ferry_bench::oversub::cases());
-    cases.extend(ferry_bench::remote_memory::cases());
+    // (Less the floors it shares with the ping-pong's, by name.)
+    let memory: Vec<Case> = ferry_bench::remote_memory::cases();
+    cases.extend(memory.into_iter().filter(|c| c.name != "floor.spin.two_line"));
     cases.push(Case::new("test.uds.fdpass", fdpass_parent, fdpass_child));
     ferry_bench::large::receiver_if_requested();
     ferry_bench::crowd_member_if_requested();
