@@ -149,6 +149,15 @@ pub enum Error {
         /// The region's length.
         region_len: u64,
     },
+    /// The endpoint's owner closed this handle (a fifo's producer ring: the
+    /// fifo was dropped, or the owner found the ring corrupt).
+    #[error("{endpoint} closed this handle: {why}")]
+    Closed {
+        /// The endpoint (a fifo).
+        endpoint: EndpointId,
+        /// Why.
+        why: &'static str,
+    },
     /// The region was revoked or re-keyed by its owner since this handle
     /// opened it (`Region::revoke`, `Region::rekey`): open it again.
     #[error("region {region} was revoked by its owner")]
@@ -286,8 +295,8 @@ pub enum Violation {
         /// The call they came for (0: not a handover message).
         tag: u64,
     },
-    /// An answer about a region (its opening, an operation served by its
-    /// owner) of no form this build knows.
+    /// An answer about a region or a fifo (its opening, an operation
+    /// served by its owner) of no form this build knows.
     #[error("a region's owner answered with {0}")]
     BadRegionAnswer(String),
     /// An answer that says descriptors came with it, when none did.
@@ -447,6 +456,8 @@ pub enum Limit {
     ExportedBytes,
     /// Regions a team has open at once as an importer ([`crate::TeamBuilder::max_imported_regions`]).
     ImportedRegions,
+    /// Producers of one fifo ([`crate::fifo::MAX_PRODUCERS`]).
+    FifoProducers,
 }
 
 impl Limit {
@@ -464,6 +475,7 @@ impl Limit {
             Limit::Regions => 9,
             Limit::ExportedBytes => 10,
             Limit::ImportedRegions => 11,
+            Limit::FifoProducers => 12,
         }
     }
 
@@ -481,6 +493,7 @@ impl Limit {
             Limit::Regions,
             Limit::ExportedBytes,
             Limit::ImportedRegions,
+            Limit::FifoProducers,
         ]
         .into_iter()
         .find(|l| l.code() == code)
@@ -522,6 +535,7 @@ impl Limit {
             Limit::ImportedRegions => {
                 "drop opened regions no longer needed, or raise TeamBuilder::max_imported_regions"
             }
+            Limit::FifoProducers => "drop producers no longer needed (FifoRef)",
         }
     }
 }
@@ -540,6 +554,7 @@ impl std::fmt::Display for Limit {
             Limit::Regions => "regions exported by a team",
             Limit::ExportedBytes => "bytes exported by a team",
             Limit::ImportedRegions => "regions opened by a team",
+            Limit::FifoProducers => "producers of one fifo",
         })
     }
 }
@@ -594,6 +609,7 @@ impl Error {
             }
             Error::Misaligned { offset } => Error::Misaligned { offset: *offset },
             Error::Revoked { region } => Error::Revoked { region: *region },
+            Error::Closed { endpoint, why } => Error::Closed { endpoint: *endpoint, why },
             Error::Io { context, source } => {
                 Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
             }

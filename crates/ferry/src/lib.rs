@@ -23,6 +23,7 @@
 pub mod cost;
 pub mod error;
 pub mod extend;
+pub mod fifo;
 pub mod id;
 #[cfg(all(test, loom))]
 mod loom_models;

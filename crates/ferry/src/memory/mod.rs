@@ -60,7 +60,7 @@ impl Key {
     }
 
     /// Compares in time independent of where the keys differ.
-    fn matches(&self, other: &[u8]) -> bool {
+    pub(crate) fn matches(&self, other: &[u8]) -> bool {
         other.len() == 16 && self.0.iter().zip(other).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 }

@@ -217,6 +217,11 @@ impl ServedFrame<'_> {
         super::deadline::deadline_on_arrival(self.header.budget_ns)
     }
 
+    /// The liveness of the team that sent it (its channel's).
+    pub fn peer_liveness(&self) -> PeerLiveness {
+        PeerLiveness { gone: self.ch.gone.clone(), peer: self.ch.peer }
+    }
+
     /// Whether its sender asked for descriptors with the answer
     /// ([`RawSender::call_for_descriptors`]): over shared memory only.
     pub fn asks_for_descriptors(&self) -> bool {

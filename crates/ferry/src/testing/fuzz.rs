@@ -28,6 +28,7 @@
 //! | [`region_open`] | a region's opening as the importer reads the owner's answer (status, length, epoch) |
 //! | [`region_ops`] | remote memory's served operations: a request as the owner decodes and runs it (on a real region), an answer as the importer reads it |
 //! | [`shm_descriptors`] | descriptors handed over after a shared-memory bind, on its socket: asked, unasked, taken, against a peer that sends anything |
+//! | [`fifo`] | a fifo: an opening's answer and an enqueue as each side reads them, and a producer's ring as its owner pops it (the ring's memory the input) |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
 use crate::id::{Addr, EndpointId, TeamId};
@@ -67,6 +68,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("shm_descriptors", shm_descriptors),
     ("region_open", region_open),
     ("region_ops", region_ops),
+    ("fifo", fifo),
     ("settings", settings),
 ];
 
@@ -1183,6 +1185,52 @@ pub fn region_ops(data: &[u8]) {
     }
 }
 
+/// A fifo. The first byte picks: 0, an `OPEN` answer as a producer reads
+/// it; 1, an `ENQUEUE` payload as the owner reads it; else a producer's
+/// ring of 4 elements of at most 16 bytes whose memory is the rest (its
+/// tail word first, then its slots), which the owner pops until it is
+/// empty or found corrupt: what it takes is never longer than an element.
+pub fn fifo(data: &[u8]) {
+    use crate::fifo::ring::{Ring, Shape};
+    let Some((&side, bytes)) = data.split_first() else { return };
+    match side {
+        0 => {
+            let fifo = EndpointId::at(Addr::new(1, 2, 4).expect("an address"), 3);
+            let _ = crate::fifo::wire::parse_opened(bytes, fifo);
+        }
+        1 => {
+            if let Some((key, _, element)) = crate::fifo::wire::parse_enqueue(bytes) {
+                assert_eq!(key.len() + 4 + element.len(), bytes.len());
+            }
+        }
+        _ => {
+            let shape = Shape { capacity: 4, element_size: 16 };
+            let mut memory = vec![0u64; shape.bytes() / 8];
+            let words: &mut [u8] = bytemuck_bytes(&mut memory);
+            // The tail word (offset 0), then the slots (from 4096).
+            let (tail, slots) = bytes.split_at(bytes.len().min(8));
+            words[..tail.len()].copy_from_slice(tail);
+            let n = slots.len().min(words.len() - 4096);
+            words[4096..4096 + n].copy_from_slice(&slots[..n]);
+            // SAFETY: `memory` is `shape.bytes()` bytes, 8-aligned, alive while the ring is used.
+            let ring = unsafe { Ring::new(memory.as_mut_ptr().cast(), shape) };
+            let (mut head, mut out) = (0, Vec::new());
+            for _ in 0..8 {
+                match ring.pop(&mut head, &mut out) {
+                    Ok(true) => assert!(out.len() <= 16),
+                    Ok(false) | Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
+/// A vector of words as its bytes.
+fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: any bytes are a valid u8; the length covers exactly the words.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast(), words.len() * 8) }
+}
+
 /// The seed corpora, made by ferry's own encoders (and, for the harnesses
 /// that read a program, programs of honest exchanges): what
 /// `write_seed_corpora` writes into `fuzz/corpus/<target>/`.
@@ -1254,6 +1302,19 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         }
         add("region_ops", "answer-word", [&[1u8, 0][..], &7u64.to_le_bytes()].concat());
         add("region_ops", "answer-out-of-bounds", [&[1u8, 4][..], &[0; 16]].concat());
+    }
+    {
+        let opened = crate::fifo::wire::Opened { ring: 1, capacity: 64, element_size: 16 };
+        add("fifo", "opened", [&[0u8][..], &opened.encode()].concat());
+        add("fifo", "enqueue", [&[1u8][..], &crate::fifo::wire::enqueue(&[7; 16], 1, b"element")].concat());
+        // A ring with two elements: tail 2, slot 0 "ab", slot 1 "cde".
+        let mut ring = vec![2u8];
+        ring.extend_from_slice(&2u64.to_le_bytes());
+        ring.extend_from_slice(&[2, 0, 0, 0, 0, 0, 0, 0]);
+        ring.extend_from_slice(b"ab\0\0\0\0\0\0\0\0\0\0\0\0\0\0");
+        ring.extend_from_slice(&[3, 0, 0, 0, 0, 0, 0, 0]);
+        ring.extend_from_slice(b"cde");
+        add("fifo", "ring", ring);
     }
     add("shm_descriptors", "asked", vec![1, 0, 1, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 3, 1, 4]);
     add("shm_descriptors", "unasked", vec![2, 2, 8, 5, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]);

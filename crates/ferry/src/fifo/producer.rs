@@ -1,0 +1,262 @@
+//! The producer's side: opening a fifo, and enqueueing — into its own ring
+//! (one machine), or through its owner's runtime (across machines).
+
+use super::check_shape;
+use super::owner::{Fifos, Producer, Shared};
+use super::ring::{Closed, Ring};
+use super::wire::{self, parse_opened, refusal};
+use crate::error::{Error, Refusal, Result};
+use crate::extend::PeerLiveness;
+use crate::id::EndpointId;
+use crate::memory::Key;
+use crate::port::RawSender;
+use crate::sys::shm::Mapping;
+use crate::wire::Checkpoint;
+use crate::Team;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long opening a fifo (and a served enqueue) waits for the owner.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A producer of a fifo (see [`crate::fifo`]): its elements reach the
+/// owner in the order it enqueues them.
+pub struct FifoRef {
+    id: EndpointId,
+    element_size: usize,
+    place: Place,
+    /// Tells the owner this producer is done (another process or machine).
+    done: Option<(RawSender, Vec<u8>)>,
+}
+
+enum Place {
+    /// Its ring is mapped here: an enqueue is a copy and a store.
+    Mapped {
+        ring: Arc<MappedRing>,
+        /// This producer's count of elements pushed (never read back from the ring).
+        tail: Mutex<u64>,
+        wake: Wake,
+    },
+    /// On another machine: an enqueue is a served frame.
+    Served { sender: RawSender, key: Key, ring: u32 },
+}
+
+/// A ring and what keeps it mapped.
+struct MappedRing {
+    ring: Ring,
+    /// The owner's control page (word 0: the owner is parked).
+    parked: *const AtomicU64,
+    _memory: Memory,
+}
+
+// SAFETY: `parked` points into `_memory`'s control page, mapped while this lives; read atomically only.
+unsafe impl Send for MappedRing {}
+unsafe impl Sync for MappedRing {}
+
+enum Memory {
+    /// The owner is in this process: its own ring and fifo.
+    Shared(Arc<Producer>, Arc<Shared>),
+    /// Mapped from the memfds the owner handed over (the ring, the control
+    /// page): kept, not read, so that the ring and `parked` stay mapped.
+    Mapped(#[allow(dead_code)] Mapping, #[allow(dead_code)] Mapping),
+}
+
+/// How a producer wakes its parked owner.
+enum Wake {
+    Local(Arc<Shared>),
+    Remote { sender: RawSender, owner: PeerLiveness },
+}
+
+impl Team {
+    /// Opens the fifo named `name` with `key`, as a producer.
+    pub fn open_fifo(&self, name: &str, key: Key) -> Result<FifoRef> {
+        let id = self.lookup(name)?;
+        self.open_fifo_at(id, key)
+    }
+
+    /// Opens the fifo `fifo` with `key`, as a producer: `AccessDenied` if
+    /// the key is not its key, `NoSuchEndpoint` if there is no such fifo,
+    /// `LimitReached` past [`MAX_PRODUCERS`](super::MAX_PRODUCERS).
+    pub fn open_fifo_at(&self, fifo: EndpointId, key: Key) -> Result<FifoRef> {
+        let on_this_machine = fifo.node() == self.id().node;
+        if let Some(found) = Fifos::in_this_process(fifo, &key).filter(|_| on_this_machine) {
+            let shared = found.map_err(|s| refusal(s, fifo).expect("a refusal"))?;
+            let (_, p) = shared.add_producer(self.id(), false, None)?;
+            let shape = shared.shape;
+            // SAFETY: the ring's mapping lives in `p`, held by `_memory`.
+            let ring = unsafe { Ring::new(p.mapping_ptr(), shape) };
+            let parked: *const AtomicU64 = shared.parked();
+            let ring = MappedRing { ring, parked, _memory: Memory::Shared(p, shared.clone()) };
+            let place = Place::Mapped { ring: Arc::new(ring), tail: Mutex::new(0), wake: Wake::Local(shared) };
+            return Ok(FifoRef { id: fifo, element_size: shape.element_size, place, done: None });
+        }
+        let sender = self.frame_sender(fifo, wire::OPEN)?.with_timeout(TIMEOUT);
+        let (answer, fds) = match on_this_machine {
+            true => sender.call_for_descriptors(&key.to_bytes()),
+            false => sender.call(&key.to_bytes()).map(|a| (a, Vec::new())),
+        }
+        .map_err(|e| match e {
+            Error::Refused(Refusal::NotServed { .. }) => Error::NoSuchEndpoint(fifo),
+            e => e,
+        })?;
+        let opened = parse_opened(&answer, fifo)?;
+        let shape = check_shape(opened.capacity, opened.element_size)?;
+        let done = Some((self.frame_sender(fifo, wire::DONE)?, wire::enqueue(&key.to_bytes(), opened.ring, &[])));
+        if !on_this_machine {
+            let sender = self.frame_sender(fifo, wire::ENQUEUE)?.with_timeout(TIMEOUT);
+            let place = Place::Served { sender, key, ring: opened.ring };
+            return Ok(FifoRef { id: fifo, element_size: shape.element_size, place, done });
+        }
+        let bad = || Error::Protocol {
+            peer: fifo.team_id(),
+            violation: crate::Violation::BadRegionAnswer("a fifo's opening without its two memfds".into()),
+        };
+        let [ring_fd, control_fd]: [_; 2] = fds.try_into().map_err(|_| bad())?;
+        let mapping = Mapping::open(ring_fd, shape.bytes())?;
+        let control = Mapping::open_read_only(control_fd, 4096)?;
+        // SAFETY: the ring's mapping is `shape.bytes()` bytes, page-aligned, held by `_memory`.
+        let ring = unsafe { Ring::new(mapping.as_ptr(), shape) };
+        let parked = control.as_ptr().cast::<AtomicU64>().cast_const();
+        let owner = sender.peer_liveness().ok_or_else(bad)?;
+        let wake = Wake::Remote { sender: self.frame_sender(fifo, wire::WAKE)?, owner };
+        let ring = MappedRing { ring, parked, _memory: Memory::Mapped(mapping, control) };
+        let place = Place::Mapped { ring: Arc::new(ring), tail: Mutex::new(0), wake };
+        Ok(FifoRef { id: fifo, element_size: shape.element_size, place, done })
+    }
+}
+
+impl FifoRef {
+    /// The fifo's id.
+    pub fn id(&self) -> EndpointId {
+        self.id
+    }
+
+    /// Bytes of one element at most.
+    pub fn element_size(&self) -> usize {
+        self.element_size
+    }
+
+    /// Enqueues `element` (at most `element_size` bytes) now, or fails
+    /// `WouldBlock` if this producer's ring is full: never a drop. On one
+    /// machine a copy into the ring and a store (a system call only if the
+    /// owner is parked); across machines a round trip to the owner's runtime.
+    pub fn enqueue(&self, element: &[u8]) -> Result<()> {
+        if element.len() > self.element_size {
+            return Err(Error::TooLarge { len: element.len(), max: self.element_size });
+        }
+        match &self.place {
+            Place::Mapped { ring, tail, wake } => {
+                if let Wake::Remote { owner, .. } = wake {
+                    owner.check()?;
+                }
+                if let Some(why) = ring.ring.closed() {
+                    return Err(closed(self.id, why));
+                }
+                if !ring.ring.push(&mut tail.lock(), element) {
+                    return Err(Error::WouldBlock { to: self.id });
+                }
+                // The push, then the look at the owner's flag; the owner
+                // sets its flag, then looks at the rings: one of the two sees the other.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                // SAFETY: `parked` is word 0 of the control page, mapped while `ring` lives.
+                if unsafe { &*ring.parked }.load(Ordering::Relaxed) != 0 {
+                    match wake {
+                        Wake::Local(shared) => shared.wake(),
+                        // Full channel: the owner has frames to read, and looks at its rings after.
+                        Wake::Remote { sender, .. } => drop(sender.send(&[], Checkpoint::Immediate)),
+                    }
+                }
+                Ok(())
+            }
+            Place::Served { sender, key, ring, .. } => {
+                let answer = sender.call(&wire::enqueue(&key.to_bytes(), *ring, element))?;
+                match answer.as_slice() {
+                    [wire::status::OK] => Ok(()),
+                    [s] => Err(refusal(*s, self.id).unwrap_or_else(|| self.bad_answer())),
+                    _ => Err(self.bad_answer()),
+                }
+            }
+        }
+    }
+
+    fn bad_answer(&self) -> Error {
+        Error::Protocol {
+            peer: self.id.team_id(),
+            violation: crate::Violation::BadRegionAnswer("a fifo's enqueue answered with no known form".into()),
+        }
+    }
+
+    /// Enqueues `element`, waiting at most `limit` for room (polling the
+    /// ring with a growing pause): else `DeadlineExceeded`.
+    pub fn enqueue_timeout(&self, element: &[u8], limit: Duration) -> Result<()> {
+        let until = Instant::now() + limit;
+        let mut pause = Duration::from_micros(1);
+        loop {
+            match self.enqueue(element) {
+                Err(Error::WouldBlock { .. }) if Instant::now() < until => {
+                    std::thread::sleep(pause.min(until.saturating_duration_since(Instant::now())));
+                    pause = (pause * 2).min(Duration::from_millis(1));
+                }
+                Err(Error::WouldBlock { .. }) => return Err(Error::DeadlineExceeded),
+                other => return other,
+            }
+        }
+    }
+
+    /// Enqueues `element`; the future waits for room (the team's timer,
+    /// a growing pause) as long as it is polled.
+    pub async fn enqueue_async(&self, team: &Team, element: &[u8]) -> Result<()> {
+        let mut pause = Duration::from_micros(10);
+        loop {
+            match self.enqueue(element) {
+                Err(Error::WouldBlock { .. }) => {
+                    team.sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(1));
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The error a ring's `closed` word says.
+fn closed(fifo: EndpointId, why: u64) -> Error {
+    match why {
+        w if w == Closed::Dropped as u64 => Error::NoSuchEndpoint(fifo),
+        _ => Error::Closed { endpoint: fifo, why: "the fifo's owner found this producer's ring corrupt" },
+    }
+}
+
+impl Drop for FifoRef {
+    /// The owner drops the ring once it has drained it (else when this
+    /// team's channel goes, if this message finds no room).
+    fn drop(&mut self) {
+        if let Some((sender, payload)) = &self.done {
+            let _ = sender.send(payload, Checkpoint::Immediate);
+        }
+        if let Place::Mapped { ring, .. } = &self.place {
+            if let Memory::Shared(p, shared) = &ring._memory {
+                p.mark_done();
+                shared.wake();
+            }
+        }
+    }
+}
+
+impl FifoRef {
+    /// Writes `tail` over this producer's ring's tail, as a buggy or
+    /// hostile producer might (tests: the owner must find it out). `false`
+    /// if the ring is not mapped here.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn scribble_tail(&self, tail: u64) -> bool {
+        match &self.place {
+            Place::Mapped { ring, .. } => {
+                ring.ring.scribble_tail(tail);
+                true
+            }
+            Place::Served { .. } => false,
+        }
+    }
+}
