@@ -30,6 +30,7 @@ mod crowd;
 mod fdpass;
 mod ferry_pingpong;
 pub mod ferry_rpc;
+pub mod fifo_bench;
 pub mod floors;
 mod harness;
 #[cfg(feature = "iceoryx2")]

@@ -115,6 +115,7 @@ pub mod memory {
     /// `mpi_peer.rs`), whether or not MPI is installed.
     pub fn cases() -> Vec<Case> {
         let mut cases = crate::remote_memory::cases();
+        cases.extend(crate::fifo_bench::cases());
         cases.extend(crate::mpi_peer::cases());
         cases
     }
@@ -132,6 +133,9 @@ pub mod memory {
             Target::p50("ferry.tcp.get.8", "ferry.tcp.null", 1.1),
             Target::p50("ferry.tcp.get.8", "floor.tcp.spin", 1.3),
             Target::p50("ferry.tcp.path3", "ferry.tcp.get.8", 1.2),
+            // Fifos (issue 19): plain memory, no runtime hop.
+            Target::p50("ferry.shm.fifo", "ferry.shm.spin", 0.75),
+            Target::p50("ferry.shm.fifo", "floor.spin.two_line", 2.0),
         ];
         let mut cases = cases();
         // Without MPI its cases are left out, not failed: a missing peer is no error of ferry's.

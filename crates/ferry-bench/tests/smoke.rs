@@ -46,6 +46,7 @@ fn main() {
     // (Less the floors it shares with the ping-pong's, by name.)
     let memory: Vec<Case> = ferry_bench::remote_memory::cases();
     cases.extend(memory.into_iter().filter(|c| c.name != "floor.spin.two_line"));
+    cases.extend(ferry_bench::fifo_bench::cases().into_iter().filter(|c| c.name != "ferry.shm.spin"));
     cases.push(Case::new("test.uds.fdpass", fdpass_parent, fdpass_child));
     ferry_bench::large::receiver_if_requested();
     ferry_bench::crowd_member_if_requested();

@@ -49,7 +49,7 @@ fn elements_flow_in_every_placement(p: Placement) {
             let key: Key = b.get("key");
             assert!(matches!(b.team.open_fifo("jobs", Key::from_bytes([7; 16])), Err(Error::AccessDenied { .. })));
             assert!(matches!(b.team.open_fifo("no-such-fifo", key), Err(Error::NameNotFound(_))));
-            let jobs = b.team.open_fifo("jobs", key).unwrap();
+            let mut jobs = b.team.open_fifo("jobs", key).unwrap();
             assert!(matches!(jobs.enqueue(&[0; 17]), Err(Error::TooLarge { len: 17, max: 16 })));
             for i in 0..ELEMENTS {
                 jobs.enqueue_timeout(&i.to_le_bytes(), Duration::from_secs(10)).unwrap();
@@ -84,7 +84,7 @@ fn a_dropped_fifo_fails_its_producers(p: Placement) {
         },
         |b: &Side| {
             let key: Key = b.get("key");
-            let f = b.team.open_fifo("short-lived", key).unwrap();
+            let mut f = b.team.open_fifo("short-lived", key).unwrap();
             f.enqueue(b"one").unwrap();
             b.put("opened", "");
             b.get::<String>("dropped");
@@ -133,7 +133,7 @@ fn a_scribbling_producer_hurts_only_itself() {
     let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
     let mut fifo = owner.fifo("guarded", 16, 8).unwrap();
     let user = Team::builder().runtime_dir(dir.path()).start().unwrap();
-    let (honest, hostile) =
+    let (mut honest, mut hostile) =
         (user.open_fifo("guarded", fifo.key()).unwrap(), user.open_fifo("guarded", fifo.key()).unwrap());
     honest.enqueue(b"honest").unwrap();
     hostile.enqueue(b"hostile").unwrap();
@@ -178,7 +178,7 @@ fn killed_producers_and_owners_leave_nothing_behind() {
     let team = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
     let mut owner_child = Child::spawn("own", dir.path());
     let key: Key = owner_child.expect("key", Duration::from_secs(10)).parse().unwrap();
-    let f = team.open_fifo("owned", key).unwrap();
+    let mut f = team.open_fifo("owned", key).unwrap();
     f.enqueue(b"x").unwrap();
     assert!(rings() > 0);
     owner_child.kill();
@@ -197,7 +197,7 @@ fn child_entry() {
     match role.as_str() {
         "produce" => {
             let who: u32 = std::env::var("FERRY_TEST_PRODUCER").unwrap().parse().unwrap();
-            let f = team.open_fifo("many", key()).unwrap();
+            let mut f = team.open_fifo("many", key()).unwrap();
             for n in 0..5000u32 {
                 let mut e = who.to_le_bytes().to_vec();
                 e.extend_from_slice(&n.to_le_bytes());
@@ -206,7 +206,7 @@ fn child_entry() {
             common::say("produced");
         }
         "produce-forever" => {
-            let f = team.open_fifo("victim", key()).unwrap();
+            let mut f = team.open_fifo("victim", key()).unwrap();
             f.enqueue(b"alive").unwrap();
             common::say("producing");
             loop {

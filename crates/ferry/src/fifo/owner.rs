@@ -30,8 +30,8 @@ pub(super) struct Producer {
     team: TeamId,
     /// Pushed by this runtime (the producer is on another machine).
     served: bool,
-    /// A served ring's tail (its pusher is the handler).
-    served_tail: Mutex<u64>,
+    /// A served ring's producer state (its pusher is the handler).
+    served_tail: Mutex<super::ring::Producing>,
     /// The producer's team's liveness (none in this process: its handle
     /// says when it is done).
     liveness: Option<PeerLiveness>,
@@ -114,7 +114,7 @@ impl Shared {
             ring,
             team,
             served,
-            served_tail: Mutex::new(0),
+            served_tail: Mutex::default(),
             liveness,
             done: AtomicBool::new(false),
         });
@@ -258,8 +258,7 @@ impl Fifos {
         if !p.ring.push(&mut p.served_tail.lock(), element) {
             return status::FULL;
         }
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if fifo.parked().load(Ordering::Relaxed) != 0 {
+        if fifo.parked().load(Ordering::SeqCst) != 0 {
             fifo.wake();
         }
         status::OK
@@ -449,6 +448,9 @@ impl Fifo {
         let result = poll_fn(|cx| {
             *shared.waker.lock() = Some(cx.waker().clone());
             shared.parked().store(1, Ordering::SeqCst);
+            // The flag, then the look at the rings (a producer: its push,
+            // then the look at the flag): one of the two sees the other.
+            std::sync::atomic::fence(Ordering::SeqCst);
             // Pushed before the flag was seen: not woken, so look again.
             if self.any_ready() {
                 return Poll::Ready(Ok(()));

@@ -3,7 +3,7 @@
 
 use super::check_shape;
 use super::owner::{Fifos, Producer, Shared};
-use super::ring::{Closed, Ring};
+use super::ring::{Closed, Producing, Ring};
 use super::wire::{self, parse_opened, refusal};
 use crate::error::{Error, Refusal, Result};
 use crate::extend::PeerLiveness;
@@ -13,7 +13,6 @@ use crate::port::RawSender;
 use crate::sys::shm::Mapping;
 use crate::wire::Checkpoint;
 use crate::Team;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +21,8 @@ use std::time::{Duration, Instant};
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A producer of a fifo (see [`crate::fifo`]): its elements reach the
-/// owner in the order it enqueues them.
+/// owner in the order it enqueues them. One ring, one writer: enqueueing
+/// takes `&mut self` (threads that produce at once open a producer each).
 pub struct FifoRef {
     id: EndpointId,
     element_size: usize,
@@ -35,8 +35,8 @@ enum Place {
     /// Its ring is mapped here: an enqueue is a copy and a store.
     Mapped {
         ring: Arc<MappedRing>,
-        /// This producer's count of elements pushed (never read back from the ring).
-        tail: Mutex<u64>,
+        /// This producer's state of its ring.
+        at: Producing,
         wake: Wake,
     },
     /// On another machine: an enqueue is a served frame.
@@ -89,7 +89,7 @@ impl Team {
             let ring = unsafe { Ring::new(p.mapping_ptr(), shape) };
             let parked: *const AtomicU64 = shared.parked();
             let ring = MappedRing { ring, parked, _memory: Memory::Shared(p, shared.clone()) };
-            let place = Place::Mapped { ring: Arc::new(ring), tail: Mutex::new(0), wake: Wake::Local(shared) };
+            let place = Place::Mapped { ring: Arc::new(ring), at: Producing::default(), wake: Wake::Local(shared) };
             return Ok(FifoRef { id: fifo, element_size: shape.element_size, place, done: None });
         }
         let sender = self.frame_sender(fifo, wire::OPEN)?.with_timeout(TIMEOUT);
@@ -122,7 +122,7 @@ impl Team {
         let owner = sender.peer_liveness().ok_or_else(bad)?;
         let wake = Wake::Remote { sender: self.frame_sender(fifo, wire::WAKE)?, owner };
         let ring = MappedRing { ring, parked, _memory: Memory::Mapped(mapping, control) };
-        let place = Place::Mapped { ring: Arc::new(ring), tail: Mutex::new(0), wake };
+        let place = Place::Mapped { ring: Arc::new(ring), at: Producing::default(), wake };
         Ok(FifoRef { id: fifo, element_size: shape.element_size, place, done })
     }
 }
@@ -142,26 +142,26 @@ impl FifoRef {
     /// `WouldBlock` if this producer's ring is full: never a drop. On one
     /// machine a copy into the ring and a store (a system call only if the
     /// owner is parked); across machines a round trip to the owner's runtime.
-    pub fn enqueue(&self, element: &[u8]) -> Result<()> {
+    pub fn enqueue(&mut self, element: &[u8]) -> Result<()> {
         if element.len() > self.element_size {
             return Err(Error::TooLarge { len: element.len(), max: self.element_size });
         }
-        match &self.place {
-            Place::Mapped { ring, tail, wake } => {
+        match &mut self.place {
+            Place::Mapped { ring, at, wake } => {
                 if let Wake::Remote { owner, .. } = wake {
                     owner.check()?;
                 }
                 if let Some(why) = ring.ring.closed() {
                     return Err(closed(self.id, why));
                 }
-                if !ring.ring.push(&mut tail.lock(), element) {
+                if !ring.ring.push(at, element) {
                     return Err(Error::WouldBlock { to: self.id });
                 }
-                // The push, then the look at the owner's flag; the owner
-                // sets its flag, then looks at the rings: one of the two sees the other.
-                std::sync::atomic::fence(Ordering::SeqCst);
+                // The push (a full barrier), then the look at the owner's
+                // flag; the owner sets its flag, then looks at the rings:
+                // one of the two sees the other.
                 // SAFETY: `parked` is word 0 of the control page, mapped while `ring` lives.
-                if unsafe { &*ring.parked }.load(Ordering::Relaxed) != 0 {
+                if unsafe { &*ring.parked }.load(Ordering::SeqCst) != 0 {
                     match wake {
                         Wake::Local(shared) => shared.wake(),
                         // Full channel: the owner has frames to read, and looks at its rings after.
@@ -190,7 +190,7 @@ impl FifoRef {
 
     /// Enqueues `element`, waiting at most `limit` for room (polling the
     /// ring with a growing pause): else `DeadlineExceeded`.
-    pub fn enqueue_timeout(&self, element: &[u8], limit: Duration) -> Result<()> {
+    pub fn enqueue_timeout(&mut self, element: &[u8], limit: Duration) -> Result<()> {
         let until = Instant::now() + limit;
         let mut pause = Duration::from_micros(1);
         loop {
@@ -207,7 +207,7 @@ impl FifoRef {
 
     /// Enqueues `element`; the future waits for room (the team's timer,
     /// a growing pause) as long as it is polled.
-    pub async fn enqueue_async(&self, team: &Team, element: &[u8]) -> Result<()> {
+    pub async fn enqueue_async(&mut self, team: &Team, element: &[u8]) -> Result<()> {
         let mut pause = Duration::from_micros(10);
         loop {
             match self.enqueue(element) {

@@ -66,6 +66,15 @@ pub(crate) struct Ring {
 unsafe impl Send for Ring {}
 unsafe impl Sync for Ring {}
 
+/// A producer's own state of its ring.
+#[derive(Default)]
+pub(crate) struct Producing {
+    /// Elements pushed.
+    tail: u64,
+    /// The owner's head, as last read.
+    head: u64,
+}
+
 /// What a pop found wrong with a producer's ring.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Corrupt(pub &'static str);
@@ -100,22 +109,28 @@ impl Ring {
         self.word(CLOSED).store(why as u64, Ordering::Release);
     }
 
-    /// The producer's push of `bytes` (at most `element_size`) as element
-    /// `*tail` (the producer's own count, never read back from the ring):
-    /// `false` if the ring is full.
-    pub fn push(&self, tail: &mut u64, bytes: &[u8]) -> bool {
+    /// The producer's push of `bytes` (at most `element_size`) as its next
+    /// element: `false` if the ring is full. `at` is the producer's own
+    /// state (its count, never read back from the ring, and the owner's
+    /// head as it last read it: read again only when the ring looks full,
+    /// so the owner's line does not move on every push). The tail is
+    /// published with a full barrier (a locked exchange): the caller's look
+    /// at the owner's "parked" word after it cannot pass it.
+    pub fn push(&self, at: &mut Producing, bytes: &[u8]) -> bool {
         debug_assert!(bytes.len() <= self.shape.element_size);
-        let head = self.word(HEAD).load(Ordering::Acquire);
-        if tail.wrapping_sub(head) >= self.shape.capacity {
-            return false;
+        if at.tail.wrapping_sub(at.head) >= self.shape.capacity {
+            at.head = self.word(HEAD).load(Ordering::Acquire);
+            if at.tail.wrapping_sub(at.head) >= self.shape.capacity {
+                return false;
+            }
         }
-        let (len, data) = self.slot(*tail);
+        let (len, data) = self.slot(at.tail);
         // SAFETY: the slot has room for `element_size >= bytes.len()` bytes;
         // the owner reads it only after the tail below says it is published.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len()) };
         len.store(bytes.len() as u32, Ordering::Relaxed);
-        *tail += 1;
-        self.word(TAIL).store(*tail, Ordering::Release);
+        at.tail += 1;
+        self.word(TAIL).swap(at.tail, Ordering::SeqCst);
         true
     }
 
@@ -174,7 +189,7 @@ mod tests {
         let shape = Shape { capacity: 3, element_size: 10 };
         let mut mem = vec![0u64; shape.bytes() / 8];
         let r = ring(&mut mem, shape);
-        let (mut tail, mut head, mut buf) = (0, 0, Vec::new());
+        let (mut tail, mut head, mut buf) = (Producing::default(), 0, Vec::new());
         for round in 0..5u8 {
             for i in 0..3 {
                 assert!(r.push(&mut tail, &[round, i]));
