@@ -149,6 +149,13 @@ pub enum Error {
         /// The region's length.
         region_len: u64,
     },
+    /// A `Latch` signal handler ran and waits for its owner to re-arm it
+    /// (`Signal::rearm`): the signal was not accepted.
+    #[error("signal handler {handler} is latched: it runs again once its owner re-arms it")]
+    Latched {
+        /// The handler.
+        handler: EndpointId,
+    },
     /// The endpoint's owner closed this handle (a fifo's producer ring: the
     /// fifo was dropped, or the owner found the ring corrupt).
     #[error("{endpoint} closed this handle: {why}")]
@@ -610,6 +617,7 @@ impl Error {
             Error::Misaligned { offset } => Error::Misaligned { offset: *offset },
             Error::Revoked { region } => Error::Revoked { region: *region },
             Error::Closed { endpoint, why } => Error::Closed { endpoint: *endpoint, why },
+            Error::Latched { handler } => Error::Latched { handler: *handler },
             Error::Io { context, source } => {
                 Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
             }

@@ -32,6 +32,7 @@ pub mod names;
 pub mod port;
 pub mod rpc;
 pub mod runtime;
+pub mod signal;
 pub(crate) mod sync;
 pub(crate) mod sys;
 #[cfg(any(test, feature = "testing"))]

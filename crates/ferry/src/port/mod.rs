@@ -377,6 +377,10 @@ pub struct Responder {
 }
 
 impl Responder {
+    pub(crate) fn new(team: Arc<TeamInner>, header: Header, ch: Arc<Channel>) -> Responder {
+        Responder { team, to: Some((header, ch)) }
+    }
+
     /// The message being answered and the channel it came on.
     pub(crate) fn key(&self) -> (&Header, &Arc<Channel>) {
         let (h, ch) = self.to.as_ref().unwrap();

@@ -27,7 +27,7 @@ use super::payload::Payload;
 use super::{Team, TeamInner};
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
-use crate::port::RawSender;
+use crate::port::{RawSender, Responder};
 use crate::wire::{flags, Checkpoint, Header, Kind, NackReason, SERVED_KINDS};
 use parking_lot::RwLock;
 use rustix::fd::BorrowedFd;
@@ -48,11 +48,14 @@ pub trait FrameHandler: Send + Sync + 'static {
 /// The team's handlers, by served kind.
 pub(crate) struct Served {
     handlers: RwLock<Vec<Option<Arc<dyn FrameHandler>>>>,
+    /// The team itself (set when a handler is registered): what a deferred
+    /// answer ([`ServedFrame::defer`]) sends through.
+    team: std::sync::OnceLock<Weak<TeamInner>>,
 }
 
 impl Default for Served {
     fn default() -> Self {
-        Served { handlers: RwLock::new(vec![None; SERVED_KINDS.len()]) }
+        Served { handlers: RwLock::new(vec![None; SERVED_KINDS.len()]), team: std::sync::OnceLock::new() }
     }
 }
 
@@ -104,6 +107,7 @@ impl Team {
                 "served kinds {kinds:?} are not a range within {SERVED_KINDS:?}"
             )));
         }
+        self.inner.served.team.get_or_init(|| Arc::downgrade(&self.inner));
         let mut handlers = self.inner.served.handlers.write();
         if let Some(kind) = kinds.clone().find(|k| handlers[Served::index(*k)].is_some()) {
             return Err(Error::KindTaken { kind });
@@ -267,6 +271,29 @@ impl ServedFrame<'_> {
         let mut reply = Header::new(Kind::Reply, h.dst, h.src, h.call_id);
         reply.flags |= flags::HANDOVER;
         self.team.answer(self.ch, reply, bytes)
+    }
+
+    /// Answers it later, from anywhere (a task the handler started): the
+    /// returned [`Responder`] replies (or, dropped, tells the sender
+    /// `Refused`). `None` if its sender waits for no reply (or the team is
+    /// leaving).
+    pub fn defer(&mut self) -> Option<Responder> {
+        if self.answered || self.header.checkpoint() != Checkpoint::OnReturn {
+            return None;
+        }
+        let team = self.team.served.team.get().and_then(Weak::upgrade)?;
+        self.answered = true;
+        Some(Responder::new(team, *self.header, self.ch.clone()))
+    }
+
+    /// Starts `fut` as a task of the receiving team (a primitive's work
+    /// that runs user code: a handler must not run it itself).
+    pub fn spawn<F>(&self, fut: F) -> crate::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.team.exec.spawn(fut)
     }
 
     /// Refuses it: its sender's call fails with `Refused(Peer(why))`.

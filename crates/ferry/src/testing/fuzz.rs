@@ -29,6 +29,7 @@
 //! | [`region_ops`] | remote memory's served operations: a request as the owner decodes and runs it (on a real region), an answer as the importer reads it |
 //! | [`shm_descriptors`] | descriptors handed over after a shared-memory bind, on its socket: asked, unasked, taken, against a peer that sends anything |
 //! | [`fifo`] | a fifo: an opening's answer and an enqueue as each side reads them, and a producer's ring as its owner pops it (the ring's memory the input) |
+//! | [`signal`] | a signal's answer as the signaller reads it (a status byte) |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
 use crate::id::{Addr, EndpointId, TeamId};
@@ -69,6 +70,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("region_open", region_open),
     ("region_ops", region_ops),
     ("fifo", fifo),
+    ("signal", signal),
     ("settings", settings),
 ];
 
@@ -1225,6 +1227,14 @@ pub fn fifo(data: &[u8]) {
     }
 }
 
+/// A signal's answer as the signaller reads it: accepted, a typed error,
+/// or (anything else) `Refused` — never a panic.
+pub fn signal(data: &[u8]) {
+    let to = EndpointId::at(Addr::new(1, 2, 4).expect("an address"), 3);
+    let r = crate::signal::handlers::status_of(data, to);
+    assert!(r.is_ok() == (data == [0]));
+}
+
 /// A vector of words as its bytes.
 fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
     // SAFETY: any bytes are a valid u8; the length covers exactly the words.
@@ -1315,6 +1325,8 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ring.extend_from_slice(&[3, 0, 0, 0, 0, 0, 0, 0]);
         ring.extend_from_slice(b"cde");
         add("fifo", "ring", ring);
+        add("signal", "accepted", vec![0]);
+        add("signal", "latched", vec![2]);
     }
     add("shm_descriptors", "asked", vec![1, 0, 1, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 3, 1, 4]);
     add("shm_descriptors", "unasked", vec![2, 2, 8, 5, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3]);

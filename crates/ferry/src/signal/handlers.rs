@@ -1,0 +1,265 @@
+//! The owner's handlers, the handler of signal frames, and the signaller.
+
+use super::{status, Mode, KINDS, MAX_PENDING, SIGNAL, SIGNAL_DONE};
+use crate::error::{Error, Refusal, Result};
+use crate::extend::{FrameHandler, ServedFrame, ServedKinds};
+use crate::id::{EndpointId, TeamId};
+use crate::port::{RawSender, Responder};
+use crate::runtime::Delivery;
+use crate::wire::Checkpoint;
+use crate::Team;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, Weak};
+use std::task::{Context, Poll};
+
+type Run = Arc<dyn Fn(Vec<u8>) + Send + Sync>;
+
+/// A registered handler.
+struct Handler {
+    mode: Mode,
+    run: Run,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// A `Coalesce` handler's task is running.
+    running: bool,
+    /// A `Latch` handler ran and was not re-armed.
+    latched: bool,
+    /// A `Coalesce` handler's waiting arguments (and who waits for their run).
+    pending: VecDeque<(Vec<u8>, Option<Responder>)>,
+}
+
+/// A team's signal handlers, and the handler of their frames.
+struct Handlers {
+    table: Mutex<HashMap<u32, Arc<Handler>>>,
+    serving: Mutex<Option<ServedKinds>>,
+}
+
+static TEAMS: LazyLock<Mutex<HashMap<TeamId, Weak<Handlers>>>> = LazyLock::new(Default::default);
+
+impl Handlers {
+    fn of(team: &Team) -> Result<Arc<Handlers>> {
+        let mut teams = TEAMS.lock();
+        if let Some(h) = teams.get(&team.id()).and_then(Weak::upgrade) {
+            return Ok(h);
+        }
+        teams.retain(|_, h| h.strong_count() > 0);
+        let handlers = Arc::new(Handlers { table: Mutex::default(), serving: Mutex::default() });
+        *handlers.serving.lock() = Some(team.serve_frames(KINDS, handlers.clone())?);
+        teams.insert(team.id(), Arc::downgrade(&handlers));
+        Ok(handlers)
+    }
+}
+
+/// Runs `run(args)` then answers `done` (if any) that it ran; a panic
+/// drops `done` unanswered (its signaller is told `Refused`).
+fn run_once(run: &Run, args: Vec<u8>, done: Option<Responder>) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(args)));
+    if let (Ok(()), Some(done)) = (ran, done) {
+        let _ = done.reply(&[status::OK]);
+    }
+}
+
+impl FrameHandler for Handlers {
+    fn serve(&self, mut frame: ServedFrame<'_>) {
+        let kind = frame.kind();
+        if kind != SIGNAL && kind != SIGNAL_DONE {
+            return frame.refuse("a signal request this team does not serve");
+        }
+        let Some(h) = self.table.lock().get(&frame.slot()).cloned() else {
+            let _ = frame.reply(&[status::NO_HANDLER]);
+            return;
+        };
+        let mut state = h.state.lock();
+        let refused = match h.mode {
+            Mode::Latch if state.latched => Some(status::LATCHED),
+            Mode::Coalesce if state.running && state.pending.len() >= MAX_PENDING => Some(status::FULL),
+            _ => None,
+        };
+        if let Some(why) = refused {
+            drop(state);
+            let _ = frame.reply(&[why]);
+            return;
+        }
+        // Accepted. A SIGNAL is answered now; a SIGNAL_DONE once it ran.
+        let args = frame.with_payload(<[u8]>::to_vec);
+        let waiter = if kind == SIGNAL_DONE { frame.defer() } else { None };
+        state.latched = h.mode == Mode::Latch;
+        if h.mode == Mode::Coalesce && std::mem::replace(&mut state.running, true) {
+            // The running task takes it, in order.
+            state.pending.push_back((args, waiter));
+        } else {
+            let h = h.clone();
+            drop(frame.spawn(run_task(h, args, waiter)));
+        }
+        drop(state);
+        if kind == SIGNAL {
+            let _ = frame.reply(&[status::OK]);
+        }
+    }
+}
+
+/// A handler's task: runs it, and a `Coalesce` handler's task then runs
+/// it for every argument that came meanwhile.
+async fn run_task(h: Arc<Handler>, args: Vec<u8>, waiter: Option<Responder>) {
+    run_once(&h.run, args, waiter);
+    if h.mode != Mode::Coalesce {
+        return;
+    }
+    // A `Coalesce` task drains what came meanwhile; idle once none is left.
+    loop {
+        let next = {
+            let mut state = h.state.lock();
+            match state.pending.pop_front() {
+                Some(next) => next,
+                None => {
+                    state.running = false;
+                    return;
+                }
+            }
+        };
+        run_once(&h.run, next.0, next.1);
+    }
+}
+
+/// A signal handler this team registered (see [`crate::signal`]).
+/// Dropping it unregisters it: signals to it are then refused
+/// (`NoSuchEndpoint`); runs under way finish.
+pub struct Signal {
+    team: Team,
+    name: String,
+    id: EndpointId,
+    handler: Arc<Handler>,
+    handlers: Arc<Handlers>,
+}
+
+impl Team {
+    /// Registers `handler` under `name` with `mode`: signals to it run it
+    /// as a task of this team, with the signal's arguments.
+    pub fn on_signal(
+        &self,
+        name: &str,
+        mode: Mode,
+        handler: impl Fn(Vec<u8>) + Send + Sync + 'static,
+    ) -> Result<Signal> {
+        let handlers = Handlers::of(self)?;
+        let id = self.reserve_endpoint()?;
+        self.bind_name(name, id)?;
+        let handler = Arc::new(Handler { mode, run: Arc::new(handler), state: Mutex::default() });
+        handlers.table.lock().insert(id.slot(), handler.clone());
+        Ok(Signal { team: self.clone(), name: name.to_string(), id, handler, handlers })
+    }
+
+    /// A signaller of the handler named `name`.
+    pub fn signaller(&self, name: &str) -> Result<Signaller> {
+        Ok(self.signaller_at(self.lookup(name)?))
+    }
+
+    /// A signaller of the handler `to`.
+    pub fn signaller_at(&self, to: EndpointId) -> Signaller {
+        // Served kinds are in range: `frame_sender` cannot refuse them.
+        let sender = |kind| self.frame_sender(to, kind).expect("a signal kind is a served kind");
+        Signaller { accept: sender(SIGNAL), done: sender(SIGNAL_DONE), to }
+    }
+
+    /// Signals the handler named `name` with `args` (see [`Signaller::signal`]).
+    pub fn signal(&self, name: &str, args: &[u8]) -> Result<()> {
+        self.signaller(name)?.signal(args)
+    }
+}
+
+impl Signal {
+    /// Its endpoint id.
+    pub fn id(&self) -> EndpointId {
+        self.id
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Re-arms a `Latch` handler: the next signal runs it again.
+    pub fn rearm(&self) {
+        self.handler.state.lock().latched = false;
+    }
+
+    /// Whether a `Latch` handler ran and waits to be re-armed.
+    pub fn is_latched(&self) -> bool {
+        self.handler.state.lock().latched
+    }
+}
+
+impl Drop for Signal {
+    fn drop(&mut self) {
+        self.team.unbind_name(&self.name);
+        self.handlers.table.lock().remove(&self.id.slot());
+    }
+}
+
+/// Sends signals to one handler.
+#[derive(Clone)]
+pub struct Signaller {
+    accept: RawSender,
+    done: RawSender,
+    to: EndpointId,
+}
+
+impl Signaller {
+    /// The handler's id.
+    pub fn to(&self) -> EndpointId {
+        self.to
+    }
+
+    /// The same signaller, waiting at most `limit` for each answer.
+    pub fn with_timeout(self, limit: std::time::Duration) -> Signaller {
+        Signaller { accept: self.accept.with_timeout(limit), done: self.done.with_timeout(limit), to: self.to }
+    }
+
+    /// Signals the handler with `args`; returns once its team accepted the
+    /// signal (its runtime answers, none of its tasks: one round trip), and
+    /// the handler runs then, asynchronously. `Latched` if it is a latched
+    /// `Latch` handler, `WouldBlock` if a `Coalesce` handler has
+    /// [`MAX_PENDING`] arguments waiting, `NoSuchEndpoint` if there is no
+    /// such handler.
+    pub fn signal(&self, args: &[u8]) -> Result<()> {
+        status_of(&self.accept.call(args)?, self.to)
+    }
+
+    /// Signals the handler with `args`; the future resolves once the
+    /// handler has run with them (an error as for [`Signaller::signal`], or
+    /// `Refused` if the handler panicked).
+    pub fn signal_done(&self, args: &[u8]) -> SignalDone {
+        SignalDone { delivery: self.done.send_async(args, Checkpoint::OnReturn), to: self.to }
+    }
+}
+
+/// What an answer's status byte says.
+pub(crate) fn status_of(answer: &[u8], to: EndpointId) -> Result<()> {
+    match answer {
+        [status::OK] => Ok(()),
+        [status::NO_HANDLER] => Err(Error::NoSuchEndpoint(to)),
+        [status::LATCHED] => Err(Error::Latched { handler: to }),
+        [status::FULL] => Err(Error::WouldBlock { to }),
+        _ => Err(Error::Refused(Refusal::Peer(format!("a signal's answer of no known form ({} bytes)", answer.len())))),
+    }
+}
+
+/// A signal whose handler's run is awaited ([`Signaller::signal_done`]).
+pub struct SignalDone {
+    delivery: Delivery,
+    to: EndpointId,
+}
+
+impl Future for SignalDone {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        Pin::new(&mut this.delivery).poll(cx).map(|answer| status_of(&answer?, this.to))
+    }
+}
