@@ -9,6 +9,17 @@
 //! * `ferry.shm.fifo.oneway` — the parent enqueues 8-byte elements as fast
 //!   as its ring (1,024) takes them, the child drains them: ns per element
 //!   (elements/s = 10^9 / it).
+//! * `ferry.shm.signal` — a signal round trip: the parent signals the
+//!   child's `EveryTime` handler with a counter (accepted by the child's
+//!   runtime), the handler (a task of the child's) writes it into a region
+//!   of the parent's, which the parent loads until it sees it; beside
+//!   `ferry.shm.null` (the RPC suite's null call).
+//! * `ferry.shm.fifo_rpc`, `ferry.tcp.fifo_rpc` — RPC over a pair of fifos
+//!   (MBCF Table 5.1's RPC/MBFifo): the client enqueues a request into the
+//!   server's fifo and waits for the reply in its own, both sides with the
+//!   blocking dequeue (spin, then park), as an RPC server's loop; over
+//!   shared memory, and between two nodes on loopback (the server node 2)
+//!   beside `ferry.tcp.null`.
 
 use crate::harness::{Case, ChildCtx, Params, Peer};
 use crate::run_dir::{run_dir, RemoveDir};
@@ -25,9 +36,13 @@ const RING: u64 = 1024;
 
 pub fn cases() -> Vec<Case> {
     let mut v: Vec<Case> = crate::ferry_pingpong::cases().into_iter().filter(|c| c.name == "ferry.shm.spin").collect();
+    v.extend(crate::ferry_rpc::cases().into_iter().filter(|c| c.name == "ferry.shm.null"));
     v.extend([
         Case::new("ferry.shm.fifo", round_trip_parent, echo_child),
         Case::new("ferry.shm.fifo.oneway", oneway_parent, drain_child),
+        Case::new("ferry.shm.signal", signal_parent, signal_child),
+        Case::new("ferry.shm.fifo_rpc", fifo_rpc_parent, fifo_rpc_child),
+        Case::new("ferry.tcp.fifo_rpc", tcp_fifo_rpc_parent, tcp_fifo_rpc_child),
     ]);
     v
 }
@@ -136,4 +151,122 @@ fn drain_child(ctx: &ChildCtx) {
     }
     drop(fifo);
     team.shutdown();
+}
+
+// --- signals ---------------------------------------------------------------
+
+const SIGNAL: &str = "bench.signal";
+const FLAGS: &str = "bench.signal.flags";
+
+fn signal_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let _dir = RemoveDir(run_dir(&peer.run_id));
+    let team = Team::builder().runtime_dir(run_dir(&peer.run_id)).processors(0).start().expect("start team");
+    let flags = team.export_with_key(FLAGS, 64, KEY).expect("the parent's flags");
+    let signaller = loop {
+        match team.signaller(SIGNAL) {
+            Ok(s) => break s,
+            Err(ferry::Error::NameNotFound(_)) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) => panic!("the child's handler: {e}"),
+        }
+    };
+    // The first run opens our flags: waited for here, where this thread
+    // (our team has no processor) answers the opening.
+    team.block_on(signaller.signal_done(&0u64.to_le_bytes())).unwrap();
+    let mut v = 0u64;
+    let samples = p.measure(p.iters_div(4), |rounds| {
+        for _ in 0..rounds {
+            v += 1;
+            signaller.signal(&v.to_le_bytes()).unwrap();
+            peer.spin_until(|| flags.load(0).unwrap() == v);
+        }
+    });
+    signaller.signal(&STOP.to_le_bytes()).unwrap();
+    drop(flags);
+    team.shutdown();
+    samples
+}
+
+/// Its handler writes each counter into the parent's flags (opened once).
+fn signal_child(ctx: &ChildCtx) {
+    let team = team(&ctx.run_id);
+    let (stop_tx, stop) = std::sync::mpsc::channel();
+    let flags = std::sync::Mutex::new(None::<ferry::memory::RegionRef>);
+    let t = team.clone();
+    let _handler = team
+        .on_signal(SIGNAL, ferry::signal::Mode::EveryTime, move |args| {
+            let v = u64::from_le_bytes(args.try_into().expect("8 bytes"));
+            if v == STOP {
+                let _ = stop_tx.send(());
+                return;
+            }
+            let mut flags = flags.lock().unwrap();
+            let r = flags.get_or_insert_with(|| t.open_region(FLAGS, KEY).expect("the parent's flags"));
+            r.swap(0, v).unwrap();
+        })
+        .expect("the handler");
+    let _ = stop.recv_timeout(Duration::from_secs(600));
+    team.shutdown();
+}
+
+// --- RPC over fifos ----------------------------------------------------------
+
+const REQUESTS: &str = "bench.rpc.requests";
+const REPLIES: &str = "bench.rpc.replies";
+
+/// The client's calls: a request (a counter) into the server's fifo, the
+/// reply out of its own; each call a round trip.
+fn fifo_calls(team: &Team, p: &Params, timed_each: bool) -> Vec<f64> {
+    let mut replies = team.fifo_with_key(REPLIES, 64, 8, KEY).expect("the client's fifo");
+    let mut requests = open(team, REQUESTS);
+    let mut v = 0u64;
+    let mut call = || {
+        v += 1;
+        requests.enqueue_timeout(&v.to_le_bytes(), Duration::from_secs(10)).unwrap();
+        assert_eq!(replies.dequeue_timeout(Duration::from_secs(10)).unwrap(), v.to_le_bytes());
+    };
+    let samples = match timed_each {
+        true => p.measure_each(crate::tcp::calls(p), call),
+        false => p.measure(p.iters_div(4), |rounds| (0..rounds).for_each(|_| call())),
+    };
+    requests.enqueue_timeout(&STOP.to_le_bytes(), Duration::from_secs(10)).unwrap();
+    samples
+}
+
+/// The server's loop: each request's reply into the client's fifo.
+fn fifo_serve(team: &Team) {
+    let mut requests = team.fifo_with_key(REQUESTS, 64, 8, KEY).expect("the server's fifo");
+    let mut replies = None;
+    loop {
+        let request = requests.dequeue_timeout(Duration::from_secs(600)).expect("a request");
+        if request == STOP.to_le_bytes() {
+            return;
+        }
+        let replies = replies.get_or_insert_with(|| open(team, REPLIES));
+        replies.enqueue_timeout(&request, Duration::from_secs(10)).unwrap();
+    }
+}
+
+fn fifo_rpc_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let _dir = RemoveDir(run_dir(&peer.run_id));
+    let team = team(&peer.run_id);
+    let samples = fifo_calls(&team, p, false);
+    team.shutdown();
+    samples
+}
+
+fn fifo_rpc_child(ctx: &ChildCtx) {
+    let team = team(&ctx.run_id);
+    fifo_serve(&team);
+    team.shutdown();
+}
+
+fn tcp_fifo_rpc_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    crate::tcp::client_with_team(peer, false, |_, team| fifo_calls(team, p, true))
+}
+
+fn tcp_fifo_rpc_child(ctx: &ChildCtx) {
+    crate::tcp::serve_with(ctx, false, |team| {
+        let team = team.clone();
+        std::thread::spawn(move || fifo_serve(&team))
+    })
 }

@@ -136,6 +136,7 @@ pub mod memory {
             // Fifos (issue 19): plain memory, no runtime hop.
             Target::p50("ferry.shm.fifo", "ferry.shm.spin", 0.75),
             Target::p50("ferry.shm.fifo", "floor.spin.two_line", 2.0),
+            Target::p50("ferry.shm.signal", "ferry.shm.null", 1.2),
         ];
         let mut cases = cases();
         // Without MPI its cases are left out, not failed: a missing peer is no error of ferry's.
