@@ -151,8 +151,61 @@ across nodes — team {} (node 1) and team {} (node 2), TCP on loopback, median 
     }) / 32.0;
     show("32 calls in flight, written together (Team::batch), per call", per_call);
     memory_tour(&team, "tour.tcp.region")?;
+    fifo_signal_tour(&team, "tour.tcp")?;
     team.shutdown();
     Ok(())
+}
+
+/// The other process's fifo `{prefix}.fifo` (a task of its dequeues it,
+/// and answers elements that start with "rt" into our `{prefix}.replies`)
+/// and its signal handler `{prefix}.signal`.
+fn fifo_signal_tour(team: &Team, prefix: &str) -> Result<()> {
+    let mut jobs =
+        team.open_fifo_at(team.lookup_wait(&format!("{prefix}.fifo"), Duration::from_secs(10))?, REGION_KEY)?;
+    let mut replies = team.fifo_with_key(&format!("{prefix}.replies"), 64, 64, REGION_KEY)?;
+    let rounds = if jobs.id().node() == team.id().node { ROUNDS } else { ROUNDS / 4 };
+    println!("\nfifos and signals — the other process's fifo and handler, median of {rounds}:");
+    let per_element = median_ns(rounds / 10, || {
+        for i in 0..100u64 {
+            jobs.enqueue_timeout(&i.to_le_bytes(), Duration::from_secs(10)).unwrap();
+        }
+    }) / 100.0;
+    show("enqueue 8 bytes, one way (a task of the other process dequeues)", per_element);
+    show(
+        "RPC over two fifos: a request into its fifo, the reply into ours",
+        median_ns(rounds, || {
+            jobs.enqueue_timeout(b"rt", Duration::from_secs(10)).unwrap();
+            replies.dequeue_timeout(Duration::from_secs(10)).unwrap();
+        }),
+    );
+    let s = team.signaller(&format!("{prefix}.signal"))?;
+    show("signal, accepted by its runtime", median_ns(rounds, || s.signal(b"x").unwrap()));
+    show(
+        "signal_done: its handler ran (a task of the other process)",
+        median_ns(rounds, || team.block_on(s.signal_done(b"x")).unwrap()),
+    );
+    Ok(())
+}
+
+/// The other process's side of `fifo_signal_tour`: the fifo, the task that
+/// drains it, the signal handler.
+fn serve_fifo_and_signal(team: &Team, prefix: &str) -> Result<ferry::signal::Signal> {
+    let mut fifo = team.fifo_with_key(&format!("{prefix}.fifo"), 1024, 64, REGION_KEY)?;
+    let (t, replies_name) = (team.clone(), format!("{prefix}.replies"));
+    drop(team.spawn(async move {
+        let mut replies = None;
+        while let Ok(e) = fifo.dequeue().await {
+            if e.starts_with(b"rt") {
+                let r = match &mut replies {
+                    Some(r) => r,
+                    None => replies.insert(t.open_fifo(&replies_name, REGION_KEY)?),
+                };
+                r.enqueue_async(&t, &e).await?;
+            }
+        }
+        Ok::<(), ferry::Error>(())
+    }));
+    team.on_signal(&format!("{prefix}.signal"), ferry::signal::Mode::EveryTime, |_| {})
 }
 
 /// The key of the tour's regions (both processes know it).
@@ -293,6 +346,7 @@ fn tour(team: &Team) -> Result<()> {
 
     rpc_tour(team)?;
     memory_tour(team, "tour.region")?;
+    fifo_signal_tour(team, "tour")?;
 
     println!("\nbackpressure: Immediate sends into a receiver that does not keep up");
     echo.send(&b"pause".to_vec(), Checkpoint::OnDelivery)?; // the receiver stops reading for a while
@@ -316,7 +370,7 @@ fn tour(team: &Team) -> Result<()> {
         Err(e) => show(&format!("call failed with \"{e}\" after"), t.elapsed().as_nanos() as f64),
         Ok(_) => println!("  unexpected: the dead peer answered"),
     }
-    println!("\nmore primitives (links, groups, fifos, signals, ...) join this tour as they land.");
+    println!("\nmore primitives (links, groups, bulk transfer, ...) join this tour as they land.");
     Ok(())
 }
 
@@ -387,6 +441,7 @@ pub fn child() -> Result<()> {
     let port = team.open_named_raw_port("tour.echo")?;
     let _echo = team.spawn(echo(team.clone(), port));
     let _region = export_region(&team, "tour.region")?;
+    let _signal = serve_fifo_and_signal(&team, "tour")?;
     // Node 2 of the tour's cluster: the same services, reached over TCP.
     let ports = std::env::var("TOUR_TCP_PORTS").unwrap_or_default();
     let ports: Vec<u16> = ports.split(',').filter_map(|p| p.parse().ok()).collect();
@@ -402,6 +457,7 @@ pub fn child() -> Result<()> {
     let port2 = node2.open_named_raw_port("tour.tcp.echo")?;
     let _echo2 = node2.spawn(echo(node2.clone(), port2));
     let _region2 = export_region(&node2, "tour.tcp.region")?;
+    let _signal2 = serve_fifo_and_signal(&node2, "tour.tcp")?;
     // This thread only waits (in the kernel) until the tour ends the process.
     loop {
         std::thread::park();
