@@ -1,7 +1,7 @@
 //! The owner's side: the fifos a team owns, the handler of their frames,
 //! and the owner's dequeue, which drains every producer's ring in turn.
 
-use super::ring::{Closed, Ring, Shape};
+use super::ring::{Closed, Consuming, Ring, Shape};
 use super::wire::{self, status, Opened};
 use super::{check_shape, KINDS, MAX_PRODUCERS};
 use crate::error::{Error, Result};
@@ -272,8 +272,8 @@ pub struct Fifo {
     team: Team,
     shared: Arc<Shared>,
     fifos: Arc<Fifos>,
-    /// The producers' rings as last read, with the owner's head of each.
-    rings: Vec<(Arc<Producer>, u64)>,
+    /// The producers' rings as last read, with the owner's state of each.
+    rings: Vec<(Arc<Producer>, Consuming)>,
     generation: u64,
     /// Where the next dequeue starts (producers are drained in turn).
     next: usize,
@@ -340,9 +340,13 @@ impl Fifo {
             return;
         }
         let producers = self.shared.producers.lock();
-        let heads: HashMap<*const Producer, u64> = self.rings.iter().map(|(p, h)| (Arc::as_ptr(p), *h)).collect();
-        self.rings =
-            producers.iter().flatten().map(|p| (p.clone(), heads.get(&Arc::as_ptr(p)).copied().unwrap_or(0))).collect();
+        let mut known: HashMap<*const Producer, Consuming> =
+            self.rings.drain(..).map(|(p, at)| (Arc::as_ptr(&p), at)).collect();
+        self.rings = producers
+            .iter()
+            .flatten()
+            .map(|p| (p.clone(), known.remove(&Arc::as_ptr(p)).unwrap_or_default()))
+            .collect();
         self.generation = generation;
     }
 
@@ -390,7 +394,7 @@ impl Fifo {
     /// Whether any ring holds an element (or a producer joined).
     fn any_ready(&self) -> bool {
         self.shared.generation.load(Ordering::Acquire) != self.generation
-            || self.rings.iter().any(|(p, head)| !p.ring.is_empty(*head) || p.gone())
+            || self.rings.iter().any(|(p, at)| !p.ring.is_empty(at) || p.gone())
     }
 
     /// The next element, waiting for one: spins a little (the team's

@@ -75,6 +75,15 @@ pub(crate) struct Producing {
     head: u64,
 }
 
+/// The owner's own state of a producer's ring.
+#[derive(Default)]
+pub(crate) struct Consuming {
+    /// Elements taken.
+    head: u64,
+    /// The producer's tail, as last read (never behind `head`).
+    tail: u64,
+}
+
 /// What a pop found wrong with a producer's ring.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Corrupt(pub &'static str);
@@ -134,17 +143,23 @@ impl Ring {
         true
     }
 
-    /// The owner's pop of element `*head` (its own count): the element
-    /// given to `take` (copied out of the ring first, into `buf`), `None`
-    /// if the ring is empty, `Corrupt` if the producer wrote nonsense.
-    pub fn pop(&self, head: &mut u64, buf: &mut Vec<u8>) -> Result<bool, Corrupt> {
-        let tail = self.word(TAIL).load(Ordering::Acquire);
-        match tail.wrapping_sub(*head) {
-            0 => return Ok(false),
-            n if n > self.shape.capacity => return Err(Corrupt("its tail is behind its head or past its capacity")),
-            _ => {}
+    /// The owner's pop of its next element into `buf` (copied out of the
+    /// ring): `false` if the ring is empty, `Corrupt` if the producer wrote
+    /// nonsense. `at` is the owner's own state: its head, and the tail as it
+    /// last read it (read again only once the elements it promised are
+    /// taken, so the producer's line moves once per batch).
+    pub fn pop(&self, at: &mut Consuming, buf: &mut Vec<u8>) -> Result<bool, Corrupt> {
+        if at.tail == at.head {
+            at.tail = self.word(TAIL).load(Ordering::Acquire);
+            match at.tail.wrapping_sub(at.head) {
+                0 => return Ok(false),
+                n if n > self.shape.capacity => {
+                    return Err(Corrupt("its tail is behind its head or past its capacity"))
+                }
+                _ => {}
+            }
         }
-        let (len, data) = self.slot(*head);
+        let (len, data) = self.slot(at.head);
         let len = len.load(Ordering::Relaxed) as usize;
         if len > self.shape.element_size {
             return Err(Corrupt("an element longer than the fifo's element size"));
@@ -158,19 +173,19 @@ impl Ring {
             std::ptr::copy_nonoverlapping(data, buf.as_mut_ptr(), len);
             buf.set_len(len);
         }
-        *head += 1;
-        self.word(HEAD).store(*head, Ordering::Release);
+        at.head += 1;
+        self.word(HEAD).store(at.head, Ordering::Release);
         Ok(true)
+    }
+
+    /// Whether it holds no element (the owner's look).
+    pub fn is_empty(&self, at: &Consuming) -> bool {
+        at.tail == at.head && self.word(TAIL).load(Ordering::Acquire) == at.head
     }
 
     #[cfg(any(test, feature = "testing"))]
     pub fn scribble_tail(&self, tail: u64) {
         self.word(TAIL).store(tail, Ordering::Release);
-    }
-
-    /// Whether it holds no element (the owner's look, `head` its count).
-    pub fn is_empty(&self, head: u64) -> bool {
-        self.word(TAIL).load(Ordering::Acquire) == head
     }
 }
 
@@ -189,7 +204,7 @@ mod tests {
         let shape = Shape { capacity: 3, element_size: 10 };
         let mut mem = vec![0u64; shape.bytes() / 8];
         let r = ring(&mut mem, shape);
-        let (mut tail, mut head, mut buf) = (Producing::default(), 0, Vec::new());
+        let (mut tail, mut head, mut buf) = (Producing::default(), Consuming::default(), Vec::new());
         for round in 0..5u8 {
             for i in 0..3 {
                 assert!(r.push(&mut tail, &[round, i]));
@@ -207,18 +222,19 @@ mod tests {
     fn a_scribbling_producer_is_found_out() {
         let shape = Shape { capacity: 4, element_size: 8 };
         let mut mem = vec![0u64; shape.bytes() / 8];
-        let (mut head, mut buf) = (0, Vec::new());
+        let mut buf = Vec::new();
+        let fresh = Consuming::default;
         {
             let r = ring(&mut mem, shape);
             r.word(TAIL).store(9, Ordering::Relaxed);
-            assert!(r.pop(&mut head, &mut buf).is_err(), "a tail past the capacity");
+            assert!(r.pop(&mut fresh(), &mut buf).is_err(), "a tail past the capacity");
             r.word(TAIL).store(u64::MAX, Ordering::Relaxed);
-            assert!(r.pop(&mut head, &mut buf).is_err(), "a tail behind the head");
+            assert!(r.pop(&mut fresh(), &mut buf).is_err(), "a tail behind the head");
             r.word(TAIL).store(1, Ordering::Relaxed);
             r.slot(0).0.store(9, Ordering::Relaxed);
-            assert!(r.pop(&mut head, &mut buf).is_err(), "a length past the element size");
+            assert!(r.pop(&mut fresh(), &mut buf).is_err(), "a length past the element size");
             r.slot(0).0.store(8, Ordering::Relaxed);
-            assert_eq!(r.pop(&mut head, &mut buf), Ok(true));
+            assert_eq!(r.pop(&mut fresh(), &mut buf), Ok(true));
             r.close(Closed::Corrupt);
             assert_eq!(r.closed(), Some(Closed::Corrupt as u64));
         }

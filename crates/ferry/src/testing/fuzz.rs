@@ -1193,7 +1193,7 @@ pub fn region_ops(data: &[u8]) {
 /// tail word first, then its slots), which the owner pops until it is
 /// empty or found corrupt: what it takes is never longer than an element.
 pub fn fifo(data: &[u8]) {
-    use crate::fifo::ring::{Ring, Shape};
+    use crate::fifo::ring::{Consuming, Ring, Shape};
     let Some((&side, bytes)) = data.split_first() else { return };
     match side {
         0 => {
@@ -1216,9 +1216,9 @@ pub fn fifo(data: &[u8]) {
             words[4096..4096 + n].copy_from_slice(&slots[..n]);
             // SAFETY: `memory` is `shape.bytes()` bytes, 8-aligned, alive while the ring is used.
             let ring = unsafe { Ring::new(memory.as_mut_ptr().cast(), shape) };
-            let (mut head, mut out) = (0, Vec::new());
+            let (mut at, mut out) = (Consuming::default(), Vec::new());
             for _ in 0..8 {
-                match ring.pop(&mut head, &mut out) {
+                match ring.pop(&mut at, &mut out) {
                     Ok(true) => assert!(out.len() <= 16),
                     Ok(false) | Err(_) => break,
                 }
