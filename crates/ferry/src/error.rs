@@ -583,6 +583,17 @@ pub(crate) fn open_files_limit() -> u64 {
 }
 
 impl Error {
+    /// For a handle bound to one team (a region's, a fifo's, a signal
+    /// handler's), a team no longer found is that team gone: `PeerGone`,
+    /// whichever the next send met first (the dead channel, or the route
+    /// looked up again after it was reaped).
+    pub(crate) fn gone_if_missing(self) -> Error {
+        match self {
+            Error::NoSuchTeam(peer) => Error::PeerGone { peer },
+            e => e,
+        }
+    }
+
     /// The same error again, for each of several waiters on one outcome (a
     /// bind): I/O errors are not `Clone`, so one is remade from its kind and text.
     pub(crate) fn duplicate(&self) -> Error {

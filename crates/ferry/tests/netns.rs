@@ -2,7 +2,7 @@
 //! (which runs these tests): one team per namespace, each a process started
 //! with `ip netns exec`, talking over TCP between addresses that exist only
 //! among the namespaces. Ports and RPC across them, a team killed mid-call,
-//! a link cut mid-call, a region's owner killed. Teams in PID namespaces of their own (containers):
+//! a link cut mid-call, the owner of a region, a fifo and a signal handler killed. Teams in PID namespaces of their own (containers):
 //! with one team number on two nodes, and two on one node.
 
 mod common;
@@ -60,11 +60,16 @@ fn child_entry() {
             let _serving = CalcServer::serve(&team, "calc", CalcImpl).unwrap();
             let _large = LargeServer::serve(&team, "large", LargeImpl).unwrap();
             let region = team.export_with_key("region", 4096, REGION_KEY).unwrap();
+            // Drained by a task: producers never find it full.
+            let mut fifo = team.fifo_with_key("fifo", 64, 8, REGION_KEY).unwrap();
+            let _draining = team.spawn(async move { while fifo.dequeue().await.is_ok() {} });
+            let _signal = team.on_signal("signal", ferry::signal::Mode::EveryTime, |_| {}).unwrap();
             common::say(format!("echo {}", echo.id()));
             common::say(format!("hold {}", hold.id()));
             common::say(format!("calc {}", team.lookup("calc").unwrap()));
             common::say(format!("large {}", team.lookup("large").unwrap()));
             common::say(format!("region {}", region.id()));
+            common::say(format!("fifo {} {}", team.lookup("fifo").unwrap(), team.lookup("signal").unwrap()));
             let holder = std::thread::spawn(move || {
                 let mut held = Vec::new();
                 while let Ok(m) = hold.recv_blocking() {
@@ -148,6 +153,19 @@ fn child_entry() {
                         }
                         Ok(())
                     }),
+                    // Opens the fifo and the signal handler, says so, then
+                    // enqueues and signals until one fails (at most 20 s).
+                    "fifo-and-signal-until-gone" => team.open_fifo_at(id(1), REGION_KEY).and_then(|mut f| {
+                        let s = team.signaller_at(id(2));
+                        s.signal(b"")?;
+                        common::say("opened");
+                        let until = Instant::now() + Duration::from_secs(20);
+                        while Instant::now() < until {
+                            f.enqueue_timeout(b"x", Duration::from_secs(5))?;
+                            s.signal(b"")?;
+                        }
+                        Ok(())
+                    }),
                     "hold" => {
                         // A limit of 0: no deadline at all.
                         let limit: u64 = words[2].parse().unwrap();
@@ -215,6 +233,7 @@ struct Server {
     calc: String,
     large: String,
     region: String,
+    fifo_and_signal: String,
 }
 
 fn server(n: &str) -> Server {
@@ -227,7 +246,8 @@ fn serving(mut child: Child) -> Server {
     let calc = child.expect("calc ", START);
     let large = child.expect("large ", START);
     let region = child.expect("region ", START);
-    Server { child, echo, hold, calc, large, region }
+    let fifo_and_signal = child.expect("fifo ", START);
+    Server { child, echo, hold, calc, large, region, fifo_and_signal }
 }
 
 /// The client, node a, ready for commands.
@@ -342,6 +362,23 @@ fn a_regions_owner_killed_fails_its_importers_operations() {
     let mut b = server("b");
     let mut client = client();
     client.tell(&format!("region-until-gone {}", b.region));
+    assert_eq!(client.expect("", START), "opened");
+    let t0 = Instant::now();
+    b.child.kill();
+    let answer = client.expect("", Duration::from_secs(20));
+    assert!(answer.starts_with("err PeerGone"), "{answer}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+}
+
+/// A fifo's and a signal handler's owner killed while a producer and
+/// signaller on another node use them: the next enqueue or signal fails
+/// with `PeerGone`, well before any timeout.
+#[test]
+#[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
+fn a_fifos_and_a_signals_owner_killed_fails_their_users() {
+    let mut b = server("b");
+    let mut client = client();
+    client.tell(&format!("fifo-and-signal-until-gone {}", b.fifo_and_signal));
     assert_eq!(client.expect("", START), "opened");
     let t0 = Instant::now();
     b.child.kill();

@@ -171,7 +171,8 @@ impl FifoRef {
                 Ok(())
             }
             Place::Served { sender, key, ring, .. } => {
-                let answer = sender.call(&wire::enqueue(&key.to_bytes(), *ring, element))?;
+                let answer =
+                    sender.call(&wire::enqueue(&key.to_bytes(), *ring, element)).map_err(Error::gone_if_missing)?;
                 match answer.as_slice() {
                     [wire::status::OK] => Ok(()),
                     [s] => Err(refusal(*s, self.id).unwrap_or_else(|| self.bad_answer())),

@@ -169,7 +169,7 @@ impl RegionRef {
     /// Runs `op` at `offset` at the owner; `read` takes the answer's bytes.
     fn served<R>(&self, offset: usize, op: Op<'_>, read: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
         let Place::Served { sender, key, .. } = &self.place else { unreachable!("served() of a mapped region") };
-        let answer = sender.call(&self.request(key, offset, op))?;
+        let answer = sender.call(&self.request(key, offset, op)).map_err(Error::gone_if_missing)?;
         read(ops::parse_answer(&answer, self.id, self.len as u64)?)
     }
 
@@ -251,7 +251,10 @@ impl RegionRef {
         if bytes.len() > MAX_SERVED_BYTES {
             return Err(Error::TooLarge { len: bytes.len(), max: MAX_SERVED_BYTES });
         }
-        sender.send(&self.request(key, offset, Op::Put(bytes)), Checkpoint::Immediate).map(drop)
+        sender
+            .send(&self.request(key, offset, Op::Put(bytes)), Checkpoint::Immediate)
+            .map(drop)
+            .map_err(Error::gone_if_missing)
     }
 
     /// Writes `bytes` at `offset`; the future resolves when it is done

@@ -228,7 +228,7 @@ impl Signaller {
     /// [`MAX_PENDING`] arguments waiting, `NoSuchEndpoint` if there is no
     /// such handler.
     pub fn signal(&self, args: &[u8]) -> Result<()> {
-        status_of(&self.accept.call(args)?, self.to)
+        status_of(&self.accept.call(args).map_err(Error::gone_if_missing)?, self.to)
     }
 
     /// Signals the handler with `args`; the future resolves once the
@@ -260,6 +260,6 @@ impl Future for SignalDone {
     type Output = Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        Pin::new(&mut this.delivery).poll(cx).map(|answer| status_of(&answer?, this.to))
+        Pin::new(&mut this.delivery).poll(cx).map(|answer| status_of(&answer.map_err(Error::gone_if_missing)?, this.to))
     }
 }
