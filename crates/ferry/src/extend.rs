@@ -8,6 +8,10 @@
 //! never a user task) and answers through the [`ServedFrame`]. A routed
 //! primitive (links, groups) starts its frames' payloads with a [`Route`].
 //!
+//! A primitive keeps its own state per team in a [`PerTeam`]: made on the
+//! team's first use and registered as its handler, found again by team id
+//! (how a user in another team of the process reaches it directly).
+//!
 //! *Resources after the bind*: over shared memory, an answer can hand the
 //! caller descriptors (memfds: segments it maps) —
 //! [`ServedFrame::reply_with_descriptors`] answers
@@ -39,5 +43,6 @@
 //! # Ok::<(), ferry::Error>(())
 //! ```
 
+pub use crate::runtime::per_team::PerTeam;
 pub use crate::runtime::served::{FrameHandler, PeerLiveness, ServedFrame, ServedKinds};
 pub use crate::wire::{Route, SERVED_KINDS};

@@ -5,7 +5,7 @@ use super::ring::{Closed, Consuming, Ring, Shape};
 use super::wire::{self, status, Opened};
 use super::{check_shape, KINDS, MAX_PRODUCERS};
 use crate::error::{Error, Result};
-use crate::extend::{FrameHandler, PeerLiveness, ServedFrame, ServedKinds};
+use crate::extend::{FrameHandler, PeerLiveness, PerTeam, ServedFrame};
 use crate::id::{EndpointId, TeamId};
 use crate::memory::Key;
 use crate::sys::shm::Mapping;
@@ -15,7 +15,7 @@ use rustix::fd::AsFd;
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -138,30 +138,21 @@ impl Shared {
 /// A team's fifos: their state, and the handler of their frames.
 pub(super) struct Fifos {
     table: Mutex<HashMap<u32, Arc<Shared>>>,
-    serving: Mutex<Option<ServedKinds>>,
 }
 
 /// Every team of this process that owns fifos: a producer in the owner's
 /// process pushes into its ring directly.
-static TEAMS: LazyLock<Mutex<HashMap<TeamId, Weak<Fifos>>>> = LazyLock::new(Default::default);
+static TEAMS: PerTeam<Fifos> = PerTeam::new(KINDS);
 
 impl Fifos {
     fn of(team: &Team) -> Result<Arc<Fifos>> {
-        let mut teams = TEAMS.lock();
-        if let Some(f) = teams.get(&team.id()).and_then(Weak::upgrade) {
-            return Ok(f);
-        }
-        teams.retain(|_, f| f.strong_count() > 0);
-        let fifos = Arc::new(Fifos { table: Mutex::default(), serving: Mutex::default() });
-        *fifos.serving.lock() = Some(team.serve_frames(KINDS, fifos.clone())?);
-        teams.insert(team.id(), Arc::downgrade(&fifos));
-        Ok(fifos)
+        TEAMS.of(team, |_| Fifos { table: Mutex::default() })
     }
 
     /// The fifo `fifo` of a team of this process, if `key` is its key; else
     /// why not (a status).
     pub fn in_this_process(fifo: EndpointId, key: &Key) -> Option<std::result::Result<Arc<Shared>, u8>> {
-        let fifos = TEAMS.lock().get(&fifo.team_id()).and_then(Weak::upgrade)?;
+        let fifos = TEAMS.find(fifo.team_id())?;
         Some(fifos.find(fifo.slot(), &key.to_bytes()))
     }
 

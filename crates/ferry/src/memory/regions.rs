@@ -7,7 +7,7 @@ use super::ops::{self, status, Op, Request};
 use super::view::View;
 use super::{mapped_len, path, Key, KINDS, MAX_REGION_BYTES, OP, OPEN, PAGE};
 use crate::error::{Error, Limit, Result};
-use crate::extend::{FrameHandler, ServedFrame, ServedKinds};
+use crate::extend::{FrameHandler, PerTeam, ServedFrame};
 use crate::id::{EndpointId, TeamId};
 use crate::sys::shm::Mapping;
 use crate::Team;
@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use rustix::fd::AsFd;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::Arc;
 
 /// A region's memory: its bytes, and its control page (the epoch, which
 /// importers map read-only).
@@ -109,41 +109,32 @@ pub(super) struct Regions {
     max_regions: usize,
     max_exported_bytes: u64,
     max_imported: usize,
-    /// Keeps the handler registered while the team lives.
-    serving: Mutex<Option<ServedKinds>>,
 }
 
 /// Every team of this process that exports or imports regions: an
 /// importer in the owner's process shares the owner's mapping instead of
 /// opening its own.
-static TEAMS: LazyLock<Mutex<HashMap<TeamId, Weak<Regions>>>> = LazyLock::new(Default::default);
+static TEAMS: PerTeam<Regions> = PerTeam::new(KINDS);
 
 impl Regions {
-    /// `team`'s (registered as its handler on first use).
+    /// `team`'s.
     pub fn of(team: &Team) -> Result<Arc<Regions>> {
-        let mut teams = TEAMS.lock();
-        if let Some(r) = teams.get(&team.id()).and_then(Weak::upgrade) {
-            return Ok(r);
-        }
-        teams.retain(|_, r| r.strong_count() > 0);
-        let cfg = team.config();
-        let regions = Arc::new(Regions {
-            table: Mutex::default(),
-            exported: AtomicU64::new(0),
-            imported: AtomicUsize::new(0),
-            max_regions: cfg.max_regions,
-            max_exported_bytes: cfg.max_exported_bytes,
-            max_imported: cfg.max_imported_regions,
-            serving: Mutex::default(),
-        });
-        *regions.serving.lock() = Some(team.serve_frames(KINDS, regions.clone())?);
-        teams.insert(team.id(), Arc::downgrade(&regions));
-        Ok(regions)
+        TEAMS.of(team, |team| {
+            let cfg = team.config();
+            Regions {
+                table: Mutex::default(),
+                exported: AtomicU64::new(0),
+                imported: AtomicUsize::new(0),
+                max_regions: cfg.max_regions,
+                max_exported_bytes: cfg.max_exported_bytes,
+                max_imported: cfg.max_imported_regions,
+            }
+        })
     }
 
     /// The regions a team of this process exports, if it does.
     pub fn in_this_process(team: TeamId) -> Option<Arc<Regions>> {
-        TEAMS.lock().get(&team).and_then(Weak::upgrade)
+        TEAMS.find(team)
     }
 
     /// The memory of the region at `slot`, if `key` is its key; else why

@@ -55,6 +55,7 @@ pub(crate) mod out;
 mod outbox;
 pub(crate) mod payload;
 mod peers;
+pub(crate) mod per_team;
 pub(crate) mod reactor;
 mod readiness;
 mod send;

@@ -2,8 +2,8 @@
 
 use super::{status, Mode, KINDS, MAX_PENDING, SIGNAL, SIGNAL_DONE};
 use crate::error::{Error, Refusal, Result};
-use crate::extend::{FrameHandler, ServedFrame, ServedKinds};
-use crate::id::{EndpointId, TeamId};
+use crate::extend::{FrameHandler, PerTeam, ServedFrame};
+use crate::id::EndpointId;
 use crate::port::{RawSender, Responder};
 use crate::runtime::Delivery;
 use crate::wire::Checkpoint;
@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 type Run = Arc<dyn Fn(Vec<u8>) + Send + Sync>;
@@ -37,22 +37,13 @@ struct State {
 /// A team's signal handlers, and the handler of their frames.
 struct Handlers {
     table: Mutex<HashMap<u32, Arc<Handler>>>,
-    serving: Mutex<Option<ServedKinds>>,
 }
 
-static TEAMS: LazyLock<Mutex<HashMap<TeamId, Weak<Handlers>>>> = LazyLock::new(Default::default);
+static TEAMS: PerTeam<Handlers> = PerTeam::new(KINDS);
 
 impl Handlers {
     fn of(team: &Team) -> Result<Arc<Handlers>> {
-        let mut teams = TEAMS.lock();
-        if let Some(h) = teams.get(&team.id()).and_then(Weak::upgrade) {
-            return Ok(h);
-        }
-        teams.retain(|_, h| h.strong_count() > 0);
-        let handlers = Arc::new(Handlers { table: Mutex::default(), serving: Mutex::default() });
-        *handlers.serving.lock() = Some(team.serve_frames(KINDS, handlers.clone())?);
-        teams.insert(team.id(), Arc::downgrade(&handlers));
-        Ok(handlers)
+        TEAMS.of(team, |_| Handlers { table: Mutex::default() })
     }
 }
 
