@@ -198,17 +198,29 @@ impl FrameHandler for Fifos {
                     p.mark_done();
                 }
             }
+            // One way: the producer keeps within its credit. One that does
+            // not (or pushes to a ring closed meanwhile) loses its own
+            // element; its next CREDIT says why.
             wire::ENQUEUE => {
                 let from = frame.from().team_id();
-                let answer = frame.with_payload(|payload| {
+                let pushed = frame.with_payload(|payload| {
                     let (key, ring, element) = wire::parse_enqueue(payload)?;
                     Some(self.served_push(slot, key, ring, element, from))
                 });
+                if pushed != Some(status::OK) {
+                    tracing::debug!(status = ?pushed, "a fifo's enqueue from another machine was not taken");
+                }
+            }
+            wire::CREDIT => {
+                let from = frame.from().team_id();
+                let answer = frame.with_payload(|payload| {
+                    let (key, ring, _) = wire::parse_enqueue(payload)?;
+                    Some(self.served_credit(slot, key, ring, from))
+                });
                 match answer {
-                    Some(a) => {
-                        let _ = frame.reply(&[a]);
-                    }
-                    None => frame.refuse("a fifo's enqueue of no known form"),
+                    Some(Ok(free)) => drop(frame.reply(&wire::credit(free))),
+                    Some(Err(why)) => drop(frame.reply(&[why])),
+                    None => frame.refuse("a fifo's credit request of no known form"),
                 }
             }
             wire::WAKE => {
@@ -233,6 +245,16 @@ impl FrameHandler for Fifos {
 }
 
 impl Fifos {
+    /// The free slots of a producer's ring (on another machine): its credit.
+    fn served_credit(&self, slot: u32, key: &[u8], ring: u32, from: TeamId) -> std::result::Result<u64, u8> {
+        let fifo = self.find(slot, key)?;
+        let p = fifo.producer(ring).filter(|p| p.served && p.team == from).ok_or(status::NO_FIFO)?;
+        match p.ring.closed() {
+            Some(_) => Err(status::CLOSED),
+            None => Ok(p.ring.free(&p.served_tail.lock())),
+        }
+    }
+
     /// Pushes a producer's element (from another machine) into its ring: a status.
     fn served_push(&self, slot: u32, key: &[u8], ring: u32, element: &[u8], from: TeamId) -> u8 {
         let fifo = match self.find(slot, key) {

@@ -39,8 +39,9 @@ enum Place {
         at: Producing,
         wake: Wake,
     },
-    /// On another machine: an enqueue is a served frame.
-    Served { sender: RawSender, key: Key, ring: u32 },
+    /// On another machine: an enqueue is a served frame, one way, within
+    /// the credit the owner last gave (its ring's free slots).
+    Served { sender: RawSender, credit_sender: RawSender, key: Key, ring: u32, capacity: u64, credit: u64 },
 }
 
 /// A ring and what keeps it mapped.
@@ -105,8 +106,14 @@ impl Team {
         let shape = check_shape(opened.capacity, opened.element_size)?;
         let done = Some((self.frame_sender(fifo, wire::DONE)?, wire::enqueue(&key.to_bytes(), opened.ring, &[])));
         if !on_this_machine {
-            let sender = self.frame_sender(fifo, wire::ENQUEUE)?.with_timeout(TIMEOUT);
-            let place = Place::Served { sender, key, ring: opened.ring };
+            let place = Place::Served {
+                sender: self.frame_sender(fifo, wire::ENQUEUE)?,
+                credit_sender: self.frame_sender(fifo, wire::CREDIT)?.with_timeout(TIMEOUT),
+                key,
+                ring: opened.ring,
+                capacity: shape.capacity,
+                credit: shape.capacity,
+            };
             return Ok(FifoRef { id: fifo, element_size: shape.element_size, place, done });
         }
         let bad = || Error::Protocol {
@@ -170,22 +177,21 @@ impl FifoRef {
                 }
                 Ok(())
             }
-            Place::Served { sender, key, ring, .. } => {
-                let answer =
-                    sender.call(&wire::enqueue(&key.to_bytes(), *ring, element)).map_err(Error::gone_if_missing)?;
-                match answer.as_slice() {
-                    [wire::status::OK] => Ok(()),
-                    [s] => Err(refusal(*s, self.id).unwrap_or_else(|| self.bad_answer())),
-                    _ => Err(self.bad_answer()),
+            Place::Served { sender, credit_sender, key, ring, capacity, credit } => {
+                if *credit == 0 {
+                    // Asked after every element sent: the answer counts them all.
+                    let payload = wire::enqueue(&key.to_bytes(), *ring, &[]);
+                    let answer = credit_sender.call(&payload).map_err(Error::gone_if_missing)?;
+                    *credit = wire::parse_credit(&answer, *capacity, self.id)?;
+                    if *credit == 0 {
+                        return Err(Error::WouldBlock { to: self.id });
+                    }
                 }
+                let frame = wire::enqueue(&key.to_bytes(), *ring, element);
+                sender.send(&frame, Checkpoint::Immediate).map_err(Error::gone_if_missing)?;
+                *credit -= 1;
+                Ok(())
             }
-        }
-    }
-
-    fn bad_answer(&self) -> Error {
-        Error::Protocol {
-            peer: self.id.team_id(),
-            violation: crate::Violation::BadRegionAnswer("a fifo's enqueue answered with no known form".into()),
         }
     }
 

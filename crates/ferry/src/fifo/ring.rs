@@ -143,6 +143,13 @@ impl Ring {
         true
     }
 
+    /// Free slots for the producer whose state is `at` (its pushes, the
+    /// owner's head as the ring says it now).
+    pub fn free(&self, at: &Producing) -> u64 {
+        let head = self.word(HEAD).load(Ordering::Acquire);
+        self.shape.capacity.saturating_sub(at.tail.wrapping_sub(head))
+    }
+
     /// The owner's pop of its next element into `buf` (copied out of the
     /// ring): `false` if the ring is empty, `Corrupt` if the producer wrote
     /// nonsense. `at` is the owner's own state: its head, and the tail as it

@@ -5,9 +5,10 @@
 //! | kind | payload | answer (Reply) |
 //! |---|---|---|
 //! | 72 OPEN | the key (16 bytes) | a status; if `OK`: the producer's ring (u32), the capacity (u64), the element size (u64); over shared memory the ring's memfd and the fifo's control page come with it |
-//! | 73 ENQUEUE | the key, the ring (u32), the element | a status (`OK`, `FULL`, ...) |
+//! | 73 ENQUEUE | the key, the ring (u32), the element | none: the producer sends no more elements than the ring's free slots it was told of (its credit) |
 //! | 74 WAKE | nothing | none: the owner's waiting dequeue wakes |
 //! | 75 DONE | the key, the ring (u32) | none: the producer is done with its ring |
+//! | 76 CREDIT | the key, the ring (u32) | a status; if `OK`, the ring's free slots (u64), counted after every element sent before it |
 
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
@@ -16,6 +17,7 @@ pub(crate) const OPEN: u8 = 72;
 pub(super) const ENQUEUE: u8 = 73;
 pub(super) const WAKE: u8 = 74;
 pub(super) const DONE: u8 = 75;
+pub(super) const CREDIT: u8 = 76;
 
 /// An answer's first byte.
 pub(super) mod status {
@@ -86,7 +88,35 @@ pub(super) fn refusal(status: u8, fifo: EndpointId) -> Option<Error> {
     })
 }
 
-/// An `ENQUEUE` or `DONE` payload: the key, the ring, then the element.
+/// A `CREDIT` answer: `OK` and the free slots.
+pub(crate) fn credit(free: u64) -> [u8; 9] {
+    let mut a = [0u8; 9];
+    a[1..].copy_from_slice(&free.to_le_bytes());
+    a
+}
+
+/// A `CREDIT` answer (the owner's bytes): the free slots (at most
+/// `capacity`), or the error it says, or `Protocol`.
+pub(crate) fn parse_credit(answer: &[u8], capacity: u64, fifo: EndpointId) -> Result<u64> {
+    let bad = || Error::Protocol {
+        peer: fifo.team_id(),
+        violation: crate::Violation::BadRegionAnswer("a fifo's credit of no known form".into()),
+    };
+    match answer {
+        [status::OK, free @ ..] if free.len() == 8 => {
+            let free = u64::from_le_bytes(free.try_into().expect("8 bytes"));
+            if free <= capacity {
+                Ok(free)
+            } else {
+                Err(bad())
+            }
+        }
+        [s] => Err(refusal(*s, fifo).ok_or_else(bad)?),
+        _ => Err(bad()),
+    }
+}
+
+/// An `ENQUEUE`, `DONE` or `CREDIT` payload: the key, the ring, then the element.
 pub(crate) fn enqueue(key: &[u8; 16], ring: u32, element: &[u8]) -> Vec<u8> {
     let mut p = Vec::with_capacity(20 + element.len());
     p.extend_from_slice(key);
@@ -95,7 +125,7 @@ pub(crate) fn enqueue(key: &[u8; 16], ring: u32, element: &[u8]) -> Vec<u8> {
     p
 }
 
-/// An `ENQUEUE` or `DONE` payload (a producer's bytes): key, ring, element.
+/// An `ENQUEUE`, `DONE` or `CREDIT` payload (a producer's bytes): key, ring, element.
 pub(crate) fn parse_enqueue(payload: &[u8]) -> Option<(&[u8], u32, &[u8])> {
     let (key, rest) = payload.split_at_checked(16)?;
     let (ring, element) = rest.split_at_checked(4)?;
@@ -121,5 +151,9 @@ mod tests {
         let p = enqueue(&[1; 16], 3, b"element");
         assert_eq!(parse_enqueue(&p), Some((&[1u8; 16][..], 3, &b"element"[..])));
         assert_eq!(parse_enqueue(&p[..19]), None);
+        assert_eq!(parse_credit(&credit(5), 8, fifo).unwrap(), 5);
+        assert!(matches!(parse_credit(&credit(9), 8, fifo), Err(Error::Protocol { .. })));
+        assert!(matches!(parse_credit(&[status::CLOSED], 8, fifo), Err(Error::Closed { .. })));
+        assert!(matches!(parse_credit(&[0, 1], 8, fifo), Err(Error::Protocol { .. })));
     }
 }

@@ -1188,7 +1188,8 @@ pub fn region_ops(data: &[u8]) {
 }
 
 /// A fifo. The first byte picks: 0, an `OPEN` answer as a producer reads
-/// it; 1, an `ENQUEUE` payload as the owner reads it; else a producer's
+/// it; 1, an `ENQUEUE` payload as the owner reads it; 3, a `CREDIT` answer
+/// (for a ring of 64) as a producer reads it; else a producer's
 /// ring of 4 elements of at most 16 bytes whose memory is the rest (its
 /// tail word first, then its slots), which the owner pops until it is
 /// empty or found corrupt: what it takes is never longer than an element.
@@ -1203,6 +1204,12 @@ pub fn fifo(data: &[u8]) {
         1 => {
             if let Some((key, _, element)) = crate::fifo::wire::parse_enqueue(bytes) {
                 assert_eq!(key.len() + 4 + element.len(), bytes.len());
+            }
+        }
+        3 => {
+            let fifo = EndpointId::at(Addr::new(1, 2, 4).expect("an address"), 3);
+            if let Ok(free) = crate::fifo::wire::parse_credit(bytes, 64, fifo) {
+                assert!(free <= 64);
             }
         }
         _ => {
@@ -1325,6 +1332,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ring.extend_from_slice(&[3, 0, 0, 0, 0, 0, 0, 0]);
         ring.extend_from_slice(b"cde");
         add("fifo", "ring", ring);
+        add("fifo", "credit", [&[3u8][..], &crate::fifo::wire::credit(7)].concat());
         add("signal", "accepted", vec![0]);
         add("signal", "latched", vec![2]);
     }
