@@ -95,7 +95,37 @@ fn a_dropped_fifo_fails_its_producers(p: Placement) {
     );
 }
 
-loopback_placements!(elements_flow_in_every_placement, a_dropped_fifo_fails_its_producers);
+/// A producer's team gone without a word (its handle forgotten, its team
+/// shut down): the owner drains what it enqueued, then drops its ring.
+fn a_vanished_producers_ring_goes_once_drained(p: Placement) {
+    if p.one_team() {
+        return; // One team: the producer's team is the owner's.
+    }
+    pair(p).run(
+        |a: &Side| {
+            let mut fifo = a.team.fifo("forgotten", 16, 8).unwrap();
+            a.put("key", fifo.key());
+            a.get::<String>("gone");
+            assert_eq!(fifo.dequeue_timeout(Duration::from_secs(10)).unwrap(), b"last");
+            let drained = || fifo.try_dequeue().is_none() && fifo.producers() == 0;
+            assert!(common::eventually(Duration::from_secs(10), drained), "the vanished producer's ring stayed");
+        },
+        |b: &Side| {
+            let key: Key = b.get("key");
+            let mut f = b.team.open_fifo("forgotten", key).unwrap();
+            f.enqueue(b"last").unwrap();
+            std::mem::forget(f);
+            b.team.shutdown();
+            b.put("gone", "");
+        },
+    );
+}
+
+loopback_placements!(
+    elements_flow_in_every_placement,
+    a_dropped_fifo_fails_its_producers,
+    a_vanished_producers_ring_goes_once_drained
+);
 
 /// 4 producer processes, 5,000 elements each, into one fifo: nothing lost
 /// or doubled, each producer's elements in its order.

@@ -32,16 +32,20 @@ pub(super) struct Producer {
     served: bool,
     /// A served ring's producer state (its pusher is the handler).
     served_tail: Mutex<super::ring::Producing>,
-    /// The producer's team's liveness (none in this process: its handle
-    /// says when it is done).
-    liveness: Option<PeerLiveness>,
+    /// The producer's team's liveness: its channel's (another process or
+    /// machine), or the team itself (this process).
+    liveness: Liveness,
     /// The producer said it is done (its handle was dropped).
     done: AtomicBool,
 }
 
 impl Producer {
     fn gone(&self) -> bool {
-        self.done.load(Ordering::Acquire) || self.liveness.as_ref().is_some_and(PeerLiveness::is_gone)
+        self.done.load(Ordering::Acquire)
+            || match &self.liveness {
+                Liveness::Channel(l) => l.is_gone(),
+                Liveness::Team(t) => t.upgrade().is_none_or(|t| t.is_shut_down()),
+            }
     }
 
     /// The memfd producers map.
@@ -56,6 +60,12 @@ impl Producer {
     pub fn mark_done(&self) {
         self.done.store(true, Ordering::Release);
     }
+}
+
+/// How the owner learns that a producer's team is gone.
+pub(super) enum Liveness {
+    Channel(PeerLiveness),
+    Team(std::sync::Weak<crate::runtime::TeamInner>),
 }
 
 /// A fifo: what its owner's handle and its handler share.
@@ -93,12 +103,7 @@ impl Shared {
 
     /// A new producer's ring (`served`: pushed by this runtime for a
     /// producer on another machine).
-    pub fn add_producer(
-        &self,
-        team: TeamId,
-        served: bool,
-        liveness: Option<PeerLiveness>,
-    ) -> Result<(u32, Arc<Producer>)> {
+    pub fn add_producer(&self, team: TeamId, served: bool, liveness: Liveness) -> Result<(u32, Arc<Producer>)> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::NoSuchEndpoint(self.id));
         }
@@ -172,8 +177,8 @@ impl FrameHandler for Fifos {
             wire::OPEN => {
                 let opened = frame.with_payload(|key| self.find(slot, key)).and_then(|fifo| {
                     let asked = frame.asks_for_descriptors();
-                    let liveness = asked.then(|| frame.peer_liveness());
-                    match fifo.add_producer(frame.from().team_id(), !asked, liveness) {
+                    // Its channel's liveness: its ring goes (once drained) when the producer's team does.
+                    match fifo.add_producer(frame.from().team_id(), !asked, Liveness::Channel(frame.peer_liveness())) {
                         Ok((ring, p)) => Ok((fifo, ring, p)),
                         Err(Error::LimitReached { .. }) => Err(status::TOO_MANY_PRODUCERS),
                         Err(_) => Err(status::NO_FIFO),

@@ -2,7 +2,7 @@
 //! (one machine), or through its owner's runtime (across machines).
 
 use super::check_shape;
-use super::owner::{Fifos, Producer, Shared};
+use super::owner::{Fifos, Liveness, Producer, Shared};
 use super::ring::{Closed, Producing, Ring};
 use super::wire::{self, parse_opened, refusal};
 use crate::error::{Error, Refusal, Result};
@@ -84,7 +84,7 @@ impl Team {
         let on_this_machine = fifo.node() == self.id().node;
         if let Some(found) = Fifos::in_this_process(fifo, &key).filter(|_| on_this_machine) {
             let shared = found.map_err(|s| refusal(s, fifo).expect("a refusal"))?;
-            let (_, p) = shared.add_producer(self.id(), false, None)?;
+            let (_, p) = shared.add_producer(self.id(), false, Liveness::Team(Arc::downgrade(&self.inner)))?;
             let shape = shared.shape;
             // SAFETY: the ring's mapping lives in `p`, held by `_memory`.
             let ring = unsafe { Ring::new(p.mapping_ptr(), shape) };
