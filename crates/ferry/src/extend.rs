@@ -44,5 +44,5 @@
 //! ```
 
 pub use crate::runtime::per_team::PerTeam;
-pub use crate::runtime::served::{FrameHandler, PeerLiveness, ServedFrame, ServedKinds};
+pub use crate::runtime::served::{FrameHandler, Opening, PeerLiveness, ServedFrame, ServedKinds};
 pub use crate::wire::{Route, SERVED_KINDS};

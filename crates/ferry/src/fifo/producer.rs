@@ -5,7 +5,7 @@ use super::check_shape;
 use super::owner::{Fifos, Liveness, Producer, Shared};
 use super::ring::{Closed, Producing, Ring};
 use super::wire::{self, parse_opened, refusal};
-use crate::error::{Error, Refusal, Result};
+use crate::error::{Error, Result};
 use crate::extend::PeerLiveness;
 use crate::id::EndpointId;
 use crate::memory::Key;
@@ -93,16 +93,8 @@ impl Team {
             let place = Place::Mapped { ring: Arc::new(ring), at: Producing::default(), wake: Wake::Local(shared) };
             return Ok(FifoRef { id: fifo, element_size: shape.element_size, place, done: None });
         }
-        let sender = self.frame_sender(fifo, wire::OPEN)?.with_timeout(TIMEOUT);
-        let (answer, fds) = match on_this_machine {
-            true => sender.call_for_descriptors(&key.to_bytes()),
-            false => sender.call(&key.to_bytes()).map(|a| (a, Vec::new())),
-        }
-        .map_err(|e| match e {
-            Error::Refused(Refusal::NotServed { .. }) => Error::NoSuchEndpoint(fifo),
-            e => e,
-        })?;
-        let opened = parse_opened(&answer, fifo)?;
+        let opening = self.open_at_owner(fifo, wire::OPEN, &key.to_bytes(), TIMEOUT)?;
+        let opened = parse_opened(&opening.answer, fifo)?;
         let shape = check_shape(opened.capacity, opened.element_size)?;
         let done = Some((self.frame_sender(fifo, wire::DONE)?, wire::enqueue(&key.to_bytes(), opened.ring, &[])));
         if !on_this_machine {
@@ -120,13 +112,13 @@ impl Team {
             peer: fifo.team_id(),
             violation: crate::Violation::BadRegionAnswer("a fifo's opening without its two memfds".into()),
         };
-        let [ring_fd, control_fd]: [_; 2] = fds.try_into().map_err(|_| bad())?;
+        let [ring_fd, control_fd]: [_; 2] = opening.descriptors.try_into().map_err(|_| bad())?;
         let mapping = Mapping::open(ring_fd, shape.bytes())?;
         let control = Mapping::open_read_only(control_fd, 4096)?;
         // SAFETY: the ring's mapping is `shape.bytes()` bytes, page-aligned, held by `_memory`.
         let ring = unsafe { Ring::new(mapping.as_ptr(), shape) };
         let parked = control.as_ptr().cast::<AtomicU64>().cast_const();
-        let owner = sender.peer_liveness().ok_or_else(bad)?;
+        let owner = opening.owner.ok_or_else(bad)?;
         let wake = Wake::Remote { sender: self.frame_sender(fifo, wire::WAKE)?, owner };
         let ring = MappedRing { ring, parked, _memory: Memory::Mapped(mapping, control) };
         let place = Place::Mapped { ring: Arc::new(ring), at: Producing::default(), wake };

@@ -7,7 +7,7 @@ use super::path::{self, Step, MAX_PATH_STEPS};
 use super::regions::{refusal, Imported, Region, RegionMemory, Regions};
 use super::view::{self, View};
 use super::{Key, MAX_REGION_BYTES, MAX_SERVED_BYTES, OP, OPEN};
-use crate::error::{Error, Refusal, Result};
+use crate::error::{Error, Result};
 use crate::extend::PeerLiveness;
 use crate::id::EndpointId;
 use crate::port::RawSender;
@@ -57,7 +57,7 @@ enum Place {
         memory: Arc<RegionMemory>,
     },
     /// On another machine: operations are served frames to its owner.
-    Served { sender: RawSender, key: Key, team: Team },
+    Served { sender: RawSender, key: Key },
 }
 
 impl Team {
@@ -90,36 +90,27 @@ impl Team {
         }
         // Bounded: an owner none of whose threads drains its channels (no
         // processor, its threads all in user code) never answers.
-        let sender = self.frame_sender(region, OPEN)?.with_timeout(OPEN_TIMEOUT);
-        let (answer, fds) = match on_this_machine {
-            true => sender.call_for_descriptors(&key.to_bytes()),
-            false => sender.call(&key.to_bytes()).map(|a| (a, Vec::new())),
-        }
-        .map_err(|e| match e {
-            // The team exports no region at all.
-            Error::Refused(Refusal::NotServed { .. }) => Error::NoSuchEndpoint(region),
-            e => e,
-        })?;
+        let opening = self.open_at_owner(region, OPEN, &key.to_bytes(), OPEN_TIMEOUT)?;
         let bad = |what: &str| Error::Protocol {
             peer: region.team_id(),
             violation: crate::Violation::BadRegionAnswer(what.to_string()),
         };
-        let (len, epoch) = match parse_open_answer(&answer) {
+        let (len, epoch) = match parse_open_answer(&opening.answer) {
             Ok(opened) => opened,
             Err(Ok(status)) => return Err(refusal(status, region)),
             Err(Err(what)) => return Err(bad(what)),
         };
         if !on_this_machine {
             let sender = self.frame_sender(region, OP)?.with_timeout(OPERATION_TIMEOUT);
-            let place = Place::Served { sender, key, team: self.clone() };
+            let place = Place::Served { sender, key };
             return Ok(RegionRef { id: region, len, epoch, place, _imported: None });
         }
-        let [data, control]: [_; 2] = fds.try_into().map_err(|_| bad("not its two memfds"))?;
+        let [data, control]: [_; 2] = opening.descriptors.try_into().map_err(|_| bad("not its two memfds"))?;
         let memory = Arc::new(RegionMemory::open(len, data, control)?);
         if memory.epoch() != epoch {
             return Err(Error::Revoked { region });
         }
-        Ok(RegionRef::mapped(region, memory, sender.peer_liveness()))
+        Ok(RegionRef::mapped(region, memory, opening.owner))
     }
 }
 
@@ -300,11 +291,11 @@ impl RegionRef {
             let _ = flag_memory.view().swap(flag_offset, v);
         };
         match &self.place {
-            Place::Served { team, .. } => {
+            Place::Served { sender, .. } => {
                 view::check(self.len, offset, bytes.len())?;
                 let done = self.put_async(offset, bytes);
                 // Detached: it ends with the answer, or the team.
-                drop(team.spawn(async move { store(done.await) }));
+                drop(sender.spawn(async move { store(done.await) }));
             }
             Place::Mapped { .. } => {
                 self.put(offset, bytes)?;

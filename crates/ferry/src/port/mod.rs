@@ -517,6 +517,16 @@ impl RawSender {
         }
     }
 
+    /// Starts `fut` as a task of the sender's team (a primitive's follow-up
+    /// to a send: holds no owner handle of the team).
+    pub(crate) fn spawn<F>(&self, fut: F) -> crate::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.team.exec.spawn(fut)
+    }
+
     /// The same sender, whose frames are of `kind` (a served kind: see `Team::frame_sender`).
     pub(crate) fn of_kind(self, kind: Kind) -> RawSender {
         RawSender { form: Form { kind, ..self.form }, ..self }

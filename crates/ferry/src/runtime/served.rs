@@ -33,7 +33,7 @@ use parking_lot::RwLock;
 use rustix::fd::BorrowedFd;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A primitive's handler of its frame kinds (see the module's text).
 pub trait FrameHandler: Send + Sync + 'static {
@@ -148,6 +148,34 @@ impl Team {
         }
         Ok(self.raw_sender(to).of_kind(Kind::Served(kind)))
     }
+
+    /// Asks the owner of `object` (a primitive's object: a region, a fifo)
+    /// to open it: a frame of `kind` carrying `request`, answered within
+    /// `limit`. On this machine the answer may bring shared-memory segments
+    /// ([`RawSender::call_for_descriptors`]); on another node it cannot. A
+    /// team that serves no such kind has no such object: `NoSuchEndpoint`.
+    pub fn open_at_owner(&self, object: EndpointId, kind: u8, request: &[u8], limit: Duration) -> Result<Opening> {
+        let sender = self.frame_sender(object, kind)?.with_timeout(limit);
+        let answer = match object.node() == self.id().node {
+            true => sender.call_for_descriptors(request),
+            false => sender.call(request).map(|a| (a, Vec::new())),
+        };
+        let (answer, descriptors) = answer.map_err(|e| match e {
+            Error::Refused(crate::Refusal::NotServed { .. }) => Error::NoSuchEndpoint(object),
+            e => e,
+        })?;
+        Ok(Opening { answer, descriptors, owner: sender.peer_liveness() })
+    }
+}
+
+/// The owner's answer to [`Team::open_at_owner`].
+pub struct Opening {
+    /// Its bytes (the primitive's).
+    pub answer: Vec<u8>,
+    /// The segments it handed over (on this machine only).
+    pub descriptors: Vec<rustix::fd::OwnedFd>,
+    /// The owner's liveness (its channel's).
+    pub owner: Option<PeerLiveness>,
 }
 
 /// Whether a peer is gone, for a primitive's handle that outlives its
