@@ -26,7 +26,7 @@ use crate::run_dir::{run_dir, RemoveDir};
 use ferry::fifo::{Fifo, FifoRef};
 use ferry::memory::Key;
 use ferry::Team;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KEY: Key = Key::from_bytes(*b"ferry-bench-fifo");
 const TO_CHILD: &str = "bench.fifo.child";
@@ -53,16 +53,7 @@ fn team(run_id: &str) -> Team {
 
 /// The other side's fifo (waits for it to be made).
 fn open(team: &Team, name: &str) -> FifoRef {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        match team.open_fifo(name, KEY) {
-            Ok(f) => return f,
-            Err(ferry::Error::NameNotFound(_)) if Instant::now() < until => {
-                std::thread::sleep(Duration::from_millis(1))
-            }
-            Err(e) => panic!("opening {name}: {e}"),
-        }
-    }
+    crate::remote_memory::once_named(name, || team.open_fifo(name, KEY))
 }
 
 /// Enqueues, spinning while the ring is full.
@@ -162,13 +153,7 @@ fn signal_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     let _dir = RemoveDir(run_dir(&peer.run_id));
     let team = Team::builder().runtime_dir(run_dir(&peer.run_id)).processors(0).start().expect("start team");
     let flags = team.export_with_key(FLAGS, 64, KEY).expect("the parent's flags");
-    let signaller = loop {
-        match team.signaller(SIGNAL) {
-            Ok(s) => break s,
-            Err(ferry::Error::NameNotFound(_)) => std::thread::sleep(Duration::from_millis(1)),
-            Err(e) => panic!("the child's handler: {e}"),
-        }
-    };
+    let signaller = crate::remote_memory::once_named(SIGNAL, || team.signaller(SIGNAL));
     // The first run opens our flags: waited for here, where this thread
     // (our team has no processor) answers the opening.
     team.block_on(signaller.signal_done(&0u64.to_le_bytes())).unwrap();

@@ -131,18 +131,25 @@ fn team(run_id: &str, processors: usize) -> Team {
     Team::builder().runtime_dir(run_dir(run_id)).processors(processors).start().expect("start team")
 }
 
-/// The child's region, opened by the parent (waits for it to be exported).
-fn open(team: &Team) -> RegionRef {
+/// What `attempt` makes of an object the other process names (a region,
+/// a fifo, a handler): tried again while the name is not bound yet, for at
+/// most 10 s.
+pub(crate) fn once_named<T>(what: &str, mut attempt: impl FnMut() -> ferry::Result<T>) -> T {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
-        match team.open_region(NAME, KEY) {
-            Ok(r) => return r,
+        match attempt() {
+            Ok(v) => return v,
             Err(ferry::Error::NameNotFound(_)) if Instant::now() < until => {
                 std::thread::sleep(Duration::from_millis(1))
             }
-            Err(e) => panic!("opening the child's region: {e}"),
+            Err(e) => panic!("opening {what}: {e}"),
         }
     }
+}
+
+/// The child's region, opened by the parent (waits for it to be exported).
+fn open(team: &Team) -> RegionRef {
+    once_named("the child's region", || team.open_region(NAME, KEY))
 }
 
 /// Runs the parent's side with the child's region opened.

@@ -127,6 +127,30 @@ loopback_placements!(
     a_vanished_producers_ring_goes_once_drained
 );
 
+/// Elements per producer of the many-producer tests.
+const EACH: u32 = 5000;
+
+/// Producer `who`'s elements: its number, then the element's (u32 each).
+fn produce(f: &mut ferry::fifo::FifoRef, who: u32) {
+    for n in 0..EACH {
+        let e = [who.to_le_bytes(), n.to_le_bytes()].concat();
+        f.enqueue_timeout(&e, Duration::from_secs(30)).unwrap();
+    }
+}
+
+/// Takes every element of `producers` producers: each producer's in its
+/// order, none lost or doubled.
+fn take_in_order(fifo: &mut ferry::fifo::Fifo, producers: usize) {
+    let mut next = vec![0u32; producers];
+    for _ in 0..producers * EACH as usize {
+        let e = fifo.dequeue_timeout(Duration::from_secs(30)).unwrap();
+        let (who, n) = (u32::from_le_bytes(e[..4].try_into().unwrap()), u32::from_le_bytes(e[4..].try_into().unwrap()));
+        assert_eq!(n, next[who as usize], "producer {who} out of order");
+        next[who as usize] += 1;
+    }
+    assert!(next.iter().all(|&n| n == EACH), "{next:?}");
+}
+
 /// 4 producer processes, 5,000 elements each, into one fifo: nothing lost
 /// or doubled, each producer's elements in its order.
 #[test]
@@ -142,14 +166,7 @@ fn four_producer_processes_lose_nothing_and_keep_their_order() {
             })
         })
         .collect();
-    let mut next = [0u32; 4];
-    for _ in 0..4 * 5000 {
-        let e = fifo.dequeue_timeout(Duration::from_secs(30)).unwrap();
-        let (who, n) = (u32::from_le_bytes(e[..4].try_into().unwrap()), u32::from_le_bytes(e[4..].try_into().unwrap()));
-        assert_eq!(n, next[who as usize], "producer {who} out of order");
-        next[who as usize] += 1;
-    }
-    assert_eq!(next, [5000; 4]);
+    take_in_order(&mut fifo, 4);
     for c in &mut children {
         c.expect("produced", Duration::from_secs(30));
     }
@@ -198,21 +215,10 @@ fn producers_in_four_processes_and_on_another_node_lose_nothing() {
     let far = std::thread::spawn(move || {
         let mut f = remote.open_fifo("many", key).unwrap();
         assert!(!f.scribble_tail(0), "another node's producer has no ring mapped: its enqueues are served");
-        for n in 0..5000u32 {
-            let mut e = 4u32.to_le_bytes().to_vec();
-            e.extend_from_slice(&n.to_le_bytes());
-            f.enqueue_timeout(&e, Duration::from_secs(30)).unwrap();
-        }
+        produce(&mut f, 4);
         remote
     });
-    let mut next = [0u32; 5];
-    for _ in 0..5 * 5000 {
-        let e = fifo.dequeue_timeout(Duration::from_secs(30)).unwrap();
-        let (who, n) = (u32::from_le_bytes(e[..4].try_into().unwrap()), u32::from_le_bytes(e[4..].try_into().unwrap()));
-        assert_eq!(n, next[who as usize], "producer {who} out of order");
-        next[who as usize] += 1;
-    }
-    assert_eq!(next, [5000; 5]);
+    take_in_order(&mut fifo, 5);
     for c in &mut children {
         c.expect("produced", Duration::from_secs(30));
     }
@@ -293,12 +299,7 @@ fn child_entry() {
     match role.as_str() {
         "produce" => {
             let who: u32 = std::env::var("FERRY_TEST_PRODUCER").unwrap().parse().unwrap();
-            let mut f = team.open_fifo("many", key()).unwrap();
-            for n in 0..5000u32 {
-                let mut e = who.to_le_bytes().to_vec();
-                e.extend_from_slice(&n.to_le_bytes());
-                f.enqueue_timeout(&e, Duration::from_secs(30)).unwrap();
-            }
+            produce(&mut team.open_fifo("many", key()).unwrap(), who);
             common::say("produced");
         }
         "produce-forever" => {

@@ -359,15 +359,7 @@ fn a_team_killed_mid_call_fails_the_call() {
 #[test]
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_regions_owner_killed_fails_its_importers_operations() {
-    let mut b = server("b");
-    let mut client = client();
-    client.tell(&format!("region-until-gone {}", b.region));
-    assert_eq!(client.expect("", START), "opened");
-    let t0 = Instant::now();
-    b.child.kill();
-    let answer = client.expect("", Duration::from_secs(20));
-    assert!(answer.starts_with("err PeerGone"), "{answer}");
-    assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+    an_owner_killed_fails_its_user(|b| format!("region-until-gone {}", b.region));
 }
 
 /// A fifo's and a signal handler's owner killed while a producer and
@@ -376,9 +368,16 @@ fn a_regions_owner_killed_fails_its_importers_operations() {
 #[test]
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_fifos_and_a_signals_owner_killed_fails_their_users() {
+    an_owner_killed_fails_its_user(|b| format!("fifo-and-signal-until-gone {}", b.fifo_and_signal));
+}
+
+/// The client runs `command` (which says "opened", then uses server b's
+/// objects until an operation fails); server b is killed: the client's
+/// answer is `PeerGone`, within 10 s.
+fn an_owner_killed_fails_its_user(command: impl Fn(&Server) -> String) {
     let mut b = server("b");
     let mut client = client();
-    client.tell(&format!("fifo-and-signal-until-gone {}", b.fifo_and_signal));
+    client.tell(&command(&b));
     assert_eq!(client.expect("", START), "opened");
     let t0 = Instant::now();
     b.child.kill();
