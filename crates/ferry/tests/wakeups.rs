@@ -8,12 +8,22 @@ use ferry::testing::{shm_connect, Doorbell, ShmBind, Transport, MIN_RING};
 use ferry::Team;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The server's park timeout: a call that waits for it was not rung.
 const PARK: Duration = Duration::from_secs(4);
 const START: Duration = Duration::from_secs(20);
+
+/// The tests of this file run one at a time: two of them count the sleeps
+/// of every thread of this process named `ferry-proc-0`, and each test
+/// starts teams with such a thread (CI once counted another test's
+/// processor's sleeps as the client's and failed).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 #[test]
 #[ignore = "run as a child process by the other tests"]
@@ -57,6 +67,7 @@ fn child_entry() {
 /// sleeping team must still be answered at once.
 #[test]
 fn a_peer_cannot_keep_a_team_from_hearing_its_other_peers() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Child::spawn("parked-echo", dir.path());
     let server: ferry::EndpointId = child.expect("", START).parse().unwrap();
@@ -184,6 +195,7 @@ fn an_answer_wakes_the_thread_parked_for_it() {
 /// processor) slept over `calls` blocking echo calls to a child playing
 /// `role`, after `warm` calls and `settle` to let it fall asleep.
 fn processor_sleeps_over_calls(role: &str, warm: usize, settle: Duration, calls: u64) -> u64 {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Child::spawn(role, dir.path());
     child.expect("", START);
