@@ -152,6 +152,7 @@ across nodes — team {} (node 1) and team {} (node 2), TCP on loopback, median 
     show("32 calls in flight, written together (Team::batch), per call", per_call);
     memory_tour(&team, "tour.tcp.region")?;
     fifo_signal_tour(&team, "tour.tcp")?;
+    link_tour(&team, "tour.tcp.links")?;
     team.shutdown();
     Ok(())
 }
@@ -206,6 +207,39 @@ fn serve_fifo_and_signal(team: &Team, prefix: &str) -> Result<ferry::signal::Sig
         Ok::<(), ferry::Error>(())
     }));
     team.on_signal(&format!("{prefix}.signal"), ferry::signal::Mode::EveryTime, |_| {})
+}
+
+/// A link to the other process's team (made at its listener `name`); a
+/// task of the other process answers each message with its bytes.
+fn link_tour(team: &Team, name: &str) -> Result<()> {
+    let link = team.link_to(team.lookup_wait(name, Duration::from_secs(10))?)?;
+    println!("\nlinks — {} to the other process's team, median of {ROUNDS}:", link.id());
+    let msg = [7u8; 16];
+    show(
+        "16-byte request and its reply on the link",
+        median_ns(ROUNDS, || drop(link.send_bytes(&msg, ferry::Checkpoint::OnReturn).unwrap())),
+    );
+    Ok(())
+}
+
+/// The other process's side of `link_tour`: a listener at `name`, and a
+/// task per link made there that answers each message with its bytes.
+fn serve_links(team: &Team, name: &str) -> Result<()> {
+    let listener = team.named_link_listener(name)?;
+    let t = team.clone();
+    drop(team.spawn(async move {
+        while let Ok(link) = listener.accept().await {
+            drop(t.spawn(async move {
+                while let Ok(m) = link.recv_bytes().await {
+                    let bytes = m.value.clone();
+                    if m.reply_bytes(&bytes).is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+    }));
+    Ok(())
 }
 
 /// The key of the tour's regions (both processes know it).
@@ -347,6 +381,7 @@ fn tour(team: &Team) -> Result<()> {
     rpc_tour(team)?;
     memory_tour(team, "tour.region")?;
     fifo_signal_tour(team, "tour")?;
+    link_tour(team, "tour.links")?;
 
     println!("\nbackpressure: Immediate sends into a receiver that does not keep up");
     echo.send(&b"pause".to_vec(), Checkpoint::OnDelivery)?; // the receiver stops reading for a while
@@ -370,7 +405,7 @@ fn tour(team: &Team) -> Result<()> {
         Err(e) => show(&format!("call failed with \"{e}\" after"), t.elapsed().as_nanos() as f64),
         Ok(_) => println!("  unexpected: the dead peer answered"),
     }
-    println!("\nmore primitives (links, groups, bulk transfer, ...) join this tour as they land.");
+    println!("\nmore primitives (links that move, groups, bulk transfer, ...) join this tour as they land.");
     Ok(())
 }
 
@@ -442,6 +477,7 @@ pub fn child() -> Result<()> {
     let _echo = team.spawn(echo(team.clone(), port));
     let _region = export_region(&team, "tour.region")?;
     let _signal = serve_fifo_and_signal(&team, "tour")?;
+    serve_links(&team, "tour.links")?;
     // Node 2 of the tour's cluster: the same services, reached over TCP.
     let ports = std::env::var("TOUR_TCP_PORTS").unwrap_or_default();
     let ports: Vec<u16> = ports.split(',').filter_map(|p| p.parse().ok()).collect();
@@ -458,6 +494,7 @@ pub fn child() -> Result<()> {
     let _echo2 = node2.spawn(echo(node2.clone(), port2));
     let _region2 = export_region(&node2, "tour.tcp.region")?;
     let _signal2 = serve_fifo_and_signal(&node2, "tour.tcp")?;
+    serve_links(&node2, "tour.tcp.links")?;
     // This thread only waits (in the kernel) until the tour ends the process.
     loop {
         std::thread::park();

@@ -178,6 +178,13 @@ pub enum Error {
         /// The offset given.
         offset: u64,
     },
+    /// The other end of the link was closed, and everything it sent before
+    /// its close was received: nothing more comes, nothing more goes.
+    #[error("link {link} was closed at its other end")]
+    LinkClosed {
+        /// The link.
+        link: crate::link::LinkId,
+    },
     /// A served frame kind asked for is registered already (see `Team::serve_frames`).
     #[error("served frame kind {kind} is taken by another handler")]
     KindTaken {
@@ -306,6 +313,10 @@ pub enum Violation {
     /// served by its owner) of no form this build knows.
     #[error("a region's owner answered with {0}")]
     BadRegionAnswer(String),
+    /// A link's frame that breaks the link's protocol (malformed, out of
+    /// sequence, past the window its receiver granted): the link breaks.
+    #[error("a link's frame broke its protocol: {0}")]
+    BadLinkFrame(String),
     /// An answer that says descriptors came with it, when none did.
     #[error("an answer to call {tag} without the descriptors it announced")]
     HandoverMissing {
@@ -465,6 +476,10 @@ pub enum Limit {
     ImportedRegions,
     /// Producers of one fifo ([`crate::fifo::MAX_PRODUCERS`]).
     FifoProducers,
+    /// Link ends a team holds at once ([`crate::TeamBuilder::max_links`]).
+    Links,
+    /// Links waiting in one listener to be accepted ([`crate::link::BACKLOG`]).
+    LinkBacklog,
 }
 
 impl Limit {
@@ -483,6 +498,8 @@ impl Limit {
             Limit::ExportedBytes => 10,
             Limit::ImportedRegions => 11,
             Limit::FifoProducers => 12,
+            Limit::Links => 13,
+            Limit::LinkBacklog => 14,
         }
     }
 
@@ -501,6 +518,8 @@ impl Limit {
             Limit::ExportedBytes,
             Limit::ImportedRegions,
             Limit::FifoProducers,
+            Limit::Links,
+            Limit::LinkBacklog,
         ]
         .into_iter()
         .find(|l| l.code() == code)
@@ -543,6 +562,8 @@ impl Limit {
                 "drop opened regions no longer needed, or raise TeamBuilder::max_imported_regions"
             }
             Limit::FifoProducers => "drop producers no longer needed (FifoRef)",
+            Limit::Links => "close link ends no longer needed, or raise TeamBuilder::max_links",
+            Limit::LinkBacklog => "accept the links waiting in the listener",
         }
     }
 }
@@ -562,6 +583,8 @@ impl std::fmt::Display for Limit {
             Limit::ExportedBytes => "bytes exported by a team",
             Limit::ImportedRegions => "regions opened by a team",
             Limit::FifoProducers => "producers of one fifo",
+            Limit::Links => "link ends held by a team",
+            Limit::LinkBacklog => "links waiting in one listener",
         })
     }
 }
@@ -629,6 +652,7 @@ impl Error {
             Error::Revoked { region } => Error::Revoked { region: *region },
             Error::Closed { endpoint, why } => Error::Closed { endpoint: *endpoint, why },
             Error::Latched { handler } => Error::Latched { handler: *handler },
+            Error::LinkClosed { link } => Error::LinkClosed { link: *link },
             Error::Io { context, source } => {
                 Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
             }

@@ -18,8 +18,8 @@
 //! teams.
 //!
 //! Slots below [`LINK_SLOTS`] name endpoints; the upper half of the slot
-//! space is kept for link ids (next issues), whose ends may move between
-//! teams while their id stays the same.
+//! space is kept. (It was meant for link ids; a link's id is 128 bits of
+//! its own instead, carried in its frames' route: `crate::link::LinkId`.)
 
 use std::fmt;
 use std::str::FromStr;

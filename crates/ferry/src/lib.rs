@@ -25,6 +25,7 @@ pub mod error;
 pub mod extend;
 pub mod fifo;
 pub mod id;
+pub mod link;
 #[cfg(all(test, loom))]
 mod loom_models;
 pub mod memory;

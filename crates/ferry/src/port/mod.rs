@@ -58,13 +58,7 @@ impl Team {
 
     /// A sender of raw-bytes messages to the endpoint `to`.
     pub fn raw_sender(&self, to: EndpointId) -> RawSender {
-        RawSender {
-            team: self.inner.clone(),
-            to,
-            timeout: None,
-            channel: Arc::new(CachedChannel::new()),
-            form: Form::DATA,
-        }
+        RawSender::of_team(self.inner.clone(), to)
     }
 
     /// Looks `name` up and returns a sender to it.
@@ -423,7 +417,7 @@ impl Drop for Responder {
 
 /// Sends raw bytes to one endpoint.
 pub struct RawSender {
-    team: Arc<TeamInner>,
+    pub(crate) team: Arc<TeamInner>,
     to: EndpointId,
     timeout: Option<Duration>,
     /// The channel to `to`'s team, found on first use, and found again
@@ -432,9 +426,9 @@ pub struct RawSender {
     /// senders and clients) must not keep the dead channel's shared memory,
     /// doorbell and socket once the team has reclaimed it (it did, until
     /// the crash matrix found it).
-    channel: Arc<CachedChannel>,
+    pub(crate) channel: Arc<CachedChannel>,
     /// What its frames are: `Data`, or a primitive's served kind (see `crate::extend`).
-    form: Form,
+    pub(crate) form: Form,
 }
 
 impl Clone for RawSender {
@@ -450,6 +444,11 @@ impl Clone for RawSender {
 }
 
 impl RawSender {
+    /// A sender of `team`'s (which it does not keep alive) to `to`.
+    pub(crate) fn of_team(team: Arc<TeamInner>, to: EndpointId) -> RawSender {
+        RawSender { team, to, timeout: None, channel: Arc::new(CachedChannel::new()), form: Form::DATA }
+    }
+
     /// The cached channel, while it lives and its peer is not gone. (An
     /// upgrade per send: non-`Immediate` sends clone the channel anyway.)
     #[inline]

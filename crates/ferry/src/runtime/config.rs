@@ -110,6 +110,11 @@ pub struct Config {
     pub max_exported_bytes: u64,
     /// Most regions this team has open at once as an importer.
     pub max_imported_regions: usize,
+    /// Most link ends this team holds at once.
+    pub max_links: usize,
+    /// How many messages, and bytes, one end of a link lets its peer send
+    /// ahead of what it has received.
+    pub link_window: (u32, u32),
     /// Most TCP connections from one address whose handshake is under way
     /// (the cluster file's `handshakes-per-source` replaces it).
     pub handshakes_per_source: usize,
@@ -159,6 +164,8 @@ impl Default for Config {
             max_regions: 1024,
             max_exported_bytes: 1 << 40,
             max_imported_regions: 1024,
+            max_links: 4096,
+            link_window: (64, 1 << 20),
             handshakes_per_source: 8,
         }
     }
@@ -287,6 +294,22 @@ impl TeamBuilder {
     /// is a mapping (two, with its control page) and two descriptors.
     pub fn max_imported_regions(mut self, n: usize) -> Self {
         self.cfg.max_imported_regions = n;
+        self
+    }
+    /// Most link ends the team holds at once (default 4096, at most
+    /// 2^20): past it, making or receiving one fails with
+    /// `Error::LimitReached` (`Limit::Links`).
+    pub fn max_links(mut self, n: usize) -> Self {
+        self.cfg.max_links = n;
+        self
+    }
+    /// How far ahead a link's peer may send: each end of a link this team
+    /// holds takes at most `messages` messages and `bytes` bytes it has not
+    /// received yet (default 64 and 1 MiB; 1..=65,536 messages, 4 KiB..=
+    /// 256 MiB; one message larger than `bytes` goes alone). A sender past
+    /// it waits (or gets `WouldBlock` for an `Immediate` send).
+    pub fn link_window(mut self, messages: u32, bytes: u32) -> Self {
+        self.cfg.link_window = (messages, bytes);
         self
     }
     /// Most calls each service this team serves implicitly
@@ -465,6 +488,9 @@ impl TeamBuilder {
         in_range("max_regions", c.max_regions, 1..=MAX_REGIONS)?;
         in_range("max_exported_bytes", c.max_exported_bytes, 4096..=MAX_EXPORTED_BYTES)?;
         in_range("max_imported_regions", c.max_imported_regions, 1..=MAX_REGIONS)?;
+        in_range("max_links", c.max_links, 1..=MAX_REGIONS)?;
+        in_range("link_window (messages)", c.link_window.0, 1..=1 << 16)?;
+        in_range("link_window (bytes)", c.link_window.1, 4096..=1 << 28)?;
         in_range("handshakes_per_source", c.handshakes_per_source, 1..=MAX_THREADS)?;
         in_range("blocking_idle", c.blocking_idle, Duration::ZERO..=A_DAY)?;
         in_range("peer_timeout", c.peer_timeout, MIN_PEER_TIMEOUT..=A_DAY)?;

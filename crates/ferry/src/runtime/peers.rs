@@ -356,6 +356,7 @@ impl TeamInner {
         self.calls.fail_channel(ch, || self.gone_error(ch));
         self.fail_outbox(ch);
         self.calls.orphan_channel(ch);
+        self.served.peer_gone(ch.peer);
     }
 
     /// Called by the reactor once the transport recorded the peer gone (or

@@ -478,6 +478,15 @@ impl TeamInner {
         }
     }
 
+    /// An `Immediate` frame that never waits and is never refused for room
+    /// (a primitive's own flow control bounds what it posts): written now,
+    /// or queued in the channel's outbox behind what waits there, in order.
+    /// No task hand-off: the caller may hold its primitive's locks, which
+    /// the frame's handler takes.
+    pub fn post(&self, ch: &Channel, header: Header, payload: &[u8]) -> Result<()> {
+        self.answer(ch, header, payload)
+    }
+
     /// An `Immediate` send: buffered in the channel now, or `WouldBlock`.
     pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: &[u8]) -> Result<()> {
         let sent = self.send_message(ch, header, payload, false, None);

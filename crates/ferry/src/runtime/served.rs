@@ -43,6 +43,13 @@ pub trait FrameHandler: Send + Sync + 'static {
     /// without answering answers for it: a `NoReply` nack if its sender
     /// waits for a reply, nothing otherwise.
     fn serve(&self, frame: ServedFrame<'_>);
+
+    /// The team's channel to `peer` is gone (the peer died, hung up or
+    /// broke the protocol): what it had in flight for this primitive is
+    /// lost. Runs once per channel, on the thread that reclaimed it, with
+    /// no channel held; it must not block. (A primitive whose handles hold
+    /// a [`PeerLiveness`] need not use it.)
+    fn peer_gone(&self, _peer: crate::id::TeamId) {}
 }
 
 /// The team's handlers, by served kind.
@@ -66,6 +73,19 @@ impl Served {
 
     fn handler(&self, kind: u8) -> Option<Arc<dyn FrameHandler>> {
         self.handlers.read()[Served::index(kind)].clone()
+    }
+
+    /// Tells every handler that the channel to `peer` is gone (each once).
+    pub fn peer_gone(&self, peer: crate::id::TeamId) {
+        let mut handlers: Vec<Arc<dyn FrameHandler>> = Vec::new();
+        for h in self.handlers.read().iter().flatten() {
+            if !handlers.iter().any(|k| Arc::ptr_eq(k, h)) {
+                handlers.push(h.clone());
+            }
+        }
+        for h in handlers {
+            h.peer_gone(peer);
+        }
     }
 
     /// Drops every handler (at shutdown: they may hold the team's own
@@ -156,7 +176,9 @@ impl Team {
     /// team that serves no such kind has no such object: `NoSuchEndpoint`.
     pub fn open_at_owner(&self, object: EndpointId, kind: u8, request: &[u8], limit: Duration) -> Result<Opening> {
         let sender = self.frame_sender(object, kind)?.with_timeout(limit);
-        let answer = match object.node() == self.id().node {
+        // Within one team no descriptors are handed over (the primitive's
+        // memory is its own already), nor across machines.
+        let answer = match object.node() == self.id().node && object.team_id() != self.id() {
             true => sender.call_for_descriptors(request),
             false => sender.call(request).map(|a| (a, Vec::new())),
         };
@@ -207,6 +229,27 @@ impl PeerLiveness {
 }
 
 impl RawSender {
+    /// Sends `bytes` as an `Immediate` frame that never waits for room and
+    /// is never refused for it: written now, or queued in the channel's
+    /// outbox behind what waits there, in order. For a primitive whose own
+    /// flow control bounds what it sends (a link's window), and which may
+    /// hold its own locks meanwhile (no task hand-off is made: the frame's
+    /// handler, even in this team, runs on the thread that drains it).
+    /// Binds on this thread if no channel is there yet. Fails only if the
+    /// channel is gone (`PeerGone`) or the frame is too large (`TooLarge`).
+    pub fn post(&self, bytes: &[u8]) -> Result<()> {
+        let ch = match self.cached() {
+            Some(ch) => ch,
+            None => {
+                let ch = self.team.channel_to(self.to().team_id())?;
+                self.channel.set(&ch);
+                ch
+            }
+        };
+        let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to().addr(), 0);
+        self.team.post(&ch, h, bytes)
+    }
+
     /// The liveness of the peer this sender's channel reaches (`None`
     /// before its first send: no channel yet).
     pub fn peer_liveness(&self) -> Option<PeerLiveness> {

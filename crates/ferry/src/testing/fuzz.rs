@@ -29,6 +29,7 @@
 //! | [`region_ops`] | remote memory's served operations: a request as the owner decodes and runs it (on a real region), an answer as the importer reads it |
 //! | [`shm_descriptors`] | descriptors handed over after a shared-memory bind, on its socket: asked, unasked, taken, against a peer that sends anything |
 //! | [`fifo`] | a fifo: an opening's answer and an enqueue as each side reads them, and a producer's ring as its owner pops it (the ring's memory the input) |
+//! | [`link_frames`] | a link's frames and openings as their receiver decodes them, and a stream of frames (any numbers, any bytes) as an end takes them in order within its window |
 //! | [`signal`] | a signal's answer as the signaller reads it (a status byte) |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
@@ -71,6 +72,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("region_ops", region_ops),
     ("fifo", fifo),
     ("signal", signal),
+    ("link_frames", link_frames),
     ("settings", settings),
 ];
 
@@ -1242,6 +1244,50 @@ pub fn signal(data: &[u8]) {
     assert!(r.is_ok() == (data == [0]));
 }
 
+/// A link's frames. The first byte picks: 0, the rest decoded as a frame,
+/// an opening and a window (what decodes encodes back to its bytes); else
+/// a program of frames arriving at an end, each a number (u16), a length
+/// (u8) and that many bytes, which the end takes in order as it would:
+/// acknowledgements, messages within its window, consumed at once.
+pub fn link_frames(data: &[u8]) {
+    use crate::link::stream::Stream;
+    use crate::link::wire::{decode_window, Body, Frame, Open};
+    use crate::link::Window;
+    let mut input = Input(data);
+    if input.byte() == 0 {
+        let rest = input.rest();
+        if let Ok(f) = Frame::decode(rest) {
+            assert_eq!(f.encode(), rest, "a frame decodes one way only");
+        }
+        if let Some(o) = Open::decode(rest) {
+            assert_eq!(o.encode()[..], rest[..]);
+        }
+        if let Some(w) = decode_window(rest) {
+            assert!(w.messages > 0 && w.bytes > 0);
+        }
+        return;
+    }
+    let window = Window { messages: 8, bytes: 4096 };
+    let mut stream = Stream::new(window, window);
+    while !input.is_empty() {
+        let seq = u64::from(input.u16());
+        let len = usize::from(input.byte());
+        let Ok(due) = stream.arrive(seq, input.bytes(len)) else { return };
+        for bytes in due {
+            let Ok(f) = Frame::decode(&bytes) else { return };
+            if stream.took_ack(f.ack).is_err() {
+                return;
+            }
+            if let Body::Message { bytes, .. } = f.body {
+                if stream.received(bytes.len()).is_err() {
+                    return;
+                }
+                stream.consumed(bytes.len(), false);
+            }
+        }
+    }
+}
+
 /// A vector of words as its bytes.
 fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
     // SAFETY: any bytes are a valid u8; the length covers exactly the words.
@@ -1334,6 +1380,30 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         add("fifo", "ring", ring);
         add("fifo", "credit", [&[3u8][..], &crate::fifo::wire::credit(7)].concat());
         add("signal", "accepted", vec![0]);
+        {
+            use crate::link::wire::{Body, Frame, Open};
+            use crate::link::{Count, LinkId, Side, Window};
+            let frame = |seq, body| Frame { link: LinkId(9 << 64 | 1), seq, to: Side::B, ack: Count::default(), body };
+            let message = Body::Message { checkpoint: Checkpoint::OnReturn, call: 1, bytes: b"hello" };
+            add("link_frames", "message", [&[0u8][..], &frame(0, message).encode()].concat());
+            let answer = Body::Answer { call: 1, answer: crate::link::wire::Answer::Reply, bytes: b"hi" };
+            add("link_frames", "answer", [&[0u8][..], &frame(0, answer).encode()].concat());
+            let open = Open { link: LinkId(5), window: Window { messages: 64, bytes: 1 << 20 } };
+            add("link_frames", "open", [&[0u8][..], &open.encode()].concat());
+            // A program: frames 1 then 0 (out of order), then a close.
+            let mut program = vec![1u8];
+            for (seq, body) in [
+                (1u16, Body::Credit),
+                (0, Body::Message { checkpoint: Checkpoint::Immediate, call: 0, bytes: b"x" }),
+                (2, Body::Close),
+            ] {
+                let f = frame(u64::from(seq), body).encode();
+                program.extend_from_slice(&seq.to_le_bytes());
+                program.push(f.len() as u8);
+                program.extend_from_slice(&f);
+            }
+            add("link_frames", "stream", program);
+        }
         add("signal", "latched", vec![2]);
     }
     add("shm_descriptors", "asked", vec![1, 0, 1, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 3, 1, 4]);

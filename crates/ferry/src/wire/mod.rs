@@ -80,29 +80,31 @@ impl Kind {
 /// whose primitive says so; the prefix is decoded here, once, for all of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Route {
-    /// The link's or group's id (its primitive's name space).
-    pub id: u64,
+    /// The link's or group's id (its primitive's name space): 128 bits,
+    /// so an id made from its origin team's incarnation and a counter is
+    /// unique for the route's life wherever its ends go.
+    pub id: u128,
     /// The frame's sequence number on that route, in each direction.
     pub seq: u64,
 }
 
 impl Route {
     /// Bytes of the prefix.
-    pub const LEN: usize = 16;
+    pub const LEN: usize = 24;
 
     /// The route at the start of `payload`, and the bytes after it.
     pub fn split(payload: &[u8]) -> Result<(Route, &[u8]), HeaderError> {
         let (head, rest) = payload.split_at_checked(Route::LEN).ok_or(HeaderError::Route(payload.len()))?;
-        let id = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
-        let seq = u64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
+        let id = u128::from_le_bytes(head[..16].try_into().expect("16 bytes"));
+        let seq = u64::from_le_bytes(head[16..].try_into().expect("8 bytes"));
         Ok((Route { id, seq }, rest))
     }
 
     /// The prefix's bytes.
     pub fn encode(&self) -> [u8; Route::LEN] {
         let mut b = [0u8; Route::LEN];
-        b[..8].copy_from_slice(&self.id.to_le_bytes());
-        b[8..].copy_from_slice(&self.seq.to_le_bytes());
+        b[..16].copy_from_slice(&self.id.to_le_bytes());
+        b[16..].copy_from_slice(&self.seq.to_le_bytes());
         b
     }
 }
@@ -418,12 +420,12 @@ mod tests {
 
     #[test]
     fn routes_split_off_their_payload() {
-        let route = Route { id: 0x0102_0304_0506_0708, seq: 9 };
+        let route = Route { id: 0x0102_0304_0506_0708_1112_1314_1516_1718, seq: 9 };
         let mut p = route.encode().to_vec();
         p.extend_from_slice(b"rest");
         assert_eq!(Route::split(&p).unwrap(), (route, &b"rest"[..]));
         assert_eq!(Route::split(&p[..Route::LEN]).unwrap(), (route, &b""[..]));
-        assert_eq!(Route::split(&p[..15]), Err(HeaderError::Route(15)));
+        assert_eq!(Route::split(&p[..23]), Err(HeaderError::Route(23)));
     }
 
     #[test]

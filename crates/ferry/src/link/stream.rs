@@ -1,0 +1,206 @@
+//! One end's two directions, sans I/O: the numbers its frames carry, the
+//! frames that came ahead of their turn, and the window each side grants.
+//! (Kept apart from what does the sending, so that a model checker can
+//! run it as it is: moving ends will add to it.)
+
+use super::{Count, Window};
+use std::collections::BTreeMap;
+
+/// Most frames kept that came ahead of the next one due: a window of
+/// messages, their answers and a few control frames.
+fn most_early(window: Window) -> u64 {
+    2 * u64::from(window.messages) + 8
+}
+
+pub(crate) struct Stream {
+    /// What the peer lets this end send ahead (its window).
+    pub window_out: Window,
+    /// What this end lets the peer send ahead.
+    pub window_in: Window,
+    /// The number of the next frame this end sends.
+    next_out: u64,
+    /// Messages sent, and what the peer acknowledged consuming.
+    sent: Count,
+    granted: Count,
+    /// The number of the next frame due from the peer.
+    next_in: u64,
+    /// Frames that came ahead of `next_in`, by number.
+    early: BTreeMap<u64, Vec<u8>>,
+    /// Messages taken in order, consumed by the user, and acknowledged.
+    received: Count,
+    consumed: Count,
+    acked: Count,
+}
+
+/// A peer's frame that breaks the link's protocol.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Broken(pub String);
+
+impl Stream {
+    pub fn new(window_in: Window, window_out: Window) -> Stream {
+        Stream {
+            window_out,
+            window_in,
+            next_out: 0,
+            sent: Count::default(),
+            granted: Count::default(),
+            next_in: 0,
+            early: BTreeMap::new(),
+            received: Count::default(),
+            consumed: Count::default(),
+            acked: Count::default(),
+        }
+    }
+
+    /// Whether a message of `len` bytes fits the peer's window now (one
+    /// larger than the window goes when nothing else is outstanding).
+    pub fn may_send(&self, len: usize) -> bool {
+        let messages = self.sent.messages - self.granted.messages;
+        let bytes = self.sent.bytes - self.granted.bytes;
+        messages < u64::from(self.window_out.messages)
+            && (bytes == 0 || bytes.saturating_add(len as u64) <= u64::from(self.window_out.bytes))
+    }
+
+    /// Numbers a message of `len` bytes (`may_send` said yes).
+    pub fn send_message(&mut self, len: usize) -> u64 {
+        self.sent.messages += 1;
+        self.sent.bytes += len as u64;
+        self.next_frame()
+    }
+
+    /// Numbers a frame that is not a message.
+    pub fn next_frame(&mut self) -> u64 {
+        let seq = self.next_out;
+        self.next_out += 1;
+        seq
+    }
+
+    /// The acknowledgement a frame sent now carries (and so gives).
+    pub fn ack(&mut self) -> Count {
+        self.acked = self.consumed;
+        self.consumed
+    }
+
+    /// Messages sent that the peer has not acknowledged consuming.
+    pub fn unconfirmed(&self) -> u64 {
+        self.sent.messages - self.granted.messages
+    }
+
+    /// A frame numbered `seq` came (its bytes `frame`): the frames now due,
+    /// in order, for the caller to take (each with [`Stream::took`] for its
+    /// acknowledgement, [`Stream::received`] for a message).
+    pub fn arrive(&mut self, seq: u64, frame: &[u8]) -> Result<Vec<Vec<u8>>, Broken> {
+        if seq < self.next_in || self.early.contains_key(&seq) {
+            return Err(Broken(format!("frame {seq} came twice")));
+        }
+        if seq - self.next_in >= most_early(self.window_in) {
+            return Err(Broken(format!("frame {seq} came when {} was due", self.next_in)));
+        }
+        self.early.insert(seq, frame.to_vec());
+        let mut due = Vec::new();
+        while let Some(f) = self.early.remove(&self.next_in) {
+            due.push(f);
+            self.next_in += 1;
+        }
+        Ok(due)
+    }
+
+    /// A due frame's acknowledgement: what the peer consumed of ours.
+    pub fn took_ack(&mut self, ack: Count) -> Result<(), Broken> {
+        if ack.messages < self.granted.messages || ack.bytes < self.granted.bytes {
+            return Err(Broken("an acknowledgement went back".into()));
+        }
+        if ack.messages > self.sent.messages || ack.bytes > self.sent.bytes {
+            return Err(Broken("an acknowledgement of messages never sent".into()));
+        }
+        self.granted = ack;
+        Ok(())
+    }
+
+    /// A due message of `len` bytes, queued for the user: within the window granted?
+    pub fn received(&mut self, len: usize) -> Result<(), Broken> {
+        self.received.messages += 1;
+        self.received.bytes += len as u64;
+        let messages = self.received.messages - self.consumed.messages;
+        let bytes = self.received.bytes - self.consumed.bytes;
+        if messages > u64::from(self.window_in.messages) || (messages > 1 && bytes > u64::from(self.window_in.bytes)) {
+            return Err(Broken(format!("{messages} messages ({bytes} bytes) sent past the window granted")));
+        }
+        Ok(())
+    }
+
+    /// The user took a message of `len` bytes. Whether to acknowledge now
+    /// with a frame of its own: half the window consumed since the last
+    /// acknowledgement, or (`peer_waits`: it probed) anything. (Any frame
+    /// sent the other way acknowledges too, so a request and its reply
+    /// need no frame of their own.)
+    pub fn consumed(&mut self, len: usize, peer_waits: bool) -> bool {
+        self.consumed.messages += 1;
+        self.consumed.bytes += len as u64;
+        peer_waits || self.owes_half()
+    }
+
+    /// Whether half the window was consumed since the last acknowledgement.
+    fn owes_half(&self) -> bool {
+        self.consumed.messages - self.acked.messages >= u64::from(self.window_in.messages / 2).max(1)
+            || self.consumed.bytes - self.acked.bytes >= u64::from(self.window_in.bytes / 2)
+    }
+
+    /// Whether something consumed is not acknowledged yet.
+    pub fn owes_ack(&self) -> bool {
+        self.consumed != self.acked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Window = Window { messages: 4, bytes: 100 };
+
+    #[test]
+    fn frames_are_taken_in_order_and_duplicates_break_the_link() {
+        let mut s = Stream::new(W, W);
+        assert_eq!(s.arrive(1, b"b").unwrap(), Vec::<Vec<u8>>::new());
+        assert_eq!(s.arrive(0, b"a").unwrap(), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert!(s.arrive(1, b"b").is_err());
+        assert!(s.arrive(2 + most_early(W), b"far").is_err());
+    }
+
+    #[test]
+    fn the_window_holds_the_sender_and_binds_the_peer() {
+        let mut s = Stream::new(W, W);
+        for _ in 0..4 {
+            assert!(s.may_send(10));
+            s.send_message(10);
+        }
+        assert!(!s.may_send(10), "past four messages");
+        s.took_ack(Count { messages: 2, bytes: 20 }).unwrap();
+        assert!(s.may_send(10));
+        assert!(s.took_ack(Count { messages: 1, bytes: 10 }).is_err(), "acknowledgements only grow");
+        assert!(s.took_ack(Count { messages: 9, bytes: 90 }).is_err(), "nor pass what was sent");
+        // A message larger than the window goes alone.
+        let mut s = Stream::new(W, W);
+        assert!(s.may_send(500));
+        s.send_message(500);
+        assert!(!s.may_send(1));
+        // A peer past the window breaks the link.
+        let mut s = Stream::new(W, W);
+        s.received(500).unwrap();
+        assert!(s.received(1).is_err());
+    }
+
+    #[test]
+    fn consuming_acknowledges_at_half_the_window_or_when_the_peer_waits() {
+        let mut s = Stream::new(W, W);
+        s.received(1).unwrap();
+        s.received(1).unwrap();
+        s.received(1).unwrap();
+        assert!(!s.consumed(1, false));
+        assert!(s.consumed(1, false), "half of four messages");
+        assert_eq!(s.ack(), Count { messages: 2, bytes: 2 });
+        assert!(!s.owes_ack());
+        assert!(s.consumed(1, true), "the peer waits");
+        assert!(s.owes_ack());
+    }
+}

@@ -1,0 +1,280 @@
+//! A team's links: the ends it holds (by link id and side), its
+//! listeners, and the handler of its link frames.
+
+use super::end::{End, Link};
+use super::wire::{self, status, Open};
+use super::{LinkId, Side, Window, BACKLOG, KINDS};
+use crate::error::{Error, Limit, Result};
+use crate::extend::{FrameHandler, PerTeam, ServedFrame};
+use crate::id::{EndpointId, TeamId};
+use crate::runtime::{idle, TeamInner};
+use crate::Team;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+static LINKS: PerTeam<Links> = PerTeam::new(KINDS);
+
+/// How long `link_to` waits for the listener's team to answer.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) struct Links {
+    team: Weak<TeamInner>,
+    ends: Mutex<HashMap<(LinkId, Side), Arc<End>>>,
+    listeners: Mutex<HashMap<u32, Arc<Listening>>>,
+    counter: AtomicU64,
+}
+
+impl Links {
+    fn of(team: &Team) -> Result<Arc<Links>> {
+        LINKS.of(team, |t| Links {
+            team: Arc::downgrade(&t.inner),
+            ends: Mutex::default(),
+            listeners: Mutex::default(),
+            counter: AtomicU64::new(0),
+        })
+    }
+
+    fn window(team: &TeamInner) -> Window {
+        let (messages, bytes) = team.cfg.link_window;
+        Window { messages, bytes }
+    }
+
+    /// A new end of this team's, registered, within the team's `max_links`.
+    fn add_end(
+        self: &Arc<Links>,
+        team: &Arc<TeamInner>,
+        id: LinkId,
+        side: Side,
+        peer: TeamId,
+        window_out: Window,
+    ) -> Result<Arc<End>> {
+        let mut ends = self.ends.lock();
+        if ends.len() >= team.cfg.max_links {
+            return Err(Error::LimitReached { limit: Limit::Links, max: team.cfg.max_links as u64 });
+        }
+        let end = End::new(id, side, team.clone(), self.clone(), peer, Links::window(team), window_out);
+        ends.insert((id, side), end.clone());
+        Ok(end)
+    }
+
+    pub fn forget(&self, id: LinkId, side: Side) {
+        self.ends.lock().remove(&(id, side));
+    }
+
+    fn new_id(&self, team: TeamId) -> LinkId {
+        LinkId::new(team, self.counter.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// An opening from `from` for the listener at `slot`.
+    fn open(self: &Arc<Links>, from: TeamId, slot: u32, request: &[u8]) -> Vec<u8> {
+        let refuse = |s: u8| vec![s];
+        let (Some(team), Some(open)) = (self.team.upgrade(), Open::decode(request)) else {
+            return refuse(status::NO_LISTENER);
+        };
+        let Some(listening) = self.listeners.lock().get(&slot).cloned() else { return refuse(status::NO_LISTENER) };
+        let mut queue = listening.queue.lock();
+        if queue.links.len() >= BACKLOG {
+            return refuse(status::BACKLOG_FULL);
+        }
+        let Ok(end) = self.add_end(&team, open.link, Side::B, from, open.window) else {
+            return refuse(status::TOO_MANY_LINKS);
+        };
+        queue.links.push_back(end.into_link());
+        if let Some(w) = queue.waker.take() {
+            w.wake();
+        }
+        let mut answer = vec![status::OPENED];
+        answer.extend_from_slice(&wire::encode_window(Links::window(&team)));
+        answer
+    }
+}
+
+impl FrameHandler for Links {
+    fn serve(&self, frame: ServedFrame<'_>) {
+        let from = frame.from().team_id();
+        match frame.kind() {
+            wire::FRAME => frame.with_payload(|b| {
+                let Ok((route, _)) = crate::wire::Route::split(b) else { return };
+                let to = match b.get(crate::wire::Route::LEN) {
+                    Some(0) => Side::A,
+                    Some(1) => Side::B,
+                    _ => return,
+                };
+                // An end closed here (or never here) drops its frames.
+                let end = self.ends.lock().get(&(LinkId(route.id), to)).cloned();
+                if let Some(end) = end {
+                    end.arrive(from, route.seq, b);
+                }
+            }),
+            wire::OPEN => {
+                // The ends it makes hold their table (to leave it when dropped).
+                let Some(me) = self.team.upgrade().and_then(|t| LINKS.find(t.id)) else { return };
+                let answer = frame.with_payload(|b| me.open(from, frame.slot(), b));
+                let _ = frame.reply(&answer);
+            }
+            _ => frame.refuse("no such link frame kind"),
+        }
+    }
+
+    fn peer_gone(&self, peer: TeamId) {
+        let ends: Vec<_> = self.ends.lock().values().cloned().collect();
+        for end in ends {
+            end.peer_gone(peer);
+        }
+    }
+}
+
+/// A listener's queue of links made for it.
+struct Listening {
+    queue: Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    links: VecDeque<Link>,
+    waker: Option<Waker>,
+    closed: bool,
+}
+
+/// Where other teams make links to this team ([`Team::link_to`]): each
+/// link made comes out of [`LinkListener::accept`] as this team's end.
+pub struct LinkListener {
+    links: Arc<Links>,
+    team: Arc<TeamInner>,
+    id: EndpointId,
+    name: Option<String>,
+    listening: Arc<Listening>,
+}
+
+impl LinkListener {
+    /// Its endpoint id, for [`Team::link_to`].
+    pub fn id(&self) -> EndpointId {
+        self.id
+    }
+
+    /// The next link made for it (this team's end of it).
+    pub async fn accept(&self) -> Result<Link> {
+        poll_fn(|cx| self.poll_accept(Some(cx))).await
+    }
+
+    /// [`LinkListener::accept`], blocking this thread.
+    pub fn accept_blocking(&self) -> Result<Link> {
+        idle::wait_until(&self.team, |cx| self.poll_accept(cx))
+    }
+
+    /// A link if one waits.
+    pub fn try_accept(&self) -> Option<Link> {
+        self.listening.queue.lock().links.pop_front()
+    }
+
+    fn poll_accept(&self, cx: Option<&mut std::task::Context<'_>>) -> Poll<Result<Link>> {
+        let mut q = self.listening.queue.lock();
+        if let Some(link) = q.links.pop_front() {
+            return Poll::Ready(Ok(link));
+        }
+        if q.closed || self.team.is_shut_down() {
+            return Poll::Ready(Err(Error::Shutdown));
+        }
+        if let Some(cx) = cx {
+            q.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for LinkListener {
+    fn drop(&mut self) {
+        if let Some(name) = &self.name {
+            self.team.unregister_name(name);
+        }
+        self.links.listeners.lock().remove(&self.id.slot());
+        // The links nobody accepted are closed (dropped after the lock is let go).
+        let left = {
+            let mut q = self.listening.queue.lock();
+            q.closed = true;
+            std::mem::take(&mut q.links)
+        };
+        drop(left);
+    }
+}
+
+impl Team {
+    /// A link whose two ends are both this team's (hand one to another
+    /// team inside a message once ends can move).
+    pub fn link_pair(&self) -> Result<(Link, Link)> {
+        let links = Links::of(self)?;
+        let id = links.new_id(self.id());
+        let w = Links::window(&self.inner);
+        let a = links.add_end(&self.inner, id, Side::A, self.id(), w)?;
+        let b = match links.add_end(&self.inner, id, Side::B, self.id(), w) {
+            Ok(b) => b,
+            Err(e) => {
+                links.forget(id, Side::A);
+                return Err(e);
+            }
+        };
+        Ok((a.into_link(), b.into_link()))
+    }
+
+    /// A listener for links other teams make to this one ([`Team::link_to`]).
+    pub fn link_listener(&self) -> Result<LinkListener> {
+        self.listener(None)
+    }
+
+    /// A listener bound to `name` in the team's name plane.
+    pub fn named_link_listener(&self, name: &str) -> Result<LinkListener> {
+        self.listener(Some(name))
+    }
+
+    fn listener(&self, name: Option<&str>) -> Result<LinkListener> {
+        let links = Links::of(self)?;
+        let id = self.reserve_endpoint()?;
+        if let Some(name) = name {
+            self.bind_name(name, id)?;
+        }
+        let listening = Arc::new(Listening { queue: Mutex::default() });
+        links.listeners.lock().insert(id.slot(), listening.clone());
+        Ok(LinkListener { links, team: self.inner.clone(), id, name: name.map(str::to_owned), listening })
+    }
+
+    /// Makes a link to the team of `listener` (a [`LinkListener`]'s id):
+    /// returns this team's end; the other comes out of the listener's
+    /// `accept`. Blocks for the listener's answer (at most 10 s):
+    /// `NoSuchEndpoint` if there is no such listener, `LimitReached` if
+    /// its backlog or its team's links are full.
+    pub fn link_to(&self, listener: EndpointId) -> Result<Link> {
+        let links = Links::of(self)?;
+        let id = links.new_id(self.id());
+        let peer = listener.team_id();
+        // Registered before the opening goes: the other end may send at once.
+        let end = links.add_end(&self.inner, id, Side::A, peer, Links::window(&self.inner))?;
+        let link = end.clone().into_link();
+        let open = Open { link: id, window: Links::window(&self.inner) };
+        let answer = self.open_at_owner(listener, wire::OPEN, &open.encode(), OPEN_TIMEOUT)?.answer;
+        let unknown = || Error::Protocol {
+            peer,
+            violation: crate::Violation::BadLinkFrame("an opening's answer of no known form".into()),
+        };
+        match answer.split_first() {
+            Some((&status::OPENED, w)) => {
+                let w = wire::decode_window(w).ok_or_else(unknown)?;
+                end.set_window_out(w);
+                Ok(link)
+            }
+            Some((&status::NO_LISTENER, _)) => Err(Error::NoSuchEndpoint(listener)),
+            Some((&status::BACKLOG_FULL, _)) => {
+                Err(Error::LimitReached { limit: Limit::LinkBacklog, max: BACKLOG as u64 })
+            }
+            Some((&status::TOO_MANY_LINKS, _)) => Err(Error::Refused(crate::Refusal::Peer(format!(
+                "the listener's team holds its most link ends ({})",
+                Limit::Links
+            )))),
+            _ => Err(unknown()),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Links (`ferry::link`) that do not move, in every placement: the same
+//! team (`link_pair`, and `link_to` its own listener), two teams of one
+//! process, two processes, two nodes (in namespaces, and on loopback in
+//! this process). Messages both ways in order through a small window,
+//! every checkpoint, calls and their refusals, close, and a dead peer.
+
+mod common;
+
+use common::pair::{pair, Placement, Side};
+use ferry::{Checkpoint, EndpointId, Error, Team};
+use std::time::Duration;
+
+const MESSAGES: u32 = 3000;
+
+/// A small window, so that senders meet it and wait for room.
+fn small_window(b: ferry::TeamBuilder) -> ferry::TeamBuilder {
+    b.link_window(8, 4096)
+}
+
+/// Both sides stream to each other at once, past the window many times,
+/// in order; then every checkpoint and calls both ways.
+fn messages_flow_both_ways_in_order(p: Placement) {
+    pair(p).config(small_window).run(
+        |a: &Side| {
+            let listener = a.team.link_listener().unwrap();
+            a.put("listener", listener.id());
+            let link = listener.accept_blocking().unwrap();
+            exchange(&link, "a");
+            let m = link.recv_blocking::<String>().unwrap();
+            assert!(m.wants_reply());
+            let text = m.value.clone();
+            m.reply(&format!("{text}!")).unwrap();
+            // A request dropped unanswered.
+            let m = link.recv_blocking::<String>().unwrap();
+            assert_eq!(m.value, "drop me");
+            drop(m);
+            // Calls the other way.
+            assert_eq!(link.call::<u32, u32>(&20).unwrap(), 21);
+            a.get::<String>("done");
+        },
+        |b: &Side| {
+            let listener: EndpointId = b.get("listener");
+            let link = b.team.link_to(listener).unwrap();
+            exchange(&link, "b");
+            send_or_wait(&link, &"Immediate");
+            link.send(&"OnReceipt", Checkpoint::OnReceipt).unwrap();
+            link.send(&"OnDelivery", Checkpoint::OnDelivery).unwrap();
+            assert_eq!(link.call::<_, String>(&"ping").unwrap(), "ping!");
+            assert!(matches!(link.call::<_, String>(&"drop me"), Err(Error::Refused(ferry::Refusal::NoReply))));
+            let m = link.recv_blocking::<u32>().unwrap();
+            let n = m.value;
+            m.reply(&(n + 1)).unwrap();
+            b.put("done", "");
+        },
+    );
+}
+
+/// Sends `MESSAGES` numbered messages while receiving as many, from a
+/// thread of its own; then receives the three checkpointed ones on side a.
+fn exchange(link: &ferry::link::Link, me: &str) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..MESSAGES {
+                send_or_wait(link, &(me, i));
+            }
+        });
+        for i in 0..MESSAGES {
+            let (from, n) = link.recv_blocking::<(String, u32)>().unwrap().value;
+            assert_ne!(from, me);
+            assert_eq!(n, i, "message {i} from {from}");
+        }
+    });
+    if me == "a" {
+        for checkpoint in ["Immediate", "OnReceipt", "OnDelivery"] {
+            assert_eq!(link.recv_blocking::<String>().unwrap().value, checkpoint);
+        }
+    }
+}
+
+/// An `Immediate` send; past the window (`WouldBlock`), one that waits for room.
+fn send_or_wait<T: serde::Serialize>(link: &ferry::link::Link, value: &T) {
+    match link.send(value, Checkpoint::Immediate) {
+        Err(Error::WouldBlock { .. }) => link.send(value, Checkpoint::OnReceipt).unwrap(),
+        sent => sent.unwrap(),
+    }
+}
+
+/// Closing an end: the other receives what was sent before it, then
+/// `LinkClosed`, and its sends fail so; `link_to` a listener that is gone
+/// is `NoSuchEndpoint`.
+fn close_comes_after_what_was_sent(p: Placement) {
+    pair(p).run(
+        |a: &Side| {
+            let listener = a.team.link_listener().unwrap();
+            a.put("listener", listener.id());
+            let link = listener.accept_blocking().unwrap();
+            for i in 0..50u32 {
+                link.send(&i, Checkpoint::Immediate).unwrap();
+            }
+            link.close();
+            drop(listener);
+            a.put("closed", "");
+            a.get::<String>("done");
+        },
+        |b: &Side| {
+            let to: EndpointId = b.get("listener");
+            let link = b.team.link_to(to).unwrap().with_timeout(Duration::from_secs(10));
+            b.get::<String>("closed");
+            for i in 0..50u32 {
+                assert_eq!(link.recv_blocking::<u32>().unwrap().value, i);
+            }
+            assert!(matches!(link.recv_blocking::<u32>(), Err(Error::LinkClosed { .. })));
+            assert!(matches!(link.send(&1u32, Checkpoint::OnReceipt), Err(Error::LinkClosed { .. })));
+            assert!(matches!(b.team.link_to(to), Err(Error::NoSuchEndpoint(_))));
+            b.put("done", "");
+        },
+    );
+}
+
+/// The team holding the other end dies: waits and sends fail with
+/// `PeerGone` within a bound, and `unconfirmed` says what may be lost.
+fn a_dead_peer_fails_the_link(p: Placement) {
+    pair(p).run(
+        |a: &Side| {
+            let listener = a.team.link_listener().unwrap();
+            a.put("listener", listener.id());
+            let link = listener.accept_blocking().unwrap();
+            assert_eq!(link.recv_blocking::<u32>().unwrap().value, 1);
+            a.put("got", "");
+            a.get::<String>("waiting");
+            std::thread::sleep(Duration::from_millis(50));
+            a.team.shutdown();
+            drop(link);
+            a.put("gone", "");
+        },
+        |b: &Side| {
+            let to: EndpointId = b.get("listener");
+            let link = b.team.link_to(to).unwrap();
+            link.send(&1u32, Checkpoint::Immediate).unwrap();
+            b.get::<String>("got");
+            // Unconsumed, then lost with the team.
+            link.send(&2u32, Checkpoint::Immediate).unwrap();
+            b.put("waiting", "");
+            let t0 = std::time::Instant::now();
+            let err = link.recv_blocking::<u32>().unwrap_err();
+            // (In one team, the team itself is gone: `Shutdown`.)
+            assert!(matches!(err, Error::PeerGone { .. } | Error::LinkClosed { .. } | Error::Shutdown), "{err:?}");
+            assert!(t0.elapsed() < Duration::from_secs(10), "took {:?}", t0.elapsed());
+            if matches!(err, Error::PeerGone { .. }) {
+                assert!(link.unconfirmed() >= 1, "message 2 was never consumed");
+            }
+            b.get::<String>("gone");
+        },
+    );
+}
+
+loopback_placements!(messages_flow_both_ways_in_order, close_comes_after_what_was_sent, a_dead_peer_fails_the_link);
+
+/// Both ends in one team, made at once.
+#[test]
+fn a_pair_in_one_team_talks_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    for processors in [0, 1] {
+        let team = Team::builder().runtime_dir(dir.path()).processors(processors).link_window(4, 4096).start().unwrap();
+        let (x, y) = team.link_pair().unwrap();
+        assert_eq!(x.id(), y.id());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..1000u32 {
+                    x.send(&i, Checkpoint::OnReceipt).unwrap();
+                }
+                assert_eq!(x.call::<_, u32>(&7u32).unwrap(), 8);
+            });
+            for i in 0..1000u32 {
+                assert_eq!(y.recv_blocking::<u32>().unwrap().value, i);
+            }
+            let m = y.recv_blocking::<u32>().unwrap();
+            let n = m.value;
+            m.reply(&(n + 1)).unwrap();
+        });
+        // Async forms.
+        team.block_on(async {
+            x.send_bytes_async(b"async", Checkpoint::OnReceipt).await.unwrap();
+        });
+        assert_eq!(team.block_on(y.recv_bytes()).unwrap().value, b"async");
+        // Immediate past the window: WouldBlock, nothing lost.
+        let mut sent = 0u32;
+        while x.send(&sent, Checkpoint::Immediate).is_ok() {
+            sent += 1;
+        }
+        // At most the window (four messages), less what the last
+        // acknowledgement had not counted consumed yet.
+        assert!((1..=4).contains(&sent), "{sent} Immediate sends in a window of four");
+        for i in 0..sent {
+            assert_eq!(y.recv_blocking::<u32>().unwrap().value, i);
+        }
+        assert_eq!(x.try_recv::<u32>().map(|r| r.is_ok()), None);
+        // A receive with a time limit.
+        let x = x.with_timeout(Duration::from_millis(50));
+        assert!(matches!(x.recv_blocking::<u32>(), Err(Error::DeadlineExceeded)));
+        drop(y);
+        assert!(matches!(x.recv_blocking::<u32>(), Err(Error::LinkClosed { .. })));
+    }
+}
+
+/// Limits: link ends per team, and settings out of range.
+#[test]
+fn limits_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).max_links(3).start().unwrap();
+    let _one = team.link_pair().unwrap();
+    assert!(matches!(team.link_pair(), Err(Error::LimitReached { limit: ferry::Limit::Links, max: 3 })));
+    for bad in [Team::builder().max_links(0), Team::builder().link_window(0, 4096), Team::builder().link_window(8, 1)] {
+        assert!(matches!(bad.runtime_dir(dir.path()).start(), Err(Error::InvalidSetting { .. })));
+    }
+    // A listener whose name another team takes, and one no team has.
+    let other = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let _listener = team.named_link_listener("links-here").unwrap();
+    assert!(matches!(other.named_link_listener("links-here"), Err(Error::NameTaken { .. })));
+    let nowhere = team.id().endpoint(99).unwrap();
+    assert!(matches!(other.link_to(nowhere), Err(Error::NoSuchEndpoint(_))));
+}
