@@ -185,6 +185,13 @@ pub enum Error {
         /// The link.
         link: crate::link::LinkId,
     },
+    /// This link end was sent away inside a message (serialized): it is
+    /// the receiver's now.
+    #[error("link {link}'s end here was sent away in a message")]
+    LinkMoved {
+        /// The link.
+        link: crate::link::LinkId,
+    },
     /// A served frame kind asked for is registered already (see `Team::serve_frames`).
     #[error("served frame kind {kind} is taken by another handler")]
     KindTaken {
@@ -653,6 +660,7 @@ impl Error {
             Error::Closed { endpoint, why } => Error::Closed { endpoint: *endpoint, why },
             Error::Latched { handler } => Error::Latched { handler: *handler },
             Error::LinkClosed { link } => Error::LinkClosed { link: *link },
+            Error::LinkMoved { link } => Error::LinkMoved { link: *link },
             Error::Io { context, source } => {
                 Error::Io { context, source: io::Error::new(source.kind(), source.to_string()) }
             }

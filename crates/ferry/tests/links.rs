@@ -154,7 +154,137 @@ fn a_dead_peer_fails_the_link(p: Placement) {
     );
 }
 
-loopback_placements!(messages_flow_both_ways_in_order, close_comes_after_what_was_sent, a_dead_peer_fails_the_link);
+/// Waits (at most 10 s) until the team keeps no proxy of a moved end.
+fn no_proxy_stays(team: &Team) {
+    let t0 = std::time::Instant::now();
+    while team.link_routers().proxies > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "proxies stay: {:?}", team.link_routers());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Frames each way in the moving test.
+const MOVED: u32 = 500;
+
+/// An end travels inside a port message to the other side and back, while
+/// its other end sends all along (and some messages wait unconsumed in the
+/// end as it goes: they go with it); everything arrives once, in order, at
+/// whoever holds the end; its new holder answers calls; the end left here
+/// answers `LinkMoved`.
+fn an_end_moves_to_the_other_side_and_back(p: Placement) {
+    use ferry::link::Link;
+    pair(p).config(small_window).run(
+        |a: &Side| {
+            let back = a.team.open_port::<(u32, Link)>().unwrap();
+            a.put("back", back.id());
+            let to_b = a.team.sender::<(u32, Link)>(a.get("port"));
+            let (x, y) = a.team.link_pair().unwrap();
+            for i in 0..5u32 {
+                x.send(&i, Checkpoint::Immediate).unwrap();
+            }
+            let moving = (1u32, y);
+            to_b.send(&moving, Checkpoint::OnReceipt).unwrap();
+            assert!(matches!(moving.1.recv_blocking::<u32>(), Err(Error::LinkMoved { .. })));
+            drop(moving);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for i in 5..MOVED {
+                        send_or_wait(&x, &i);
+                    }
+                });
+                for i in 0..MOVED {
+                    assert_eq!(x.recv_blocking::<u32>().unwrap().value, i, "from the moved end");
+                }
+            });
+            assert_eq!(x.call::<u32, u32>(&7).unwrap(), 8);
+            // It comes back (moved again), and talks here.
+            let (n, y) = back.recv_blocking().unwrap().into_value();
+            assert_eq!(n, 2);
+            x.send(&"home", Checkpoint::OnReceipt).unwrap();
+            assert_eq!(y.recv_blocking::<String>().unwrap().value, "home");
+            y.send(&"hello", Checkpoint::OnReceipt).unwrap();
+            assert_eq!(x.recv_blocking::<String>().unwrap().value, "hello");
+            // The route was repaired behind both moves: no proxy stays here.
+            no_proxy_stays(&a.team);
+            a.get::<String>("done");
+        },
+        |b: &Side| {
+            let port = b.team.open_port::<(u32, Link)>().unwrap();
+            b.put("port", port.id());
+            let (n, y) = port.recv_blocking().unwrap().into_value();
+            assert_eq!(n, 1);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for i in 0..MOVED {
+                        send_or_wait(&y, &i);
+                    }
+                });
+                for i in 0..MOVED {
+                    assert_eq!(y.recv_blocking::<u32>().unwrap().value, i, "at the moved end");
+                }
+            });
+            let m = y.recv_blocking::<u32>().unwrap();
+            let v = m.value;
+            m.reply(&(v + 1)).unwrap();
+            let back = b.team.sender::<(u32, Link)>(b.get("back"));
+            back.send(&(2, y), Checkpoint::OnReceipt).unwrap();
+            no_proxy_stays(&b.team);
+            b.put("done", "");
+        },
+    );
+}
+
+/// Both ends of a link move at once (each inside a message of its own,
+/// one on a port, the other on another link), with messages waiting in
+/// both; the other side gets everything in order, and no proxy stays.
+fn both_ends_move_at_once(p: Placement) {
+    use ferry::link::Link;
+    pair(p).config(small_window).run(
+        |a: &Side| {
+            let to_b = a.team.sender::<Link>(a.get("port"));
+            let carrier = a.team.link_to(a.get("listener")).unwrap();
+            let (x, y) = a.team.link_pair().unwrap();
+            for i in 0..5u32 {
+                x.send(&i, Checkpoint::Immediate).unwrap();
+                y.send(&(100 + i), Checkpoint::Immediate).unwrap();
+            }
+            to_b.send(&x, Checkpoint::Immediate).unwrap();
+            carrier.send(&y, Checkpoint::Immediate).unwrap();
+            drop((x, y));
+            no_proxy_stays(&a.team);
+            a.get::<String>("done");
+        },
+        |b: &Side| {
+            let port = b.team.open_port::<Link>().unwrap();
+            b.put("port", port.id());
+            let listener = b.team.link_listener().unwrap();
+            b.put("listener", listener.id());
+            let carrier = listener.accept_blocking().unwrap();
+            let x = port.recv_blocking().unwrap().into_value();
+            let y: Link = carrier.recv_blocking().unwrap().into_value();
+            for i in 0..5u32 {
+                assert_eq!(y.recv_blocking::<u32>().unwrap().value, i);
+                assert_eq!(x.recv_blocking::<u32>().unwrap().value, 100 + i);
+            }
+            std::thread::scope(|s| {
+                s.spawn(|| (0..MOVED).for_each(|i| send_or_wait(&x, &i)));
+                for i in 0..MOVED {
+                    assert_eq!(y.recv_blocking::<u32>().unwrap().value, i);
+                }
+            });
+            no_proxy_stays(&b.team);
+            b.put("done", "");
+        },
+    );
+}
+
+loopback_placements!(
+    messages_flow_both_ways_in_order,
+    close_comes_after_what_was_sent,
+    a_dead_peer_fails_the_link,
+    an_end_moves_to_the_other_side_and_back,
+    both_ends_move_at_once
+);
 
 /// Both ends in one team, made at once.
 #[test]
@@ -219,4 +349,23 @@ fn limits_are_typed_errors() {
     assert!(matches!(other.named_link_listener("links-here"), Err(Error::NameTaken { .. })));
     let nowhere = team.id().endpoint(99).unwrap();
     assert!(matches!(other.link_to(nowhere), Err(Error::NoSuchEndpoint(_))));
+}
+
+/// An end sent in a message nobody reads (its port is dropped with it) is
+/// never adopted: its proxy gives the route up at the end of its lifetime,
+/// and the other end fails with `PeerGone` instead of waiting for ever;
+/// nothing of the route stays.
+#[test]
+fn an_end_lost_in_an_unread_message_fails_its_other_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).link_proxy_lifetime(Duration::from_millis(200)).start().unwrap();
+    let port = team.open_port::<ferry::link::Link>().unwrap();
+    let (x, y) = team.link_pair().unwrap();
+    team.sender::<ferry::link::Link>(port.id()).send(&y, Checkpoint::OnReceipt).unwrap();
+    drop((y, port));
+    let x = x.with_timeout(Duration::from_secs(5));
+    assert!(matches!(x.recv_blocking::<u32>(), Err(Error::PeerGone { .. })));
+    assert_eq!(team.link_routers(), ferry::link::LinkRouters { ends: 1, proxies: 0 });
+    drop(x);
+    assert_eq!(team.link_routers(), ferry::link::LinkRouters::default());
 }

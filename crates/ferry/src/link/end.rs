@@ -1,13 +1,13 @@
 //! One end of a link: what its holder sends and receives ([`Link`]), and
 //! what the team's handler hands it ([`End::arrive`]).
 
+use super::route::{self, Effect, Hop, Router};
 use super::stream::{Broken, Stream};
 use super::table::Links;
-use super::wire::{Answer, Body, Frame};
+use super::wire::{Answer, Body, Carried, Data, Frame, Queued, What};
 use super::{LinkId, Side, Window};
 use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::TeamId;
-use crate::port::RawSender;
 use crate::runtime::{idle, Sleep, TeamInner};
 use crate::wire::{codec, Checkpoint};
 use parking_lot::Mutex;
@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One end of a link, held by one team (see the module's text).
 pub struct Link {
@@ -25,25 +25,33 @@ pub struct Link {
     timeout: Option<Duration>,
 }
 
-/// What an end shares with its team's handler.
+/// What an end shares with its team's handler: its router (which stays,
+/// a proxy, once the end moved away) and, while this team holds the end,
+/// what its holder sends and receives.
 pub(super) struct End {
     pub id: LinkId,
-    pub side: Side,
+    /// This router: this team, the end's side and epoch.
+    pub hop: Hop,
     team: Arc<TeamInner>,
     links: Arc<Links>,
-    /// Frames of kind `FRAME` to the team holding the other end.
-    sender: RawSender,
     state: Mutex<State>,
 }
 
+/// A frame of an end's own on its route: its number and bytes (`wire::Data`).
+pub(super) type Numbered = (u64, Vec<u8>);
+
 struct State {
-    /// The team holding the other end: frames are taken from it only.
-    peer: TeamId,
+    router: Router<Numbered>,
+    /// Set once the end moved away: what it carried (the same bytes if
+    /// it is serialized again, as a size is taken before a send).
+    moved: Option<Vec<u8>>,
     stream: Stream,
     /// Messages taken in order, for the user.
     queue: VecDeque<Arrived>,
     /// This end's messages awaiting their answer, by call number.
     calls: HashMap<u32, Call>,
+    /// The other end's requests its holder took here and did not answer yet.
+    unanswered: std::collections::HashSet<u32>,
     next_call: u32,
     /// The other end probed: it waits for room.
     peer_waits: bool,
@@ -77,6 +85,8 @@ enum Ended {
     PeerGone(TeamId),
     /// The peer broke the link's protocol.
     Broken(TeamId, String),
+    /// This end was sent away inside a message.
+    Moved,
 }
 
 impl Ended {
@@ -84,6 +94,7 @@ impl Ended {
         match self {
             Ended::PeerClosed | Ended::Closed => Error::LinkClosed { link },
             Ended::PeerGone(peer) => Error::PeerGone { peer: *peer },
+            Ended::Moved => Error::LinkMoved { link },
             Ended::Broken(peer, why) => {
                 Error::Protocol { peer: *peer, violation: Violation::BadLinkFrame(why.clone()) }
             }
@@ -92,6 +103,7 @@ impl Ended {
 }
 
 impl End {
+    /// A fresh end (epoch 0) of this team's whose other end is `peer`'s.
     pub fn new(
         id: LinkId,
         side: Side,
@@ -101,13 +113,19 @@ impl End {
         window_in: Window,
         window_out: Window,
     ) -> Arc<End> {
-        let sender = RawSender::of_team(team.clone(), peer.endpoint(0).expect("slot 0 fits"))
-            .of_kind(crate::wire::Kind::Served(super::wire::FRAME));
+        let hop = Hop { team: team.id, side, epoch: 0 };
+        let router = Router::terminal(hop, Hop { team: peer, side: side.other(), epoch: 0 });
+        End::with(id, team, links, router, Stream::new(window_in, window_out))
+    }
+
+    fn with(id: LinkId, team: Arc<TeamInner>, links: Arc<Links>, router: Router<Numbered>, stream: Stream) -> Arc<End> {
         let state = State {
-            peer,
-            stream: Stream::new(window_in, window_out),
+            router,
+            moved: None,
+            stream,
             queue: VecDeque::new(),
             calls: HashMap::new(),
+            unanswered: Default::default(),
             next_call: 1,
             peer_waits: false,
             probed: false,
@@ -115,7 +133,12 @@ impl End {
             senders: Vec::new(),
             ended: None,
         };
-        Arc::new(End { id, side, team, links, sender, state: Mutex::new(state) })
+        let hop = state.router.hop();
+        Arc::new(End { id, hop, team, links, state: Mutex::new(state) })
+    }
+
+    pub fn is_proxy(&self) -> bool {
+        self.state.lock().router.is_proxy()
     }
 
     pub fn into_link(self: Arc<End>) -> Link {
@@ -129,8 +152,86 @@ impl End {
     /// Sends a frame to the other side, numbered `seq`, with this end's
     /// acknowledgement (under the state's lock: frames leave in order).
     fn post(&self, s: &mut State, seq: u64, body: Body<'_>) -> Result<()> {
-        let f = Frame { link: self.id, seq, to: self.side.other(), ack: s.stream.ack(), body };
-        self.sender.post(&f.encode())
+        let data = Data { ack: s.stream.ack(), body }.encode();
+        match s.router.send((seq, data)) {
+            Effect::Send(m) => self.send(m),
+            _ => unreachable!("a router sends its end's frames"),
+        }
+    }
+
+    /// Sends a router's message to the router it names.
+    fn send(&self, m: route::Message<Numbered>) -> Result<()> {
+        let what = match &m.body {
+            route::Body::Data { toward, data: (seq, data) } => What::Data { toward: *toward, seq: *seq, data },
+            route::Body::Control(c) => What::Control(c.clone()),
+        };
+        let f = Frame { link: self.id, to: (m.to.side, m.to.epoch), from: (m.from.side, m.from.epoch), what };
+        self.links.sender(m.to.team)?.post(&f.encode())
+    }
+
+    /// Does what the router asked.
+    fn apply(&self, s: &mut State, effects: Vec<Effect<Numbered>>) {
+        for e in effects {
+            match e {
+                Effect::Send(m) => {
+                    let to = m.to.team;
+                    if let Err(e) = self.send(m) {
+                        tracing::debug!(link = %self.id, error = %e, "a link's frame could not go");
+                        self.router_lost(s, to);
+                    }
+                }
+                Effect::Deliver((seq, data)) => {
+                    if matches!(s.ended, Some(Ended::Closed)) {
+                        // Closed here: it waits (still a router of the
+                        // route) only for the other end's close.
+                        if matches!(Data::decode(&data), Ok(Data { body: Body::Close, .. })) {
+                            self.links.forget(self.id, self.hop);
+                        }
+                        continue;
+                    }
+                    if s.ended.is_some() || s.moved.is_some() {
+                        continue;
+                    }
+                    let taken = match s.stream.arrive(seq, &data) {
+                        Ok(due) => due.iter().try_for_each(|f| self.take(s, f)),
+                        Err(broken) => Err(broken),
+                    };
+                    if let Err(Broken(why)) = taken {
+                        tracing::warn!(link = %self.id, %why, "a link's peer broke its protocol");
+                        let peer = s.router.outward().team;
+                        self.end(s, Ended::Broken(peer, why));
+                    }
+                }
+                Effect::Retire => self.links.forget(self.id, self.hop),
+                Effect::Broken(at) => {
+                    if s.ended.is_none() && s.moved.is_none() {
+                        self.end(s, Ended::PeerGone(at.team));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A router next to this one is gone (its team, or the channel to it):
+    /// the end sees `PeerGone`; a proxy leaves (its neighbours learn it so too).
+    fn router_lost(&self, s: &mut State, team: TeamId) {
+        if s.router.is_proxy() {
+            let effects = s.router.give_up(Some(team));
+            self.apply(s, effects);
+        } else if s.ended.is_none() && s.moved.is_none() {
+            self.end(s, Ended::PeerGone(team));
+        }
+    }
+
+    /// A proxy past its lifetime (`TeamBuilder::link_proxy_lifetime`) that
+    /// is still there: its route was not repaired; it gives up.
+    fn expire(&self) {
+        let mut s = self.state.lock();
+        if s.router.is_proxy() {
+            tracing::warn!(link = %self.id, "a link's proxy was not bypassed within its lifetime: the route is given up");
+            let effects = s.router.give_up(None);
+            self.apply(&mut s, effects);
+        }
     }
 
     /// Posts a frame that is not a message; a failure ends the link.
@@ -138,7 +239,7 @@ impl End {
         let seq = s.stream.next_frame();
         if let Err(e) = self.post(s, seq, body) {
             tracing::debug!(link = %self.id, error = %e, "a link's frame could not go");
-            let peer = s.peer;
+            let peer = s.router.outward().team;
             self.end(s, Ended::PeerGone(peer));
         }
     }
@@ -174,7 +275,8 @@ impl End {
                 self.post_control(&mut s, Body::Probe);
             }
             if checkpoint == Checkpoint::Immediate {
-                return Poll::Ready(Err(Error::WouldBlock { to: s.peer.endpoint(0).expect("slot 0 fits") }));
+                let to = s.router.outward().team.endpoint(0).expect("slot 0 fits");
+                return Poll::Ready(Err(Error::WouldBlock { to }));
             }
             s.senders.push(cx.waker().clone());
             return Poll::Pending;
@@ -234,6 +336,10 @@ impl End {
             }
             return Poll::Pending;
         };
+        if m.checkpoint == Checkpoint::OnReturn {
+            s.unanswered.insert(m.call);
+        }
+        super::received_by(&self.team);
         let peer_waits = std::mem::take(&mut s.peer_waits);
         let ack_now = s.stream.consumed(m.bytes.len(), peer_waits);
         if s.ended.is_none() {
@@ -255,34 +361,31 @@ impl End {
         if let Some(why) = &s.ended {
             return Err(why.error(self.id));
         }
+        if !s.unanswered.remove(&call) {
+            return Err(Error::InvalidArgument(format!("no request {call} of {} waits for an answer here", self.id)));
+        }
         let seq = s.stream.next_frame();
         self.post(&mut s, seq, Body::Answer { call, answer, bytes })
     }
 
-    /// A frame for this end came from `from` (the handler's part).
-    pub fn arrive(&self, from: TeamId, seq: u64, bytes: &[u8]) {
-        let mut s = self.state.lock();
-        if from != s.peer {
-            // Not on the route this link set up: a peer cannot join a link by its id.
-            tracing::warn!(link = %self.id, %from, peer = %s.peer, "a link's frame from a team that holds no end of it");
-            return;
-        }
-        if s.ended.is_some() {
-            return;
-        }
-        let taken = match s.stream.arrive(seq, bytes) {
-            Ok(due) => due.iter().try_for_each(|f| self.take(&mut s, f)),
-            Err(broken) => Err(broken),
+    /// A frame for this router came from team `from` (the handler's part).
+    pub fn arrive(&self, from: TeamId, f: Frame<'_>) {
+        let body = match f.what {
+            What::Data { toward, seq, data } => route::Body::Data { toward, data: (seq, data.to_vec()) },
+            What::Control(c) => route::Body::Control(c),
         };
-        if let Err(Broken(why)) = taken {
-            tracing::warn!(link = %self.id, %from, %why, "a link's peer broke its protocol");
-            self.end(&mut s, Ended::Broken(from, why));
+        let m = route::Message { from: Hop { team: from, side: f.from.0, epoch: f.from.1 }, to: self.hop, body };
+        let mut s = self.state.lock();
+        match s.router.receive(m) {
+            Ok(effects) => self.apply(&mut s, effects),
+            // Not on the route this link set up: a team cannot join a link by its id.
+            Err(off) => tracing::warn!(link = %self.id, %from, why = off.0, "a link's frame off its route"),
         }
     }
 
     /// Takes one frame due in order.
     fn take(&self, s: &mut State, bytes: &[u8]) -> std::result::Result<(), Broken> {
-        let f = Frame::decode(bytes).map_err(|e| Broken(e.to_string()))?;
+        let f = Data::decode(bytes).map_err(|e| Broken(e.to_string()))?;
         s.stream.took_ack(f.ack)?;
         s.probed = false;
         if !s.senders.is_empty() {
@@ -321,23 +424,95 @@ impl End {
         Ok(())
     }
 
+    /// This end moves away inside a message: its router becomes a proxy,
+    /// and the returned bytes are the end (`wire::Carried`; the same bytes
+    /// again if it is serialized again). Requests its holder took and did
+    /// not answer are answered `NoReply` first; its own calls waiting for
+    /// an answer fail with `LinkMoved`.
+    fn move_away(self: &Arc<Self>) -> Result<Vec<u8>> {
+        let mut s = self.state.lock();
+        if let Some(carried) = &s.moved {
+            return Ok(carried.clone());
+        }
+        if let Some(why) = &s.ended {
+            return Err(why.error(self.id));
+        }
+        let mut calls: Vec<u32> = s.unanswered.drain().collect();
+        calls.sort_unstable();
+        for call in calls {
+            self.post_control(&mut s, Body::Answer { call, answer: Answer::NoReply, bytes: &[] });
+        }
+        if let Some(why) = &s.ended {
+            return Err(why.error(self.id));
+        }
+        let token = u64::from_le_bytes(crate::memory::Key::random().to_bytes()[..8].try_into().expect("8 bytes"));
+        let moved = s.router.moved(token);
+        let windows = (s.stream.window_in, s.stream.window_out);
+        let stream = std::mem::replace(&mut s.stream, Stream::new(windows.0, windows.1));
+        let queue =
+            s.queue.drain(..).map(|a| Queued { checkpoint: a.checkpoint, call: a.call, bytes: a.bytes }).collect();
+        let carried = Carried { link: self.id, side: self.hop.side, moved, stream, queue }.encode();
+        s.moved = Some(carried.clone());
+        self.end(&mut s, Ended::Moved);
+        // The proxy's lifetime: past it, a route not repaired is given up.
+        let (proxy, at) =
+            (Arc::downgrade(self), Sleep::until(&self.team, Instant::now() + self.team.cfg.link_proxy_lifetime));
+        drop(self.team.exec.spawn(async move {
+            at.await;
+            if let Some(end) = proxy.upgrade() {
+                end.expire();
+            }
+        }));
+        Ok(carried)
+    }
+
+    /// The end `carried` arrives in `team`: its new router, registered,
+    /// and its adoption sent to the proxy it left.
+    fn adopt(team: &Arc<TeamInner>, carried: &[u8]) -> Result<Link> {
+        let c = Carried::decode(carried).ok_or_else(|| Error::Codec("a link end of no form ferry makes".into()))?;
+        let links = Links::of_inner(team)?;
+        let (router, adopt) = Router::adopt(team.id, c.side, &c.moved);
+        let end = End::with(c.link, team.clone(), links.clone(), router, c.stream);
+        links.register(team, &end)?;
+        {
+            let mut s = end.state.lock();
+            s.queue = c
+                .queue
+                .into_iter()
+                .map(|q| Arrived { checkpoint: q.checkpoint, call: q.call, bytes: q.bytes })
+                .collect();
+            end.apply(&mut s, vec![adopt]);
+        }
+        Ok(end.into_link())
+    }
+
     /// The team holding the other end is gone.
     pub fn peer_gone(&self, peer: TeamId) {
         let mut s = self.state.lock();
-        if s.peer == peer && s.ended.is_none() {
-            self.end(&mut s, Ended::PeerGone(peer));
+        if s.router.neighbours().any(|h| h.team == peer) {
+            self.router_lost(&mut s, peer);
         }
     }
 
     /// Closes this end: the other end sees `LinkClosed` after what was sent before.
+    ///
+    /// Its router stays (answering its route's protocol, so that proxies
+    /// on the way are bypassed and leave) until the other end's close
+    /// comes; if the other end closed already, or is gone, it leaves now.
     fn close(&self) {
         let mut s = self.state.lock();
-        if s.ended.is_none() {
+        if s.moved.is_some() {
+            return; // Its router is a proxy now: it leaves by the route's protocol.
+        }
+        let leave = s.ended.is_some();
+        if !leave {
             self.post_control(&mut s, Body::Close);
         }
         self.end(&mut s, Ended::Closed);
         drop(s);
-        self.links.forget(self.id, self.side);
+        if leave {
+            self.links.forget(self.id, self.hop);
+        }
     }
 }
 
@@ -545,6 +720,38 @@ fn decoded<T: DeserializeOwned>(m: LinkMessage<Vec<u8>>) -> Result<LinkMessage<T
     Ok(LinkMessage { value: codec::decode(&value)?, reply })
 }
 
+/// A link end inside a message: serializing it moves it (the end here
+/// answers `LinkMoved` from then on; see `docs/LINK.md`, "Moving an end").
+impl Serialize for Link {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        let carried = self.end.move_away().map_err(serde::ser::Error::custom)?;
+        serializer.serialize_bytes(&carried)
+    }
+}
+
+/// A link end taken out of a message: it becomes the end of the team that
+/// received the message (the team whose port, link or service took it on
+/// this thread last).
+impl<'de> serde::Deserialize<'de> for Link {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Link, D::Error> {
+        struct Carried;
+        impl serde::de::Visitor<'_> for Carried {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a link end's bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> std::result::Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+        }
+        let carried = deserializer.deserialize_bytes(Carried)?;
+        let team = super::receiver().ok_or_else(|| {
+            serde::de::Error::custom("a link end is taken out of a message a team received (its port, link or service)")
+        })?;
+        End::adopt(&team, &carried).map_err(serde::de::Error::custom)
+    }
+}
+
 impl Drop for Link {
     fn drop(&mut self) {
         self.end.close();
@@ -553,6 +760,6 @@ impl Drop for Link {
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Link({}, side {:?})", self.end.id, self.end.side)
+        write!(f, "Link({}, side {:?})", self.end.id, self.end.hop.side)
     }
 }

@@ -1,7 +1,6 @@
 #![doc = include_str!("../../../../docs/LINK.md")]
 
 mod end;
-#[allow(dead_code)] // Wired into the ends by the next step (moves).
 pub(crate) mod route;
 #[cfg(all(test, not(loom)))]
 mod route_model;
@@ -10,9 +9,34 @@ mod table;
 pub(crate) mod wire;
 
 pub use end::{Link, LinkMessage};
-pub use table::LinkListener;
+pub use table::{LinkListener, LinkRouters};
 
+use crate::runtime::TeamInner;
 use std::fmt;
+use std::sync::{Arc, Weak};
+
+thread_local! {
+    /// The team that took a message on this thread last (see `received_by`).
+    static RECEIVER: std::cell::RefCell<Weak<TeamInner>> = const { std::cell::RefCell::new(Weak::new()) };
+    /// `RECEIVER`'s address, checked without `RECEIVER`'s costlier access.
+    static RECEIVER_ADDR: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes that `team` took a message on this thread: a link end decoded
+/// from it becomes `team`'s (no atomic operation while it stays the same team).
+#[inline]
+pub(crate) fn received_by(team: &Arc<TeamInner>) {
+    let addr = Arc::as_ptr(team) as usize;
+    if RECEIVER_ADDR.get() != addr {
+        RECEIVER_ADDR.set(addr);
+        RECEIVER.with(|r| *r.borrow_mut() = Arc::downgrade(team));
+    }
+}
+
+/// The team that took a message on this thread last, if it lives.
+fn receiver() -> Option<Arc<TeamInner>> {
+    RECEIVER.with(|r| r.borrow().upgrade())
+}
 
 /// Links waiting in one listener to be accepted: past them, `link_to`
 /// fails with `LimitReached` (`Limit::LinkBacklog`).

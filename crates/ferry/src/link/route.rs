@@ -74,6 +74,10 @@ pub(crate) enum Control {
     Done,
     /// Proxy → its neighbours: nothing more from me; forget me (rule 4).
     ProxyGone,
+    /// A router gave up (a proxy not repaired within its lifetime, or one
+    /// that lost a neighbour): the route is broken. A terminal's end fails;
+    /// a proxy passes it on and leaves.
+    Gone,
 }
 
 /// A frame between two routers.
@@ -102,6 +106,8 @@ pub(crate) enum Effect<D> {
     Deliver(D),
     /// This router is done: forget it.
     Retire,
+    /// The route broke at the router `Hop` (this terminal's end fails).
+    Broken(Hop),
 }
 
 /// What an end carries when it moves: enough for its new holder to adopt it.
@@ -178,6 +184,16 @@ impl<D: Clone> Router<D> {
 
     pub fn is_proxy(&self) -> bool {
         self.proxy
+    }
+
+    /// Where frames toward the other side go now.
+    pub fn outward(&self) -> Hop {
+        self.outward
+    }
+
+    /// Every router this one takes frames from or sends them to.
+    pub fn neighbours(&self) -> impl Iterator<Item = Hop> + '_ {
+        std::iter::once(self.outward).chain(self.inward).chain(self.announced).chain(self.decaying.iter().copied())
     }
 
     /// A frame from this terminal's end, to the other side.
@@ -318,10 +334,27 @@ impl<D: Clone> Router<D> {
                 _ => return Err(OffRoute("an unasked Done")),
             },
             Control::ProxyGone if self.decaying.contains(&from) => self.decaying.retain(|h| *h != from),
+            Control::Gone if self.proxy => {
+                out.extend(self.give_up(Some(from.team)));
+                return Ok(());
+            }
+            Control::Gone => out.push(Effect::Broken(from)),
             _ => return Err(OffRoute("a control message from the wrong neighbour")),
         }
         self.maybe_retire(out);
         Ok(())
+    }
+
+    /// Gives up (a proxy past its lifetime, or that lost a neighbour): tells
+    /// every neighbour but `except` that the route broke, and leaves.
+    pub fn give_up(&mut self, except: Option<TeamId>) -> Vec<Effect<D>> {
+        let mut out: Vec<Effect<D>> = self
+            .neighbours()
+            .filter(|h| Some(h.team) != except)
+            .map(|h| self.to(h, Body::Control(Control::Gone)))
+            .collect();
+        out.push(Effect::Retire);
+        out
     }
 
     /// Rule 2: the outermost proxy, adopted and idle, starts its bypass.

@@ -103,6 +103,7 @@ impl State {
                 Effect::Retire => {
                     self.routers.remove(&at);
                 }
+                Effect::Broken(h) => self.broken = Some(format!("the route broke at {h:?}")),
             }
         }
     }

@@ -152,6 +152,65 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Its bytes, as it travels with a moving end (`wire::Carried`).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for w in [self.window_out, self.window_in] {
+            out.extend_from_slice(&w.messages.to_le_bytes());
+            out.extend_from_slice(&w.bytes.to_le_bytes());
+        }
+        for n in [self.next_out, self.next_in] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        for c in [self.sent, self.granted, self.received, self.consumed, self.acked] {
+            out.extend_from_slice(&c.messages.to_le_bytes());
+            out.extend_from_slice(&c.bytes.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.early.len() as u32).to_le_bytes());
+        for (seq, f) in &self.early {
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            out.extend_from_slice(f);
+        }
+    }
+
+    /// The stream `r` holds; `None` unless its counts are ones a stream
+    /// could have (nothing granted or consumed past what was sent or
+    /// received, early frames after the one due and within bounds).
+    pub fn decode(r: &mut super::wire::Reader<'_>) -> Option<Stream> {
+        let mut window = || Some(Window { messages: r.u32()?, bytes: r.u32()? });
+        let (window_out, window_in) = (window()?, window()?);
+        if [window_out, window_in].iter().any(|w| w.messages == 0 || w.bytes == 0) {
+            return None;
+        }
+        let (next_out, next_in) = (r.u64()?, r.u64()?);
+        let mut count = || Some(Count { messages: r.u64()?, bytes: r.u64()? });
+        let (sent, granted, received, consumed, acked) = (count()?, count()?, count()?, count()?, count()?);
+        let le = |a: Count, b: Count| a.messages <= b.messages && a.bytes <= b.bytes;
+        if !(le(granted, sent) && le(acked, consumed) && le(consumed, received)) {
+            return None;
+        }
+        let n = u64::from(r.u32()?);
+        if n > most_early(window_in) {
+            return None;
+        }
+        let mut early = BTreeMap::new();
+        for _ in 0..n {
+            let seq = r.u64()?;
+            let len = r.u32()? as usize;
+            if seq <= next_in || early.insert(seq, r.bytes(len)?.to_vec()).is_some() {
+                return None;
+            }
+        }
+        Some(Stream { window_out, window_in, next_out, sent, granted, next_in, early, received, consumed, acked })
+    }
+
+    /// Messages received that the user has not consumed.
+    pub fn unconsumed(&self) -> u64 {
+        self.received.messages - self.consumed.messages
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

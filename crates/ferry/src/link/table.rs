@@ -2,12 +2,15 @@
 //! listeners, and the handler of its link frames.
 
 use super::end::{End, Link};
+use super::route::Hop;
 use super::wire::{self, status, Open};
 use super::{LinkId, Side, Window, BACKLOG, KINDS};
 use crate::error::{Error, Limit, Result};
 use crate::extend::{FrameHandler, PerTeam, ServedFrame};
 use crate::id::{EndpointId, TeamId};
+use crate::port::RawSender;
 use crate::runtime::{idle, TeamInner};
+use crate::wire::Kind;
 use crate::Team;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -24,16 +27,26 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(super) struct Links {
     team: Weak<TeamInner>,
-    ends: Mutex<HashMap<(LinkId, Side), Arc<End>>>,
+    /// Routers by link, side and epoch: the ends this team holds, and the
+    /// proxies ends that moved away left.
+    ends: Mutex<HashMap<(LinkId, Side, u32), Arc<End>>>,
+    /// Senders of link frames, by team.
+    senders: Mutex<HashMap<TeamId, RawSender>>,
     listeners: Mutex<HashMap<u32, Arc<Listening>>>,
     counter: AtomicU64,
 }
 
 impl Links {
     fn of(team: &Team) -> Result<Arc<Links>> {
-        LINKS.of(team, |t| Links {
-            team: Arc::downgrade(&t.inner),
+        Links::of_inner(&team.inner)
+    }
+
+    /// The links state of `team`, made on first use.
+    pub fn of_inner(team: &Arc<TeamInner>) -> Result<Arc<Links>> {
+        LINKS.of_inner(team, || Links {
+            team: Arc::downgrade(team),
             ends: Mutex::default(),
+            senders: Mutex::default(),
             listeners: Mutex::default(),
             counter: AtomicU64::new(0),
         })
@@ -58,12 +71,40 @@ impl Links {
             return Err(Error::LimitReached { limit: Limit::Links, max: team.cfg.max_links as u64 });
         }
         let end = End::new(id, side, team.clone(), self.clone(), peer, Links::window(team), window_out);
-        ends.insert((id, side), end.clone());
+        ends.insert((id, side, 0), end.clone());
         Ok(end)
     }
 
-    pub fn forget(&self, id: LinkId, side: Side) {
-        self.ends.lock().remove(&(id, side));
+    /// Registers a router made elsewhere (an end adopted here); `false`
+    /// if one has its place (an end decoded twice) or the team holds its
+    /// most ends.
+    pub fn register(&self, team: &TeamInner, end: &Arc<End>) -> Result<()> {
+        let mut ends = self.ends.lock();
+        if ends.len() >= team.cfg.max_links {
+            return Err(Error::LimitReached { limit: Limit::Links, max: team.cfg.max_links as u64 });
+        }
+        let key = (end.id, end.hop.side, end.hop.epoch);
+        if ends.contains_key(&key) {
+            return Err(Error::Codec(format!("{} arrived twice", end.id)));
+        }
+        ends.insert(key, end.clone());
+        Ok(())
+    }
+
+    pub fn forget(&self, id: LinkId, hop: Hop) {
+        self.ends.lock().remove(&(id, hop.side, hop.epoch));
+    }
+
+    /// A sender of link frames to `team` (`Shutdown` once this team left).
+    pub fn sender(&self, team: TeamId) -> Result<RawSender> {
+        let mut senders = self.senders.lock();
+        if let Some(s) = senders.get(&team) {
+            return Ok(s.clone());
+        }
+        let me = self.team.upgrade().ok_or(Error::Shutdown)?;
+        let s = RawSender::of_team(me, team.endpoint(0).expect("slot 0 fits")).of_kind(Kind::Served(wire::FRAME));
+        senders.insert(team, s.clone());
+        Ok(s)
     }
 
     fn new_id(&self, team: TeamId) -> LinkId {
@@ -99,16 +140,14 @@ impl FrameHandler for Links {
         let from = frame.from().team_id();
         match frame.kind() {
             wire::FRAME => frame.with_payload(|b| {
-                let Ok((route, _)) = crate::wire::Route::split(b) else { return };
-                let to = match b.get(crate::wire::Route::LEN) {
-                    Some(0) => Side::A,
-                    Some(1) => Side::B,
-                    _ => return,
+                let f = match wire::Frame::decode(b) {
+                    Ok(f) => f,
+                    Err(e) => return tracing::warn!(%from, error = %e, "a malformed link frame"),
                 };
-                // An end closed here (or never here) drops its frames.
-                let end = self.ends.lock().get(&(LinkId(route.id), to)).cloned();
+                // A router gone from here (or never here) drops its frames.
+                let end = self.ends.lock().get(&(f.link, f.to.0, f.to.1)).cloned();
                 if let Some(end) = end {
-                    end.arrive(from, route.seq, b);
+                    end.arrive(from, f);
                 }
             }),
             wire::OPEN => {
@@ -126,7 +165,17 @@ impl FrameHandler for Links {
         for end in ends {
             end.peer_gone(peer);
         }
+        self.senders.lock().remove(&peer);
     }
+}
+
+/// What [`Team::link_routers`] counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkRouters {
+    /// Link ends held (or closed and still answering their route).
+    pub ends: usize,
+    /// Proxies left by ends that moved away, forwarding until bypassed.
+    pub proxies: usize,
 }
 
 /// A listener's queue of links made for it.
@@ -214,11 +263,22 @@ impl Team {
         let b = match links.add_end(&self.inner, id, Side::B, self.id(), w) {
             Ok(b) => b,
             Err(e) => {
-                links.forget(id, Side::A);
+                links.forget(id, a.hop);
                 return Err(e);
             }
         };
         Ok((a.into_link(), b.into_link()))
+    }
+
+    /// The routers of links this team has now: the ends it holds, and the
+    /// proxies ends that moved away left (each leaves once the route is
+    /// repaired behind the end). A diagnostic: a proxy that stays is a
+    /// route that was not repaired.
+    pub fn link_routers(&self) -> LinkRouters {
+        let Some(links) = LINKS.find(self.id()) else { return LinkRouters::default() };
+        let ends = links.ends.lock();
+        let proxies = ends.values().filter(|e| e.is_proxy()).count();
+        LinkRouters { ends: ends.len() - proxies, proxies }
     }
 
     /// A listener for links other teams make to this one ([`Team::link_to`]).

@@ -2,7 +2,10 @@
 //! what a peer sent: it checks every byte it uses and never panics (fuzz
 //! target `link_frames`).
 
+use super::route::{Control, Hop, Moved};
+use super::stream::Stream;
 use super::{Count, LinkId, Side, Window};
+use crate::id::TeamId;
 use crate::wire::{Checkpoint, Route};
 
 /// Served kind of a link's frames (routed: they start with a [`Route`]).
@@ -10,18 +13,33 @@ pub(crate) const FRAME: u8 = 88;
 /// Served kind of an opening: a link made by `Team::link_to`, for a listener.
 pub(crate) const OPEN: u8 = 89;
 
-/// Bytes before a frame's own: the route, the side it goes to, its op,
-/// and the acknowledgement every frame carries.
-pub(crate) const HEAD: usize = Route::LEN + 2 + 16;
-
-/// One frame of a link, as it travels from one side to the other.
+/// One frame of a link between two of its routers (`super::route`):
+/// the router it goes to and the one it comes from (each a side and an
+/// epoch of the team that sent or takes it), then a frame of the ends'
+/// own (numbered in its direction) or a routers' message.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Frame<'a> {
     pub link: LinkId,
-    /// Its number in its direction (every frame has one).
-    pub seq: u64,
-    /// The side it goes to.
-    pub to: Side,
+    pub to: (Side, u32),
+    pub from: (Side, u32),
+    pub what: What<'a>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum What<'a> {
+    /// A frame of the ends' own, going to side `toward`: `data` is its
+    /// op, acknowledgement and operands ([`Data::decode`]).
+    Data {
+        toward: Side,
+        seq: u64,
+        data: &'a [u8],
+    },
+    Control(Control),
+}
+
+/// An end's frame, as the other end takes it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Data<'a> {
     /// What its sender has consumed of the other direction (its credit,
     /// carried by every frame).
     pub ack: Count,
@@ -61,10 +79,13 @@ pub(crate) enum Answer {
 pub(crate) enum FrameError {
     Short(usize),
     Side(u8),
+    Class(u8),
     Op(u8),
     Checkpoint(u8),
     Answer(u8),
     Trailing(usize),
+    /// A routers' message numbered (only an end's frames are).
+    ControlSeq(u64),
 }
 
 impl std::fmt::Display for FrameError {
@@ -72,10 +93,12 @@ impl std::fmt::Display for FrameError {
         match self {
             FrameError::Short(n) => write!(f, "a frame of {n} bytes, shorter than its head"),
             FrameError::Side(b) => write!(f, "side byte {b}"),
+            FrameError::Class(b) => write!(f, "class byte {b}"),
             FrameError::Op(b) => write!(f, "op byte {b}"),
             FrameError::Checkpoint(b) => write!(f, "checkpoint byte {b}"),
             FrameError::Answer(b) => write!(f, "answer byte {b}"),
             FrameError::Trailing(n) => write!(f, "{n} bytes after a frame that has none"),
+            FrameError::ControlSeq(n) => write!(f, "a routers' message numbered {n}"),
         }
     }
 }
@@ -86,15 +109,141 @@ const CREDIT: u8 = 3;
 const CLOSE: u8 = 4;
 const PROBE: u8 = 5;
 
+/// The routers' messages' op bytes.
+const ADOPT: u8 = 1;
+const BYPASSING: u8 = 2;
+const BYPASS_READY: u8 = 3;
+const BYPASS: u8 = 4;
+const BYPASS_REFUSED: u8 = 5;
+const BYPASS_CANCELLED: u8 = 6;
+const STOP_FORWARDING: u8 = 7;
+const ACCEPTED: u8 = 8;
+const DONE: u8 = 9;
+const PROXY_GONE: u8 = 10;
+const GONE: u8 = 11;
+
+/// Bytes of a frame's head: route, the two routers, the class.
+pub(crate) const HEAD: usize = Route::LEN + 5 + 5 + 1;
+
+fn side(b: u8) -> Result<Side, FrameError> {
+    match b {
+        0 => Ok(Side::A),
+        1 => Ok(Side::B),
+        s => Err(FrameError::Side(s)),
+    }
+}
+
 impl Frame<'_> {
     /// Its bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let seq = match self.what {
+            What::Data { seq, .. } => seq,
+            What::Control(_) => 0,
+        };
+        let mut out = Vec::with_capacity(HEAD + 32);
+        out.extend_from_slice(&Route { id: self.link.0, seq }.encode());
+        for (side, epoch) in [self.to, self.from] {
+            out.push(side as u8);
+            out.extend_from_slice(&epoch.to_le_bytes());
+        }
+        match &self.what {
+            What::Data { toward, data, .. } => {
+                out.push(1 + *toward as u8);
+                out.extend_from_slice(data);
+            }
+            What::Control(c) => {
+                out.push(0);
+                encode_control(c, &mut out);
+            }
+        }
+        out
+    }
+
+    /// The frame `b` holds (a data frame's own bytes are checked by [`Data::decode`]).
+    pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
+        let short = || FrameError::Short(b.len());
+        let (route, rest) = Route::split(b).map_err(|_| short())?;
+        let (head, rest) = rest.split_at_checked(11).ok_or_else(short)?;
+        let to = (side(head[0])?, le32(&head[1..5]));
+        let from = (side(head[5])?, le32(&head[6..10]));
+        let what = match head[10] {
+            0 if route.seq != 0 => return Err(FrameError::ControlSeq(route.seq)),
+            0 => What::Control(decode_control(rest)?),
+            c @ (1 | 2) => What::Data { toward: side(c - 1)?, seq: route.seq, data: rest },
+            c => return Err(FrameError::Class(c)),
+        };
+        Ok(Frame { link: LinkId(route.id), to, from, what })
+    }
+}
+
+fn encode_control(c: &Control, out: &mut Vec<u8>) {
+    let hop = |out: &mut Vec<u8>, h: &Hop| {
+        out.extend_from_slice(&h.team.node.to_le_bytes());
+        out.extend_from_slice(&h.team.team.to_le_bytes());
+        out.extend_from_slice(&h.team.incarnation.to_le_bytes());
+        out.push(h.side as u8);
+        out.extend_from_slice(&h.epoch.to_le_bytes());
+    };
+    match c {
+        Control::Adopt { token } => {
+            out.push(ADOPT);
+            out.extend_from_slice(&token.to_le_bytes());
+        }
+        Control::Bypassing { x } => {
+            out.push(BYPASSING);
+            hop(out, x);
+        }
+        Control::Bypass { z } => {
+            out.push(BYPASS);
+            hop(out, z);
+        }
+        Control::BypassReady => out.push(BYPASS_READY),
+        Control::BypassRefused => out.push(BYPASS_REFUSED),
+        Control::BypassCancelled => out.push(BYPASS_CANCELLED),
+        Control::StopForwarding => out.push(STOP_FORWARDING),
+        Control::Accepted => out.push(ACCEPTED),
+        Control::Done => out.push(DONE),
+        Control::ProxyGone => out.push(PROXY_GONE),
+        Control::Gone => out.push(GONE),
+    }
+}
+
+fn decode_control(b: &[u8]) -> Result<Control, FrameError> {
+    let (&op, rest) = b.split_first().ok_or(FrameError::Short(b.len()))?;
+    let exact = |n: usize| match rest.len().cmp(&n) {
+        std::cmp::Ordering::Less => Err(FrameError::Short(b.len())),
+        std::cmp::Ordering::Greater => Err(FrameError::Trailing(rest.len() - n)),
+        std::cmp::Ordering::Equal => Ok(rest),
+    };
+    let hop = |b: &[u8]| -> Result<Hop, FrameError> {
+        let team =
+            TeamId { node: u16::from_le_bytes([b[0], b[1]]), team: le32(&b[2..6]), incarnation: le32(&b[6..10]) };
+        Ok(Hop { team, side: side(b[10])?, epoch: le32(&b[11..15]) })
+    };
+    Ok(match op {
+        ADOPT => Control::Adopt { token: le64(exact(8)?) },
+        BYPASSING => Control::Bypassing { x: hop(exact(15)?)? },
+        BYPASS => Control::Bypass { z: hop(exact(15)?)? },
+        BYPASS_READY => exact(0).map(|_| Control::BypassReady)?,
+        BYPASS_REFUSED => exact(0).map(|_| Control::BypassRefused)?,
+        BYPASS_CANCELLED => exact(0).map(|_| Control::BypassCancelled)?,
+        STOP_FORWARDING => exact(0).map(|_| Control::StopForwarding)?,
+        ACCEPTED => exact(0).map(|_| Control::Accepted)?,
+        DONE => exact(0).map(|_| Control::Done)?,
+        PROXY_GONE => exact(0).map(|_| Control::ProxyGone)?,
+        GONE => exact(0).map(|_| Control::Gone)?,
+        op => return Err(FrameError::Op(op)),
+    })
+}
+
+impl Data<'_> {
+    /// Its bytes (a data frame's `data`).
     pub fn encode(&self) -> Vec<u8> {
         let extra = match &self.body {
             Body::Message { bytes, .. } | Body::Answer { bytes, .. } => 5 + bytes.len(),
             Body::Credit | Body::Probe | Body::Close => 0,
         };
-        let mut out = Vec::with_capacity(HEAD + extra);
-        out.extend_from_slice(&Route { id: self.link.0, seq: self.seq }.encode());
+        let mut out = Vec::with_capacity(17 + extra);
         let op = match self.body {
             Body::Message { .. } => MESSAGE,
             Body::Answer { .. } => ANSWER,
@@ -102,7 +251,7 @@ impl Frame<'_> {
             Body::Probe => PROBE,
             Body::Close => CLOSE,
         };
-        out.extend_from_slice(&[self.to as u8, op]);
+        out.push(op);
         out.extend_from_slice(&self.ack.messages.to_le_bytes());
         out.extend_from_slice(&self.ack.bytes.to_le_bytes());
         match &self.body {
@@ -121,23 +270,17 @@ impl Frame<'_> {
         out
     }
 
-    /// The frame `b` holds.
-    pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
+    /// The end's frame `b` holds.
+    pub fn decode(b: &[u8]) -> Result<Data<'_>, FrameError> {
         let short = || FrameError::Short(b.len());
-        let (route, rest) = Route::split(b).map_err(|_| short())?;
-        let (head, rest) = rest.split_at_checked(18).ok_or_else(short)?;
-        let to = match head[0] {
-            0 => Side::A,
-            1 => Side::B,
-            s => return Err(FrameError::Side(s)),
-        };
-        let ack = Count { messages: le64(&head[2..10]), bytes: le64(&head[10..18]) };
+        let (head, rest) = b.split_at_checked(17).ok_or_else(short)?;
+        let ack = Count { messages: le64(&head[1..9]), bytes: le64(&head[9..17]) };
         let tagged = |rest: &'_ [u8]| -> Result<(u8, u32), FrameError> {
             let (t, _) = rest.split_first().ok_or_else(short)?;
             let call = rest.get(1..5).ok_or_else(short)?;
             Ok((*t, u32::from_le_bytes(call.try_into().expect("4 bytes"))))
         };
-        let body = match head[1] {
+        let body = match head[0] {
             MESSAGE => {
                 let (c, call) = tagged(rest)?;
                 let checkpoint = match c {
@@ -172,7 +315,7 @@ impl Frame<'_> {
             }
             op => return Err(FrameError::Op(op)),
         };
-        Ok(Frame { link: LinkId(route.id), seq: route.seq, to, ack, body })
+        Ok(Data { ack, body })
     }
 }
 
@@ -182,6 +325,112 @@ fn le64(b: &[u8]) -> u64 {
 
 fn le32(b: &[u8]) -> u32 {
     u32::from_le_bytes(b.try_into().expect("4 bytes"))
+}
+
+/// A reader of bytes a peer sent: `None` once they run out.
+pub(crate) struct Reader<'a>(pub &'a [u8]);
+
+impl<'a> Reader<'a> {
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+    pub fn u8(&mut self) -> Option<u8> {
+        Some(self.bytes(1)?[0])
+    }
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(le32(self.bytes(4)?))
+    }
+    pub fn u64(&mut self) -> Option<u64> {
+        Some(le64(self.bytes(8)?))
+    }
+    pub fn u128(&mut self) -> Option<u128> {
+        Some(u128::from_le_bytes(self.bytes(16)?.try_into().expect("16 bytes")))
+    }
+    fn hop(&mut self) -> Option<Hop> {
+        let team = TeamId {
+            node: u16::from_le_bytes(self.bytes(2)?.try_into().ok()?),
+            team: self.u32()?,
+            incarnation: self.u32()?,
+        };
+        Some(Hop { team, side: side(self.u8()?).ok()?, epoch: self.u32()? })
+    }
+}
+
+/// A message waiting in an end's queue, as it travels with the end.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Queued {
+    pub checkpoint: Checkpoint,
+    pub call: u32,
+    pub bytes: Vec<u8>,
+}
+
+/// A moving end, inside the message that carries it: its link and side,
+/// where it left its proxy and the proof of its adoption, its stream and
+/// the messages it had received and not consumed.
+pub(crate) struct Carried {
+    pub link: LinkId,
+    pub side: Side,
+    pub moved: Moved,
+    pub stream: Stream,
+    pub queue: Vec<Queued>,
+}
+
+impl Carried {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&self.link.0.to_le_bytes());
+        out.push(self.side as u8);
+        let mut hop = Vec::new();
+        encode_control(&Control::Bypass { z: self.moved.proxy }, &mut hop);
+        out.extend_from_slice(&hop[1..]);
+        out.extend_from_slice(&self.moved.epoch.to_le_bytes());
+        out.extend_from_slice(&self.moved.token.to_le_bytes());
+        self.stream.encode(&mut out);
+        out.extend_from_slice(&(self.queue.len() as u32).to_le_bytes());
+        for q in &self.queue {
+            out.push(q.checkpoint as u8);
+            out.extend_from_slice(&q.call.to_le_bytes());
+            out.extend_from_slice(&(q.bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(&q.bytes);
+        }
+        out
+    }
+
+    /// The end `b` carries; `None` unless it is one an end could be.
+    pub fn decode(b: &[u8]) -> Option<Carried> {
+        let mut r = Reader(b);
+        let link = LinkId(r.u128()?);
+        let side = side(r.u8()?).ok()?;
+        let proxy = r.hop()?;
+        let (epoch, token) = (r.u32()?, r.u64()?);
+        if proxy.side != side || proxy.epoch.checked_add(1) != Some(epoch) {
+            return None;
+        }
+        let stream = Stream::decode(&mut r)?;
+        let n = u64::from(r.u32()?);
+        if n != stream.unconsumed() {
+            return None;
+        }
+        let mut queue = Vec::new();
+        for _ in 0..n {
+            let checkpoint = match r.u8()? {
+                0 => Checkpoint::Immediate,
+                1 => Checkpoint::OnReceipt,
+                2 => Checkpoint::OnDelivery,
+                3 => Checkpoint::OnReturn,
+                _ => return None,
+            };
+            let call = r.u32()?;
+            let len = r.u32()? as usize;
+            queue.push(Queued { checkpoint, call, bytes: r.bytes(len)?.to_vec() });
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some(Carried { link, side, moved: Moved { proxy, epoch, token }, stream, queue })
+    }
 }
 
 /// An opening (`OPEN`'s payload): the new link, and the window its maker
@@ -240,8 +489,8 @@ pub(crate) fn decode_window(b: &[u8]) -> Option<Window> {
 mod tests {
     use super::*;
 
-    fn round_trip(body: Body<'_>) {
-        let f = Frame { link: LinkId(7 << 100 | 9), seq: 42, to: Side::B, ack: Count { messages: 3, bytes: 99 }, body };
+    fn round_trip(what: What<'_>) {
+        let f = Frame { link: LinkId(7 << 100 | 9), to: (Side::B, 3), from: (Side::A, 0), what };
         let bytes = f.encode();
         assert_eq!(Frame::decode(&bytes).unwrap(), f);
         for n in 0..HEAD {
@@ -249,18 +498,45 @@ mod tests {
         }
     }
 
+    fn data(body: Body<'_>) -> Vec<u8> {
+        let d = Data { ack: Count { messages: 3, bytes: 99 }, body };
+        let bytes = d.encode();
+        assert_eq!(Data::decode(&bytes).unwrap(), d);
+        bytes
+    }
+
     #[test]
     fn frames_round_trip_and_prefixes_are_refused() {
-        round_trip(Body::Message { checkpoint: Checkpoint::OnReturn, call: 5, bytes: b"hello" });
-        round_trip(Body::Answer { call: 5, answer: Answer::Reply, bytes: b"" });
-        round_trip(Body::Credit);
-        round_trip(Body::Probe);
-        round_trip(Body::Close);
+        let hop = Hop { team: TeamId { node: 1, team: 2, incarnation: 3 }, side: Side::A, epoch: 4 };
+        for body in [
+            Body::Message { checkpoint: Checkpoint::OnReturn, call: 5, bytes: b"hello" },
+            Body::Answer { call: 5, answer: Answer::Reply, bytes: b"" },
+            Body::Credit,
+            Body::Probe,
+            Body::Close,
+        ] {
+            round_trip(What::Data { toward: Side::B, seq: 42, data: &data(body) });
+        }
+        for c in [
+            Control::Adopt { token: 77 },
+            Control::Bypassing { x: hop },
+            Control::Bypass { z: hop },
+            Control::BypassReady,
+            Control::BypassRefused,
+            Control::BypassCancelled,
+            Control::StopForwarding,
+            Control::Accepted,
+            Control::Done,
+            Control::ProxyGone,
+            Control::Gone,
+        ] {
+            round_trip(What::Control(c));
+        }
     }
 
     #[test]
     fn bad_bytes_are_refused() {
-        let f = Frame { link: LinkId(1), seq: 0, to: Side::A, ack: Count::default(), body: Body::Close };
+        let f = Frame { link: LinkId(1), to: (Side::A, 0), from: (Side::B, 0), what: What::Control(Control::Done) };
         let mut b = f.encode();
         b.push(0);
         assert_eq!(Frame::decode(&b), Err(FrameError::Trailing(1)));
@@ -268,8 +544,11 @@ mod tests {
         b[Route::LEN] = 2;
         assert_eq!(Frame::decode(&b), Err(FrameError::Side(2)));
         b[Route::LEN] = 0;
-        b[Route::LEN + 1] = 9;
-        assert_eq!(Frame::decode(&b), Err(FrameError::Op(9)));
+        b[HEAD - 1] = 9;
+        assert_eq!(Frame::decode(&b), Err(FrameError::Class(9)));
+        let mut d = Data { ack: Count::default(), body: Body::Close }.encode();
+        d[0] = 9;
+        assert_eq!(Data::decode(&d), Err(FrameError::Op(9)));
         let open = Open { link: LinkId(3), window: Window { messages: 4, bytes: 4096 } };
         assert_eq!(Open::decode(&open.encode()), Some(open));
         assert_eq!(decode_window(&[0; 8]), None);

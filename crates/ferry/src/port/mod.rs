@@ -244,6 +244,7 @@ async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Outp
 /// Turns a message taken from an inbox into what the receiver sees,
 /// acknowledging it if the sender asked for `OnDelivery`.
 pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
+    crate::link::received_by(team);
     let (from, deadline, arrived) = (m.from(), m.deadline.get(), m.arrived.get());
     let mut reply = None;
     if let Some(ch) = m.channel {

@@ -115,6 +115,8 @@ pub struct Config {
     /// How many messages, and bytes, one end of a link lets its peer send
     /// ahead of what it has received.
     pub link_window: (u32, u32),
+    /// How long a proxy left by a moved link end may wait to be bypassed.
+    pub link_proxy_lifetime: Duration,
     /// Most TCP connections from one address whose handshake is under way
     /// (the cluster file's `handshakes-per-source` replaces it).
     pub handshakes_per_source: usize,
@@ -166,6 +168,7 @@ impl Default for Config {
             max_imported_regions: 1024,
             max_links: 4096,
             link_window: (64, 1 << 20),
+            link_proxy_lifetime: Duration::from_secs(10),
             handshakes_per_source: 8,
         }
     }
@@ -310,6 +313,15 @@ impl TeamBuilder {
     /// it waits (or gets `WouldBlock` for an `Immediate` send).
     pub fn link_window(mut self, messages: u32, bytes: u32) -> Self {
         self.cfg.link_window = (messages, bytes);
+        self
+    }
+    /// How long a proxy that a link end moving away leaves in this team
+    /// may forward before the route is repaired behind the end (default
+    /// 10 s, 10 ms..=1 h): past it (an end never adopted — its message was
+    /// dropped unread —, a team on the route that never answers) the route
+    /// is given up, and both ends fail with `PeerGone`.
+    pub fn link_proxy_lifetime(mut self, d: Duration) -> Self {
+        self.cfg.link_proxy_lifetime = d;
         self
     }
     /// Most calls each service this team serves implicitly
@@ -491,6 +503,7 @@ impl TeamBuilder {
         in_range("max_links", c.max_links, 1..=MAX_REGIONS)?;
         in_range("link_window (messages)", c.link_window.0, 1..=1 << 16)?;
         in_range("link_window (bytes)", c.link_window.1, 4096..=1 << 28)?;
+        in_range("link_proxy_lifetime", c.link_proxy_lifetime, Duration::from_millis(10)..=Duration::from_secs(3600))?;
         in_range("handshakes_per_source", c.handshakes_per_source, 1..=MAX_THREADS)?;
         in_range("blocking_idle", c.blocking_idle, Duration::ZERO..=A_DAY)?;
         in_range("peer_timeout", c.peer_timeout, MIN_PEER_TIMEOUT..=A_DAY)?;

@@ -4,6 +4,7 @@
 use super::served::{FrameHandler, ServedKinds};
 use crate::error::Result;
 use crate::id::TeamId;
+use crate::runtime::TeamInner;
 use crate::Team;
 use parking_lot::Mutex;
 use std::ops::RangeInclusive;
@@ -30,16 +31,22 @@ impl<T: FrameHandler> PerTeam<T> {
 
     /// `team`'s state, made by `make` (and registered for the kinds) on first use.
     pub fn of(&self, team: &Team, make: impl FnOnce(&Team) -> T) -> Result<Arc<T>> {
+        self.of_inner(&team.inner, || make(team))
+    }
+
+    /// [`PerTeam::of`] for the runtime's own reference to a team (a
+    /// primitive's object that arrives in a team, as a link end does).
+    pub(crate) fn of_inner(&self, team: &Arc<TeamInner>, make: impl FnOnce() -> T) -> Result<Arc<T>> {
         let mut teams = self.teams.lock();
-        if let Some(state) = teams.iter().find(|(id, ..)| *id == team.id()).and_then(|(_, s, _)| s.upgrade()) {
+        if let Some(state) = teams.iter().find(|(id, ..)| *id == team.id).and_then(|(_, s, _)| s.upgrade()) {
             return Ok(state);
         }
         // The entries of states gone (their teams shut down), before this
         // one's registration, which an old one's of the same team would undo.
         teams.retain(|(_, s, _)| s.strong_count() > 0);
-        let state = Arc::new(make(team));
+        let state = Arc::new(make());
         let serving = team.serve_frames(self.kinds.clone(), state.clone())?;
-        teams.push((team.id(), Arc::downgrade(&state), serving));
+        teams.push((team.id, Arc::downgrade(&state), serving));
         Ok(state)
     }
 

@@ -122,20 +122,7 @@ impl Team {
     /// [`SERVED_KINDS`](crate::wire::SERVED_KINDS), none of them taken)
     /// until the returned guard is dropped.
     pub fn serve_frames(&self, kinds: RangeInclusive<u8>, handler: Arc<dyn FrameHandler>) -> Result<ServedKinds> {
-        if kinds.is_empty() || !SERVED_KINDS.contains(kinds.start()) {
-            return Err(Error::InvalidArgument(format!(
-                "served kinds {kinds:?} are not a range within {SERVED_KINDS:?}"
-            )));
-        }
-        self.inner.served.team.get_or_init(|| Arc::downgrade(&self.inner));
-        let mut handlers = self.inner.served.handlers.write();
-        if let Some(kind) = kinds.clone().find(|k| handlers[Served::index(*k)].is_some()) {
-            return Err(Error::KindTaken { kind });
-        }
-        for k in kinds.clone() {
-            handlers[Served::index(k)] = Some(handler.clone());
-        }
-        Ok(ServedKinds { team: Arc::downgrade(&self.inner), kinds })
+        self.inner.serve_frames(kinds, handler)
     }
 
     /// A new endpoint id of this team, for an object of a primitive (a
@@ -383,6 +370,28 @@ impl Drop for ServedFrame<'_> {
 }
 
 impl TeamInner {
+    /// [`Team::serve_frames`].
+    pub(crate) fn serve_frames(
+        self: &Arc<Self>,
+        kinds: RangeInclusive<u8>,
+        handler: Arc<dyn FrameHandler>,
+    ) -> Result<ServedKinds> {
+        if kinds.is_empty() || !SERVED_KINDS.contains(kinds.start()) {
+            return Err(Error::InvalidArgument(format!(
+                "served kinds {kinds:?} are not a range within {SERVED_KINDS:?}"
+            )));
+        }
+        self.served.team.get_or_init(|| Arc::downgrade(self));
+        let mut handlers = self.served.handlers.write();
+        if let Some(kind) = kinds.clone().find(|k| handlers[Served::index(*k)].is_some()) {
+            return Err(Error::KindTaken { kind });
+        }
+        for k in kinds.clone() {
+            handlers[Served::index(k)] = Some(handler.clone());
+        }
+        Ok(ServedKinds { team: Arc::downgrade(self), kinds })
+    }
+
     /// Runs the handler of a served frame (the receive path's part).
     pub(super) fn serve_frame(&self, ch: &Arc<Channel>, h: &Header, payload: Payload) {
         let kind = h.kind.to_u8();

@@ -1244,20 +1244,27 @@ pub fn signal(data: &[u8]) {
     assert!(r.is_ok() == (data == [0]));
 }
 
-/// A link's frames. The first byte picks: 0, the rest decoded as a frame,
-/// an opening and a window (what decodes encodes back to its bytes); else
-/// a program of frames arriving at an end, each a number (u16), a length
-/// (u8) and that many bytes, which the end takes in order as it would:
-/// acknowledgements, messages within its window, consumed at once.
+/// A link's frames. The first byte picks: 0, the rest decoded as a
+/// frame, an end's own frame, a moving end, an opening and a window (what
+/// decodes encodes back to its bytes); else a program of an end's frames
+/// arriving at an end, each a number (u16), a length (u8) and that many
+/// bytes, which the end takes in order as it would: acknowledgements,
+/// messages within its window, consumed at once.
 pub fn link_frames(data: &[u8]) {
     use crate::link::stream::Stream;
-    use crate::link::wire::{decode_window, Body, Frame, Open};
+    use crate::link::wire::{decode_window, Body, Carried, Data, Frame, Open};
     use crate::link::Window;
     let mut input = Input(data);
     if input.byte() == 0 {
         let rest = input.rest();
         if let Ok(f) = Frame::decode(rest) {
             assert_eq!(f.encode(), rest, "a frame decodes one way only");
+        }
+        if let Ok(d) = Data::decode(rest) {
+            assert_eq!(d.encode(), rest, "an end's frame decodes one way only");
+        }
+        if let Some(c) = Carried::decode(rest) {
+            assert_eq!(c.encode(), rest, "a moving end decodes one way only");
         }
         if let Some(o) = Open::decode(rest) {
             assert_eq!(o.encode()[..], rest[..]);
@@ -1274,11 +1281,11 @@ pub fn link_frames(data: &[u8]) {
         let len = usize::from(input.byte());
         let Ok(due) = stream.arrive(seq, input.bytes(len)) else { return };
         for bytes in due {
-            let Ok(f) = Frame::decode(&bytes) else { return };
-            if stream.took_ack(f.ack).is_err() {
+            let Ok(d) = Data::decode(&bytes) else { return };
+            if stream.took_ack(d.ack).is_err() {
                 return;
             }
-            if let Body::Message { bytes, .. } = f.body {
+            if let Body::Message { bytes, .. } = d.body {
                 if stream.received(bytes.len()).is_err() {
                     return;
                 }
@@ -1381,26 +1388,40 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         add("fifo", "credit", [&[3u8][..], &crate::fifo::wire::credit(7)].concat());
         add("signal", "accepted", vec![0]);
         {
-            use crate::link::wire::{Body, Frame, Open};
+            use crate::link::route::{Control, Hop, Moved};
+            use crate::link::stream::Stream;
+            use crate::link::wire::{Answer, Body, Carried, Data, Frame, Open, Queued, What};
             use crate::link::{Count, LinkId, Side, Window};
-            let frame = |seq, body| Frame { link: LinkId(9 << 64 | 1), seq, to: Side::B, ack: Count::default(), body };
-            let message = Body::Message { checkpoint: Checkpoint::OnReturn, call: 1, bytes: b"hello" };
-            add("link_frames", "message", [&[0u8][..], &frame(0, message).encode()].concat());
-            let answer = Body::Answer { call: 1, answer: crate::link::wire::Answer::Reply, bytes: b"hi" };
-            add("link_frames", "answer", [&[0u8][..], &frame(0, answer).encode()].concat());
-            let open = Open { link: LinkId(5), window: Window { messages: 64, bytes: 1 << 20 } };
+            let link = LinkId(9 << 64 | 1);
+            let data = |body| Data { ack: Count::default(), body }.encode();
+            let frame = |what| Frame { link, to: (Side::B, 1), from: (Side::A, 0), what }.encode();
+            let message = data(Body::Message { checkpoint: Checkpoint::OnReturn, call: 1, bytes: b"hello" });
+            add(
+                "link_frames",
+                "message",
+                [&[0u8][..], &frame(What::Data { toward: Side::B, seq: 3, data: &message })].concat(),
+            );
+            let answer = data(Body::Answer { call: 1, answer: Answer::Reply, bytes: b"hi" });
+            add("link_frames", "answer", [&[0u8][..], &answer].concat());
+            let hop = Hop { team: TeamId { node: 1, team: 2, incarnation: 3 }, side: Side::A, epoch: 0 };
+            add("link_frames", "bypass", [&[0u8][..], &frame(What::Control(Control::Bypass { z: hop }))].concat());
+            let window = Window { messages: 64, bytes: 1 << 20 };
+            let open = Open { link: LinkId(5), window };
             add("link_frames", "open", [&[0u8][..], &open.encode()].concat());
+            let mut stream = Stream::new(window, window);
+            stream.arrive(0, &message).unwrap();
+            stream.received(5).unwrap();
+            let moved = Moved { proxy: hop, epoch: 1, token: 77 };
+            let queue = vec![Queued { checkpoint: Checkpoint::OnReturn, call: 1, bytes: b"hello".to_vec() }];
+            let carried = Carried { link, side: Side::A, moved, stream, queue };
+            add("link_frames", "carried", [&[0u8][..], &carried.encode()].concat());
             // A program: frames 1 then 0 (out of order), then a close.
             let mut program = vec![1u8];
-            for (seq, body) in [
-                (1u16, Body::Credit),
-                (0, Body::Message { checkpoint: Checkpoint::Immediate, call: 0, bytes: b"x" }),
-                (2, Body::Close),
-            ] {
-                let f = frame(u64::from(seq), body).encode();
+            let message = data(Body::Message { checkpoint: Checkpoint::Immediate, call: 0, bytes: b"x" });
+            for (seq, d) in [(1u16, data(Body::Credit)), (0, message), (2, data(Body::Close))] {
                 program.extend_from_slice(&seq.to_le_bytes());
-                program.push(f.len() as u8);
-                program.extend_from_slice(&f);
+                program.push(d.len() as u8);
+                program.extend_from_slice(&d);
             }
             add("link_frames", "stream", program);
         }
