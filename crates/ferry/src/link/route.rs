@@ -30,9 +30,12 @@
 //! 4. Y leaves only after `StopForwarding` and `Done` came, and after
 //!    every router it was still taking frames from (one bypassed before
 //!    it) said `ProxyGone`; it says `ProxyGone` to X and Z last.
-//! 5. When two outermost proxies face each other, side A's goes first: a
-//!    proxy of side A refuses side B's `Bypass` (B's proxy asks again once
-//!    A's is gone); anything else accepts it.
+//! 5. When two outermost proxies face each other and both remove
+//!    themselves, side A's goes first: a proxy of side A that is removing
+//!    itself refuses side B's `Bypass` (B's proxy asks again once A's is
+//!    gone); anything else accepts it — a proxy that is not removing
+//!    itself too (an end that keeps moving would otherwise starve the
+//!    other side's repair).
 //!
 //! Frames carry their number in their direction; a terminal puts them
 //! back in order (`super::stream`), since after a repair frames come by
@@ -291,7 +294,7 @@ impl<D: Clone> Router<D> {
             },
             // X's part: send to z instead of the proxy `from` (rule 5 first).
             Control::Bypass { z } if from == self.outward => {
-                if self.proxy && self.me.side == Side::A {
+                if self.proxy && self.me.side == Side::A && self.bypass != Bypass::Idle {
                     out.push(self.to(from, Body::Control(Control::BypassRefused)));
                     return Ok(());
                 }

@@ -1,0 +1,219 @@
+//! The links stress test (issue 20): three teams in three processes pass
+//! both ends of many links around, again and again, under two-way traffic
+//! with per-message sequence checks; one of them is SIGKILLed midway.
+//! Afterwards every link that survived delivered exactly its messages, in
+//! order, and no proxy is left in the surviving teams.
+//!
+//! Sizes here fit the test command; `FERRY_LINK_STRESS_HOPS` runs longer.
+//!
+//! NOT YET PASSING (issue 20, step 2 left open): with 1 hop each way it
+//! passes; with 2 or more, some routes are not repaired within the
+//! proxies' lifetime and are given up (the other end sees `PeerGone`), so
+//! the two tests are ignored until that is found. What was seen: proxies
+//! of one side kept waiting while the other side's end kept moving (rule
+//! 5 starved them; it was narrowed), and the model (3 teams, at most two
+//! moves a side) finds no fault — runs with more moves and teams are the
+//! next thing to try. Run: `cargo test -p ferry --test link_stress -- --ignored`.
+
+mod common;
+
+use common::Child;
+use ferry::link::Link;
+use ferry::{Checkpoint, Error, Team};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Links passed around.
+const LINKS: u32 = 100;
+/// Messages an end sends each time a team holds it.
+const BURST: u64 = 4;
+/// Teams passing ends (child processes).
+const TEAMS: usize = 3;
+
+fn hops() -> u32 {
+    std::env::var("FERRY_LINK_STRESS_HOPS").ok().and_then(|h| h.parse().ok()).unwrap_or(30)
+}
+
+/// An end on its way, with what its holders sent and received on it.
+#[derive(Serialize, Deserialize)]
+struct Hand {
+    link: u32,
+    side: u8,
+    end: Link,
+    /// Messages sent from this end so far (numbered 0..sent).
+    sent: u64,
+    /// Messages received at this end so far (the next one due is `got`).
+    got: u64,
+    hops: u32,
+}
+
+/// What a holder does with an end: a burst of numbered messages, then
+/// whatever came, checked against the numbering. `Err` if the link broke.
+fn exercise(h: &mut Hand) -> ferry::Result<()> {
+    for _ in 0..BURST {
+        match h.end.send(&h.sent, Checkpoint::Immediate) {
+            Err(Error::WouldBlock { .. }) => break, // The window is full: later.
+            r => r?,
+        }
+        h.sent += 1;
+    }
+    while let Some(m) = h.end.try_recv::<u64>() {
+        let n = m?.value;
+        assert_eq!(n, h.got, "link {} side {}: message {n} when {} was due", h.link, h.side, h.got);
+        h.got += 1;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "run as a child process by the other tests"]
+fn child_entry() {
+    let Some(role) = common::child_role() else { return };
+    let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
+    let me: usize = role.strip_prefix("passer-").unwrap().parse().unwrap();
+    let team =
+        Team::builder().runtime_dir(&dir).processors(1).link_proxy_lifetime(Duration::from_secs(5)).start().unwrap();
+    let port = team.open_named_port::<Hand>(&format!("stress.{me}")).unwrap();
+    common::say("ready");
+    let mut to: HashMap<String, ferry::Sender<Hand>> = HashMap::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ me as u64;
+    let hops = hops();
+    let (mut passed, mut broken) = (0u64, 0u64);
+    loop {
+        let mut h = match port.recv_timeout(Duration::from_millis(500)) {
+            Ok(m) => m.into_value(),
+            Err(Error::DeadlineExceeded) => {
+                common::say(format!("idle {passed} {broken} {}", team.link_routers().proxies));
+                continue;
+            }
+            Err(e) => panic!("receive: {e}"),
+        };
+        if exercise(&mut h).is_err() {
+            broken += 1;
+            continue;
+        }
+        h.hops += 1;
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let next = if h.hops >= hops { "stress.home".to_string() } else { format!("stress.{}", seed % TEAMS as u64) };
+        let sender = match to.get(&next) {
+            Some(s) => s.clone(),
+            None => match team.connect::<Hand>(&next) {
+                Ok(s) => to.entry(next).or_insert(s).clone(),
+                Err(_) => {
+                    broken += 1; // That team is gone: the end with it.
+                    continue;
+                }
+            },
+        };
+        match sender.send(&h, Checkpoint::Immediate) {
+            Ok(()) => passed += 1,
+            Err(_) => broken += 1,
+        }
+    }
+}
+
+fn run(kill_one: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut children: Vec<Child> = (0..TEAMS).map(|i| Child::spawn(&format!("passer-{i}"), dir.path())).collect();
+    for c in &mut children {
+        c.expect("ready", Duration::from_secs(20));
+    }
+    let home = Team::builder().runtime_dir(dir.path()).link_proxy_lifetime(Duration::from_secs(5)).start().unwrap();
+    let port = home.open_named_port::<Hand>("stress.home").unwrap();
+    let passers: Vec<_> = (0..TEAMS)
+        .map(|i| home.connect_wait::<Hand>(&format!("stress.{i}"), Duration::from_secs(10)).unwrap())
+        .collect();
+    for link in 0..LINKS {
+        let (a, b) = home.link_pair().unwrap();
+        for (side, end) in [(0u8, a), (1, b)] {
+            let h = Hand { link, side, end, sent: 0, got: 0, hops: 0 };
+            passers[(link as usize + side as usize) % TEAMS].send(&h, Checkpoint::OnReceipt).unwrap();
+        }
+    }
+    let t0 = Instant::now();
+    let mut homes: HashMap<u32, Vec<Hand>> = HashMap::new();
+    let mut killed = false;
+    // Ends come home after their hops; a killed team's never do.
+    let deadline = Duration::from_secs(120);
+    while t0.elapsed() < deadline {
+        if kill_one && !killed && t0.elapsed() > Duration::from_millis(300) {
+            children[2].kill();
+            killed = true;
+        }
+        match port.recv_timeout(Duration::from_secs(3)) {
+            Ok(m) => {
+                let h = m.into_value();
+                homes.entry(h.link).or_default().push(h);
+            }
+            Err(Error::DeadlineExceeded) => break, // Nothing more on its way.
+            Err(e) => panic!("home: {e}"),
+        }
+        if !kill_one && homes.values().all(|v| v.len() == 2) && homes.len() == LINKS as usize {
+            break;
+        }
+    }
+    // Every link whose two ends came home delivered exactly its messages, in order.
+    let mut whole = 0;
+    for (link, mut ends) in homes.into_iter().filter(|(_, v)| v.len() == 2) {
+        let (a, b) = (ends.remove(0), ends.remove(0));
+        let (a_sent, b_sent) = (a.sent, b.sent);
+        for (to, sent) in [(a, b_sent), (b, a_sent)] {
+            let Hand { end, mut got, side, .. } = to;
+            let end = end.with_timeout(Duration::from_secs(10));
+            while got < sent {
+                let n = end
+                    .recv_blocking::<u64>()
+                    .unwrap_or_else(|e| panic!("link {link} side {side}: {e} with {got} of {sent} received"))
+                    .value;
+                assert_eq!(n, got, "link {link} side {side}: message {n} when {got} was due");
+                got += 1;
+            }
+            assert!(end.try_recv::<u64>().is_none(), "link {link} side {side}: a message past the last sent");
+        }
+        whole += 1;
+    }
+    println!(
+        "links stress: {whole} of {LINKS} links whole after {} hops each way{}",
+        hops(),
+        if kill_one { ", one team killed" } else { "" }
+    );
+    if !kill_one {
+        assert_eq!(whole, LINKS as usize, "every link comes home whole");
+    } else {
+        assert!(whole > 0, "some links survive the kill");
+    }
+    // No proxy stays anywhere that lives.
+    let t = Instant::now();
+    while home.link_routers().proxies > 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "proxies stay at home: {:?}", home.link_routers());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (i, c) in children.iter_mut().enumerate().filter(|(i, _)| !(kill_one && *i == 2)) {
+        let t = Instant::now();
+        loop {
+            let line = c.expect("idle", Duration::from_secs(10));
+            if line.ends_with(" 0") {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "passer {i} keeps proxies: {line}");
+        }
+    }
+}
+
+/// Every link passed around comes home whole, and no proxy stays.
+#[test]
+#[ignore = "not passing yet: see the module's text"]
+fn ends_passed_around_three_processes_keep_every_message() {
+    run(false);
+}
+
+/// One passer is killed midway: the links it held break (typed errors),
+/// every other link comes home whole, and no proxy stays in the others.
+#[test]
+#[ignore = "not passing yet: see the module's text"]
+fn a_killed_passer_breaks_only_its_links() {
+    run(true);
+}
