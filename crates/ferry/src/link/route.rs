@@ -302,20 +302,22 @@ impl<D: Clone> Router<D> {
                 self.outward = z;
                 out.push(self.to(from, Body::Control(Control::StopForwarding)));
                 out.push(self.to(z, Body::Control(Control::Accepted)));
-                // Its own bypass, if it asked one, is refused (it is side B's);
-                // with the new outward it may ask again.
-                if let Bypass::Asked { .. } = self.bypass {
-                    // The refusal will come; nothing to do until then.
-                } else {
-                    self.maybe_bypass(out);
-                }
+                // Its own bypass, if it asked one, is refused (it is side
+                // B's): it asks again when the refusal comes. Else it may
+                // ask now, with the new outward.
+                self.maybe_bypass(out);
             }
             Control::BypassRefused => match self.bypass {
                 Bypass::Asked { x, stopped: false, done: false } if x == from => {
                     self.bypass = Bypass::Idle;
                     let z = self.inward.expect("asked with an inward");
                     out.push(self.to(z, Body::Control(Control::BypassCancelled)));
-                    self.maybe_bypass(out);
+                    // `x` refused because it removes itself: its `Bypass`
+                    // gives this proxy a new outward, and then it asks
+                    // again (asking `x` again meanwhile only spins).
+                    if self.outward != x {
+                        self.maybe_bypass(out);
+                    }
                 }
                 _ => return Err(OffRoute("an unasked BypassRefused")),
             },
