@@ -153,10 +153,7 @@ impl End {
     /// acknowledgement (under the state's lock: frames leave in order).
     fn post(&self, s: &mut State, seq: u64, body: Body<'_>) -> Result<()> {
         let data = Data { ack: s.stream.ack(), body }.encode();
-        match s.router.send((seq, data)) {
-            Effect::Send(m) => self.send(m),
-            _ => unreachable!("a router sends its end's frames"),
-        }
+        self.send(s.router.send((seq, data)))
     }
 
     /// Sends a router's message to the router it names.
@@ -702,16 +699,10 @@ impl Link {
 
     /// `fut`, bounded by the link's time limit.
     async fn timed<R>(&self, fut: impl Future<Output = Result<R>>) -> Result<R> {
-        let Some(at) = self.timeout.and_then(crate::runtime::deadline_after) else { return fut.await };
-        let mut fut = std::pin::pin!(fut);
-        let mut sleep = std::pin::pin!(Sleep::until(&self.end.team, at));
-        poll_fn(|cx| {
-            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-                return Poll::Ready(v);
-            }
-            sleep.as_mut().poll(cx).map(|()| Err(Error::DeadlineExceeded))
-        })
-        .await
+        match self.timeout.and_then(crate::runtime::deadline_after) {
+            Some(at) => crate::port::race(fut, Sleep::until(&self.end.team, at)).await,
+            None => fut.await,
+        }
     }
 }
 

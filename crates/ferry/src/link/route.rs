@@ -200,8 +200,8 @@ impl<D: Clone> Router<D> {
     }
 
     /// A frame from this terminal's end, to the other side.
-    pub fn send(&self, data: D) -> Effect<D> {
-        self.to(self.outward, Body::Data { toward: self.me.side.other(), data })
+    pub fn send(&self, data: D) -> Message<D> {
+        Message { from: self.me, to: self.outward, body: Body::Data { toward: self.me.side.other(), data } }
     }
 
     /// This terminal's end moves away (`token`: drawn at random): it

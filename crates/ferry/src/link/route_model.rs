@@ -163,8 +163,8 @@ impl Model for RouteModel {
                 let at = (t, i as u8, epoch);
                 let seq = s.sent[i];
                 s.sent[i] += 1;
-                let e = s.routers[&at].send(seq);
-                s.apply(at, vec![e]);
+                let m = s.routers[&at].send(seq);
+                s.apply(at, vec![Effect::Send(m)]);
             }
             Action::Move(i, to) => {
                 let (t, epoch) = s.terminal[i].take()?;

@@ -176,14 +176,27 @@ impl Frame<'_> {
     }
 }
 
+/// A router's 15 bytes: node u16, team u32, incarnation u32, side u8, epoch u32.
+fn encode_hop(out: &mut Vec<u8>, h: &Hop) {
+    out.extend_from_slice(&h.team.node.to_le_bytes());
+    out.extend_from_slice(&h.team.team.to_le_bytes());
+    out.extend_from_slice(&h.team.incarnation.to_le_bytes());
+    out.push(h.side as u8);
+    out.extend_from_slice(&h.epoch.to_le_bytes());
+}
+
+/// A checkpoint's byte.
+fn checkpoint(b: u8) -> Option<Checkpoint> {
+    Some(match b {
+        0 => Checkpoint::Immediate,
+        1 => Checkpoint::OnReceipt,
+        2 => Checkpoint::OnDelivery,
+        3 => Checkpoint::OnReturn,
+        _ => return None,
+    })
+}
+
 fn encode_control(c: &Control, out: &mut Vec<u8>) {
-    let hop = |out: &mut Vec<u8>, h: &Hop| {
-        out.extend_from_slice(&h.team.node.to_le_bytes());
-        out.extend_from_slice(&h.team.team.to_le_bytes());
-        out.extend_from_slice(&h.team.incarnation.to_le_bytes());
-        out.push(h.side as u8);
-        out.extend_from_slice(&h.epoch.to_le_bytes());
-    };
     match c {
         Control::Adopt { token } => {
             out.push(ADOPT);
@@ -191,11 +204,11 @@ fn encode_control(c: &Control, out: &mut Vec<u8>) {
         }
         Control::Bypassing { x } => {
             out.push(BYPASSING);
-            hop(out, x);
+            encode_hop(out, x);
         }
         Control::Bypass { z } => {
             out.push(BYPASS);
-            hop(out, z);
+            encode_hop(out, z);
         }
         Control::BypassReady => out.push(BYPASS_READY),
         Control::BypassRefused => out.push(BYPASS_REFUSED),
@@ -215,11 +228,8 @@ fn decode_control(b: &[u8]) -> Result<Control, FrameError> {
         std::cmp::Ordering::Greater => Err(FrameError::Trailing(rest.len() - n)),
         std::cmp::Ordering::Equal => Ok(rest),
     };
-    let hop = |b: &[u8]| -> Result<Hop, FrameError> {
-        let team =
-            TeamId { node: u16::from_le_bytes([b[0], b[1]]), team: le32(&b[2..6]), incarnation: le32(&b[6..10]) };
-        Ok(Hop { team, side: side(b[10])?, epoch: le32(&b[11..15]) })
-    };
+    // 15 bytes exactly: the reader cannot run out, only find a bad side.
+    let hop = |b: &[u8]| Reader(b).hop().ok_or(FrameError::Side(b[10]));
     Ok(match op {
         ADOPT => Control::Adopt { token: le64(exact(8)?) },
         BYPASSING => Control::Bypassing { x: hop(exact(15)?)? },
@@ -283,13 +293,7 @@ impl Data<'_> {
         let body = match head[0] {
             MESSAGE => {
                 let (c, call) = tagged(rest)?;
-                let checkpoint = match c {
-                    0 => Checkpoint::Immediate,
-                    1 => Checkpoint::OnReceipt,
-                    2 => Checkpoint::OnDelivery,
-                    3 => Checkpoint::OnReturn,
-                    c => return Err(FrameError::Checkpoint(c)),
-                };
+                let checkpoint = checkpoint(c).ok_or(FrameError::Checkpoint(c))?;
                 Body::Message { checkpoint, call, bytes: &rest[5..] }
             }
             ANSWER => {
@@ -382,9 +386,7 @@ impl Carried {
         let mut out = Vec::new();
         out.extend_from_slice(&self.link.0.to_le_bytes());
         out.push(self.side as u8);
-        let mut hop = Vec::new();
-        encode_control(&Control::Bypass { z: self.moved.proxy }, &mut hop);
-        out.extend_from_slice(&hop[1..]);
+        encode_hop(&mut out, &self.moved.proxy);
         out.extend_from_slice(&self.moved.epoch.to_le_bytes());
         out.extend_from_slice(&self.moved.token.to_le_bytes());
         self.stream.encode(&mut out);
@@ -415,13 +417,7 @@ impl Carried {
         }
         let mut queue = Vec::new();
         for _ in 0..n {
-            let checkpoint = match r.u8()? {
-                0 => Checkpoint::Immediate,
-                1 => Checkpoint::OnReceipt,
-                2 => Checkpoint::OnDelivery,
-                3 => Checkpoint::OnReturn,
-                _ => return None,
-            };
+            let checkpoint = checkpoint(r.u8()?)?;
             let call = r.u32()?;
             let len = r.u32()? as usize;
             queue.push(Queued { checkpoint, call, bytes: r.bytes(len)?.to_vec() });

@@ -228,8 +228,8 @@ impl Drop for RawPort {
     }
 }
 
-/// Runs `fut` unless `timeout` completes first.
-async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Output = ()>) -> Result<T> {
+/// Runs `fut` unless `timeout` completes first (then `DeadlineExceeded`).
+pub(crate) async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl Future<Output = ()>) -> Result<T> {
     let mut fut = std::pin::pin!(fut);
     let mut timeout = std::pin::pin!(timeout);
     poll_fn(|cx| {
