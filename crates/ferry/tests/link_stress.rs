@@ -160,9 +160,13 @@ fn run(kill_one: bool) {
     for (link, mut ends) in homes.into_iter().filter(|(_, v)| v.len() == 2) {
         let (a, b) = (ends.remove(0), ends.remove(0));
         let (a_sent, b_sent) = (a.sent, b.sent);
+        // Both ends stay open until both were read (a closed end's
+        // `LinkClosed` would reach the other).
+        let mut open = Vec::new();
         for (to, sent) in [(a, b_sent), (b, a_sent)] {
             let Hand { end, mut got, side, .. } = to;
-            let end = end.with_timeout(Duration::from_secs(10));
+            open.push(end.with_timeout(Duration::from_secs(10)));
+            let end = open.last().expect("just pushed");
             while got < sent {
                 let n = end
                     .recv_blocking::<u64>()

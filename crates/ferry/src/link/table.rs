@@ -276,8 +276,10 @@ impl Team {
     /// route that was not repaired.
     pub fn link_routers(&self) -> LinkRouters {
         let Some(links) = LINKS.find(self.id()) else { return LinkRouters::default() };
-        let ends = links.ends.lock();
-        let proxies = ends.values().filter(|e| e.is_proxy()).count();
+        // Not under the table's lock: an end's lock is taken before it
+        // (a router that retires leaves the table under its own lock).
+        let ends: Vec<_> = links.ends.lock().values().cloned().collect();
+        let proxies = ends.iter().filter(|e| e.is_proxy()).count();
         LinkRouters { ends: ends.len() - proxies, proxies }
     }
 

@@ -408,3 +408,32 @@ fn two_teams_flooding_each_other_both_finish() {
         f.join().unwrap();
     }
 }
+
+/// Regression (links lost frames under load): frames posted
+/// (`RawSender::post`) to a peer whose ring is full wait in the outbox as
+/// long as it takes. They were dropped — taken for `Immediate` sends,
+/// which fail with `WouldBlock` when the outbox finds no room — whenever
+/// a pass over the outbox met a full ring, so a link's frames went missing
+/// in the middle of its stream.
+#[test]
+fn posted_frames_wait_for_room_and_none_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (team, posing) = (start(dir.path()), start(dir.path()));
+    let peer = RawPeer::bind(&team, &posing);
+    let sender = team.frame_sender(posing.id().endpoint(0).unwrap(), 200).unwrap();
+    // Two 4 KiB rings hold about 85 frames each: most wait in the outbox.
+    const POSTED: u64 = 1_000;
+    for i in 0..POSTED {
+        sender.post(&i.to_le_bytes()).unwrap();
+    }
+    let next = AtomicUsize::new(0);
+    peer.read_until(
+        |h, p| {
+            assert_eq!(h.kind, Kind::Served(200));
+            let n = u64::from_le_bytes(p.try_into().unwrap());
+            assert_eq!(n, next.load(Ordering::Relaxed) as u64, "a posted frame lost or reordered");
+            next.fetch_add(1, Ordering::Relaxed);
+        },
+        || next.load(Ordering::Relaxed) as u64 == POSTED,
+    );
+}

@@ -43,6 +43,9 @@ pub(crate) struct Queued {
     /// Finished with the answer, as for any send; by whoever fails it (or,
     /// for an `Immediate` send, writes it) here.
     pub completion: Arc<Completion>,
+    /// Posted (`RawSender::post`): never refused for room, as an answer is,
+    /// though its kind is a request's.
+    posted: bool,
     slot: Mutex<Slot>,
 }
 
@@ -70,7 +73,15 @@ impl Queued {
             Load::Bytes(b) => b.len(),
             _ => 0,
         };
-        Arc::new(Queued { header, len, completion, slot: Mutex::new(Slot { load, waker: None }) })
+        Arc::new(Queued { header, len, completion, posted: false, slot: Mutex::new(Slot { load, waker: None }) })
+    }
+
+    /// An answer, or a posted frame, waiting for room: it waits as long as
+    /// its channel lives (nobody waits on it).
+    pub fn never_refused(header: Header, load: Load) -> Arc<Queued> {
+        let mut q = Queued::new(header, Completion::detached(), load);
+        Arc::get_mut(&mut q).expect("just made").posted = header.kind.is_request();
+        q
     }
 
     /// A reply (no future waits on it), not a message of ours.
@@ -80,7 +91,7 @@ impl Queued {
 
     /// A message that never waits for room: fails with `WouldBlock` if there is none.
     fn is_immediate(&self) -> bool {
-        self.header.kind.is_request() && self.header.checkpoint() == Checkpoint::Immediate
+        !self.posted && self.header.kind.is_request() && self.header.checkpoint() == Checkpoint::Immediate
     }
 
     /// Whether it still waits to be sent.

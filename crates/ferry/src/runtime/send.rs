@@ -443,8 +443,8 @@ impl TeamInner {
         }
         match staged {
             // Staged when the outbox was empty: it goes first (as in `send_or_queue`).
-            Some(s) => ch.outbox.push_first(Queued::new(header, Completion::detached(), Load::Staged(Some(s)))),
-            None => ch.outbox.push(Queued::new(header, Completion::detached(), Load::Bytes(payload.into_vec()?))),
+            Some(s) => ch.outbox.push_first(Queued::never_refused(header, Load::Staged(Some(s)))),
+            None => ch.outbox.push(Queued::never_refused(header, Load::Bytes(payload.into_vec()?))),
         }
         if ch.finished.load(Ordering::Acquire) {
             // Its channel finished before the push: nobody else looks here now.
