@@ -1,19 +1,23 @@
 //! The links stress test (issue 20): three teams in three processes pass
 //! both ends of many links around, again and again, under two-way traffic
-//! with per-message sequence checks; one of them is SIGKILLed midway.
+//! with per-message sequence checks; one of them is SIGKILLed once half
+//! the ends came home.
 //! Afterwards every link that survived delivered exactly its messages, in
 //! order, and no proxy is left in the surviving teams.
 //!
-//! Sizes here fit the test command; `FERRY_LINK_STRESS_HOPS` runs longer.
+//! Sizes here fit the test command (30 hops each way, about 6 s);
+//! `FERRY_LINK_STRESS_HOPS` runs longer.
 //!
-//! NOT YET PASSING (issue 20, step 2 left open): with 1 hop each way it
-//! passes; with 2 or more, some routes are not repaired within the
-//! proxies' lifetime and are given up (the other end sees `PeerGone`), so
-//! the two tests are ignored until that is found. What was seen: proxies
-//! of one side kept waiting while the other side's end kept moving (rule
-//! 5 starved them; it was narrowed), and the model (3 teams, at most two
-//! moves a side) finds no fault — runs with more moves and teams are the
-//! next thing to try. Run: `cargo test -p ferry --test link_stress -- --ignored`.
+//! It found two defects: posted frames dropped when the outbox met a full
+//! ring (`runtime::bounds_tests::posted_frames_wait_for_room_and_none_is_dropped`),
+//! and a deadlock between `Team::link_routers` and a retiring router.
+//!
+//! NOT YET PASSING: the killed variant (ignored). Now and then a link
+//! whose two ends came home, with a proxy of its route in the killed
+//! team, receives nothing for 10 s and no `PeerGone` either (seen: "link
+//! 68 side 1: deadline exceeded with 0 of 64 received"). Next: trace that
+//! route's routers (an end adopted after its team learnt the proxy's team
+//! died is one suspect). Run: `cargo test -p ferry --test link_stress -- --ignored`.
 
 mod common;
 
@@ -66,14 +70,17 @@ fn exercise(h: &mut Hand) -> ferry::Result<()> {
     Ok(())
 }
 
+fn builder(dir: impl Into<std::path::PathBuf>) -> ferry::TeamBuilder {
+    Team::builder().runtime_dir(dir).link_proxy_lifetime(Duration::from_secs(5))
+}
+
 #[test]
 #[ignore = "run as a child process by the other tests"]
 fn child_entry() {
     let Some(role) = common::child_role() else { return };
     let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
     let me: usize = role.strip_prefix("passer-").unwrap().parse().unwrap();
-    let team =
-        Team::builder().runtime_dir(&dir).processors(1).link_proxy_lifetime(Duration::from_secs(5)).start().unwrap();
+    let team = builder(&dir).processors(1).start().unwrap();
     let port = team.open_named_port::<Hand>(&format!("stress.{me}")).unwrap();
     common::say("ready");
     let mut to: HashMap<String, ferry::Sender<Hand>> = HashMap::new();
@@ -108,7 +115,10 @@ fn child_entry() {
                 }
             },
         };
-        match sender.send(&h, Checkpoint::Immediate) {
+        // Taken by the next holder's team (not `Immediate`: the channel
+        // may be full of link frames for a moment, and a failed send
+        // would take the end with it).
+        match sender.send(&h, Checkpoint::OnReceipt) {
             Ok(()) => passed += 1,
             Err(_) => broken += 1,
         }
@@ -121,7 +131,7 @@ fn run(kill_one: bool) {
     for c in &mut children {
         c.expect("ready", Duration::from_secs(20));
     }
-    let home = Team::builder().runtime_dir(dir.path()).link_proxy_lifetime(Duration::from_secs(5)).start().unwrap();
+    let home = builder(dir.path()).start().unwrap();
     let port = home.open_named_port::<Hand>("stress.home").unwrap();
     let passers: Vec<_> = (0..TEAMS)
         .map(|i| home.connect_wait::<Hand>(&format!("stress.{i}"), Duration::from_secs(10)).unwrap())
@@ -139,7 +149,9 @@ fn run(kill_one: bool) {
     // Ends come home after their hops; a killed team's never do.
     let deadline = Duration::from_secs(120);
     while t0.elapsed() < deadline {
-        if kill_one && !killed && t0.elapsed() > Duration::from_millis(300) {
+        // Killed once half the ends came home: the links it held (or was
+        // still a proxy of) break, the others come home whole.
+        if kill_one && !killed && homes.values().map(Vec::len).sum::<usize>() >= LINKS as usize {
             children[2].kill();
             killed = true;
         }
@@ -148,7 +160,9 @@ fn run(kill_one: bool) {
                 let h = m.into_value();
                 homes.entry(h.link).or_default().push(h);
             }
-            Err(Error::DeadlineExceeded) => break, // Nothing more on its way.
+            // Nothing more on its way (ends come home only after their hops).
+            Err(Error::DeadlineExceeded) if !homes.is_empty() => break,
+            Err(Error::DeadlineExceeded) => {}
             Err(e) => panic!("home: {e}"),
         }
         if !kill_one && homes.values().all(|v| v.len() == 2) && homes.len() == LINKS as usize {
@@ -163,21 +177,32 @@ fn run(kill_one: bool) {
         // Both ends stay open until both were read (a closed end's
         // `LinkClosed` would reach the other).
         let mut open = Vec::new();
+        let mut survived = true;
         for (to, sent) in [(a, b_sent), (b, a_sent)] {
             let Hand { end, mut got, side, .. } = to;
             open.push(end.with_timeout(Duration::from_secs(10)));
             let end = open.last().expect("just pushed");
             while got < sent {
-                let n = end
-                    .recv_blocking::<u64>()
-                    .unwrap_or_else(|e| panic!("link {link} side {side}: {e} with {got} of {sent} received"))
-                    .value;
-                assert_eq!(n, got, "link {link} side {side}: message {n} when {got} was due");
+                match end.recv_blocking::<u64>() {
+                    Ok(m) => {
+                        assert_eq!(m.value, got, "link {link} side {side}: message {} when {got} was due", m.value)
+                    }
+                    // A proxy of its route was in the killed team: the link did not survive.
+                    Err(Error::PeerGone { .. }) if kill_one => {
+                        survived = false;
+                        break;
+                    }
+                    Err(e) => panic!("link {link} side {side}: {e} with {got} of {sent} received"),
+                }
                 got += 1;
             }
-            assert!(end.try_recv::<u64>().is_none(), "link {link} side {side}: a message past the last sent");
+            match end.try_recv::<u64>() {
+                None => {}
+                Some(Err(Error::PeerGone { .. })) if kill_one => survived = false,
+                Some(other) => panic!("link {link} side {side}: past the last message sent, {other:?}"),
+            }
         }
-        whole += 1;
+        whole += usize::from(survived);
     }
     println!(
         "links stress: {whole} of {LINKS} links whole after {} hops each way{}",
@@ -209,7 +234,6 @@ fn run(kill_one: bool) {
 
 /// Every link passed around comes home whole, and no proxy stays.
 #[test]
-#[ignore = "not passing yet: see the module's text"]
 fn ends_passed_around_three_processes_keep_every_message() {
     run(false);
 }
@@ -217,7 +241,7 @@ fn ends_passed_around_three_processes_keep_every_message() {
 /// One passer is killed midway: the links it held break (typed errors),
 /// every other link comes home whole, and no proxy stays in the others.
 #[test]
-#[ignore = "not passing yet: see the module's text"]
+#[ignore = "not passing yet: a link whose route lost a proxy can wait past its deadline without PeerGone (see the module's text)"]
 fn a_killed_passer_breaks_only_its_links() {
     run(true);
 }

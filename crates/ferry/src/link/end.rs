@@ -182,7 +182,7 @@ impl End {
                         // Closed here: it waits (still a router of the
                         // route) only for the other end's close.
                         if matches!(Data::decode(&data), Ok(Data { body: Body::Close, .. })) {
-                            self.links.forget(self.id, self.hop);
+                            self.leave(s, None);
                         }
                         continue;
                     }
@@ -200,11 +200,12 @@ impl End {
                     }
                 }
                 Effect::Retire => self.links.forget(self.id, self.hop),
-                Effect::Broken(at) => {
-                    if s.ended.is_none() && s.moved.is_none() {
-                        self.end(s, Ended::PeerGone(at.team));
-                    }
-                }
+                Effect::Broken(at) => match s.ended {
+                    // Closed here, it waited for the other end's close: no more.
+                    Some(Ended::Closed) => self.leave(s, Some(at.team)),
+                    None if s.moved.is_none() => self.end(s, Ended::PeerGone(at.team)),
+                    _ => {}
+                },
             }
         }
     }
@@ -229,6 +230,14 @@ impl End {
             let effects = s.router.give_up(None);
             self.apply(&mut s, effects);
         }
+    }
+
+    /// A closed terminal leaves its route: its neighbours learn it (`Gone`,
+    /// but to `except`'s team), so that proxies still being bypassed on the
+    /// way leave now, not at their lifetime's end.
+    fn leave(&self, s: &mut State, except: Option<TeamId>) {
+        let effects = s.router.give_up(except);
+        self.apply(s, effects);
     }
 
     /// Posts a frame that is not a message; a failure ends the link.
@@ -495,7 +504,8 @@ impl End {
     ///
     /// Its router stays (answering its route's protocol, so that proxies
     /// on the way are bypassed and leave) until the other end's close
-    /// comes; if the other end closed already, or is gone, it leaves now.
+    /// comes; if the other end closed already, or is gone, it leaves now
+    /// and tells its neighbours (see `leave`).
     fn close(&self) {
         let mut s = self.state.lock();
         if s.moved.is_some() {
@@ -506,9 +516,8 @@ impl End {
             self.post_control(&mut s, Body::Close);
         }
         self.end(&mut s, Ended::Closed);
-        drop(s);
         if leave {
-            self.links.forget(self.id, self.hop);
+            self.leave(&mut s, None);
         }
     }
 }
