@@ -69,19 +69,21 @@ pub(crate) enum Load {
 
 impl Queued {
     pub fn new(header: Header, completion: Arc<Completion>, load: Load) -> Arc<Queued> {
-        let len = match &load {
-            Load::Bytes(b) => b.len(),
-            _ => 0,
-        };
-        Arc::new(Queued { header, len, completion, posted: false, slot: Mutex::new(Slot { load, waker: None }) })
+        Queued::made(header, completion, load, false)
     }
 
     /// An answer, or a posted frame, waiting for room: it waits as long as
     /// its channel lives (nobody waits on it).
     pub fn never_refused(header: Header, load: Load) -> Arc<Queued> {
-        let mut q = Queued::new(header, Completion::detached(), load);
-        Arc::get_mut(&mut q).expect("just made").posted = header.kind.is_request();
-        q
+        Queued::made(header, Completion::detached(), load, header.kind.is_request())
+    }
+
+    fn made(header: Header, completion: Arc<Completion>, load: Load, posted: bool) -> Arc<Queued> {
+        let len = match &load {
+            Load::Bytes(b) => b.len(),
+            _ => 0,
+        };
+        Arc::new(Queued { header, len, completion, posted, slot: Mutex::new(Slot { load, waker: None }) })
     }
 
     /// A reply (no future waits on it), not a message of ours.
