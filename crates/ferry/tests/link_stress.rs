@@ -11,13 +11,10 @@
 //! It found two defects: posted frames dropped when the outbox met a full
 //! ring (`runtime::bounds_tests::posted_frames_wait_for_room_and_none_is_dropped`),
 //! and a deadlock between `Team::link_routers` and a retiring router.
-//!
-//! NOT YET PASSING: the killed variant (ignored). Now and then a link
-//! whose two ends came home, with a proxy of its route in the killed
-//! team, receives nothing for 10 s and no `PeerGone` either (seen: "link
-//! 68 side 1: deadline exceeded with 0 of 64 received"). Next: trace that
-//! route's routers (an end adopted after its team learnt the proxy's team
-//! died is one suspect). Run: `cargo test -p ferry --test link_stress -- --ignored`.
+//! A third: an end adopted after its proxy gave up (or whose adoption
+//! went into a channel that had just finished) waited for that proxy for
+//! good; now a frame for a router that is not there is answered `Gone`,
+//! and a post into a finished channel fails (`links::an_end_read_after_its_proxy_gave_up_fails_at_once`).
 
 mod common;
 
@@ -241,7 +238,6 @@ fn ends_passed_around_three_processes_keep_every_message() {
 /// One passer is killed midway: the links it held break (typed errors),
 /// every other link comes home whole, and no proxy stays in the others.
 #[test]
-#[ignore = "not passing yet: a link whose route lost a proxy can wait past its deadline without PeerGone (see the module's text)"]
 fn a_killed_passer_breaks_only_its_links() {
     run(true);
 }

@@ -369,3 +369,26 @@ fn an_end_lost_in_an_unread_message_fails_its_other_end() {
     drop(x);
     assert_eq!(team.link_routers(), ferry::link::LinkRouters::default());
 }
+
+/// An end read only after its proxy gave the route up: the proxy is gone,
+/// so its new holder's adoption reaches no router; the team answers that
+/// the route broke there, and the end fails with `PeerGone` at once
+/// rather than waiting for its proxy for good (found by the stress test).
+#[test]
+fn an_end_read_after_its_proxy_gave_up_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).link_proxy_lifetime(Duration::from_millis(100)).start().unwrap();
+    let port = team.open_port::<ferry::link::Link>().unwrap();
+    let (x, y) = team.link_pair().unwrap();
+    team.sender::<ferry::link::Link>(port.id()).send(&y, Checkpoint::OnReceipt).unwrap();
+    drop(y);
+    let x = x.with_timeout(Duration::from_secs(5));
+    assert!(matches!(x.recv_blocking::<u32>(), Err(Error::PeerGone { .. })));
+    // Read late: adopted, its adoption goes to the proxy that left.
+    let y = port.recv_timeout(Duration::from_secs(5)).unwrap().into_value().with_timeout(Duration::from_secs(5));
+    let t = std::time::Instant::now();
+    assert!(matches!(y.recv_blocking::<u32>(), Err(Error::PeerGone { .. })));
+    assert!(t.elapsed() < Duration::from_secs(1), "failed only at its deadline");
+    drop((x, y));
+    assert_eq!(team.link_routers(), ferry::link::LinkRouters::default());
+}

@@ -163,6 +163,8 @@ pub(crate) struct Router<D> {
     decaying: Vec<Hop>,
     announced: Option<Hop>,
     bypass: Bypass,
+    /// It gave up (once: a neighbour found gone meanwhile changes nothing).
+    gave_up: bool,
 }
 
 impl<D: Clone> Router<D> {
@@ -178,6 +180,7 @@ impl<D: Clone> Router<D> {
             decaying: Vec::new(),
             announced: None,
             bypass: Bypass::Idle,
+            gave_up: false,
         }
     }
 
@@ -353,12 +356,14 @@ impl<D: Clone> Router<D> {
     /// Gives up (a proxy past its lifetime, or that lost a neighbour): tells
     /// every neighbour but `except` that the route broke, and leaves.
     pub fn give_up(&mut self, except: Option<TeamId>) -> Vec<Effect<D>> {
-        let mut out: Vec<Effect<D>> = self
-            .neighbours()
-            .filter(|h| Some(h.team) != except)
-            .map(|h| self.to(h, Body::Control(Control::Gone)))
-            .collect();
-        out.push(Effect::Retire);
+        if std::mem::replace(&mut self.gave_up, true) {
+            return Vec::new();
+        }
+        // Gone from its team before any neighbour hears of it.
+        let mut out = vec![Effect::Retire];
+        out.extend(
+            self.neighbours().filter(|h| Some(h.team) != except).map(|h| self.to(h, Body::Control(Control::Gone))),
+        );
         out
     }
 

@@ -2,7 +2,7 @@
 //! listeners, and the handler of its link frames.
 
 use super::end::{End, Link};
-use super::route::Hop;
+use super::route::{Control, Hop};
 use super::wire::{self, status, Open};
 use super::{LinkId, Side, Window, BACKLOG, KINDS};
 use crate::error::{Error, Limit, Result};
@@ -135,6 +135,22 @@ impl Links {
     }
 }
 
+impl Links {
+    /// A frame for a router that is not here (gone, or never here): its
+    /// sender learns that its route broke here (`Gone`) — an end that
+    /// adopted its place after its proxy gave up, say, would otherwise
+    /// wait for that proxy for good. (A `Gone` is not answered.)
+    fn no_router(&self, from: TeamId, f: &wire::Frame<'_>) {
+        if matches!(f.what, wire::What::Control(Control::Gone)) {
+            return;
+        }
+        let gone = wire::Frame { link: f.link, to: f.from, from: f.to, what: wire::What::Control(Control::Gone) };
+        if let Ok(sender) = self.sender(from) {
+            let _ = sender.post(&gone.encode());
+        }
+    }
+}
+
 impl FrameHandler for Links {
     fn serve(&self, frame: ServedFrame<'_>) {
         let from = frame.from().team_id();
@@ -144,10 +160,10 @@ impl FrameHandler for Links {
                     Ok(f) => f,
                     Err(e) => return tracing::warn!(%from, error = %e, "a malformed link frame"),
                 };
-                // A router gone from here (or never here) drops its frames.
                 let end = self.ends.lock().get(&(f.link, f.to.0, f.to.1)).cloned();
-                if let Some(end) = end {
-                    end.arrive(from, f);
+                match end {
+                    Some(end) => end.arrive(from, f),
+                    None => self.no_router(from, &f),
                 }
             }),
             wire::OPEN => {

@@ -447,8 +447,10 @@ impl TeamInner {
             None => ch.outbox.push(Queued::never_refused(header, Load::Bytes(payload.into_vec()?))),
         }
         if ch.finished.load(Ordering::Acquire) {
-            // Its channel finished before the push: nobody else looks here now.
+            // Its channel finished before the push: nobody else looks here
+            // now. It did not go (a poster learns it: its frame is lost).
             self.fail_outbox(ch);
+            return Err(self.gone_error(ch));
         }
         // Room made since the try (`want_space` is asked in there first).
         self.advance_outbox(ch, true);
