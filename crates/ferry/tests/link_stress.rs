@@ -5,8 +5,9 @@
 //! Afterwards every link that survived delivered exactly its messages, in
 //! order, and no proxy is left in the surviving teams.
 //!
-//! Sizes here fit the test command (30 hops each way, about 6 s);
-//! `FERRY_LINK_STRESS_HOPS` runs longer.
+//! The `netns::` cases run the same on three nodes (network namespaces,
+//! TCP; `scripts/netns-test.sh`). Sizes here fit the test command (30
+//! hops each way, about 6 s); `FERRY_LINK_STRESS_HOPS` runs longer.
 //!
 //! It found two defects: posted frames dropped when the outbox met a full
 //! ring (`runtime::bounds_tests::posted_frames_wait_for_room_and_none_is_dropped`),
@@ -76,7 +77,15 @@ fn builder(dir: impl Into<std::path::PathBuf>) -> ferry::TeamBuilder {
 fn child_entry() {
     let Some(role) = common::child_role() else { return };
     let dir = std::env::var("FERRY_RUNTIME_DIR").unwrap();
-    let me: usize = role.strip_prefix("passer-").unwrap().parse().unwrap();
+    match role.split_once('-') {
+        Some(("passer", me)) => passer(&dir, me.parse().unwrap()),
+        Some(("home", kill)) => home(&dir, kill == "kill"),
+        _ => panic!("no role {role}"),
+    }
+}
+
+/// A passer: takes ends, exercises them, passes them on (home after their hops).
+fn passer(dir: &str, me: usize) {
     let team = builder(&dir).processors(1).start().unwrap();
     let port = team.open_named_port::<Hand>(&format!("stress.{me}")).unwrap();
     common::say("ready");
@@ -122,13 +131,11 @@ fn child_entry() {
     }
 }
 
-fn run(kill_one: bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut children: Vec<Child> = (0..TEAMS).map(|i| Child::spawn(&format!("passer-{i}"), dir.path())).collect();
-    for c in &mut children {
-        c.expect("ready", Duration::from_secs(20));
-    }
-    let home = builder(dir.path()).start().unwrap();
+/// The home team: makes the links, sends their ends out, takes them back
+/// and checks them. Says `half` once half the ends came home (the parent
+/// then kills a passer, if asked to), `done` at the end.
+fn home(dir: &str, kill_one: bool) {
+    let home = builder(dir).start().unwrap();
     let port = home.open_named_port::<Hand>("stress.home").unwrap();
     let passers: Vec<_> = (0..TEAMS)
         .map(|i| home.connect_wait::<Hand>(&format!("stress.{i}"), Duration::from_secs(10)).unwrap())
@@ -149,7 +156,7 @@ fn run(kill_one: bool) {
         // Killed once half the ends came home: the links it held (or was
         // still a proxy of) break, the others come home whole.
         if kill_one && !killed && homes.values().map(Vec::len).sum::<usize>() >= LINKS as usize {
-            children[2].kill();
+            common::say("half");
             killed = true;
         }
         match port.recv_timeout(Duration::from_secs(3)) {
@@ -201,11 +208,11 @@ fn run(kill_one: bool) {
         }
         whole += usize::from(survived);
     }
-    println!(
-        "links stress: {whole} of {LINKS} links whole after {} hops each way{}",
+    common::say(format!(
+        "whole {whole} of {LINKS} links after {} hops each way{}",
         hops(),
         if kill_one { ", one team killed" } else { "" }
-    );
+    ));
     if !kill_one {
         assert_eq!(whole, LINKS as usize, "every link comes home whole");
     } else {
@@ -217,7 +224,43 @@ fn run(kill_one: bool) {
         assert!(t.elapsed() < Duration::from_secs(10), "proxies stay at home: {:?}", home.link_routers());
         std::thread::sleep(Duration::from_millis(10));
     }
-    for (i, c) in children.iter_mut().enumerate().filter(|(i, _)| !(kill_one && *i == 2)) {
+    common::say("done");
+}
+
+/// Runs the passers and the home team as child processes: on one node, or
+/// (`nodes`) on the three nodes of `scripts/netns-test.sh` (passer `i` on
+/// node `i + 1`, the home team on node 1). With `kill_one`, passer 2 is
+/// SIGKILLed once half the ends came home.
+fn run(kill_one: bool, nodes: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let spawn = |role: &str, node: usize| match nodes {
+        true => {
+            let (prefix, work) = common::pair::netns();
+            let n = ["a", "b", "c"][node];
+            let cluster = work.join(format!("{n}.cluster"));
+            Child::spawn_in_netns(
+                &format!("{prefix}-{}", node + 1),
+                role,
+                &work.join(format!("{n}.run")),
+                &[("FERRY_CLUSTER", &cluster)],
+            )
+        }
+        false => Child::spawn(role, tmp.path()),
+    };
+    let mut passers: Vec<Child> = (0..TEAMS).map(|i| spawn(&format!("passer-{i}"), i)).collect();
+    for c in &mut passers {
+        c.expect("ready", Duration::from_secs(20));
+    }
+    let mut home = spawn(if kill_one { "home-kill" } else { "home-keep" }, 0);
+    if kill_one {
+        home.expect("half", Duration::from_secs(150));
+        passers[2].kill();
+    }
+    println!("links stress: {}", home.expect("whole", Duration::from_secs(150)));
+    home.expect("done", Duration::from_secs(30));
+    assert!(home.wait_exit(Duration::from_secs(10)).is_some_and(|s| s.success()), "the home team failed");
+    // No proxy stays in a passer that lives.
+    for (i, c) in passers.iter_mut().enumerate().filter(|(i, _)| !(kill_one && *i == 2)) {
         let t = Instant::now();
         loop {
             let line = c.expect("idle", Duration::from_secs(10));
@@ -232,12 +275,29 @@ fn run(kill_one: bool) {
 /// Every link passed around comes home whole, and no proxy stays.
 #[test]
 fn ends_passed_around_three_processes_keep_every_message() {
-    run(false);
+    run(false, false);
 }
 
 /// One passer is killed midway: the links it held break (typed errors),
 /// every other link comes home whole, and no proxy stays in the others.
 #[test]
 fn a_killed_passer_breaks_only_its_links() {
-    run(true);
+    run(true, false);
+}
+
+/// The same on three nodes (network namespaces, TCP between them).
+mod netns {
+    use super::run;
+
+    #[test]
+    #[ignore = "needs network namespaces: scripts/netns-test.sh runs it"]
+    fn ends_passed_around_three_nodes_keep_every_message() {
+        run(false, true);
+    }
+
+    #[test]
+    #[ignore = "needs network namespaces: scripts/netns-test.sh runs it"]
+    fn a_killed_node_breaks_only_its_links() {
+        run(true, true);
+    }
 }
