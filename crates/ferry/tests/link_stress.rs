@@ -86,7 +86,7 @@ fn child_entry() {
 
 /// A passer: takes ends, exercises them, passes them on (home after their hops).
 fn passer(dir: &str, me: usize) {
-    let team = builder(&dir).processors(1).start().unwrap();
+    let team = builder(dir).processors(1).start().unwrap();
     let port = team.open_named_port::<Hand>(&format!("stress.{me}")).unwrap();
     common::say("ready");
     let mut to: HashMap<String, ferry::Sender<Hand>> = HashMap::new();
