@@ -278,7 +278,56 @@ fn both_ends_move_at_once(p: Placement) {
     );
 }
 
+/// A service whose calls carry link ends both ways.
+#[ferry::service]
+pub trait Relay {
+    /// Takes `end`, says 7 on it, and returns an end of a new link on whose
+    /// other end the server says 8.
+    async fn swap(&self, end: ferry::link::Link) -> ferry::link::Link;
+}
+
+struct RelayImpl {
+    team: Team,
+    kept: std::sync::Mutex<Vec<ferry::link::Link>>,
+}
+
+impl Relay for RelayImpl {
+    async fn swap(&self, end: ferry::link::Link) -> ferry::link::Link {
+        end.send(&7u32, Checkpoint::Immediate).unwrap();
+        let (mine, theirs) = self.team.link_pair().unwrap();
+        mine.send(&8u32, Checkpoint::Immediate).unwrap();
+        self.kept.lock().unwrap().extend([end, mine]);
+        theirs
+    }
+}
+
+/// An end inside an RPC argument becomes the server's, one inside its
+/// result the caller's: each receives what was sent to it there.
+fn ends_travel_in_rpc_arguments_and_results(p: Placement) {
+    pair(p).run(
+        |a: &Side| {
+            let imp = RelayImpl { team: a.team.clone(), kept: Default::default() };
+            let _serving = RelayServer::serve(&a.team, "relay", imp).unwrap();
+            a.put("serving", "");
+            a.get_within::<String>("done", Duration::from_secs(60));
+        },
+        |b: &Side| {
+            b.get::<String>("serving");
+            let relay = RelayClient::bind(&b.team, "relay").unwrap();
+            let (here, there) = b.team.link_pair().unwrap();
+            let got = relay.swap_blocking(there).unwrap().with_timeout(Duration::from_secs(10));
+            let here = here.with_timeout(Duration::from_secs(10));
+            assert_eq!(here.recv_blocking::<u32>().unwrap().value, 7, "the argument's end is the server's");
+            assert_eq!(got.recv_blocking::<u32>().unwrap().value, 8, "the result's end is the caller's");
+            // And they talk both ways from where they are now.
+            got.send(&9u32, Checkpoint::Immediate).unwrap();
+            b.put("done", "");
+        },
+    );
+}
+
 loopback_placements!(
+    ends_travel_in_rpc_arguments_and_results,
     messages_flow_both_ways_in_order,
     close_comes_after_what_was_sent,
     a_dead_peer_fails_the_link,

@@ -352,6 +352,10 @@ impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> Future for CallFutur
             Poll::Ready(r) => {
                 self.delivery = None;
                 let t = cost::record(Side::Client, Stage::Poll, self.since);
+                if let Some(team) = &self.team {
+                    // A link end in the result becomes this team's (`docs/LINK.md`).
+                    crate::link::received_by(team);
+                }
                 let result = match r {
                     Ok(payload) => match payload.as_local() {
                         // Small (most answers): from the bytes, as they are.

@@ -877,7 +877,7 @@ impl Drop for Serving {
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
 fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: IncomingCall, place: Place) {
-    let Some((call, mut work, t)) = start(handler, call) else { return };
+    let Some((call, mut work, t)) = start(team, handler, call) else { return };
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
     let mut cx = std::task::Context::from_waker(Waker::noop());
@@ -900,7 +900,13 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: Inco
 
 /// Starts a call's handler. `None` if the call is answered already: a
 /// flush, or a call whose deadline passed while it waited in the queue.
-fn start<D: Dispatch>(handler: &Arc<D>, mut call: IncomingCall) -> Option<(IncomingCall, Work, Option<Instant>)> {
+fn start<D: Dispatch>(
+    team: &Arc<TeamInner>,
+    handler: &Arc<D>,
+    mut call: IncomingCall,
+) -> Option<(IncomingCall, Work, Option<Instant>)> {
+    // A link end among the arguments becomes this team's (`docs/LINK.md`).
+    crate::link::received_by(team);
     let answered = if call.method == envelope::FLUSH {
         Some(envelope::ok(&()))
     } else if call.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -931,7 +937,7 @@ fn handler_response(r: std::thread::Result<Response>) -> Response {
 
 /// Runs one call to the end in its own task.
 async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, call: IncomingCall) {
-    if let Some((call, work, t)) = start(&handler, call) {
+    if let Some((call, work, t)) = start(&team, &handler, call) {
         finish_call(team, call, work, t).await
     }
 }
