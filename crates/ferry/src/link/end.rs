@@ -182,7 +182,7 @@ impl End {
                         // Closed here: it waits (still a router of the
                         // route) only for the other end's close.
                         if matches!(Data::decode(&data), Ok(Data { body: Body::Close, .. })) {
-                            self.leave(s, None);
+                            self.leave(s, |_| false);
                         }
                         continue;
                     }
@@ -202,7 +202,7 @@ impl End {
                 Effect::Retire => self.links.forget(self.id, self.hop),
                 Effect::Broken(at) => match s.ended {
                     // Closed here, it waited for the other end's close: no more.
-                    Some(Ended::Closed) => self.leave(s, Some(at.team)),
+                    Some(Ended::Closed) => self.leave(s, |h| h == at),
                     None if s.moved.is_none() => self.end(s, Ended::PeerGone(at.team)),
                     _ => {}
                 },
@@ -214,10 +214,15 @@ impl End {
     /// the end sees `PeerGone`; a proxy leaves (its neighbours learn it so too).
     fn router_lost(&self, s: &mut State, team: TeamId) {
         if s.router.is_proxy() {
-            let effects = s.router.give_up(Some(team));
+            let effects = s.router.give_up(|h| h.team == team);
             self.apply(s, effects);
-        } else if s.ended.is_none() && s.moved.is_none() {
-            self.end(s, Ended::PeerGone(team));
+            return;
+        }
+        match s.ended {
+            // Closed here, it waited for the other end's close: no more.
+            Some(Ended::Closed) => self.leave(s, |h| h.team == team),
+            None if s.moved.is_none() => self.end(s, Ended::PeerGone(team)),
+            _ => {}
         }
     }
 
@@ -227,16 +232,16 @@ impl End {
         let mut s = self.state.lock();
         if s.router.is_proxy() {
             tracing::warn!(link = %self.id, "a link's proxy was not bypassed within its lifetime: the route is given up");
-            let effects = s.router.give_up(None);
+            let effects = s.router.give_up(|_| false);
             self.apply(&mut s, effects);
         }
     }
 
-    /// A closed terminal leaves its route: its neighbours learn it (`Gone`,
-    /// but to `except`'s team), so that proxies still being bypassed on the
-    /// way leave now, not at their lifetime's end.
-    fn leave(&self, s: &mut State, except: Option<TeamId>) {
-        let effects = s.router.give_up(except);
+    /// A closed terminal leaves its route: its neighbours (but those `skip`
+    /// names) learn it (`Gone`), so that proxies still being bypassed on
+    /// the way leave now, not at their lifetime's end.
+    fn leave(&self, s: &mut State, skip: impl Fn(Hop) -> bool) {
+        let effects = s.router.give_up(skip);
         self.apply(s, effects);
     }
 
@@ -517,7 +522,7 @@ impl End {
         }
         self.end(&mut s, Ended::Closed);
         if leave {
-            self.leave(&mut s, None);
+            self.leave(&mut s, |_| false);
         }
     }
 }

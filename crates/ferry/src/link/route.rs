@@ -343,7 +343,7 @@ impl<D: Clone> Router<D> {
             },
             Control::ProxyGone if self.decaying.contains(&from) => self.decaying.retain(|h| *h != from),
             Control::Gone if self.proxy => {
-                out.extend(self.give_up(Some(from.team)));
+                out.extend(self.give_up(|h| h == from));
                 return Ok(());
             }
             Control::Gone => out.push(Effect::Broken(from)),
@@ -353,17 +353,17 @@ impl<D: Clone> Router<D> {
         Ok(())
     }
 
-    /// Gives up (a proxy past its lifetime, or that lost a neighbour): tells
-    /// every neighbour but `except` that the route broke, and leaves.
-    pub fn give_up(&mut self, except: Option<TeamId>) -> Vec<Effect<D>> {
+    /// Gives up (a proxy past its lifetime, one that lost a neighbour, a
+    /// closed terminal leaving): tells every neighbour but those `skip`
+    /// names (the one that said so, a dead team's) that the route broke,
+    /// and leaves.
+    pub fn give_up(&mut self, skip: impl Fn(Hop) -> bool) -> Vec<Effect<D>> {
         if std::mem::replace(&mut self.gave_up, true) {
             return Vec::new();
         }
         // Gone from its team before any neighbour hears of it.
         let mut out = vec![Effect::Retire];
-        out.extend(
-            self.neighbours().filter(|h| Some(h.team) != except).map(|h| self.to(h, Body::Control(Control::Gone))),
-        );
+        out.extend(self.neighbours().filter(|h| !skip(*h)).map(|h| self.to(h, Body::Control(Control::Gone))));
         out
     }
 
