@@ -26,6 +26,9 @@ enum Command {
     /// (internal) the second process of the tour.
     #[command(hide = true)]
     TourChild,
+    /// (internal) the third process of the tour (a link's end passes through it).
+    #[command(hide = true)]
+    TourThird,
 }
 
 #[derive(Subcommand)]
@@ -75,6 +78,7 @@ fn main() {
     let result = match cli.command {
         Command::Tour => tour::run(),
         Command::TourChild => tour::child(),
+        Command::TourThird => tour::third(),
         Command::Bench { suite: BenchSuite::Pingpong(args) } => ferry_bench::pingpong::run(&args),
         Command::Bench { suite: BenchSuite::Rpc { args, breakdown } } => ferry_bench::rpc::run(&args, breakdown),
         Command::Bench { suite: BenchSuite::Large(args) } => ferry_bench::large::run(&args),

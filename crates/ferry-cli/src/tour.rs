@@ -1,6 +1,7 @@
 //! `ferry tour`: starts a second process and walks through the primitives
 //! between the two, printing what each costs: first with the two processes
 //! as two nodes of a cluster (TCP on loopback), then over shared memory.
+//! A third process only relays a link's end, which travels through both.
 
 use ferry::memory::{Key, Step};
 use ferry::rpc::RpcError;
@@ -108,13 +109,20 @@ pub fn run() -> Result<()> {
         .spawn()
         .map_err(ferry::Error::io("start the second process"))?;
     let _child = KillOnDrop(child);
+    let third = Command::new(std::env::current_exe().expect("own path"))
+        .arg("tour-third")
+        .env("FERRY_RUNTIME_DIR", &dir)
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(ferry::Error::io("start the third process"))?;
+    let _third = KillOnDrop(third);
     // Two cores, two processes: each side keeps one thread spinning at most.
     // Here the calling thread drives the team (no processor); the second
     // process runs everything as tasks on its one processor.
     let team = Team::builder().runtime_dir(&dir).processors(0).spin(Duration::from_micros(200)).start()?;
     let result = tcp_tour(&dir, ports).and_then(|()| tour(&team));
     team.shutdown();
-    drop(_child);
+    drop((_child, _third));
     result
 }
 
@@ -240,6 +248,91 @@ fn serve_links(team: &Team, name: &str) -> Result<()> {
         }
     }));
     Ok(())
+}
+
+/// A link whose end travels: from here to the other process, on to the
+/// third, and back, each holder saying who it is on it, while the end that
+/// stays here sends all along.
+fn moving_link_tour(team: &Team) -> Result<()> {
+    let home = team.open_named_port::<ferry::link::Link>("tour.home")?;
+    let first = team.connect_wait::<ferry::link::Link>("tour.relay", Duration::from_secs(10))?;
+    team.lookup_wait("tour.third", Duration::from_secs(10))?;
+    let (near, far) = team.link_pair()?;
+    let near = near.with_timeout(Duration::from_secs(10));
+    println!("\na link moving between three processes — {}:", near.id());
+    for i in 0..50u32 {
+        near.send(&i, Checkpoint::Immediate)?; // they wait in `far`, and travel with it
+    }
+    first.send(&far, Checkpoint::OnReceipt)?;
+    let far = home.recv_timeout(Duration::from_secs(10))?.into_value().with_timeout(Duration::from_secs(10));
+    let holders = [near.recv_blocking::<String>()?.value, near.recv_blocking::<String>()?.value];
+    let in_order = (0..50u32).all(|i| far.recv_blocking::<u32>().is_ok_and(|m| m.value == i));
+    println!("  its end went from team {} to {} and came back;", team.id(), holders.join(", then "));
+    println!(
+        "  the 50 messages sent to it meanwhile arrived {}",
+        if in_order { "once each, in order" } else { "WRONG" }
+    );
+    let mut far = Some(far);
+    show(
+        "a trip of the end through both other processes and back (3 moves)",
+        median_ns(50, || {
+            first.send(&far.take().unwrap(), Checkpoint::OnReceipt).unwrap();
+            far = Some(home.recv_timeout(Duration::from_secs(10)).unwrap().into_value());
+            for _ in 0..2 {
+                near.recv_blocking::<String>().unwrap();
+            }
+        }),
+    );
+    let far = far.take().unwrap();
+    show(
+        "then a 16-byte message from one end to the other (both here now)",
+        median_ns(ROUNDS, || {
+            near.send_bytes(&[7u8; 16], Checkpoint::Immediate).unwrap();
+            far.recv_bytes_blocking().unwrap();
+        }),
+    );
+    let t = Instant::now();
+    while team.link_routers().proxies > 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("  this team's link routers now: {:?} (no proxy stays once the route is repaired)", team.link_routers());
+    Ok(())
+}
+
+/// Passes every link end that comes to port `name` on to the port named
+/// `next`, after saying on it who holds it (a thread of its own: the tour
+/// keeps it simple).
+fn relay_ends(team: &Team, name: &str, next: &'static str) -> Result<()> {
+    let port = team.open_named_port::<ferry::link::Link>(name)?;
+    let team = team.clone();
+    std::thread::spawn(move || {
+        let mut to = None;
+        while let Ok(m) = port.recv_blocking() {
+            let end = m.into_value();
+            let _ = end.send(&format!("team {}", team.id()), Checkpoint::Immediate);
+            let to = match &mut to {
+                Some(to) => to,
+                None => match team.connect_wait::<ferry::link::Link>(next, Duration::from_secs(10)) {
+                    Ok(s) => to.insert(s),
+                    Err(_) => return,
+                },
+            };
+            if to.send(&end, Checkpoint::OnReceipt).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The third process: relays link ends back to the tour.
+pub fn third() -> Result<()> {
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    let team = Team::builder().processors(1).spin(Duration::from_micros(200)).start()?;
+    relay_ends(&team, "tour.third", "tour.home")?;
+    loop {
+        std::thread::park();
+    }
 }
 
 /// The key of the tour's regions (both processes know it).
@@ -382,6 +475,7 @@ fn tour(team: &Team) -> Result<()> {
     memory_tour(team, "tour.region")?;
     fifo_signal_tour(team, "tour")?;
     link_tour(team, "tour.links")?;
+    moving_link_tour(team)?;
 
     println!("\nbackpressure: Immediate sends into a receiver that does not keep up");
     echo.send(&b"pause".to_vec(), Checkpoint::OnDelivery)?; // the receiver stops reading for a while
@@ -405,7 +499,7 @@ fn tour(team: &Team) -> Result<()> {
         Err(e) => show(&format!("call failed with \"{e}\" after"), t.elapsed().as_nanos() as f64),
         Ok(_) => println!("  unexpected: the dead peer answered"),
     }
-    println!("\nmore primitives (links that move, groups, bulk transfer, ...) join this tour as they land.");
+    println!("\nmore primitives (groups, bulk transfer, ...) join this tour as they land.");
     Ok(())
 }
 
@@ -478,6 +572,7 @@ pub fn child() -> Result<()> {
     let _region = export_region(&team, "tour.region")?;
     let _signal = serve_fifo_and_signal(&team, "tour")?;
     serve_links(&team, "tour.links")?;
+    relay_ends(&team, "tour.relay", "tour.third")?;
     // Node 2 of the tour's cluster: the same services, reached over TCP.
     let ports = std::env::var("TOUR_TCP_PORTS").unwrap_or_default();
     let ports: Vec<u16> = ports.split(',').filter_map(|p| p.parse().ok()).collect();
