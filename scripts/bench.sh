@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a benchmark suite with every peer built in (installs what the peers
 # need first). Usage: scripts/bench.sh pingpong [--json] [--rounds N] ...
-# Suites: pingpong, rpc, memory (remote memory on one machine), tcp, large, scale (many peers: idle client teams
+# Suites: pingpong, rpc, memory (remote memory on one machine), links, tcp, large, scale (many peers: idle client teams
 # beside one caller, fan-in of 1..16 client processes), soak, crash.
 # `tcp` runs across two network namespaces (needs root; see
 # scripts/netns-lib.sh): the parent in one, its child processes in the other.

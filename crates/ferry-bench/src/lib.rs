@@ -36,6 +36,7 @@ mod harness;
 #[cfg(feature = "iceoryx2")]
 pub mod iceoryx2_peer;
 pub mod large;
+pub mod link_bench;
 mod memory;
 mod mpi_peer;
 pub mod oversub;
@@ -60,7 +61,9 @@ pub use harness::{pin_current_thread, run_suite, Case, ChildCtx, Params, Peer};
 pub use report::{CaseResult, Report};
 pub use shm::ShmRegion;
 pub use stats::{Stat, Stats};
-pub use suites::{all_cases, memory as memory_suite, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs};
+pub use suites::{
+    all_cases, links as links_suite, memory as memory_suite, pingpong, pingpong_cases, rpc, tcp_suite, BenchArgs,
+};
 
 /// A failed check of a bench (not of ferry) as the bench's error: `what`
 /// went wrong while doing `context`.

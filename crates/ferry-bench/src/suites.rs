@@ -40,6 +40,7 @@ pub fn all_cases() -> Vec<Case> {
     v.extend(rpc::cases());
     v.extend(crate::tcp::cases());
     v.extend(memory::cases());
+    v.extend(crate::link_bench::cases());
     v
 }
 
@@ -101,6 +102,27 @@ pub mod pingpong {
         ];
         let mut report = super::run("pingpong", pingpong_cases(), args, BASELINE, &targets);
         report.extra.insert("memory".into(), crate::memory::report());
+        print(&report, args, BASELINE);
+        Ok(())
+    }
+}
+
+pub mod links {
+    use super::*;
+
+    pub const BASELINE: &str = "floor.spin.two_line";
+
+    /// `ferry bench links` (see `link_bench.rs`): beside a port round trip
+    /// and the two-line floor.
+    pub fn run(args: &BenchArgs) -> ferry::Result<()> {
+        let targets = [
+            Target::p50("ferry.shm.link.moved", "ferry.shm.link.fresh", 1.10),
+            Target::p50("ferry.shm.link.fresh", "ferry.shm.spin", 1.1),
+        ];
+        let mut cases: Vec<Case> = crate::pingpong_floor_cases().into_iter().filter(|c| c.name == BASELINE).collect();
+        cases.extend(crate::ferry_pingpong::cases().into_iter().filter(|c| c.name == "ferry.shm.spin"));
+        cases.extend(crate::link_bench::cases());
+        let report = super::run("links", cases, args, BASELINE, &targets);
         print(&report, args, BASELINE);
         Ok(())
     }

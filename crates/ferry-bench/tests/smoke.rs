@@ -1,4 +1,4 @@
-//! Runs every pingpong case, ferry's RPC cases and remote memory's briefly, each in a real
+//! Runs every pingpong case, ferry's RPC cases, remote memory's and links' briefly, each in a real
 //! child process (this test binary re-executes itself, hence `harness =
 //! false` and our own main): a case that no longer starts (a setting the
 //! team refuses, say) fails here, not first in a benchmark run.
@@ -45,6 +45,7 @@ fn main() {
     cases.extend(ferry_bench::oversub::cases());
     cases.extend(ferry_bench::remote_memory::cases());
     cases.extend(ferry_bench::fifo_bench::cases());
+    cases.extend(ferry_bench::link_bench::cases());
     // A case several suites list (a floor, `ferry.shm.spin`) runs once.
     let mut named = std::collections::HashSet::new();
     cases.retain(|c| named.insert(c.name));

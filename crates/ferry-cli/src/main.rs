@@ -48,6 +48,9 @@ enum BenchSuite {
     /// processes (shared memory) and two nodes (TCP), beside a load and an
     /// atomic on shared memory, a TCP ping-pong, an RPC and MPI.
     Memory(ferry_bench::BenchArgs),
+    /// Links: a round trip on a fresh link and on one whose ends moved,
+    /// and an end's move with its route repaired, beside a port round trip.
+    Links(ferry_bench::BenchArgs),
     /// RPC between two nodes over TCP (run across two network namespaces
     /// by `scripts/bench.sh tcp`) beside a raw TCP ping-pong and ZeroMQ.
     Tcp(ferry_bench::BenchArgs),
@@ -85,6 +88,7 @@ fn main() {
         Command::Bench { suite: BenchSuite::Soak(args) } => ferry_bench::soak::run(&args),
         Command::Bench { suite: BenchSuite::Tcp(args) } => ferry_bench::tcp_suite::run(&args),
         Command::Bench { suite: BenchSuite::Memory(args) } => ferry_bench::memory_suite::run(&args),
+        Command::Bench { suite: BenchSuite::Links(args) } => ferry_bench::links_suite::run(&args),
         Command::Bench { suite: BenchSuite::Scale(args) } => ferry_bench::scale::run(&args),
         Command::Bench { suite: BenchSuite::Crash(args) } => match ferry_bench::crash::run(&args) {
             Ok(true) => Ok(()),
