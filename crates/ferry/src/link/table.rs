@@ -133,9 +133,7 @@ impl Links {
         answer.extend_from_slice(&wire::encode_window(Links::window(&team)));
         answer
     }
-}
 
-impl Links {
     /// A frame for a router that is not here (gone, or never here): its
     /// sender learns that its route broke here (`Gone`) — an end that
     /// adopted its place after its proxy gave up, say, would otherwise
