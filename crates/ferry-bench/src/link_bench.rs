@@ -1,5 +1,5 @@
 //! `ferry bench links` (issue 20): a round trip on a link between two
-//! teams over shared memory — fresh, and after both ends moved once and
+//! teams over shared memory (and between two nodes over TCP) — fresh, and after both ends moved once and
 //! the route was repaired — and the time an end takes to move there and
 //! back with its route repaired, beside a port round trip (`ferry.shm.spin`,
 //! run in the same suite) and the two-line floor.
@@ -16,18 +16,47 @@ use std::time::{Duration, Instant};
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case::new("ferry.shm.link.fresh", fresh_parent, fresh_child),
-        Case::new("ferry.shm.link.moved", moved_parent, moved_child),
-        Case::new("ferry.shm.link.move", move_parent, move_child),
+        Case::new("ferry.shm.link.fresh", |p, q| fresh_parent(p, q, Net::Shm), |c| fresh_child(c, Net::Shm)),
+        Case::new("ferry.shm.link.moved", |p, q| moved_parent(p, q, Net::Shm), |c| moved_child(c, Net::Shm)),
+        Case::new("ferry.shm.link.move", |p, q| move_parent(p, q, Net::Shm), |c| move_child(c, Net::Shm)),
+        Case::new("ferry.tcp.link.fresh", |p, q| fresh_parent(p, q, Net::Tcp), |c| fresh_child(c, Net::Tcp)),
+        Case::new("ferry.tcp.link.moved", |p, q| moved_parent(p, q, Net::Tcp), |c| moved_child(c, Net::Tcp)),
+        Case::new("ferry.tcp.link.move", |p, q| move_parent(p, q, Net::Tcp), |c| move_child(c, Net::Tcp)),
     ]
 }
 
 const PATIENCE: Duration = Duration::from_secs(10);
 const STOP: &[u8] = b"";
 
-fn start_team(run_id: &str) -> Team {
-    let b = Team::builder().runtime_dir(run_dir(run_id)).processors(0).spin(Duration::from_secs(5));
-    b.start().expect("start team")
+/// Where the two teams are: two processes of one node (shared memory), or
+/// two nodes of a cluster (TCP, on loopback unless `scripts/bench.sh tcp`'s
+/// addresses say otherwise), busy-polling as `ferry.tcp.busypoll.null`'s.
+#[derive(Clone, Copy)]
+enum Net {
+    Shm,
+    Tcp,
+}
+
+/// The team of one side (no processor: the measuring thread drives it) and
+/// the guard that removes its runtime dir.
+fn start_team(side: Side<'_>, net: Net) -> (Team, RemoveDir) {
+    match (net, side) {
+        (Net::Shm, side) => {
+            let run_id = match side {
+                Side::Parent(p) => &p.run_id,
+                Side::Child(c) => &c.run_id,
+            };
+            let b = Team::builder().runtime_dir(run_dir(run_id)).processors(0).spin(Duration::from_secs(5));
+            (b.start().expect("start team"), RemoveDir(run_dir(run_id)))
+        }
+        (Net::Tcp, Side::Parent(p)) => crate::tcp::parent_node(p, true, 0),
+        (Net::Tcp, Side::Child(c)) => crate::tcp::child_node(c, true, 0),
+    }
+}
+
+enum Side<'a> {
+    Parent(&'a Peer),
+    Child(&'a ChildCtx),
 }
 
 /// This side's port for ends, and a sender to the other side's.
@@ -71,41 +100,44 @@ fn echo(link: &Link) {
     }
 }
 
-/// The child's side of every case: its listener, its port, its team.
-fn child_side(ctx: &ChildCtx) -> (Team, ferry::link::LinkListener, Port<Link>, Sender<Link>) {
-    let team = start_team(&ctx.run_id);
+/// The child's side of every case: its team (and dir), listener and port.
+type ChildSide = ((Team, RemoveDir), ferry::link::LinkListener, Port<Link>, Sender<Link>);
+
+fn child_side(ctx: &ChildCtx, net: Net) -> ChildSide {
+    let (team, dir) = start_team(Side::Child(ctx), net);
     let listener = team.named_link_listener("bench.links").expect("listen");
     let (port, home) = ends_ports(&team, "bench.links.port", "bench.links.home");
-    (team, listener, port, home)
+    ((team, dir), listener, port, home)
 }
 
-/// The parent's side: its team, its port, and a link made at the child's listener.
-fn parent_side(peer: &Peer) -> (Team, Port<Link>, Sender<Link>, Link) {
-    let team = start_team(&peer.run_id);
+/// The parent's side: its team (and dir), its port, and a link made at
+/// the child's listener.
+type ParentSide = ((Team, RemoveDir), Port<Link>, Sender<Link>, Link);
+
+fn parent_side(peer: &Peer, net: Net) -> ParentSide {
+    let (team, dir) = start_team(Side::Parent(peer), net);
     let (port, there) = ends_ports(&team, "bench.links.home", "bench.links.port");
     let link = team.link_to(team.lookup_wait("bench.links", PATIENCE).expect("the listener")).expect("link_to");
-    (team, port, there, link)
+    ((team, dir), port, there, link)
 }
 
-fn fresh_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let _dir = RemoveDir(run_dir(&peer.run_id));
-    let (team, _port, _there, link) = parent_side(peer);
+fn fresh_parent(peer: &mut Peer, p: &Params, net: Net) -> Vec<f64> {
+    let ((team, _dir), _port, _there, link) = parent_side(peer, net);
     let samples = ping(&link, p);
     team.shutdown();
     samples
 }
 
-fn fresh_child(ctx: &ChildCtx) {
-    let (team, listener, _port, _home) = child_side(ctx);
+fn fresh_child(ctx: &ChildCtx, net: Net) {
+    let ((team, _dir), listener, _port, _home) = child_side(ctx, net);
     echo(&listener.accept_blocking().unwrap());
     team.shutdown();
 }
 
 /// Both ends swap teams (each moves once); once the route is repaired,
 /// the same round trips.
-fn moved_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let _dir = RemoveDir(run_dir(&peer.run_id));
-    let (team, port, there, link) = parent_side(peer);
+fn moved_parent(peer: &mut Peer, p: &Params, net: Net) -> Vec<f64> {
+    let ((team, _dir), port, there, link) = parent_side(peer, net);
     there.send(&link, Checkpoint::OnReceipt).unwrap();
     let link = port.recv_timeout(PATIENCE).unwrap().into_value();
     repaired(&team);
@@ -114,8 +146,8 @@ fn moved_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     samples
 }
 
-fn moved_child(ctx: &ChildCtx) {
-    let (team, listener, port, home) = child_side(ctx);
+fn moved_child(ctx: &ChildCtx, net: Net) {
+    let ((team, _dir), listener, port, home) = child_side(ctx, net);
     home.send(&listener.accept_blocking().unwrap(), Checkpoint::OnReceipt).unwrap();
     let link = port.recv_timeout(PATIENCE).unwrap().into_value();
     repaired(&team);
@@ -125,9 +157,8 @@ fn moved_child(ctx: &ChildCtx) {
 
 /// One end goes to the child and comes back (two moves), until this
 /// team's proxy of it left: per move.
-fn move_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
-    let _dir = RemoveDir(run_dir(&peer.run_id));
-    let (team, port, there, link) = parent_side(peer);
+fn move_parent(peer: &mut Peer, p: &Params, net: Net) -> Vec<f64> {
+    let ((team, _dir), port, there, link) = parent_side(peer, net);
     let mut link = Some(link);
     let samples = p.measure(p.iters_div(100), |n| {
         for _ in 0..n {
@@ -141,8 +172,8 @@ fn move_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     samples.into_iter().map(|ns| ns / 2.0).collect()
 }
 
-fn move_child(ctx: &ChildCtx) {
-    let (team, listener, port, home) = child_side(ctx);
+fn move_child(ctx: &ChildCtx, net: Net) {
+    let ((team, _dir), listener, port, home) = child_side(ctx, net);
     let other = listener.accept_blocking().unwrap();
     // Every end that comes goes back; the stop comes on the end it keeps.
     while other.try_recv::<u8>().is_none() {

@@ -112,15 +112,19 @@ pub mod links {
 
     pub const BASELINE: &str = "floor.spin.two_line";
 
-    /// `ferry bench links` (see `link_bench.rs`): beside a port round trip
-    /// and the two-line floor.
+    /// `ferry bench links` (see `link_bench.rs`): beside a port round trip,
+    /// a null RPC over TCP and the two-line floor.
     pub fn run(args: &BenchArgs) -> ferry::Result<()> {
         let targets = [
             Target::p50("ferry.shm.link.moved", "ferry.shm.link.fresh", 1.10),
             Target::p50("ferry.shm.link.fresh", "ferry.shm.spin", 1.1),
+            Target::p50("ferry.tcp.link.moved", "ferry.tcp.link.fresh", 1.10),
+            Target::p50("ferry.tcp.link.fresh", "ferry.tcp.busypoll.null", 1.1),
         ];
         let mut cases: Vec<Case> = crate::pingpong_floor_cases().into_iter().filter(|c| c.name == BASELINE).collect();
         cases.extend(crate::ferry_pingpong::cases().into_iter().filter(|c| c.name == "ferry.shm.spin"));
+        // Over TCP, beside a null RPC between the same two nodes, both busy-polling.
+        cases.extend(crate::tcp::cases().into_iter().filter(|c| c.name == "ferry.tcp.busypoll.null"));
         cases.extend(crate::link_bench::cases());
         let report = super::run("links", cases, args, BASELINE, &targets);
         print(&report, args, BASELINE);

@@ -444,6 +444,26 @@ fn team(run_id: &str, node: u16, ports: (u16, u16), busy: bool, processors: usiz
     b.cluster(cluster(node, ports)).start().expect("start team")
 }
 
+/// Node 1 of a two-node cluster with the child (node 2, [`child_node`]):
+/// the two sides trade their listening ports over the harness socket.
+/// Removes its runtime dir when dropped with the guard.
+pub(crate) fn parent_node(peer: &Peer, busy: bool, processors: usize) -> (Team, RemoveDir) {
+    let dir = RemoveDir(run_dir(&format!("{}-1", peer.run_id)));
+    let ours = free_port(parent_ip());
+    tell(&peer.sock, &ours.to_string());
+    let theirs: u16 = hear(&peer.sock).parse().unwrap();
+    (team(&peer.run_id, 1, (ours, theirs), busy, processors), dir)
+}
+
+/// Node 2 (see [`parent_node`]).
+pub(crate) fn child_node(ctx: &ChildCtx, busy: bool, processors: usize) -> (Team, RemoveDir) {
+    let dir = RemoveDir(run_dir(&format!("{}-2", ctx.run_id)));
+    let theirs: u16 = hear(&ctx.sock).parse().unwrap();
+    let ours = free_port(child_ip());
+    tell(&ctx.sock, &ours.to_string());
+    (team(&ctx.run_id, 2, (theirs, ours), busy, processors), dir)
+}
+
 /// The server: hears the client's port, picks its own (each side can
 /// only bind its own address), says it with its endpoint, then serves
 /// `Bench` until told to stop.

@@ -49,7 +49,8 @@ enum BenchSuite {
     /// atomic on shared memory, a TCP ping-pong, an RPC and MPI.
     Memory(ferry_bench::BenchArgs),
     /// Links: a round trip on a fresh link and on one whose ends moved,
-    /// and an end's move with its route repaired, beside a port round trip.
+    /// and an end's move with its route repaired, over shared memory and
+    /// TCP, beside a port round trip and a null RPC.
     Links(ferry_bench::BenchArgs),
     /// RPC between two nodes over TCP (run across two network namespaces
     /// by `scripts/bench.sh tcp`) beside a raw TCP ping-pong and ZeroMQ.
