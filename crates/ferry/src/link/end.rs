@@ -61,6 +61,9 @@ struct State {
     senders: Vec<Waker>,
     /// Why nothing more comes or goes, once it is so.
     ended: Option<Ended>,
+    /// The sender to the team frames went to last (most go to the outward
+    /// router's): saves the table's lookup per frame.
+    sender: Option<(TeamId, crate::port::RawSender)>,
 }
 
 struct Arrived {
@@ -132,6 +135,7 @@ impl End {
             receiver: None,
             senders: Vec::new(),
             ended: None,
+            sender: None,
         };
         let hop = state.router.hop();
         Arc::new(End { id, hop, team, links, state: Mutex::new(state) })
@@ -153,17 +157,22 @@ impl End {
     /// acknowledgement (under the state's lock: frames leave in order).
     fn post(&self, s: &mut State, seq: u64, body: Body<'_>) -> Result<()> {
         let data = Data { ack: s.stream.ack(), body }.encode();
-        self.send(s.router.send((seq, data)))
+        let m = s.router.send((seq, data));
+        self.send(s, m)
     }
 
     /// Sends a router's message to the router it names.
-    fn send(&self, m: route::Message<Numbered>) -> Result<()> {
+    fn send(&self, s: &mut State, m: route::Message<Numbered>) -> Result<()> {
         let what = match &m.body {
             route::Body::Data { toward, data: (seq, data) } => What::Data { toward: *toward, seq: *seq, data },
             route::Body::Control(c) => What::Control(c.clone()),
         };
         let f = Frame { link: self.id, to: (m.to.side, m.to.epoch), from: (m.from.side, m.from.epoch), what };
-        self.links.sender(m.to.team)?.post(&f.encode())
+        let sender = match &s.sender {
+            Some((team, sender)) if *team == m.to.team => sender,
+            _ => &s.sender.insert((m.to.team, self.links.sender(m.to.team)?)).1,
+        };
+        sender.post(&f.encode())
     }
 
     /// Does what the router asked.
@@ -172,7 +181,7 @@ impl End {
             match e {
                 Effect::Send(m) => {
                     let to = m.to.team;
-                    if let Err(e) = self.send(m) {
+                    if let Err(e) = self.send(s, m) {
                         tracing::debug!(link = %self.id, error = %e, "a link's frame could not go");
                         self.router_lost(s, to);
                     }
@@ -189,7 +198,7 @@ impl End {
                     if s.ended.is_some() || s.moved.is_some() {
                         continue;
                     }
-                    let taken = match s.stream.arrive(seq, &data) {
+                    let taken = match s.stream.arrive(seq, data) {
                         Ok(due) => due.iter().try_for_each(|f| self.take(s, f)),
                         Err(broken) => Err(broken),
                     };
