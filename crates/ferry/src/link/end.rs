@@ -199,7 +199,7 @@ impl End {
                         continue;
                     }
                     let taken = match s.stream.arrive(seq, data) {
-                        Ok(due) => due.iter().try_for_each(|f| self.take(s, f)),
+                        Ok(due) => due.into_iter().try_for_each(|f| self.take(s, f)),
                         Err(broken) => Err(broken),
                     };
                     if let Err(Broken(why)) = taken {
@@ -404,8 +404,8 @@ impl End {
     }
 
     /// Takes one frame due in order.
-    fn take(&self, s: &mut State, bytes: &[u8]) -> std::result::Result<(), Broken> {
-        let f = Data::decode(bytes).map_err(|e| Broken(e.to_string()))?;
+    fn take(&self, s: &mut State, frame: Vec<u8>) -> std::result::Result<(), Broken> {
+        let f = Data::decode(&frame).map_err(|e| Broken(e.to_string()))?;
         s.stream.took_ack(f.ack)?;
         s.probed = false;
         if !s.senders.is_empty() {
@@ -417,7 +417,11 @@ impl End {
                 if checkpoint == Checkpoint::OnReceipt {
                     self.post_control(s, Body::Answer { call, answer: Answer::Receipt, bytes: &[] });
                 }
-                s.queue.push_back(Arrived { checkpoint, call, bytes: bytes.to_vec() });
+                // The message's bytes end the frame: they stay where they came.
+                let at = frame.len() - bytes.len();
+                let mut bytes = frame;
+                bytes.drain(..at);
+                s.queue.push_back(Arrived { checkpoint, call, bytes });
                 if let Some(w) = s.receiver.take() {
                     w.wake();
                 }
