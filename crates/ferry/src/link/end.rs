@@ -513,6 +513,9 @@ impl End {
     /// The team holding the other end is gone.
     pub fn peer_gone(&self, peer: TeamId) {
         let mut s = self.state.lock();
+        if s.sender.as_ref().is_some_and(|(team, _)| *team == peer) {
+            s.sender = None; // Its channel goes with the peer.
+        }
         if s.router.neighbours().any(|h| h.team == peer) {
             self.router_lost(&mut s, peer);
         }
