@@ -191,7 +191,7 @@ impl End {
                         // Closed here: it waits (still a router of the
                         // route) only for the other end's close.
                         if matches!(Data::decode(&data), Ok(Data { body: Body::Close, .. })) {
-                            self.leave(s, |_| false);
+                            self.give_up(s, |_| false);
                         }
                         continue;
                     }
@@ -209,27 +209,26 @@ impl End {
                     }
                 }
                 Effect::Retire => self.links.forget(self.id, self.hop),
-                Effect::Broken(at) => match s.ended {
-                    // Closed here, it waited for the other end's close: no more.
-                    Some(Ended::Closed) => self.leave(s, |h| h == at),
-                    None if s.moved.is_none() => self.end(s, Ended::PeerGone(at.team)),
-                    _ => {}
-                },
+                Effect::Broken(at) => self.route_broke(s, at.team, |h| h == at),
             }
         }
     }
 
     /// A router next to this one is gone (its team, or the channel to it):
-    /// the end sees `PeerGone`; a proxy leaves (its neighbours learn it so too).
+    /// a proxy leaves (its neighbours learn it so too); a terminal's route broke.
     fn router_lost(&self, s: &mut State, team: TeamId) {
-        if s.router.is_proxy() {
-            let effects = s.router.give_up(|h| h.team == team);
-            self.apply(s, effects);
-            return;
+        match s.router.is_proxy() {
+            true => self.give_up(s, |h| h.team == team),
+            false => self.route_broke(s, team, |h| h.team == team),
         }
+    }
+
+    /// This terminal's route broke at `team`: its end sees `PeerGone`;
+    /// closed, it waited for the other end's close and leaves now (telling
+    /// its neighbours but those `skip` names).
+    fn route_broke(&self, s: &mut State, team: TeamId, skip: impl Fn(Hop) -> bool) {
         match s.ended {
-            // Closed here, it waited for the other end's close: no more.
-            Some(Ended::Closed) => self.leave(s, |h| h.team == team),
+            Some(Ended::Closed) => self.give_up(s, skip),
             None if s.moved.is_none() => self.end(s, Ended::PeerGone(team)),
             _ => {}
         }
@@ -241,15 +240,14 @@ impl End {
         let mut s = self.state.lock();
         if s.router.is_proxy() {
             tracing::warn!(link = %self.id, "a link's proxy was not bypassed within its lifetime: the route is given up");
-            let effects = s.router.give_up(|_| false);
-            self.apply(&mut s, effects);
+            self.give_up(&mut s, |_| false);
         }
     }
 
-    /// A closed terminal leaves its route: its neighbours (but those `skip`
+    /// This router leaves its route: its neighbours (but those `skip`
     /// names) learn it (`Gone`), so that proxies still being bypassed on
     /// the way leave now, not at their lifetime's end.
-    fn leave(&self, s: &mut State, skip: impl Fn(Hop) -> bool) {
+    fn give_up(&self, s: &mut State, skip: impl Fn(Hop) -> bool) {
         let effects = s.router.give_up(skip);
         self.apply(s, effects);
     }
@@ -526,7 +524,7 @@ impl End {
     /// Its router stays (answering its route's protocol, so that proxies
     /// on the way are bypassed and leave) until the other end's close
     /// comes; if the other end closed already, or is gone, it leaves now
-    /// and tells its neighbours (see `leave`).
+    /// and tells its neighbours (see `give_up`).
     fn close(&self) {
         let mut s = self.state.lock();
         if s.moved.is_some() {
@@ -538,7 +536,7 @@ impl End {
         }
         self.end(&mut s, Ended::Closed);
         if leave {
-            self.leave(&mut s, |_| false);
+            self.give_up(&mut s, |_| false);
         }
     }
 }

@@ -149,21 +149,33 @@ impl State {
         }
     }
 
-    /// Side `s`'s terminal learns its route broke at `team` (`End::apply`
-    /// on `Broken`, `End::router_lost`).
+    /// Side `s`'s terminal learns its route broke (`End::route_broke`).
     fn route_lost(&mut self, s: usize, skip: impl Fn(Hop) -> bool) {
-        if self.left[s] {
-        } else if self.closed[s] {
-            self.leave(s, skip);
-        } else if !self.peer_closed[s] {
-            if self.dead.is_none() {
-                self.broken = Some(format!("side {s}'s route broke with no team dead"));
-            }
-            self.gone[s] = true;
+        if self.left[s] || self.peer_closed[s] && !self.closed[s] {
+            return;
         }
+        if self.closed[s] {
+            return self.leave(s, skip);
+        }
+        if self.dead.is_none() {
+            self.broken = Some(format!("side {s}'s route broke with no team dead"));
+        }
+        self.gone[s] = true;
     }
 
-    /// Side `s`'s terminal leaves its route (`End::leave`).
+    /// Side `s`'s terminal sends its next frame (a message's, or its close);
+    /// returns its number.
+    fn send(&mut self, s: usize) -> Option<u64> {
+        let (t, epoch) = self.terminal[s]?;
+        let at = (t, s as u8, epoch);
+        let seq = self.sent[s];
+        self.sent[s] += 1;
+        let m = self.routers[&at].send(seq);
+        self.apply(at, vec![Effect::Send(m)]);
+        Some(seq)
+    }
+
+    /// Side `s`'s terminal leaves its route (`End::give_up`).
     fn leave(&mut self, s: usize, skip: impl Fn(Hop) -> bool) {
         let Some((t, epoch)) = self.terminal[s] else { return };
         let at = (t, s as u8, epoch);
@@ -263,12 +275,7 @@ impl Model for RouteModel {
         let mut s = last.clone();
         match action {
             Action::Send(i) => {
-                let (t, epoch) = s.terminal[i]?;
-                let at = (t, i as u8, epoch);
-                let seq = s.sent[i];
-                s.sent[i] += 1;
-                let m = s.routers[&at].send(seq);
-                s.apply(at, vec![Effect::Send(m)]);
+                s.send(i)?;
             }
             Action::Move(i, to) => {
                 let (t, epoch) = s.terminal[i].take()?;
@@ -283,13 +290,7 @@ impl Model for RouteModel {
                 if s.peer_closed[i] || s.gone[i] {
                     s.leave(i, |_| false);
                 } else {
-                    let (t, epoch) = s.terminal[i]?;
-                    let at = (t, i as u8, epoch);
-                    let seq = s.sent[i];
-                    s.sent[i] += 1;
-                    s.close_seq[i] = Some(seq);
-                    let m = s.routers[&at].send(seq);
-                    s.apply(at, vec![Effect::Send(m)]);
+                    s.close_seq[i] = Some(s.send(i)?);
                 }
             }
             Action::Kill(t) => {

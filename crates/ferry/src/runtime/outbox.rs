@@ -43,9 +43,9 @@ pub(crate) struct Queued {
     /// Finished with the answer, as for any send; by whoever fails it (or,
     /// for an `Immediate` send, writes it) here.
     pub completion: Arc<Completion>,
-    /// Posted (`RawSender::post`): never refused for room, as an answer is,
-    /// though its kind is a request's.
-    posted: bool,
+    /// Waits for room as long as its channel lives (an answer, or a frame
+    /// `RawSender::post` queued), rather than fail as an `Immediate` send does.
+    never_refused: bool,
     slot: Mutex<Slot>,
 }
 
@@ -75,15 +75,15 @@ impl Queued {
     /// An answer, or a posted frame, waiting for room: it waits as long as
     /// its channel lives (nobody waits on it).
     pub fn never_refused(header: Header, load: Load) -> Arc<Queued> {
-        Queued::made(header, Completion::detached(), load, header.kind.is_request())
+        Queued::made(header, Completion::detached(), load, true)
     }
 
-    fn made(header: Header, completion: Arc<Completion>, load: Load, posted: bool) -> Arc<Queued> {
+    fn made(header: Header, completion: Arc<Completion>, load: Load, never_refused: bool) -> Arc<Queued> {
         let len = match &load {
             Load::Bytes(b) => b.len(),
             _ => 0,
         };
-        Arc::new(Queued { header, len, completion, posted, slot: Mutex::new(Slot { load, waker: None }) })
+        Arc::new(Queued { header, len, completion, never_refused, slot: Mutex::new(Slot { load, waker: None }) })
     }
 
     /// A reply (no future waits on it), not a message of ours.
@@ -93,7 +93,7 @@ impl Queued {
 
     /// A message that never waits for room: fails with `WouldBlock` if there is none.
     fn is_immediate(&self) -> bool {
-        !self.posted && self.header.kind.is_request() && self.header.checkpoint() == Checkpoint::Immediate
+        !self.never_refused && self.header.kind.is_request() && self.header.checkpoint() == Checkpoint::Immediate
     }
 
     /// Whether it still waits to be sent.
