@@ -1,10 +1,11 @@
 //! `ferry bench links` (issue 20): a round trip on a link between two
-//! teams over shared memory (and between two nodes over TCP) — fresh, and after both ends moved once and
-//! the route was repaired — and the time an end takes to move there and
-//! back with its route repaired, beside a port round trip (`ferry.shm.spin`,
-//! run in the same suite) and the two-line floor.
+//! teams over shared memory, and between two nodes over TCP — fresh, and
+//! after both ends moved once and the route was repaired — and the time an
+//! end takes to move there and back with its route repaired, beside a port
+//! round trip (`ferry.shm.spin`), a null RPC over TCP and the two-line
+//! floor, run in the same suite.
 //!
-//! Both teams spin, as `ferry.shm.spin`'s do: the child listens for links
+//! Both teams spin (over TCP: busy-poll): the child listens for links
 //! (`bench.links`) and takes ends on its port (`bench.links.port`); the
 //! parent takes ends on its port (`bench.links.home`).
 

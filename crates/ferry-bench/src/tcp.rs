@@ -464,31 +464,28 @@ pub(crate) fn child_node(ctx: &ChildCtx, busy: bool, processors: usize) -> (Team
     (team(&ctx.run_id, 2, (theirs, ours), busy, processors), dir)
 }
 
-/// The server: hears the client's port, picks its own (each side can
-/// only bind its own address), says it with its endpoint, then serves
-/// `Bench` until told to stop.
+/// The server: trades its node's port with the client's (each side can
+/// only bind its own address), says its endpoint, then serves `Bench`
+/// until told to stop.
 fn serve(ctx: &ChildCtx, busy: bool) {
     serve_with(ctx, busy, |_| ())
 }
 
 /// [`serve`], with what `also` makes of the team (a region) kept meanwhile.
 pub(crate) fn serve_with<T>(ctx: &ChildCtx, busy: bool, also: impl FnOnce(&Team) -> T) {
-    let _dir = RemoveDir(run_dir(&format!("{}-2", ctx.run_id)));
-    let theirs: u16 = hear(&ctx.sock).parse().unwrap();
-    let ours = free_port(child_ip());
-    let team = team(&ctx.run_id, 2, (theirs, ours), busy, 1);
+    let (team, _dir) = child_node(ctx, busy, 1);
     let _also = also(&team);
     let stopped = Arc::new(AtomicBool::new(false));
     let _serving = BenchServer::serve(&team, "bench.tcp", BenchImpl::new(stopped.clone())).unwrap();
-    tell(&ctx.sock, &format!("{ours} {}", team.lookup("bench.tcp").unwrap()));
+    tell(&ctx.sock, &team.lookup("bench.tcp").unwrap().to_string());
     while !stopped.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(5));
     }
     team.shutdown();
 }
 
-/// The client: tells the child its port, hears the child's and the
-/// service's endpoint, starts its node, binds, measures.
+/// The client: trades its node's port with the child's, hears the
+/// service's endpoint, binds, measures.
 fn client(peer: &mut Peer, busy: bool, measure: impl FnOnce(&BenchClient) -> Vec<f64>) -> Vec<f64> {
     client_with_team(peer, busy, |c, _| measure(c))
 }
@@ -498,13 +495,8 @@ pub(crate) fn client_with_team(
     busy: bool,
     measure: impl FnOnce(&BenchClient, &Team) -> Vec<f64>,
 ) -> Vec<f64> {
-    let _dir = RemoveDir(run_dir(&format!("{}-1", peer.run_id)));
-    let ours = free_port(parent_ip());
-    tell(&peer.sock, &ours.to_string());
-    let answer = hear(&peer.sock);
-    let (theirs, ep) = answer.split_once(' ').expect("port and endpoint");
-    let team = team(&peer.run_id, 1, (ours, theirs.parse().unwrap()), busy, 0);
-    let c = BenchClient::bind_to(&team, ep.parse().unwrap()).expect("bind over TCP");
+    let (team, _dir) = parent_node(peer, busy, 0);
+    let c = BenchClient::bind_to(&team, hear(&peer.sock).parse().unwrap()).expect("bind over TCP");
     let samples = measure(&c, &team);
     c.stop_blocking().unwrap();
     drop(c);

@@ -101,21 +101,18 @@ pub fn run() -> Result<()> {
     let _cleanup = RemoveOnDrop(dir.clone());
     let ports = (free_port()?, free_port()?);
     println!("ferry tour — two processes on this machine, runtime dir {}", dir.display());
-    let child = Command::new(std::env::current_exe().expect("own path"))
-        .arg("tour-child")
-        .env("FERRY_RUNTIME_DIR", &dir)
-        .env("TOUR_TCP_PORTS", format!("{},{}", ports.0, ports.1))
-        .stdin(Stdio::piped())
-        .spawn()
-        .map_err(ferry::Error::io("start the second process"))?;
-    let _child = KillOnDrop(child);
-    let third = Command::new(std::env::current_exe().expect("own path"))
-        .arg("tour-third")
-        .env("FERRY_RUNTIME_DIR", &dir)
-        .stdin(Stdio::piped())
-        .spawn()
-        .map_err(ferry::Error::io("start the third process"))?;
-    let _third = KillOnDrop(third);
+    let start = |role: &str, ports: &str| -> Result<KillOnDrop> {
+        let child = Command::new(std::env::current_exe().expect("own path"))
+            .arg(role)
+            .env("FERRY_RUNTIME_DIR", &dir)
+            .env("TOUR_TCP_PORTS", ports)
+            .stdin(Stdio::piped())
+            .spawn()
+            .map_err(ferry::Error::io("start one of the tour's processes"))?;
+        Ok(KillOnDrop(child))
+    };
+    let _child = start("tour-child", &format!("{},{}", ports.0, ports.1))?;
+    let _third = start("tour-third", "")?;
     // Two cores, two processes: each side keeps one thread spinning at most.
     // Here the calling thread drives the team (no processor); the second
     // process runs everything as tasks on its one processor.
@@ -291,9 +288,10 @@ fn moving_link_tour(team: &Team) -> Result<()> {
             far.recv_bytes_blocking().unwrap();
         }),
     );
+    // This team has no processor: its frames are served while it waits.
     let t = Instant::now();
     while team.link_routers().proxies > 0 && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(1));
+        team.block_on(team.sleep(Duration::from_millis(1)));
     }
     println!("  this team's link routers now: {:?} (no proxy stays once the route is repaired)", team.link_routers());
     Ok(())
