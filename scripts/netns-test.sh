@@ -59,7 +59,7 @@ status=0
 # The multi-node scenarios; the transport conformance suite with its TCP
 # ends in namespaces a and b; the port and RPC suites' cases with their two
 # sides on nodes a and b (each case's `two_nodes::` instance).
-for run in "netns" "transport_conformance tcp_netns::" "ports two_nodes::" "rpc two_nodes::" "typed_payloads two_nodes::" "scheduler two_nodes::" "served two_nodes::" "memory two_nodes::" "fifo two_nodes::" "signal two_nodes::" "links two_nodes::"; do
+for run in "netns" "transport_conformance tcp_netns::" "ports two_nodes::" "rpc two_nodes::" "typed_payloads two_nodes::" "scheduler two_nodes::" "served two_nodes::" "memory two_nodes::" "fifo two_nodes::" "signal two_nodes::" "links two_nodes::" "link_stress netns::"; do
     read -r name filter <<<"$run"
     bin=$(test_bin "$name")
     FERRY_NETNS="$p" FERRY_NETNS_WORK="$work" "$bin" --ignored --test-threads=1 ${filter:+"$filter"} 2>&1 |

@@ -241,3 +241,65 @@ fn a_handler_holding_its_own_registration_goes_at_shutdown() {
     drop(handler);
     common::within(Duration::from_secs(10), "shutdown", move || team.shutdown());
 }
+
+/// Regression (the links stress test's hang on three nodes): a handler's
+/// post to a team with no channel yet bound one on the handler's own
+/// thread, whose wait drained the team's channels and so ran handlers
+/// again under the first one's locks (a link end's: it deadlocked). Now
+/// the post returns at once while a blocking thread binds; when that bind
+/// fails, every handler hears that the team is gone.
+#[test]
+fn a_handler_posting_to_a_team_not_bound_yet_never_waits() {
+    const POST: u8 = 204;
+    #[derive(Default)]
+    struct Poster {
+        sender: parking_lot::Mutex<Option<ferry::port::RawSender>>,
+        posted: parking_lot::Mutex<Option<(Duration, bool)>>,
+        gone: parking_lot::Mutex<Vec<TeamId>>,
+    }
+    impl FrameHandler for Poster {
+        fn serve(&self, frame: ServedFrame<'_>) {
+            let t = Instant::now();
+            let posted = self.sender.lock().as_ref().expect("set before").post(b"frame").is_ok();
+            *self.posted.lock() = Some((t.elapsed(), posted));
+            drop(frame);
+        }
+        fn peer_gone(&self, peer: TeamId) {
+            self.gone.lock().push(peer);
+        }
+    }
+    // Node 2 of the cluster: a socket that takes connections and never
+    // answers (its handshake times out, after 5 s).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let cluster = ferry::Cluster {
+        node: 1,
+        listen,
+        peers: [(2, silent.local_addr().unwrap())].into(),
+        key: Arc::from(&b"a cluster key of more than 16 bytes"[..]),
+        tls: None,
+        from: Default::default(),
+        handshakes_per_source: None,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).cluster(cluster).start().unwrap();
+    let handler = Arc::new(Poster::default());
+    let _serving = team.serve_frames(POST..=POST, handler.clone()).unwrap();
+    let far = TeamId { node: 2, team: 77, incarnation: 1 };
+    *handler.sender.lock() = Some(team.frame_sender(owner(&far), POST).unwrap());
+    team.frame_sender(owner(&team.id()), POST).unwrap().send(b"go", Checkpoint::OnReceipt).unwrap();
+    let t = Instant::now();
+    let (took, posted) = loop {
+        if let Some(p) = *handler.posted.lock() {
+            break p;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the handler never posted");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(posted, "the frame waits in the bind");
+    assert!(took < Duration::from_secs(1), "the handler's post waited {took:?} (a bind on its thread)");
+    while !handler.gone.lock().contains(&far) {
+        assert!(t.elapsed() < Duration::from_secs(20), "the failed bind was never told to the handler");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -91,6 +91,12 @@ impl Queued {
         !self.header.kind.is_request()
     }
 
+    /// An answer or a posted frame: nobody waits on it (its loss is told
+    /// another way).
+    pub fn is_unwatched(&self) -> bool {
+        self.never_refused
+    }
+
     /// A message that never waits for room: fails with `WouldBlock` if there is none.
     fn is_immediate(&self) -> bool {
         !self.never_refused && self.header.kind.is_request() && self.header.checkpoint() == Checkpoint::Immediate

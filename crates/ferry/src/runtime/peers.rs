@@ -296,8 +296,14 @@ impl TeamInner {
                 self.fail_immediate_sends(ch);
             }
             Err(e) => {
+                // Frames posted meanwhile are lost, and nobody waits on
+                // them: their primitives hear of it as of a channel gone.
+                let posted = queue.iter().any(|q| q.is_unwatched());
                 for q in queue {
                     q.fail(self, e.duplicate());
+                }
+                if posted && !self.is_shut_down() {
+                    self.served.peer_gone(bind.team);
                 }
             }
         }

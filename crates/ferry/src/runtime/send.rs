@@ -489,6 +489,21 @@ impl TeamInner {
         self.answer(ch, header, payload)
     }
 
+    /// [`TeamInner::post`] to a team whose channel `bind` is making (on a
+    /// blocking thread): the frame waits in the bind and goes first once
+    /// bound; this thread never waits.
+    pub fn post_when_bound(&self, bind: &Binding, header: Header, payload: &[u8]) -> Result<()> {
+        if payload.len() > self.cfg.max_message {
+            return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
+        }
+        match bind.join(|| Queued::never_refused(header, Load::Bytes(payload.to_vec()))) {
+            // Bound meanwhile (`join` queued nothing): posted as usual.
+            Some(Ok(ch)) => self.post(&ch, header, payload),
+            Some(Err(e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// An `Immediate` send: buffered in the channel now, or `WouldBlock`.
     pub fn send_immediate(&self, ch: &Arc<Channel>, header: Header, payload: &[u8]) -> Result<()> {
         let sent = self.send_message(ch, header, payload, false, None);

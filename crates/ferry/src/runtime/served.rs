@@ -24,6 +24,7 @@
 
 use super::channel::Channel;
 use super::payload::Payload;
+use super::peers::Route;
 use super::{Team, TeamInner};
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
@@ -222,18 +223,28 @@ impl RawSender {
     /// flow control bounds what it sends (a link's window), and which may
     /// hold its own locks meanwhile (no task hand-off is made: the frame's
     /// handler, even in this team, runs on the thread that drains it).
-    /// Binds on this thread if no channel is there yet. Fails only if the
-    /// channel is gone (`PeerGone`) or the frame is too large (`TooLarge`).
+    ///
+    /// It never waits, also for a bind: with no channel to the team yet,
+    /// a blocking thread binds one and the frame waits in that bind, to go
+    /// first once bound. (A handler posting from a thread that drains
+    /// channels must not bind there: the bind's wait drains them too, and
+    /// could run that handler again under its own locks, as the links
+    /// stress test found.) If the bind fails, the frame is lost with it
+    /// and every handler hears `peer_gone` for that team. Fails only if
+    /// the channel is gone (`PeerGone`), the team is out of reach
+    /// (`NoSuchTeam`), or the frame is too large (`TooLarge`).
     pub fn post(&self, bytes: &[u8]) -> Result<()> {
+        let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to().addr(), 0);
         let ch = match self.cached() {
             Some(ch) => ch,
-            None => {
-                let ch = self.team.channel_to(self.to().team_id())?;
-                self.channel.set(&ch);
-                ch
-            }
+            None => match self.team.route_async(self.to().team_id())? {
+                Route::Ready(ch) => {
+                    self.channel.set(&ch);
+                    ch
+                }
+                Route::Binding(bind) => return self.team.post_when_bound(&bind, h, bytes),
+            },
         };
-        let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to().addr(), 0);
         self.team.post(&ch, h, bytes)
     }
 
