@@ -18,7 +18,9 @@
 //! `rtt_instructions N tcp-null` makes N null calls one after the other on
 //! the same two nodes; `tcp-get` N 8-byte gets of a region of node 2
 //! (served by its runtime), `tcp-get-nodeadline` the same without the
-//! operations' default deadline.
+//! operations' default deadline. `rtt_instructions N link` bounces an
+//! 8-byte message on a link between two teams as `bounce` does on ports
+//! (`ferry.shm.link.fresh`'s path without its spinning).
 
 use ferry::{Checkpoint, Team};
 
@@ -45,6 +47,7 @@ fn main() {
         Some("tcp") => return tcp(n),
         Some(op @ ("tcp-null" | "tcp-get" | "tcp-get-nodeadline")) => return tcp_one_by_one(n, op),
         Some("inproc") => return inproc(n),
+        Some("link") => return link(n),
         _ => {}
     }
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
@@ -79,6 +82,35 @@ fn inproc(n: usize) {
     let team = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
     bounce(n, &team, &team);
     team.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `n` round trips of an 8-byte message on a link between two teams with
+/// no processor, this thread playing both ends (each blocking receive
+/// drives its team).
+fn link(n: usize) {
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
+    let b = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
+    let listener = b.link_listener().unwrap();
+    let to = listener.id();
+    // `link_to` drives team a on its thread; accepting drives team b here.
+    let (here, there) = std::thread::scope(|s| {
+        let opening = s.spawn(|| a.link_to(to).unwrap());
+        let there = listener.accept_blocking().unwrap();
+        (opening.join().unwrap(), there)
+    });
+    let msg = [7u8; 8];
+    for _ in 0..n {
+        here.send_bytes(&msg, Checkpoint::Immediate).unwrap();
+        let m = there.recv_bytes_blocking().unwrap();
+        there.send_bytes(&m.value, Checkpoint::Immediate).unwrap();
+        here.recv_bytes_blocking().unwrap();
+    }
+    drop((here, there, listener));
+    a.shutdown();
+    b.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,7 +1,7 @@
 //! One end of a link: what its holder sends and receives ([`Link`]), and
 //! what the team's handler hands it ([`End::arrive`]).
 
-use super::route::{self, Effect, Hop, Router};
+use super::route::{self, Effect, Hop, Router, Way};
 use super::stream::{Broken, Stream};
 use super::table::Links;
 use super::wire::{Answer, Body, Carried, Data, Frame, Queued, What};
@@ -64,7 +64,13 @@ struct State {
     /// The sender to the team frames went to last (most go to the outward
     /// router's): saves the table's lookup per frame.
     sender: Option<(TeamId, crate::port::RawSender)>,
+    /// Where frames are encoded before they are posted (kept: no
+    /// allocation per frame).
+    scratch: Vec<u8>,
 }
+
+/// Most bytes of the encoding buffer an end keeps between frames.
+const KEPT_SCRATCH: usize = 64 << 10;
 
 struct Arrived {
     checkpoint: Checkpoint,
@@ -136,6 +142,7 @@ impl End {
             senders: Vec::new(),
             ended: None,
             sender: None,
+            scratch: Vec::new(),
         };
         let hop = state.router.hop();
         Arc::new(End { id, hop, team, links, state: Mutex::new(state) })
@@ -153,26 +160,46 @@ impl End {
         self.state.lock().stream.window_out = w;
     }
 
-    /// Sends a frame to the other side, numbered `seq`, with this end's
-    /// acknowledgement (under the state's lock: frames leave in order).
+    /// Sends a frame of this end's own to the other side, numbered `seq`,
+    /// with this end's acknowledgement (under the state's lock: frames
+    /// leave in order).
     fn post(&self, s: &mut State, seq: u64, body: Body<'_>) -> Result<()> {
-        let data = Data { ack: s.stream.ack(), body }.encode();
-        let m = s.router.send((seq, data));
-        self.send(s, m)
+        let m = s.router.send(seq);
+        let route::Body::Data { toward, .. } = m.body else { unreachable!("a terminal's frame is data") };
+        let ack = s.stream.ack();
+        self.send(s, m.to.team, |out| {
+            // The frame's head, then its data: encoded once, in place.
+            let what = What::Data { toward, seq, data: &[] };
+            Frame { link: self.id, to: (m.to.side, m.to.epoch), from: (m.from.side, m.from.epoch), what }
+                .encode_into(out);
+            Data { ack, body }.encode_into(out);
+        })
     }
 
-    /// Sends a router's message to the router it names.
-    fn send(&self, s: &mut State, m: route::Message<Numbered>) -> Result<()> {
-        let what = match &m.body {
-            route::Body::Data { toward, data: (seq, data) } => What::Data { toward: *toward, seq: *seq, data },
-            route::Body::Control(c) => What::Control(c.clone()),
-        };
-        let f = Frame { link: self.id, to: (m.to.side, m.to.epoch), from: (m.from.side, m.from.epoch), what };
+    /// Sends the frame `encode` writes to team `to` (through the sender
+    /// it used last, if it is that team's).
+    fn send(&self, s: &mut State, to: TeamId, encode: impl FnOnce(&mut Vec<u8>)) -> Result<()> {
+        let mut frame = std::mem::take(&mut s.scratch);
+        frame.clear();
+        encode(&mut frame);
         let sender = match &s.sender {
-            Some((team, sender)) if *team == m.to.team => sender,
-            _ => &s.sender.insert((m.to.team, self.links.sender(m.to.team)?)).1,
+            Some((team, sender)) if *team == to => Ok(sender),
+            _ => self.links.sender(to).map(|sender| &s.sender.insert((to, sender)).1),
         };
-        sender.post(&f.encode())
+        let sent = sender.and_then(|sender| sender.post(&frame));
+        if frame.capacity() <= KEPT_SCRATCH {
+            s.scratch = frame;
+        }
+        sent
+    }
+
+    /// Passes a frame on to the router `to`; one it cannot reach is lost
+    /// (see `router_lost`).
+    fn pass(&self, s: &mut State, to: Hop, encode: impl FnOnce(&mut Vec<u8>)) {
+        if let Err(e) = self.send(s, to.team, encode) {
+            tracing::debug!(link = %self.id, error = %e, "a link's frame could not go");
+            self.router_lost(s, to.team);
+        }
     }
 
     /// Does what the router asked.
@@ -180,38 +207,53 @@ impl End {
         for e in effects {
             match e {
                 Effect::Send(m) => {
-                    let to = m.to.team;
-                    if let Err(e) = self.send(s, m) {
-                        tracing::debug!(link = %self.id, error = %e, "a link's frame could not go");
-                        self.router_lost(s, to);
-                    }
-                }
-                Effect::Deliver((seq, data)) => {
-                    if matches!(s.ended, Some(Ended::Closed)) {
-                        // Closed here: it waits (still a router of the
-                        // route) only for the other end's close.
-                        if matches!(Data::decode(&data), Ok(Data { body: Body::Close, .. })) {
-                            self.give_up(s, |_| false);
+                    let what = match &m.body {
+                        route::Body::Data { toward, data: (seq, data) } => {
+                            What::Data { toward: *toward, seq: *seq, data }
                         }
-                        continue;
-                    }
-                    if s.ended.is_some() || s.moved.is_some() {
-                        continue;
-                    }
-                    let taken = match s.stream.arrive(seq, data) {
-                        Ok(due) => due.into_iter().try_for_each(|f| self.take(s, f)),
-                        Err(broken) => Err(broken),
+                        route::Body::Control(c) => What::Control(c.clone()),
                     };
-                    if let Err(Broken(why)) = taken {
-                        tracing::warn!(link = %self.id, %why, "a link's peer broke its protocol");
-                        let peer = s.router.outward().team;
-                        self.end(s, Ended::Broken(peer, why));
-                    }
+                    let f =
+                        Frame { link: self.id, to: (m.to.side, m.to.epoch), from: (m.from.side, m.from.epoch), what };
+                    self.pass(s, m.to, |out| f.encode_into(out));
                 }
+                Effect::Deliver((seq, data)) => self.deliver(s, seq, &data),
                 Effect::Retire => self.links.forget(self.id, self.hop),
                 Effect::Broken(at) => self.route_broke(s, at.team, |h| h == at),
             }
         }
+    }
+
+    /// A frame of the other end's came to this terminal: put in order and
+    /// taken (it is copied only if it came ahead of its turn).
+    fn deliver(&self, s: &mut State, seq: u64, data: &[u8]) {
+        if matches!(s.ended, Some(Ended::Closed)) {
+            // Closed here: it waits (still a router of the route) only
+            // for the other end's close.
+            if matches!(Data::decode(data), Ok(Data { body: Body::Close, .. })) {
+                self.give_up(s, |_| false);
+            }
+            return;
+        }
+        if s.ended.is_some() || s.moved.is_some() {
+            return;
+        }
+        if let Err(Broken(why)) = self.take_due(s, seq, data) {
+            tracing::warn!(link = %self.id, %why, "a link's peer broke its protocol");
+            let peer = s.router.outward().team;
+            self.end(s, Ended::Broken(peer, why));
+        }
+    }
+
+    /// Takes the frame `seq` if it is due, then those that came ahead of it.
+    fn take_due(&self, s: &mut State, seq: u64, data: &[u8]) -> std::result::Result<(), Broken> {
+        if s.stream.arrive(seq, data)? {
+            self.take(s, data)?;
+        }
+        while let Some(frame) = s.stream.next_due() {
+            self.take(s, &frame)?;
+        }
+        Ok(())
     }
 
     /// A router next to this one is gone (its team, or the channel to it):
@@ -388,22 +430,38 @@ impl End {
 
     /// A frame for this router came from team `from` (the handler's part).
     pub fn arrive(&self, from: TeamId, f: Frame<'_>) {
-        let body = match f.what {
-            What::Data { toward, seq, data } => route::Body::Data { toward, data: (seq, data.to_vec()) },
-            What::Control(c) => route::Body::Control(c),
-        };
-        let m = route::Message { from: Hop { team: from, side: f.from.0, epoch: f.from.1 }, to: self.hop, body };
+        let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
         let mut s = self.state.lock();
-        match s.router.receive(m) {
-            Ok(effects) => self.apply(&mut s, effects),
-            // Not on the route this link set up: a team cannot join a link by its id.
-            Err(off) => tracing::warn!(link = %self.id, %from, why = off.0, "a link's frame off its route"),
-        }
+        let off = match f.what {
+            // A frame of the ends' own: taken, or passed on, where it is.
+            What::Data { toward, seq, data } => match s.router.way(from, toward) {
+                Ok(Way::Deliver) => return self.deliver(&mut s, seq, data),
+                Ok(Way::Forward(to)) => {
+                    let f = Frame {
+                        link: self.id,
+                        to: (to.side, to.epoch),
+                        from: (self.hop.side, self.hop.epoch),
+                        what: What::Data { toward, seq, data },
+                    };
+                    return self.pass(&mut s, to, |out| f.encode_into(out));
+                }
+                Ok(Way::Hold) => return s.router.hold((seq, data.to_vec())),
+                Err(off) => off,
+            },
+            What::Control(c) => {
+                match s.router.receive(route::Message { from, to: self.hop, body: route::Body::Control(c) }) {
+                    Ok(effects) => return self.apply(&mut s, effects),
+                    Err(off) => off,
+                }
+            }
+        };
+        // Not on the route this link set up: a team cannot join a link by its id.
+        tracing::warn!(link = %self.id, from = %from.team, why = off.0, "a link's frame off its route");
     }
 
     /// Takes one frame due in order.
-    fn take(&self, s: &mut State, frame: Vec<u8>) -> std::result::Result<(), Broken> {
-        let f = Data::decode(&frame).map_err(|e| Broken(e.to_string()))?;
+    fn take(&self, s: &mut State, frame: &[u8]) -> std::result::Result<(), Broken> {
+        let f = Data::decode(frame).map_err(|e| Broken(e.to_string()))?;
         s.stream.took_ack(f.ack)?;
         s.probed = false;
         if !s.senders.is_empty() {
@@ -415,11 +473,7 @@ impl End {
                 if checkpoint == Checkpoint::OnReceipt {
                     self.post_control(s, Body::Answer { call, answer: Answer::Receipt, bytes: &[] });
                 }
-                // The message's bytes end the frame: they stay where they came.
-                let at = frame.len() - bytes.len();
-                let mut bytes = frame;
-                bytes.drain(..at);
-                s.queue.push_back(Arrived { checkpoint, call, bytes });
+                s.queue.push_back(Arrived { checkpoint, call, bytes: bytes.to_vec() });
                 if let Some(w) = s.receiver.take() {
                     w.wake();
                 }
@@ -658,6 +712,12 @@ impl Link {
 
     /// [`Link::send_bytes_async`], blocking this thread (spin, then park).
     pub fn send_bytes(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
+        if checkpoint == Checkpoint::Immediate {
+            // It never waits (no room is `WouldBlock`): one poll, no future.
+            if let Poll::Ready(sent) = self.end.poll_send(&mut Context::from_waker(Waker::noop()), bytes, checkpoint) {
+                return sent.map(|_| Vec::new());
+            }
+        }
         idle::block_on(&self.end.team, self.send_bytes_async(bytes, checkpoint))
     }
 

@@ -101,6 +101,17 @@ pub(crate) enum Body<D> {
     Control(Control),
 }
 
+/// Where a frame of the ends' own goes from a router ([`Router::way`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Way {
+    /// To this terminal's end.
+    Deliver,
+    /// On, to the router named.
+    Forward(Hop),
+    /// Kept by a proxy not adopted yet ([`Router::hold`]).
+    Hold,
+}
+
 /// What a router asks its caller to do.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub(crate) enum Effect<D> {
@@ -202,9 +213,33 @@ impl<D: Clone> Router<D> {
         std::iter::once(self.outward).chain(self.inward).chain(self.announced).chain(self.decaying.iter().copied())
     }
 
-    /// A frame from this terminal's end, to the other side.
-    pub fn send(&self, data: D) -> Message<D> {
+    /// A frame from this terminal's end, to the other side (`data`: what
+    /// its caller makes of it; the router keeps nothing of it).
+    pub fn send<E>(&self, data: E) -> Message<E> {
         Message { from: self.me, to: self.outward, body: Body::Data { toward: self.me.side.other(), data } }
+    }
+
+    /// Where a frame of the ends' own from `from`, going to side
+    /// `toward`, goes from here ([`Router::receive`]'s part for such
+    /// frames: its caller may so take one without copying it first).
+    pub fn way(&self, from: Hop, toward: Side) -> Result<Way, OffRoute> {
+        if !self.takes_from(from) {
+            return Err(OffRoute("a frame from a router off this route"));
+        }
+        Ok(match (self.proxy, toward == self.me.side) {
+            (false, true) => Way::Deliver,
+            (false, false) => return Err(OffRoute("a terminal's own direction came back to it")),
+            (true, true) => match self.inward {
+                Some(z) => Way::Forward(z),
+                None => Way::Hold,
+            },
+            (true, false) => Way::Forward(self.outward),
+        })
+    }
+
+    /// Keeps a frame for the end until its adopter is known ([`Way::Hold`]).
+    pub fn hold(&mut self, data: D) {
+        self.held.push_back(data);
     }
 
     /// This terminal's end moves away (`token`: drawn at random): it
@@ -251,27 +286,18 @@ impl<D: Clone> Router<D> {
             self.maybe_bypass(&mut out);
             return Ok(out);
         }
-        if !self.takes_from(m.from) {
-            return Err(OffRoute("a frame from a router off this route"));
-        }
         match m.body {
-            Body::Data { toward, data } => self.route(toward, data, &mut out)?,
+            Body::Data { toward, data } => match self.way(m.from, toward)? {
+                Way::Deliver => out.push(Effect::Deliver(data)),
+                Way::Forward(to) => out.push(self.to(to, Body::Data { toward, data })),
+                Way::Hold => self.hold(data),
+            },
+            Body::Control(_) if !self.takes_from(m.from) => {
+                return Err(OffRoute("a frame from a router off this route"));
+            }
             Body::Control(c) => self.control(m.from, c, &mut out)?,
         }
         Ok(out)
-    }
-
-    fn route(&mut self, toward: Side, data: D, out: &mut Vec<Effect<D>>) -> Result<(), OffRoute> {
-        match (self.proxy, toward == self.me.side) {
-            (false, true) => out.push(Effect::Deliver(data)),
-            (false, false) => return Err(OffRoute("a terminal's own direction came back to it")),
-            (true, true) => match self.inward {
-                Some(z) => out.push(self.to(z, Body::Data { toward, data })),
-                None => self.held.push_back(data),
-            },
-            (true, false) => out.push(self.to(self.outward, Body::Data { toward, data })),
-        }
-        Ok(())
     }
 
     fn control(&mut self, from: Hop, c: Control, out: &mut Vec<Effect<D>>) -> Result<(), OffRoute> {

@@ -86,28 +86,32 @@ impl Stream {
         self.sent.messages - self.granted.messages
     }
 
-    /// A frame numbered `seq` came (its bytes `frame`): the frames now due,
-    /// in order, for the caller to take (each with [`Stream::took`] for its
-    /// acknowledgement, [`Stream::received`] for a message).
-    pub fn arrive(&mut self, seq: u64, frame: Vec<u8>) -> Result<Vec<Vec<u8>>, Broken> {
-        if seq < self.next_in || self.early.contains_key(&seq) {
+    /// A frame numbered `seq` came (its bytes `frame`): `true` if it is
+    /// due now — the caller takes it (each with [`Stream::took_ack`] for
+    /// its acknowledgement, [`Stream::received`] for a message), then
+    /// every frame [`Stream::next_due`] gives; else a copy waits here for
+    /// its turn.
+    pub fn arrive(&mut self, seq: u64, frame: &[u8]) -> Result<bool, Broken> {
+        if seq < self.next_in || (!self.early.is_empty() && self.early.contains_key(&seq)) {
             return Err(Broken(format!("frame {seq} came twice")));
         }
         if seq - self.next_in >= most_early(self.window_in) {
             return Err(Broken(format!("frame {seq} came when {} was due", self.next_in)));
         }
-        if seq == self.next_in && self.early.is_empty() {
-            // In order (the common case): due at once, kept nowhere.
+        if seq == self.next_in {
+            // In order (the common case): taken at once, kept nowhere.
             self.next_in += 1;
-            return Ok(vec![frame]);
+            return Ok(true);
         }
-        self.early.insert(seq, frame);
-        let mut due = Vec::new();
-        while let Some(f) = self.early.remove(&self.next_in) {
-            due.push(f);
-            self.next_in += 1;
-        }
-        Ok(due)
+        self.early.insert(seq, frame.to_vec());
+        Ok(false)
+    }
+
+    /// A frame that came ahead of its turn and is due now.
+    pub fn next_due(&mut self) -> Option<Vec<u8>> {
+        let frame = self.early.remove(&self.next_in)?;
+        self.next_in += 1;
+        Some(frame)
     }
 
     /// A due frame's acknowledgement: what the peer consumed of ours.
@@ -225,11 +229,14 @@ mod tests {
     #[test]
     fn frames_are_taken_in_order_and_duplicates_break_the_link() {
         let mut s = Stream::new(W, W);
-        assert_eq!(s.arrive(1, b"b".to_vec()).unwrap(), Vec::<Vec<u8>>::new());
-        assert_eq!(s.arrive(0, b"a".to_vec()).unwrap(), vec![b"a".to_vec(), b"b".to_vec()]);
-        assert_eq!(s.arrive(2, b"c".to_vec()).unwrap(), vec![b"c".to_vec()]);
-        assert!(s.arrive(1, b"b".to_vec()).is_err());
-        assert!(s.arrive(3 + most_early(W), b"far".to_vec()).is_err());
+        assert_eq!(s.arrive(1, b"b"), Ok(false), "kept for its turn");
+        assert_eq!(s.next_due(), None);
+        assert_eq!(s.arrive(0, b"a"), Ok(true), "due at once");
+        assert_eq!(s.next_due(), Some(b"b".to_vec()), "its turn came");
+        assert_eq!(s.next_due(), None);
+        assert_eq!(s.arrive(2, b"c"), Ok(true));
+        assert!(s.arrive(1, b"b").is_err());
+        assert!(s.arrive(3 + most_early(W), b"far").is_err());
     }
 
     #[test]

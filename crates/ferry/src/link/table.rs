@@ -28,8 +28,9 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) struct Links {
     team: Weak<TeamInner>,
     /// Routers by link, side and epoch: the ends this team holds, and the
-    /// proxies ends that moved away left.
-    ends: Mutex<HashMap<(LinkId, Side, u32), Arc<End>>>,
+    /// proxies ends that moved away left. (Peers choose the ids looked up
+    /// here: the hash is seeded per process, not a fixed one as FxHash.)
+    ends: Mutex<foldhash::HashMap<(LinkId, Side, u32), Arc<End>>>,
     /// Senders of link frames, by team.
     senders: Mutex<HashMap<TeamId, RawSender>>,
     listeners: Mutex<HashMap<u32, Arc<Listening>>>,

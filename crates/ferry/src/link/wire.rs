@@ -136,27 +136,35 @@ fn side(b: u8) -> Result<Side, FrameError> {
 impl Frame<'_> {
     /// Its bytes.
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEAD + 32);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends its bytes to `out` (a data frame's bytes come last: a frame
+    /// with empty `data` followed by [`Data::encode_into`] is the frame
+    /// with that data, encoded once).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         let seq = match self.what {
             What::Data { seq, .. } => seq,
             What::Control(_) => 0,
         };
-        let mut out = Vec::with_capacity(HEAD + 32);
-        out.extend_from_slice(&Route { id: self.link.0, seq }.encode());
-        for (side, epoch) in [self.to, self.from] {
-            out.push(side as u8);
-            out.extend_from_slice(&epoch.to_le_bytes());
+        // The head in one piece (one copy into `out`).
+        let mut head = [0u8; HEAD];
+        head[..Route::LEN].copy_from_slice(&Route { id: self.link.0, seq }.encode());
+        for (at, (side, epoch)) in [(Route::LEN, self.to), (Route::LEN + 5, self.from)] {
+            head[at] = side as u8;
+            head[at + 1..at + 5].copy_from_slice(&epoch.to_le_bytes());
         }
+        head[HEAD - 1] = match &self.what {
+            What::Data { toward, .. } => 1 + *toward as u8,
+            What::Control(_) => 0,
+        };
+        out.extend_from_slice(&head);
         match &self.what {
-            What::Data { toward, data, .. } => {
-                out.push(1 + *toward as u8);
-                out.extend_from_slice(data);
-            }
-            What::Control(c) => {
-                out.push(0);
-                encode_control(c, &mut out);
-            }
+            What::Data { data, .. } => out.extend_from_slice(data),
+            What::Control(c) => encode_control(c, out),
         }
-        out
     }
 
     /// The frame `b` holds (a data frame's own bytes are checked by [`Data::decode`]).
@@ -249,35 +257,40 @@ fn decode_control(b: &[u8]) -> Result<Control, FrameError> {
 impl Data<'_> {
     /// Its bytes (a data frame's `data`).
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends its bytes to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         let extra = match &self.body {
             Body::Message { bytes, .. } | Body::Answer { bytes, .. } => 5 + bytes.len(),
             Body::Credit | Body::Probe | Body::Close => 0,
         };
-        let mut out = Vec::with_capacity(17 + extra);
-        let op = match self.body {
-            Body::Message { .. } => MESSAGE,
-            Body::Answer { .. } => ANSWER,
-            Body::Credit => CREDIT,
-            Body::Probe => PROBE,
-            Body::Close => CLOSE,
+        out.reserve(17 + extra);
+        // The op, the acknowledgement and (a message's or an answer's) tag
+        // and call number, in one piece; then the bytes.
+        let mut head = [0u8; 22];
+        let (op, tagged) = match self.body {
+            Body::Message { checkpoint, call, bytes } => (MESSAGE, Some((checkpoint as u8, call, bytes))),
+            Body::Answer { call, answer, bytes } => (ANSWER, Some((answer as u8, call, bytes))),
+            Body::Credit => (CREDIT, None),
+            Body::Probe => (PROBE, None),
+            Body::Close => (CLOSE, None),
         };
-        out.push(op);
-        out.extend_from_slice(&self.ack.messages.to_le_bytes());
-        out.extend_from_slice(&self.ack.bytes.to_le_bytes());
-        match &self.body {
-            Body::Message { checkpoint, call, bytes } => {
-                out.push(*checkpoint as u8);
-                out.extend_from_slice(&call.to_le_bytes());
+        head[0] = op;
+        head[1..9].copy_from_slice(&self.ack.messages.to_le_bytes());
+        head[9..17].copy_from_slice(&self.ack.bytes.to_le_bytes());
+        match tagged {
+            Some((tag, call, bytes)) => {
+                head[17] = tag;
+                head[18..22].copy_from_slice(&call.to_le_bytes());
+                out.extend_from_slice(&head);
                 out.extend_from_slice(bytes);
             }
-            Body::Answer { call, answer, bytes } => {
-                out.push(*answer as u8);
-                out.extend_from_slice(&call.to_le_bytes());
-                out.extend_from_slice(bytes);
-            }
-            Body::Credit | Body::Probe | Body::Close => {}
+            None => out.extend_from_slice(&head[..17]),
         }
-        out
     }
 
     /// The end's frame `b` holds.

@@ -10,6 +10,7 @@ use super::handoff;
 use super::idle;
 use super::inbox::Offer;
 use super::payload::Payload;
+use super::served::FrameBytes;
 use super::team::TeamInner;
 use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::Addr;
@@ -354,7 +355,8 @@ impl TeamInner {
     #[inline(never)]
     fn route_served(&self, ch: &Arc<Channel>, h: &Header, body: Body<'_>) {
         match body {
-            Body::Inline(p) => self.serve_frame(ch, h, Payload::from_slice(p)),
+            // Copied first (a handler never reads what the peer can still write).
+            Body::Inline(p) => Payload::with_copy(p, |b| self.serve_frame(ch, h, FrameBytes::Copied(b))),
             Body::Detached(slot) => {
                 let d = slot.take().expect("a detached body is offered once");
                 match d.len() > self.cfg.max_message {
@@ -365,7 +367,7 @@ impl TeamInner {
                         NackReason::TooLarge,
                         &Nack::too_large(d.len() as u64, self.cfg.max_message as u64),
                     ),
-                    false => self.serve_frame(ch, h, Payload::Detached(d)),
+                    false => self.serve_frame(ch, h, FrameBytes::Payload(Payload::Detached(d))),
                 }
             }
         }

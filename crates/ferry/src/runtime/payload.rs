@@ -55,20 +55,22 @@ impl Payload {
     /// a buffer this thread reuses (warm memory: no page faults), so a
     /// decoder never reads memory the peer can still write.
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        if let Some(b) = self.as_local() {
-            return f(b);
+        match self.as_local() {
+            Some(b) => f(b),
+            None => with_scratch(|buf| self.read_into(buf), f),
         }
-        thread_local! {
-            static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-        }
-        // Taken out while in use: `f` may decode another payload meanwhile.
-        let mut buf = SCRATCH.take();
-        self.read_into(&mut buf);
-        let r = f(&buf);
-        if buf.capacity() <= MAX_SCRATCH {
-            SCRATCH.set(buf);
-        }
-        r
+    }
+
+    /// Runs `f` on a copy of `bytes` (which a peer may still write) made in
+    /// a buffer this thread reuses: no allocation per message.
+    pub fn with_copy<R>(bytes: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+        with_scratch(
+            |buf| {
+                buf.clear();
+                buf.extend_from_slice(bytes);
+            },
+            f,
+        )
     }
 
     /// Copies the first bytes into `out` (as many as fit), without copying
@@ -152,6 +154,23 @@ const SHARE_ABOVE: usize = 64 << 10;
 /// Largest scratch buffer a thread keeps between payloads (a larger one is
 /// freed after use, so one huge message does not pin its size forever).
 const MAX_SCRATCH: usize = 256 << 20;
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on what `fill` writes into this thread's scratch buffer
+/// (kept warm: no page faults), taken out while in use (`f` may decode
+/// another payload meanwhile).
+fn with_scratch<R>(fill: impl FnOnce(&mut Vec<u8>), f: impl FnOnce(&[u8]) -> R) -> R {
+    let mut buf = SCRATCH.take();
+    fill(&mut buf);
+    let r = f(&buf);
+    if buf.capacity() <= MAX_SCRATCH {
+        SCRATCH.set(buf);
+    }
+    r
+}
 
 impl From<Vec<u8>> for Payload {
     fn from(v: Vec<u8>) -> Payload {

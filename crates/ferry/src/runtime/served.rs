@@ -260,8 +260,15 @@ pub struct ServedFrame<'a> {
     team: &'a TeamInner,
     ch: &'a Arc<Channel>,
     header: &'a Header,
-    payload: Payload,
+    payload: FrameBytes<'a>,
     answered: bool,
+}
+
+/// A served frame's bytes: copied already (out of a ring the peer can
+/// write), or where they arrived.
+pub(super) enum FrameBytes<'a> {
+    Copied(&'a [u8]),
+    Payload(Payload),
 }
 
 impl ServedFrame<'_> {
@@ -304,7 +311,10 @@ impl ServedFrame<'_> {
     /// Runs `f` on the payload's bytes (copied first if they are in the
     /// peer's memory: a handler never reads memory the peer can write).
     pub fn with_payload<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        self.payload.with_bytes(f)
+        match &self.payload {
+            FrameBytes::Copied(b) => f(b),
+            FrameBytes::Payload(p) => p.with_bytes(f),
+        }
     }
 
     /// Answers with `bytes` (a sender waiting `OnReturn` gets them; one
@@ -404,7 +414,7 @@ impl TeamInner {
     }
 
     /// Runs the handler of a served frame (the receive path's part).
-    pub(super) fn serve_frame(&self, ch: &Arc<Channel>, h: &Header, payload: Payload) {
+    pub(super) fn serve_frame(&self, ch: &Arc<Channel>, h: &Header, payload: FrameBytes<'_>) {
         let kind = h.kind.to_u8();
         let Some(handler) = self.served.handler(kind) else {
             self.nack(ch, h, NackReason::NotServed, &[kind]);

@@ -1279,7 +1279,10 @@ pub fn link_frames(data: &[u8]) {
     while !input.is_empty() {
         let seq = u64::from(input.u16());
         let len = usize::from(input.byte());
-        let Ok(due) = stream.arrive(seq, input.bytes(len).to_vec()) else { return };
+        let frame = input.bytes(len);
+        let Ok(now) = stream.arrive(seq, frame) else { return };
+        let mut due: Vec<Vec<u8>> = if now { vec![frame.to_vec()] } else { Vec::new() };
+        due.extend(std::iter::from_fn(|| stream.next_due()));
         for bytes in due {
             let Ok(d) = Data::decode(&bytes) else { return };
             if stream.took_ack(d.ack).is_err() {
@@ -1409,7 +1412,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             let open = Open { link: LinkId(5), window };
             add("link_frames", "open", [&[0u8][..], &open.encode()].concat());
             let mut stream = Stream::new(window, window);
-            stream.arrive(0, message.clone()).unwrap();
+            stream.arrive(0, &message).unwrap();
             stream.received(5).unwrap();
             let moved = Moved { proxy: hop, epoch: 1, token: 77 };
             let queue = vec![Queued { checkpoint: Checkpoint::OnReturn, call: 1, bytes: b"hello".to_vec() }];
