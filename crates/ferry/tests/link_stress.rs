@@ -117,7 +117,8 @@ fn passer(dir: &str, me: usize) {
         let mut h = match port.recv_timeout(Duration::from_millis(500)) {
             Ok(m) => m.into_value(),
             Err(Error::DeadlineExceeded) => {
-                common::say(format!("idle {passed} {broken} {}", team.link_routers().proxies));
+                let r = team.link_routers();
+                common::say(format!("idle {passed} {broken} {} {}", r.off_route, r.proxies));
                 continue;
             }
             Err(e) => panic!("receive: {e}"),
@@ -248,6 +249,9 @@ fn home(dir: &str, kill_one: bool) {
     } else {
         assert!(whole > 0, "some links survive the kill");
     }
+    if !kill_one {
+        assert_eq!(home.link_routers().off_route, 0, "frames came off their route");
+    }
     // No proxy stays anywhere that lives.
     let t = Instant::now();
     while home.link_routers().proxies > 0 {
@@ -289,12 +293,15 @@ fn run(kill_one: bool, nodes: bool) {
     println!("links stress: {}", home.expect("whole", Duration::from_secs(150)));
     home.expect("done", Duration::from_secs(30));
     assert!(home.wait_exit(Duration::from_secs(10)).is_some_and(|s| s.success()), "the home team failed");
-    // No proxy stays in a passer that lives.
+    // No proxy stays in a passer that lives; without a kill, no frame
+    // came off its route ("idle PASSED BROKEN OFF-ROUTE PROXIES").
     for (i, c) in passers.iter_mut().enumerate().filter(|(i, _)| !(kill_one && *i == 2)) {
         let t = Instant::now();
         loop {
             let line = c.expect("idle", Duration::from_secs(10));
-            if line.ends_with(" 0") {
+            let counts: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+            assert!(kill_one || counts[2] == 0, "passer {i}: frames came off their route: {line}");
+            if counts[3] == 0 {
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(10), "passer {i} keeps proxies: {line}");

@@ -414,7 +414,7 @@ fn an_end_lost_in_an_unread_message_fails_its_other_end() {
     drop((y, port));
     let x = x.with_timeout(Duration::from_secs(5));
     assert!(matches!(x.recv_blocking::<u32>(), Err(Error::PeerGone { .. })));
-    assert_eq!(team.link_routers(), ferry::link::LinkRouters { ends: 1, proxies: 0 });
+    assert_eq!(team.link_routers(), ferry::link::LinkRouters { ends: 1, proxies: 0, off_route: 0 });
     drop(x);
     assert_eq!(team.link_routers(), ferry::link::LinkRouters::default());
 }

@@ -456,6 +456,7 @@ impl End {
             }
         };
         // Not on the route this link set up: a team cannot join a link by its id.
+        self.links.off_route.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(link = %self.id, from = %from.team, why = off.0, "a link's frame off its route");
     }
 

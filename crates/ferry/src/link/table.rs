@@ -35,6 +35,8 @@ pub(super) struct Links {
     senders: Mutex<HashMap<TeamId, RawSender>>,
     listeners: Mutex<HashMap<u32, Arc<Listening>>>,
     counter: AtomicU64,
+    /// Frames refused for coming off their link's route (`LinkRouters::off_route`).
+    pub off_route: AtomicU64,
 }
 
 impl Links {
@@ -50,6 +52,7 @@ impl Links {
             senders: Mutex::default(),
             listeners: Mutex::default(),
             counter: AtomicU64::new(0),
+            off_route: AtomicU64::new(0),
         })
     }
 
@@ -191,6 +194,10 @@ pub struct LinkRouters {
     pub ends: usize,
     /// Proxies left by ends that moved away, forwarding until bypassed.
     pub proxies: usize,
+    /// Frames refused since the team started because they came off their
+    /// link's route: a peer's forgery, or (between teams that follow the
+    /// protocol) a defect.
+    pub off_route: u64,
 }
 
 /// A listener's queue of links made for it.
@@ -295,7 +302,7 @@ impl Team {
         // (a router that retires leaves the table under its own lock).
         let ends: Vec<_> = links.ends.lock().values().cloned().collect();
         let proxies = ends.iter().filter(|e| e.is_proxy()).count();
-        LinkRouters { ends: ends.len() - proxies, proxies }
+        LinkRouters { ends: ends.len() - proxies, proxies, off_route: links.off_route.load(Ordering::Relaxed) }
     }
 
     /// A listener for links other teams make to this one ([`Team::link_to`]).
@@ -353,5 +360,42 @@ impl Team {
             )))),
             _ => Err(unknown()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Checkpoint;
+    use std::time::Instant;
+
+    /// A link's id is not a capability: a third team that sends a frame
+    /// naming the link (and the end's router) is refused and counted, and
+    /// the end takes nothing from it; the link goes on.
+    #[test]
+    fn a_forged_frame_is_refused_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = || Team::builder().runtime_dir(dir.path()).start().unwrap();
+        let (a, b, stranger) = (start(), start(), start());
+        let listener = b.link_listener().unwrap();
+        let here = a.link_to(listener.id()).unwrap();
+        let there = listener.accept_blocking().unwrap().with_timeout(Duration::from_secs(5));
+        // As from B's end (side B, epoch 0), to A's (side A, epoch 0): message 0.
+        let mut frame = Vec::new();
+        let what = wire::What::Data { toward: Side::A, seq: 0, data: &[] };
+        wire::Frame { link: here.id(), to: (Side::A, 0), from: (Side::B, 0), what }.encode_into(&mut frame);
+        let body = wire::Body::Message { checkpoint: Checkpoint::Immediate, call: 0, bytes: b"forged" };
+        wire::Data { ack: Default::default(), body }.encode_into(&mut frame);
+        let forger = stranger.frame_sender(a.id().endpoint(0).unwrap(), wire::FRAME).unwrap();
+        forger.send(&frame, Checkpoint::OnReceipt).unwrap();
+        let t = Instant::now();
+        while a.link_routers().off_route == 0 {
+            assert!(t.elapsed() < Duration::from_secs(5), "the forged frame was not refused");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(here.try_recv::<String>().is_none(), "the end took the forged frame");
+        // The link's own message 0 is taken as usual.
+        there.send(&"real", Checkpoint::Immediate).unwrap();
+        assert_eq!(here.with_timeout(Duration::from_secs(5)).recv_blocking::<String>().unwrap().value, "real");
     }
 }

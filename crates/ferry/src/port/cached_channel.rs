@@ -10,8 +10,15 @@
 //! (weakly: the allocation, not the channel's memory, rings or socket,
 //! which go when the team drops the channel). Past that, sends look the
 //! route up every time (counted: `Team::route_lookups`).
+//!
+//! Before a channel is cached, sends that did not wait for a bind wait in
+//! it (`send_when_bound`, `RawSender::post`); the cache keeps that bind
+//! (`joined`) so that the sender's next sends go where those went — into
+//! the same bind, then onto its channel — and not onto a channel the peer
+//! bound to us meanwhile, which they would overtake.
 
 use crate::runtime::channel::Channel;
+use crate::runtime::{Binding, Route};
 use parking_lot::Mutex;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -27,11 +34,17 @@ pub(crate) struct CachedChannel {
     /// Every channel cached so far, oldest first. Never shrinks while the
     /// cache lives: a send may be upgrading any of them.
     held: Mutex<Vec<Weak<Channel>>>,
+    /// The bind this sender's sends joined, until a channel is cached.
+    joined: Mutex<Option<Arc<Binding>>>,
 }
 
 impl CachedChannel {
     pub fn new() -> CachedChannel {
-        CachedChannel { current: AtomicPtr::new(std::ptr::null_mut()), held: Mutex::new(Vec::new()) }
+        CachedChannel {
+            current: AtomicPtr::new(std::ptr::null_mut()),
+            held: Mutex::new(Vec::new()),
+            joined: Mutex::new(None),
+        }
     }
 
     /// The cached channel, while it lives and its peer is not gone.
@@ -52,6 +65,7 @@ impl CachedChannel {
     /// Caches `ch`, the current channel to the destination's team, unless
     /// it is cached already or the cache is full.
     pub fn set(&self, ch: &Arc<Channel>) {
+        *self.joined.lock() = None;
         let mut held = self.held.lock();
         if held.last().is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(ch))) || held.len() >= MAX_CACHED {
             return;
@@ -59,6 +73,22 @@ impl CachedChannel {
         let weak = Arc::downgrade(ch);
         self.current.store(weak.as_ptr().cast_mut(), Ordering::Release);
         held.push(weak);
+    }
+
+    /// Remembers the bind a send with no channel cached joined.
+    pub fn join(&self, bind: &Arc<Binding>) {
+        *self.joined.lock() = Some(bind.clone());
+    }
+
+    /// Where the bind this sender's sends joined goes: into it while it
+    /// binds, onto its channel once bound; `None` if there is none (or it failed).
+    pub fn joined_route(&self) -> Option<Route> {
+        let bind = self.joined.lock().clone()?;
+        match bind.outcome() {
+            None => Some(Route::Binding(bind)),
+            Some(Ok(ch)) => Some(Route::Ready(ch)),
+            Some(Err(_)) => None,
+        }
     }
 }
 

@@ -501,13 +501,8 @@ impl RawSender {
         // thread (the handshake's own timeouts bound it); one with a
         // deadline waits for the bind no longer than that.
         self.team.route_lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let route = match blocking && deadline.is_none() {
-            true => self.team.channel_to(self.to.team_id()).map(Route::Ready),
-            false => self.team.route_async(self.to.team_id()),
-        };
-        match route {
+        match self.uncached_route(blocking && deadline.is_none()) {
             Ok(Route::Ready(ch)) => {
-                self.channel.set(&ch);
                 self.team.send_on(&ch, self.form, src, self.to, bytes, checkpoint, deadline, blocking)
             }
             Ok(Route::Binding(bind)) => {
@@ -515,6 +510,24 @@ impl RawSender {
             }
             Err(e) => Delivery::failed(e),
         }
+    }
+
+    /// Where a send goes with no channel cached: where this sender's
+    /// earlier sends went if they joined a bind (they keep their order:
+    /// see `cached_channel`); else the team's route, binding on this thread
+    /// if `bind_here` (or joining a bind a blocking thread runs). The
+    /// channel found is cached, the bind joined remembered.
+    pub(crate) fn uncached_route(&self, bind_here: bool) -> Result<Route> {
+        let route = match self.channel.joined_route() {
+            Some(route) => route,
+            None if bind_here => Route::Ready(self.team.channel_to(self.to.team_id())?),
+            None => self.team.route_async(self.to.team_id())?,
+        };
+        match &route {
+            Route::Ready(ch) => self.channel.set(&ch),
+            Route::Binding(bind) => self.channel.join(bind),
+        }
+        Ok(route)
     }
 
     /// Starts `fut` as a task of the sender's team (a primitive's follow-up

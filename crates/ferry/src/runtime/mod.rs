@@ -75,7 +75,7 @@ pub use delivery::Delivery;
 pub(crate) use endpoints::EndpointInbox;
 pub(crate) use executor::{panic_message, CatchUnwind};
 pub use executor::{AbortHandle, JoinHandle};
-pub(crate) use peers::Route;
+pub(crate) use peers::{Binding, Route};
 pub(crate) use send::Form;
 pub use sleep::Sleep;
 pub use team::Team;

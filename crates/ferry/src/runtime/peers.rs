@@ -61,6 +61,11 @@ impl Binding {
         }
     }
 
+    /// The outcome, once known (`None` while it binds).
+    pub fn outcome(&self) -> Option<Result<Arc<Channel>>> {
+        self.state.lock().result.as_ref().map(|r| r.as_ref().cloned().map_err(Error::duplicate))
+    }
+
     /// Queues the send `make` makes, to go out first once the channel is
     /// bound (`None`); or, if the bind is over, its outcome.
     pub fn join(&self, make: impl FnOnce() -> Arc<Queued>) -> Option<Result<Arc<Channel>>> {

@@ -237,11 +237,8 @@ impl RawSender {
         let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to().addr(), 0);
         let ch = match self.cached() {
             Some(ch) => ch,
-            None => match self.team.route_async(self.to().team_id())? {
-                Route::Ready(ch) => {
-                    self.channel.set(&ch);
-                    ch
-                }
+            None => match self.uncached_route(false)? {
+                Route::Ready(ch) => ch,
                 Route::Binding(bind) => return self.team.post_when_bound(&bind, h, bytes),
             },
         };
