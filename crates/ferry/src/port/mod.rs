@@ -524,7 +524,7 @@ impl RawSender {
             None => self.team.route_async(self.to.team_id())?,
         };
         match &route {
-            Route::Ready(ch) => self.channel.set(&ch),
+            Route::Ready(ch) => self.channel.set(ch),
             Route::Binding(bind) => self.channel.join(bind),
         }
         Ok(route)
