@@ -293,6 +293,29 @@ fn eight_processes_count_exactly() {
     assert_eq!(region.load(0).unwrap(), 800_000);
 }
 
+/// Hostile accesses by one importer process — a wrong key, accesses out of
+/// bounds, misaligned and with overflowing offsets, a path with a cycle,
+/// and through the descriptors it was handed: the region's control page
+/// mapped (or its mapping made) writable, written, the data shrunk — fail
+/// cleanly in that process and hurt no other: an importer counting in
+/// another process meanwhile counts exactly, and the epoch stays.
+#[test]
+fn a_hostile_importer_hurts_no_other() {
+    let _one = ONE_AT_A_TIME.lock();
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let region = owner.export("counter", 64).unwrap();
+    // Word 8 points to itself: the hostile importer's path cycles there.
+    region.put(8, &8u64.to_le_bytes()).unwrap();
+    let mut hostile = importer("hostile", dir.path(), &region.key());
+    let mut honest = importer("count", dir.path(), &region.key());
+    hostile.expect("refused", Duration::from_secs(60));
+    honest.expect("counted", Duration::from_secs(60));
+    assert_eq!(region.load(0).unwrap(), 100_000, "the honest importer's count");
+    assert_eq!(region.load(8).unwrap(), 8);
+    assert_eq!(region.get_vec(16, 48).unwrap(), vec![0u8; 48], "nothing else was written");
+}
+
 /// The owner's death: the importer's operations fail `PeerGone` within a
 /// bounded time — in a team with no processor, where only its reactor
 /// learns it — and once the importer drops its handle, nothing of the
@@ -415,6 +438,50 @@ mod stack {
     }
 }
 
+/// What a hostile importer does with the descriptors of a region it was
+/// handed (found as `/proc/self/fd` and `maps` name them).
+mod hostile {
+    use rustix::fd::BorrowedFd;
+    use rustix::mm::{mmap, mprotect, MapFlags, MprotectFlags, ProtFlags};
+
+    const PAGE: usize = 4096;
+
+    /// This process's descriptor of the memfd named `name`.
+    fn fd_named(name: &str) -> BorrowedFd<'static> {
+        for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let to = std::fs::read_link(entry.path()).unwrap_or_default();
+            if to.to_string_lossy().starts_with(&format!("/memfd:{name} ")) {
+                let fd: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+                // SAFETY: an open descriptor of this process, which the
+                // runtime keeps open while the region is.
+                return unsafe { BorrowedFd::borrow_raw(fd) };
+            }
+        }
+        panic!("no descriptor of {name}");
+    }
+
+    /// Every write to region `region`'s control page, and shrinking its data, fails.
+    pub fn attack_the_descriptors(region: &str) {
+        let control = fd_named(&format!("ferry-region-control:{region}"));
+        let data = fd_named(&format!("ferry-region:{region}"));
+        // SAFETY: a fresh mapping at an address the kernel picks (none is made).
+        let writable = unsafe {
+            mmap(std::ptr::null_mut(), PAGE, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, control, 0)
+        };
+        assert!(writable.is_err(), "the control page was mapped writable");
+        assert!(rustix::io::write(control, b"epoch").is_err(), "the control page was written");
+        assert!(rustix::fs::ftruncate(data, 0).is_err(), "the data was shrunk");
+        // The runtime's own (read-only) mapping of the control page cannot be made writable.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps.lines().find(|l| l.contains(&format!("ferry-region-control:{region}"))).unwrap();
+        let start = usize::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
+        // SAFETY: only the protection of an existing mapping is asked to
+        // change; refused, nothing changes (and nothing is written).
+        let r = unsafe { mprotect(start as *mut _, PAGE, MprotectFlags::READ | MprotectFlags::WRITE) };
+        assert!(r.is_err(), "the control page's mapping was made writable");
+    }
+}
+
 /// A child process in `role` that opens a region with `key`.
 fn importer(role: &str, dir: &std::path::Path, key: &Key) -> Child {
     Child::spawn_with(role, dir, |c| {
@@ -436,6 +503,26 @@ fn child_entry() {
                 r.fetch_add(0, 1).unwrap();
             }
             common::say("counted");
+        }
+        // Tries every hostile access to "counter" while an honest importer counts.
+        "hostile" => {
+            let wrong = Key::from_bytes([7; 16]);
+            assert!(matches!(team.open_region("counter", wrong), Err(Error::AccessDenied { .. })));
+            let r = team.open_region("counter", key()).unwrap();
+            let mut out = [0u8; 8];
+            for _ in 0..2_000 {
+                assert!(matches!(r.put(60, b"overflow"), Err(Error::OutOfBounds { .. })));
+                assert!(matches!(r.put(usize::MAX, b"x"), Err(Error::OutOfBounds { .. })));
+                assert!(matches!(r.get_vec(1, usize::MAX), Err(Error::OutOfBounds { .. })));
+                assert!(matches!(r.fetch_add(4, 1), Err(Error::Misaligned { offset: 4 })));
+                assert!(matches!(r.compare_and_swap(64, 0, 1), Err(Error::OutOfBounds { .. })));
+                let far = Step::Index { index: u64::MAX, size: 8 };
+                assert!(matches!(r.get_path(0, &[far], &mut out), Err(Error::OutOfBounds { .. })));
+                // A cycle (word 8 points to itself), followed to the path's end.
+                r.get_path(8, &[Step::Indirect; MAX_PATH_STEPS], &mut out).unwrap();
+            }
+            hostile::attack_the_descriptors("counter");
+            common::say("refused");
         }
         // Exports a region and lives until killed.
         "owner" => {

@@ -70,6 +70,14 @@ fn child_entry() {
             common::say(format!("large {}", team.lookup("large").unwrap()));
             common::say(format!("region {}", region.id()));
             common::say(format!("fifo {} {}", team.lookup("fifo").unwrap(), team.lookup("signal").unwrap()));
+            // Answers "fds" with its count of descriptors.
+            std::thread::spawn(|| {
+                while let Some(line) = common::hear() {
+                    if line == "fds" {
+                        common::say(format!("fds {}", common::fd_count()));
+                    }
+                }
+            });
             let holder = std::thread::spawn(move || {
                 let mut held = Vec::new();
                 while let Ok(m) = hold.recv_blocking() {
@@ -153,6 +161,10 @@ fn child_entry() {
                         }
                         Ok(())
                     }),
+                    // A thousand additions to a region's first word.
+                    "region-add" => team
+                        .open_region_at(id(1), REGION_KEY)
+                        .and_then(|r| (0..1000).try_for_each(|_| r.fetch_add(0, 1).map(drop))),
                     // Opens the fifo and the signal handler, says so, then
                     // enqueues and signals until one fails (at most 20 s).
                     "fifo-and-signal-until-gone" => team.open_fifo_at(id(1), REGION_KEY).and_then(|mut f| {
@@ -360,6 +372,49 @@ fn a_team_killed_mid_call_fails_the_call() {
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_regions_owner_killed_fails_its_importers_operations() {
     an_owner_killed_fails_its_user(|b| format!("region-until-gone {}", b.region));
+}
+
+/// An importer on another node killed while it uses a region: the owner
+/// works on (another importer's operations succeed) and, once the dead
+/// importer's channel is reclaimed, holds no more descriptors than before
+/// it came (counted after a first importer came and went: what a team
+/// makes once, on its first peer, stays).
+#[test]
+#[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
+fn a_killed_importer_on_another_node_leaves_the_owner_whole() {
+    let mut b = server("b");
+    let fds = |b: &mut Server| -> usize {
+        b.child.tell("fds");
+        b.child.expect("fds ", START).parse().unwrap()
+    };
+    let settled = |b: &mut Server, what: &str| -> usize {
+        let t = Instant::now();
+        let mut last = fds(b);
+        loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = fds(b);
+            if now == last {
+                return now;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "{what}: the owner's descriptors never settled");
+            last = now;
+        }
+    };
+    let mut first = client();
+    assert_eq!(ask(&mut first, &format!("region-add {}", b.region), START), "ok");
+    drop(first);
+    let before = settled(&mut b, "after a first importer");
+    let mut doomed = client();
+    doomed.tell(&format!("region-until-gone {}", b.region));
+    assert_eq!(doomed.expect("", START), "opened");
+    doomed.kill();
+    let t = Instant::now();
+    while fds(&mut b) != before {
+        assert!(t.elapsed() < Duration::from_secs(20), "the dead importer's descriptors stayed at the owner");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut other = client();
+    assert_eq!(ask(&mut other, &format!("region-add {}", b.region), START), "ok");
 }
 
 /// A fifo's and a signal handler's owner killed while a producer and
