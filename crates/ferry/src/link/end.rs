@@ -169,11 +169,14 @@ impl End {
         let ack = s.stream.ack();
         self.send(s, m.to.team, |out| {
             // The frame's head, then its data: encoded once, in place.
-            let what = What::Data { toward, seq, data: &[] };
-            Frame { link: self.id, to: (m.to.side, m.to.epoch), from: (m.from.side, m.from.epoch), what }
-                .encode_into(out);
+            self.frame(m.from, m.to, What::Data { toward, seq, data: &[] }).encode_into(out);
             Data { ack, body }.encode_into(out);
         })
+    }
+
+    /// A frame of this link from router `from` to router `to`.
+    fn frame<'a>(&self, from: Hop, to: Hop, what: What<'a>) -> Frame<'a> {
+        Frame { link: self.id, to: (to.side, to.epoch), from: (from.side, from.epoch), what }
     }
 
     /// Sends the frame `encode` writes to team `to` (through the sender
@@ -213,8 +216,7 @@ impl End {
                         }
                         route::Body::Control(c) => What::Control(c.clone()),
                     };
-                    let f =
-                        Frame { link: self.id, to: (m.to.side, m.to.epoch), from: (m.from.side, m.from.epoch), what };
+                    let f = self.frame(m.from, m.to, what);
                     self.pass(s, m.to, |out| f.encode_into(out));
                 }
                 Effect::Deliver((seq, data)) => self.deliver(s, seq, &data),
@@ -437,12 +439,7 @@ impl End {
             What::Data { toward, seq, data } => match s.router.way(from, toward) {
                 Ok(Way::Deliver) => return self.deliver(&mut s, seq, data),
                 Ok(Way::Forward(to)) => {
-                    let f = Frame {
-                        link: self.id,
-                        to: (to.side, to.epoch),
-                        from: (self.hop.side, self.hop.epoch),
-                        what: What::Data { toward, seq, data },
-                    };
+                    let f = self.frame(self.hop, to, What::Data { toward, seq, data });
                     return self.pass(&mut s, to, |out| f.encode_into(out));
                 }
                 Ok(Way::Hold) => return s.router.hold((seq, data.to_vec())),

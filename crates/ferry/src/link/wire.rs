@@ -255,7 +255,9 @@ fn decode_control(b: &[u8]) -> Result<Control, FrameError> {
 }
 
 impl Data<'_> {
-    /// Its bytes (a data frame's `data`).
+    /// Its bytes (a data frame's `data`; the runtime writes them in place
+    /// with [`Data::encode_into`]).
+    #[cfg(any(test, feature = "testing"))]
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.encode_into(&mut out);
