@@ -2,15 +2,20 @@
 //! (which runs these tests): one team per namespace, each a process started
 //! with `ip netns exec`, talking over TCP between addresses that exist only
 //! among the namespaces. Ports and RPC across them, a team killed mid-call,
-//! a link cut mid-call, the owner of a region, a fifo and a signal handler killed. Teams in PID namespaces of their own (containers):
-//! with one team number on two nodes, and two on one node.
+//! a link cut mid-call, the owner of a region, a fifo and a signal handler
+//! killed, one of a fifo's two producers killed. Teams in PID namespaces of
+//! their own (containers): with one team number on two nodes, and two on
+//! one node.
 
 mod common;
 
 use common::calc::{CalcClient, CalcImpl, CalcServer};
 use common::Child;
 use ferry::{Error, Team};
+use parking_lot::Mutex;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const START: Duration = Duration::from_secs(30);
@@ -90,6 +95,49 @@ fn child_entry() {
                 m.reply(&v).unwrap();
             }
             holder.join().unwrap();
+        }
+        // Owns the fifo "ordered" and drains it, checking that each
+        // producer's elements (its number, then the element's: u32 each)
+        // come in its order; answers "state" with what it has seen.
+        "fifo-owner" => {
+            let mut fifo = team.fifo_with_key("ordered", 64, 8, REGION_KEY).unwrap();
+            common::say(format!("fifo {}", fifo.id()));
+            // Producers with a ring, elements taken of producers 0 and 1, the first fault.
+            let seen = Arc::new(Mutex::new((0usize, [0u32; 2], None::<String>)));
+            let answers = seen.clone();
+            std::thread::spawn(move || {
+                while let Some(line) = common::hear() {
+                    if line == "state" {
+                        let (producers, [n0, n1], fault) = answers.lock().clone();
+                        common::say(format!("state {producers} {n0} {n1} {}", fault.as_deref().unwrap_or("-")));
+                    }
+                }
+            });
+            loop {
+                let took = fifo.dequeue_timeout(Duration::from_millis(100));
+                let producers = fifo.producers();
+                let mut seen = seen.lock();
+                seen.0 = producers;
+                let fault = match took {
+                    Ok(e) => {
+                        let word = |i: usize| u32::from_le_bytes(e[i..i + 4].try_into().unwrap());
+                        let (who, n) = (word(0), word(4));
+                        match seen.1.get_mut(who as usize) {
+                            Some(next) if *next == n => {
+                                *next += 1;
+                                None
+                            }
+                            Some(next) => Some(format!("producer-{who}-sent-{n}-after-{}", *next)),
+                            None => Some(format!("no-producer-{who}")),
+                        }
+                    }
+                    Err(Error::DeadlineExceeded) => None,
+                    Err(e) => Some(format!("{e:?}").replace(' ', "")),
+                };
+                if seen.2.is_none() {
+                    seen.2 = fault;
+                }
+            }
         }
         // Does what the parent says, one line at a time, and says how it went.
         "client" => {
@@ -176,6 +224,31 @@ fn child_entry() {
                             f.enqueue_timeout(b"x", Duration::from_secs(5))?;
                             s.signal(b"")?;
                         }
+                        Ok(())
+                    }),
+                    // Opens the fifo, enqueues its elements (its number
+                    // `who`, then the element's: u32 each) in order, says
+                    // "opened" after the first 100, and goes on until told
+                    // "stop" (at most 60 s) or an enqueue fails; says how
+                    // many it enqueued.
+                    "fifo-stream" => team.open_fifo_at(id(1), REGION_KEY).and_then(|mut f| {
+                        let who: u32 = words[2].parse().unwrap();
+                        let stop = Arc::new(AtomicBool::new(false));
+                        let until = Instant::now() + Duration::from_secs(60);
+                        let mut n = 0u32;
+                        while !stop.load(Ordering::SeqCst) && Instant::now() < until {
+                            f.enqueue_timeout(&[who.to_le_bytes(), n.to_le_bytes()].concat(), Duration::from_secs(5))?;
+                            n += 1;
+                            if n == 100 {
+                                common::say("opened");
+                                let stop = stop.clone();
+                                std::thread::spawn(move || {
+                                    common::hear();
+                                    stop.store(true, Ordering::SeqCst);
+                                });
+                            }
+                        }
+                        common::say(format!("sent {n}"));
                         Ok(())
                     }),
                     "hold" => {
@@ -424,6 +497,63 @@ fn a_killed_importer_on_another_node_leaves_the_owner_whole() {
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_fifos_and_a_signals_owner_killed_fails_their_users() {
     an_owner_killed_fails_its_user(|b| format!("fifo-and-signal-until-gone {}", b.fifo_and_signal));
+}
+
+/// A producer on node a killed while a producer on node c keeps
+/// enqueueing into one fifo on node b: the owner keeps taking the
+/// survivor's elements, in order; the dead producer's ring goes once
+/// drained (the owner has one producer left while the survivor goes on,
+/// and nothing more of the dead one's comes); the survivor's every element
+/// arrives, in order, and its ring goes with its handle. Nothing hangs:
+/// every wait here has a deadline, the owner's dequeue too.
+#[test]
+#[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
+fn a_killed_producer_on_another_node_leaves_the_fifo_to_the_survivor() {
+    let mut owner = node("b", "fifo-owner");
+    let fifo = owner.expect("fifo ", START);
+    let mut doomed = client();
+    let mut survivor = node("c", "client");
+    survivor.expect("ready", START);
+    doomed.tell(&format!("fifo-stream {fifo} 0"));
+    survivor.tell(&format!("fifo-stream {fifo} 1"));
+    assert_eq!(doomed.expect("", START), "opened");
+    assert_eq!(survivor.expect("", START), "opened");
+    // What the owner has seen: producers with a ring, elements taken of
+    // producers 0 (doomed) and 1 (survivor); within `limit`, once `until` holds.
+    let state_until = |owner: &mut Child, limit: Duration, what: &str, until: &dyn Fn(usize, u32, u32) -> bool| {
+        let t = Instant::now();
+        loop {
+            owner.tell("state");
+            let line = owner.expect("state ", START);
+            let w: Vec<&str> = line.split(' ').collect();
+            assert_eq!(w[3], "-", "the owner found a fault: {line}");
+            let (producers, n0, n1) = (w[0].parse().unwrap(), w[1].parse().unwrap(), w[2].parse().unwrap());
+            if until(producers, n0, n1) {
+                return (producers, n0, n1);
+            }
+            assert!(t.elapsed() < limit, "{what}: not within {limit:?} (last state: {line})");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let limit = Duration::from_secs(20);
+    state_until(&mut owner, limit, "both producers' elements", &|p, n0, n1| p == 2 && n0 >= 1000 && n1 >= 1000);
+    doomed.kill();
+    let (_, _, at_kill) = state_until(&mut owner, limit, "a state", &|_, _, _| true);
+    // The survivor goes on: its elements keep coming once the dead ring went.
+    let (_, drained, n1) =
+        state_until(&mut owner, limit, "the dead producer's ring dropped, the survivor served", &|p, _, n1| {
+            p == 1 && n1 > at_kill + 1000
+        });
+    let (_, n0, _) = state_until(&mut owner, limit, "more of the survivor's", &|_, _, m| m > n1 + 1000);
+    assert_eq!(n0, drained, "an element of the dead producer after its ring went");
+    survivor.tell("stop");
+    let sent: u32 = survivor.expect("sent ", START).parse().unwrap();
+    assert_eq!(survivor.expect("", START), "ok");
+    let (_, n0, _) = state_until(&mut owner, limit, "every element of the survivor's, its ring gone", &|p, _, n1| {
+        p == 0 && n1 == sent
+    });
+    assert_eq!(n0, drained);
+    eprintln!("the dead producer's {drained} elements taken, then its ring dropped; the survivor's {sent}, in order");
 }
 
 /// The client runs `command` (which says "opened", then uses server b's
