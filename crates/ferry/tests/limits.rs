@@ -57,6 +57,23 @@ fn too_large_and_full_name_their_settings() {
     assert!(full.to_string().contains("TeamBuilder::inbox_capacity"), "{full}");
 }
 
+/// The receiver's `max_message` binds what it takes, also a message small
+/// enough to travel inside one frame (it bound only out-of-band ones: a
+/// 2,000-byte message reached a team whose limit was 1,000).
+#[test]
+fn the_receivers_max_message_binds_small_messages_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let rx = team(dir.path()).max_message(1000).start().unwrap();
+    let tx = team(dir.path()).start().unwrap();
+    let port = rx.open_raw_port().unwrap();
+    let to = tx.raw_sender(port.id());
+    let e = to.send(&[0u8; 2000], Checkpoint::OnReceipt).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { len: 2000, max: 1000 }), "{e:?}");
+    to.send(&[0u8; 1000], Checkpoint::OnReceipt).unwrap();
+    assert_eq!(port.recv_blocking().unwrap().payload().len(), 1000, "only the one within the limit came");
+    assert!(port.try_recv().is_none());
+}
+
 /// A team at `max_channels` refuses further binds (the peer gets
 /// `LimitReached` naming the limit) and starts none; a channel reclaimed
 /// makes room.

@@ -470,7 +470,7 @@ fn latch_under_signallers_in_four_processes_and_on_another_node() {
 /// The limits docs/SIGNAL.md gives, each a typed error: a `Coalesce`
 /// handler with `MAX_PENDING` arguments waiting refuses the next signal
 /// (`WouldBlock`) and loses none; arguments past the signaller's
-/// `max_message`, or out of band past the owner's, are `TooLarge`; a
+/// `max_message` or the owner's are `TooLarge`; a
 /// handler's name counts in `max_names` (`LimitReached`) and is one of a
 /// kind (`NameTaken`).
 #[test]
@@ -500,10 +500,12 @@ fn signal_limits_are_typed_errors() {
     );
     s.signal(b"room again").unwrap();
 
-    // Arguments: the owner's max_message (1000; checked on those larger
-    // than a frame, which go out of band), and the signaller's.
-    let e = s.signal(&[0; 20_000]).unwrap_err();
-    assert!(matches!(e, Error::TooLarge { len: 20_000, max: 1000 }), "{e:?}");
+    // Arguments: the owner's max_message (1000; within one frame or out
+    // of band), and the signaller's.
+    for len in [2_000, 20_000] {
+        let e = s.signal(&vec![0; len]).unwrap_err();
+        assert!(matches!(e, Error::TooLarge { len: l, max: 1000 } if l == len), "{e:?}");
+    }
     let small = Team::builder().runtime_dir(dir.path()).max_message(100).start().unwrap();
     let e = small.signaller("held").unwrap().signal(&[0; 200]).unwrap_err();
     assert!(matches!(e, Error::TooLarge { len: 200, max: 100 }), "{e:?}");
@@ -557,5 +559,47 @@ fn child_entry() {
             }
         }
         other => panic!("unknown role {other}"),
+    }
+}
+
+/// The bytes of arguments a handler holds are bounded as their number is
+/// (`MAX_PENDING_BYTES`): an `EveryTime` handler whose run holds 40 MiB
+/// refuses another 40 MiB while it runs (`WouldBlock`), and so does a
+/// `Coalesce` handler with 40 MiB waiting; once the runs end, both take
+/// them again, and every argument accepted ran.
+#[test]
+fn the_bytes_a_handler_holds_are_bounded() {
+    const BIG: usize = 40 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let user = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    for mode in [Mode::EveryTime, Mode::Coalesce] {
+        let name = format!("{mode:?}");
+        let (gate, ran) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (g, r) = (gate.clone(), ran.clone());
+        let _handler = owner
+            .on_signal(&name, mode, move |_| {
+                // Held until the gate opens (at most 10 s).
+                common::eventually(Duration::from_secs(10), || g.load(Ordering::SeqCst));
+                r.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        let s = user.signaller(&name).unwrap();
+        let accepted = match mode {
+            // One run holds 40 MiB.
+            Mode::EveryTime => 1,
+            // One run (small) under way, 40 MiB waiting.
+            _ => {
+                s.signal(b"first").unwrap();
+                2
+            }
+        };
+        s.signal(&vec![1u8; BIG]).unwrap();
+        let e = s.signal(&vec![2u8; BIG]).unwrap_err();
+        assert!(matches!(e, Error::WouldBlock { .. }), "{mode:?}: {e:?}");
+        gate.store(true, Ordering::SeqCst);
+        assert!(common::eventually(Duration::from_secs(10), || ran.load(Ordering::SeqCst) == accepted), "{mode:?}");
+        s.signal(&vec![3u8; BIG]).unwrap();
+        assert!(common::eventually(Duration::from_secs(10), || ran.load(Ordering::SeqCst) == accepted + 1), "{mode:?}");
     }
 }

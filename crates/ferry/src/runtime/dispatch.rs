@@ -302,20 +302,18 @@ impl TeamInner {
             }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
                 match body {
+                    // A message or reply within one frame, past this team's
+                    // `max_message` all the same (the sender's may be larger).
+                    Body::Inline(p) if p.len() > self.cfg.max_message && matches!(h.kind, Kind::Data | Kind::Reply) => {
+                        self.refuse_too_large(ch, h, p.len())
+                    }
                     Body::Inline(p) => self.dispatch(ch, rx, h, len, || Payload::from_slice(p)),
                     Body::Detached(slot) => {
                         let d = slot.take().expect("a detached body is offered once");
-                        if d.len() > self.cfg.max_message {
+                        match d.len() > self.cfg.max_message {
                             // Taken (so released at once) and refused.
-                            let (len, max) = (d.len(), self.cfg.max_message);
-                            match h.kind {
-                                Kind::Data => {
-                                    self.nack(ch, h, NackReason::TooLarge, &Nack::too_large(len as u64, max as u64))
-                                }
-                                _ => self.complete(ch, h, Err(Error::Refused(Refusal::ReplyTooLarge { len, max }))),
-                            }
-                        } else {
-                            self.dispatch(ch, rx, h, len, || Payload::Detached(d));
+                            true => self.refuse_too_large(ch, h, d.len()),
+                            false => self.dispatch(ch, rx, h, len, || Payload::Detached(d)),
                         }
                     }
                 }
@@ -353,20 +351,26 @@ impl TeamInner {
     /// `route` of a served frame (its room for an answer checked): its
     /// primitive's handler runs it.
     #[inline(never)]
+    /// Refuses a message (`TooLarge`, to its sender) or a reply (its call
+    /// fails with `ReplyTooLarge`) of `len` bytes, past `max_message`.
+    fn refuse_too_large(&self, ch: &Arc<Channel>, h: &Header, len: usize) {
+        let max = self.cfg.max_message;
+        match h.kind {
+            Kind::Reply => self.complete(ch, h, Err(Error::Refused(Refusal::ReplyTooLarge { len, max }))),
+            _ => self.nack(ch, h, NackReason::TooLarge, &Nack::too_large(len as u64, max as u64)),
+        }
+    }
+
     fn route_served(&self, ch: &Arc<Channel>, h: &Header, body: Body<'_>) {
         match body {
+            Body::Inline(p) if p.len() > self.cfg.max_message => self.refuse_too_large(ch, h, p.len()),
             // Copied first (a handler never reads what the peer can still write).
             Body::Inline(p) => Payload::with_copy(p, |b| self.serve_frame(ch, h, FrameBytes::Copied(b))),
             Body::Detached(slot) => {
                 let d = slot.take().expect("a detached body is offered once");
                 match d.len() > self.cfg.max_message {
                     // Taken (so released at once) and refused.
-                    true => self.nack(
-                        ch,
-                        h,
-                        NackReason::TooLarge,
-                        &Nack::too_large(d.len() as u64, self.cfg.max_message as u64),
-                    ),
+                    true => self.refuse_too_large(ch, h, d.len()),
                     false => self.serve_frame(ch, h, FrameBytes::Payload(Payload::Detached(d))),
                 }
             }

@@ -305,6 +305,14 @@ impl ServedFrame<'_> {
         self.header.flags & flags::HANDOVER != 0 && self.header.checkpoint() == Checkpoint::OnReturn
     }
 
+    /// The payload's length (without copying it).
+    pub fn payload_len(&self) -> usize {
+        match &self.payload {
+            FrameBytes::Copied(b) => b.len(),
+            FrameBytes::Payload(p) => p.len(),
+        }
+    }
+
     /// Runs `f` on the payload's bytes (copied first if they are in the
     /// peer's memory: a handler never reads memory the peer can write).
     pub fn with_payload<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {

@@ -1,6 +1,6 @@
 //! The owner's handlers, the handler of signal frames, and the signaller.
 
-use super::{status, Mode, KINDS, MAX_PENDING, SIGNAL, SIGNAL_DONE};
+use super::{status, Mode, KINDS, MAX_PENDING, MAX_PENDING_BYTES, SIGNAL, SIGNAL_DONE};
 use crate::error::{Error, Refusal, Result};
 use crate::extend::{FrameHandler, PerTeam, ServedFrame};
 use crate::id::EndpointId;
@@ -32,6 +32,24 @@ struct State {
     latched: bool,
     /// A `Coalesce` handler's waiting arguments (and who waits for their run).
     pending: VecDeque<(Vec<u8>, Option<Responder>)>,
+    /// An `EveryTime` handler's runs under way.
+    runs: usize,
+    /// Bytes of the arguments waiting (`Coalesce`) or being run (`EveryTime`).
+    held_bytes: usize,
+}
+
+impl State {
+    /// Whether an argument of `len` bytes must be refused (`WouldBlock`):
+    /// a handler holds at most [`MAX_PENDING`] arguments waiting or being
+    /// run, and [`MAX_PENDING_BYTES`] of them (one more if none is held).
+    fn full(&self, mode: Mode, len: usize) -> bool {
+        let held = match mode {
+            Mode::Coalesce if self.running => self.pending.len(),
+            Mode::EveryTime => self.runs,
+            _ => return false,
+        };
+        held >= MAX_PENDING || (held > 0 && self.held_bytes + len > MAX_PENDING_BYTES)
+    }
 }
 
 /// A team's signal handlers, and the handler of their frames.
@@ -69,7 +87,7 @@ impl FrameHandler for Handlers {
         let mut state = h.state.lock();
         let refused = match h.mode {
             Mode::Latch if state.latched => Some(status::LATCHED),
-            Mode::Coalesce if state.running && state.pending.len() >= MAX_PENDING => Some(status::FULL),
+            mode if state.full(mode, frame.payload_len()) => Some(status::FULL),
             _ => None,
         };
         if let Some(why) = refused {
@@ -83,8 +101,13 @@ impl FrameHandler for Handlers {
         state.latched = h.mode == Mode::Latch;
         if h.mode == Mode::Coalesce && std::mem::replace(&mut state.running, true) {
             // The running task takes it, in order.
+            state.held_bytes += args.len();
             state.pending.push_back((args, waiter));
         } else {
+            if h.mode == Mode::EveryTime {
+                state.runs += 1;
+                state.held_bytes += args.len();
+            }
             let h = h.clone();
             drop(frame.spawn(run_task(h, args, waiter)));
         }
@@ -98,7 +121,13 @@ impl FrameHandler for Handlers {
 /// A handler's task: runs it, and a `Coalesce` handler's task then runs
 /// it for every argument that came meanwhile.
 async fn run_task(h: Arc<Handler>, args: Vec<u8>, waiter: Option<Responder>) {
+    let len = args.len();
     run_once(&h.run, args, waiter);
+    if h.mode == Mode::EveryTime {
+        let mut state = h.state.lock();
+        state.runs -= 1;
+        state.held_bytes -= len;
+    }
     if h.mode != Mode::Coalesce {
         return;
     }
@@ -107,7 +136,10 @@ async fn run_task(h: Arc<Handler>, args: Vec<u8>, waiter: Option<Responder>) {
         let next = {
             let mut state = h.state.lock();
             match state.pending.pop_front() {
-                Some(next) => next,
+                Some(next) => {
+                    state.held_bytes -= next.0.len();
+                    next
+                }
                 None => {
                     state.running = false;
                     return;

@@ -8,8 +8,8 @@ pub use handlers::{Signal, SignalDone, Signaller};
 /// When a signal runs its handler (MBCF's MBSignal "frequency").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// Every signal runs the handler, as many at once as signals come
-    /// (MBCF's Every Time NonBlock).
+    /// Every signal runs the handler, as many at once as signals come, up
+    /// to [`MAX_PENDING`] (MBCF's Every Time NonBlock).
     EveryTime,
     /// One run at a time: the arguments of signals that come while it runs
     /// wait in a fifo (at most [`MAX_PENDING`]) that the running handler's
@@ -20,9 +20,15 @@ pub enum Mode {
     Latch,
 }
 
-/// Arguments of a `Coalesce` handler waiting while it runs, at most: past
-/// it a signal is refused (`WouldBlock`).
+/// Arguments a handler holds at most — a `Coalesce` handler's waiting
+/// while it runs, an `EveryTime` handler's being run: past it a signal is
+/// refused (`WouldBlock`).
 pub const MAX_PENDING: usize = 1024;
+
+/// Bytes of the arguments a handler holds at most (as [`MAX_PENDING`]
+/// counts them; one argument more if it holds none): past it a signal is
+/// refused (`WouldBlock`).
+pub const MAX_PENDING_BYTES: usize = 64 << 20;
 
 /// The served frame kinds of signals (`crate::extend`): 80 SIGNAL (answered
 /// once the signal is accepted), 81 SIGNAL_DONE (answered once its handler
