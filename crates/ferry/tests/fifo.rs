@@ -49,7 +49,10 @@ fn elements_flow_in_every_placement(p: Placement) {
             let key: Key = b.get("key");
             assert!(matches!(b.team.open_fifo("jobs", Key::from_bytes([7; 16])), Err(Error::AccessDenied { .. })));
             assert!(matches!(b.team.open_fifo("no-such-fifo", key), Err(Error::NameNotFound(_))));
-            let mut jobs = b.team.open_fifo("jobs", key).unwrap();
+            let wrong = b.team.block_on(b.team.open_fifo_async("jobs", Key::from_bytes([7; 16])));
+            assert!(matches!(wrong, Err(Error::AccessDenied { .. })), "the async form checks the key too");
+            // Opened as a future (a blocking thread opens it).
+            let mut jobs = b.team.block_on(b.team.open_fifo_async("jobs", key)).unwrap();
             assert!(matches!(jobs.enqueue(&[0; 17]), Err(Error::TooLarge { len: 17, max: 16 })));
             for i in 0..ELEMENTS {
                 jobs.enqueue_timeout(&i.to_le_bytes(), Duration::from_secs(10)).unwrap();

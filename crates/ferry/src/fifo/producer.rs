@@ -77,6 +77,14 @@ impl Team {
         self.open_fifo_at(id, key)
     }
 
+    /// [`Team::open_fifo`], as a future: the opening (a round trip to the
+    /// owner, which hands the ring over) runs on a blocking thread of the
+    /// team, never on the task's.
+    pub async fn open_fifo_async(&self, name: &str, key: Key) -> Result<FifoRef> {
+        let (team, name) = (self.clone(), name.to_string());
+        self.spawn_blocking(move || team.open_fifo(&name, key)).await?
+    }
+
     /// Opens the fifo `fifo` with `key`, as a producer: `AccessDenied` if
     /// the key is not its key, `NoSuchEndpoint` if there is no such fifo,
     /// `LimitReached` past [`MAX_PRODUCERS`](super::MAX_PRODUCERS).

@@ -254,11 +254,17 @@ impl Signaller {
         status_of(&self.accept.call(args).map_err(Error::gone_if_missing)?, self.to)
     }
 
+    /// [`Signaller::signal`], as a future: it resolves once the handler's
+    /// team accepted the signal.
+    pub fn signal_async(&self, args: &[u8]) -> SignalAnswer {
+        SignalAnswer { delivery: self.accept.send_async(args, Checkpoint::OnReturn), to: self.to }
+    }
+
     /// Signals the handler with `args`; the future resolves once the
     /// handler has run with them (an error as for [`Signaller::signal`], or
     /// `Refused` if the handler panicked).
-    pub fn signal_done(&self, args: &[u8]) -> SignalDone {
-        SignalDone { delivery: self.done.send_async(args, Checkpoint::OnReturn), to: self.to }
+    pub fn signal_done(&self, args: &[u8]) -> SignalAnswer {
+        SignalAnswer { delivery: self.done.send_async(args, Checkpoint::OnReturn), to: self.to }
     }
 }
 
@@ -273,13 +279,15 @@ pub(crate) fn status_of(answer: &[u8], to: EndpointId) -> Result<()> {
     }
 }
 
-/// A signal whose handler's run is awaited ([`Signaller::signal_done`]).
-pub struct SignalDone {
+/// The answer to a signal, as a future: that its team accepted it
+/// ([`Signaller::signal_async`]) or that its handler ran
+/// ([`Signaller::signal_done`]).
+pub struct SignalAnswer {
     delivery: Delivery,
     to: EndpointId,
 }
 
-impl Future for SignalDone {
+impl Future for SignalAnswer {
     type Output = Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();

@@ -3,7 +3,7 @@
 
 pub(crate) mod handlers;
 
-pub use handlers::{Signal, SignalDone, Signaller};
+pub use handlers::{Signal, SignalAnswer, Signaller};
 
 /// When a signal runs its handler (MBCF's MBSignal "frequency").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
