@@ -254,6 +254,39 @@ fn a_scribbling_producer_hurts_only_itself() {
     assert_eq!(fifo.producers(), 1);
 }
 
+/// The same with each producer in a process of its own, mapping its ring
+/// (handed over its channel): the scribbler's ring is closed (its next
+/// enqueue fails `Closed`), its element after the scribble is not taken,
+/// and the honest process's elements flow before and after.
+#[test]
+fn a_scribbling_producer_process_hurts_only_itself() {
+    let _one = ONE_AT_A_TIME.lock();
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let mut fifo = owner.fifo("guarded", 16, 8).unwrap();
+    let key = fifo.key();
+    let spawn = |role: &str| {
+        Child::spawn_with(role, dir.path(), |c| {
+            c.env("FERRY_TEST_KEY", key.to_string());
+        })
+    };
+    let (mut honest, mut scribbler) = (spawn("honest"), spawn("scribble"));
+    honest.tell("before");
+    honest.expect("sent", Duration::from_secs(20));
+    scribbler.expect("scribbled", Duration::from_secs(20));
+    let mut got = Vec::new();
+    while let Ok(e) = fifo.dequeue_timeout(Duration::from_millis(300)) {
+        got.push(e);
+    }
+    assert_eq!(got, [b"before".to_vec()], "only the honest element");
+    scribbler.tell("again");
+    assert_eq!(scribbler.expect("", Duration::from_secs(20)), "closed");
+    honest.tell("after");
+    honest.expect("sent", Duration::from_secs(20));
+    assert_eq!(fifo.dequeue_timeout(Duration::from_secs(10)).unwrap(), b"after");
+    assert_eq!(fifo.producers(), 1, "the scribbler's ring is gone");
+}
+
 /// A producer killed mid-stream: the owner drains what it enqueued, then
 /// keeps nothing of it (no mapping, no descriptor). The owner killed: a
 /// producer's next enqueue fails `PeerGone`, and its ring goes with its handle.
@@ -312,6 +345,27 @@ fn child_entry() {
             loop {
                 let _ = f.enqueue(b"more");
                 std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // Enqueues, then writes over its ring's tail (it maps the ring: a
+        // producer in another process), then tries again when told.
+        "scribble" => {
+            let mut f = team.open_fifo("guarded", key()).unwrap();
+            f.enqueue(b"hostile").unwrap();
+            assert!(f.scribble_tail(1 << 40), "the ring is mapped in this process");
+            common::say("scribbled");
+            assert_eq!(common::hear().as_deref(), Some("again"));
+            match f.enqueue(b"again") {
+                Err(Error::Closed { .. }) => common::say("closed"),
+                other => common::say(format!("not closed: {other:?}")),
+            }
+        }
+        // Enqueues one element each time it is told.
+        "honest" => {
+            let mut f = team.open_fifo("guarded", key()).unwrap();
+            while let Some(what) = common::hear() {
+                f.enqueue(what.as_bytes()).unwrap();
+                common::say("sent");
             }
         }
         "own" => {
