@@ -434,6 +434,10 @@ impl End {
     pub fn arrive(&self, from: TeamId, f: Frame<'_>) {
         let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
         let mut s = self.state.lock();
+        let what = match &f.what {
+            What::Data { seq, .. } => format!("data {seq}"),
+            What::Control(c) => format!("{c:?}"),
+        };
         let off = match f.what {
             // A frame of the ends' own: taken, or passed on, where it is.
             What::Data { toward, seq, data } => match s.router.way(from, toward) {
@@ -454,7 +458,7 @@ impl End {
         };
         // Not on the route this link set up: a team cannot join a link by its id.
         self.links.off_route.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(link = %self.id, from = %from.team, why = off.0, "a link's frame off its route");
+        tracing::warn!(link = %self.id, ?from, me = ?self.hop, router = ?s.router, what, why = off.0, "a link's frame off its route");
     }
 
     /// Takes one frame due in order.
