@@ -1,7 +1,7 @@
 //! One end of a link: what its holder sends and receives ([`Link`]), and
 //! what the team's handler hands it ([`End::arrive`]).
 
-use super::route::{self, Effect, Hop, Router, Way};
+use super::route::{self, Control, Effect, Hop, Router, Way};
 use super::stream::{Broken, Stream};
 use super::table::Links;
 use super::wire::{Answer, Body, Carried, Data, Frame, Queued, What};
@@ -450,8 +450,14 @@ impl End {
                 Err(off) => off,
             },
             What::Control(c) => {
+                let gone = c == Control::Gone;
                 match s.router.receive(route::Message { from, to: self.hop, body: route::Body::Control(c) }) {
                     Ok(effects) => return self.apply(&mut s, effects),
+                    // A `Gone` from a router this one does not know yet or
+                    // any more (one announced to it that gave up before its
+                    // bypass came; `Links::no_router`'s answer for a router
+                    // it left): nothing to do, as the model has it.
+                    Err(_) if gone => return,
                     Err(off) => off,
                 }
             }
