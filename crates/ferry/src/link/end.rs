@@ -434,11 +434,7 @@ impl End {
     pub fn arrive(&self, from: TeamId, f: Frame<'_>) {
         let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
         let mut s = self.state.lock();
-        let what = match &f.what {
-            What::Data { seq, .. } => format!("data {seq}"),
-            What::Control(c) => format!("{c:?}"),
-        };
-        let off = match f.what {
+        let (off, what) = match f.what {
             // A frame of the ends' own: taken, or passed on, where it is.
             What::Data { toward, seq, data } => match s.router.way(from, toward) {
                 Ok(Way::Deliver) => return self.deliver(&mut s, seq, data),
@@ -447,10 +443,10 @@ impl End {
                     return self.pass(&mut s, to, |out| f.encode_into(out));
                 }
                 Ok(Way::Hold) => return s.router.hold((seq, data.to_vec())),
-                Err(off) => off,
+                Err(off) => (off, format!("data {seq}")),
             },
             What::Control(c) => {
-                let gone = c == Control::Gone;
+                let (gone, op) = (c == Control::Gone, c.clone());
                 match s.router.receive(route::Message { from, to: self.hop, body: route::Body::Control(c) }) {
                     Ok(effects) => return self.apply(&mut s, effects),
                     // A `Gone` from a router this one does not know yet or
@@ -458,13 +454,13 @@ impl End {
                     // bypass came; `Links::no_router`'s answer for a router
                     // it left): nothing to do, as the model has it.
                     Err(_) if gone => return,
-                    Err(off) => off,
+                    Err(off) => (off, format!("{op:?}")),
                 }
             }
         };
         // Not on the route this link set up: a team cannot join a link by its id.
         self.links.off_route.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(link = %self.id, ?from, me = ?self.hop, router = ?s.router, what, why = off.0, "a link's frame off its route");
+        tracing::warn!(link = %self.id, ?from, me = ?self.hop, what, why = off.0, "a link's frame off its route");
     }
 
     /// Takes one frame due in order.
