@@ -265,11 +265,7 @@ fn a_scribbling_producer_process_hurts_only_itself() {
     let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
     let mut fifo = owner.fifo("guarded", 16, 8).unwrap();
     let key = fifo.key();
-    let spawn = |role: &str| {
-        Child::spawn_with(role, dir.path(), |c| {
-            c.env("FERRY_TEST_KEY", key.to_string());
-        })
-    };
+    let spawn = |role: &str| Child::spawn_with_key(role, dir.path(), &key);
     let (mut honest, mut scribbler) = (spawn("honest"), spawn("scribble"));
     honest.tell("before");
     honest.expect("sent", Duration::from_secs(20));
@@ -302,9 +298,7 @@ fn killed_producers_and_owners_leave_nothing_behind() {
         fds.filter(|l| ours(&l.to_string_lossy())).count()
             + common::shared_mappings().iter().filter(|m| ours(m)).count()
     };
-    let mut producer = Child::spawn_with("produce-forever", dir.path(), |c| {
-        c.env("FERRY_TEST_KEY", fifo.key().to_string());
-    });
+    let mut producer = Child::spawn_with_key("produce-forever", dir.path(), &fifo.key());
     producer.expect("producing", Duration::from_secs(10));
     assert_eq!(fifo.dequeue_timeout(Duration::from_secs(10)).unwrap(), b"alive");
     producer.kill();

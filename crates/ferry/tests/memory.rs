@@ -286,7 +286,7 @@ fn eight_processes_count_exactly() {
     let owner = Team::builder().runtime_dir(dir.path()).start().unwrap();
     let region = owner.export("counter", 64).unwrap();
     let key = region.key();
-    let mut children: Vec<Child> = (0..8).map(|_| importer("count", dir.path(), &key)).collect();
+    let mut children: Vec<Child> = (0..8).map(|_| Child::spawn_with_key("count", dir.path(), &key)).collect();
     for c in &mut children {
         c.expect("counted", Duration::from_secs(60));
     }
@@ -307,8 +307,8 @@ fn a_hostile_importer_hurts_no_other() {
     let region = owner.export("counter", 64).unwrap();
     // Word 8 points to itself: the hostile importer's path cycles there.
     region.put(8, &8u64.to_le_bytes()).unwrap();
-    let mut hostile = importer("hostile", dir.path(), &region.key());
-    let mut honest = importer("count", dir.path(), &region.key());
+    let mut hostile = Child::spawn_with_key("hostile", dir.path(), &region.key());
+    let mut honest = Child::spawn_with_key("count", dir.path(), &region.key());
     hostile.expect("refused", Duration::from_secs(60));
     honest.expect("counted", Duration::from_secs(60));
     assert_eq!(region.load(0).unwrap(), 100_000, "the honest importer's count");
@@ -361,7 +361,7 @@ fn a_killed_importer_leaves_its_owner_whole() {
     // the thread's life): counted before, not as the importer's.
     std::thread::sleep(Duration::from_millis(300));
     let before = (common::fd_count(), common::shared_mappings().len());
-    let mut importer = importer("count", dir.path(), &region.key());
+    let mut importer = Child::spawn_with_key("count", dir.path(), &region.key());
     importer.expect("counted", Duration::from_secs(60));
     // Killed and reaped, its pipes closed: what is left is the runtime's.
     drop(importer);
@@ -388,7 +388,7 @@ fn a_lock_free_stack_shared_by_four_processes_stays_whole() {
         stack::push(&region, node);
     }
     let key = region.key();
-    let mut children: Vec<Child> = (0..4).map(|_| importer("stack", dir.path(), &key)).collect();
+    let mut children: Vec<Child> = (0..4).map(|_| Child::spawn_with_key("stack", dir.path(), &key)).collect();
     for c in &mut children {
         c.expect("churned", Duration::from_secs(60));
     }
@@ -480,13 +480,6 @@ mod hostile {
         let r = unsafe { mprotect(start as *mut _, PAGE, MprotectFlags::READ | MprotectFlags::WRITE) };
         assert!(r.is_err(), "the control page's mapping was made writable");
     }
-}
-
-/// A child process in `role` that opens a region with `key`.
-fn importer(role: &str, dir: &std::path::Path, key: &Key) -> Child {
-    Child::spawn_with(role, dir, |c| {
-        c.env("FERRY_TEST_KEY", key.to_string());
-    })
 }
 
 /// What the child processes run.

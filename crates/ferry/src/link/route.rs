@@ -139,6 +139,8 @@ pub(crate) struct Moved {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct OffRoute(pub &'static str);
 
+const OFF_ROUTE: OffRoute = OffRoute("a frame from a router off this route");
+
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 enum Bypass {
     Idle,
@@ -224,7 +226,7 @@ impl<D: Clone> Router<D> {
     /// frames: its caller may so take one without copying it first).
     pub fn way(&self, from: Hop, toward: Side) -> Result<Way, OffRoute> {
         if !self.takes_from(from) {
-            return Err(OffRoute("a frame from a router off this route"));
+            return Err(OFF_ROUTE);
         }
         Ok(match (self.proxy, toward == self.me.side) {
             (false, true) => Way::Deliver,
@@ -287,14 +289,13 @@ impl<D: Clone> Router<D> {
             return Ok(out);
         }
         match m.body {
+            // `way` checks that `m.from` is on the route.
             Body::Data { toward, data } => match self.way(m.from, toward)? {
                 Way::Deliver => out.push(Effect::Deliver(data)),
                 Way::Forward(to) => out.push(self.to(to, Body::Data { toward, data })),
                 Way::Hold => self.hold(data),
             },
-            Body::Control(_) if !self.takes_from(m.from) => {
-                return Err(OffRoute("a frame from a router off this route"));
-            }
+            Body::Control(_) if !self.takes_from(m.from) => return Err(OFF_ROUTE),
             Body::Control(c) => self.control(m.from, c, &mut out)?,
         }
         Ok(out)

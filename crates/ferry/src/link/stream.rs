@@ -92,7 +92,7 @@ impl Stream {
     /// every frame [`Stream::next_due`] gives; else a copy waits here for
     /// its turn.
     pub fn arrive(&mut self, seq: u64, frame: &[u8]) -> Result<bool, Broken> {
-        if seq < self.next_in || (!self.early.is_empty() && self.early.contains_key(&seq)) {
+        if seq < self.next_in || self.early.contains_key(&seq) {
             return Err(Broken(format!("frame {seq} came twice")));
         }
         if seq - self.next_in >= most_early(self.window_in) {

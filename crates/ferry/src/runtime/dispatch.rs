@@ -348,9 +348,6 @@ impl TeamInner {
         true
     }
 
-    /// `route` of a served frame (its room for an answer checked): its
-    /// primitive's handler runs it.
-    #[inline(never)]
     /// Refuses a message (`TooLarge`, to its sender) or a reply (its call
     /// fails with `ReplyTooLarge`) of `len` bytes, past `max_message`.
     fn refuse_too_large(&self, ch: &Arc<Channel>, h: &Header, len: usize) {
@@ -361,6 +358,9 @@ impl TeamInner {
         }
     }
 
+    /// `route` of a served frame (its room for an answer checked): its
+    /// primitive's handler runs it.
+    #[inline(never)]
     fn route_served(&self, ch: &Arc<Channel>, h: &Header, body: Body<'_>) {
         match body {
             Body::Inline(p) if p.len() > self.cfg.max_message => self.refuse_too_large(ch, h, p.len()),

@@ -55,10 +55,7 @@ struct BindState {
 impl Binding {
     /// The channel, once bound.
     pub fn channel(&self) -> Option<Arc<Channel>> {
-        match &self.state.lock().result {
-            Some(Ok(ch)) => Some(ch.clone()),
-            _ => None,
-        }
+        self.outcome()?.ok()
     }
 
     /// The outcome, once known (`None` while it binds).

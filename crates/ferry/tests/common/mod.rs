@@ -79,6 +79,14 @@ impl Child {
         Child::from_command(cmd, role)
     }
 
+    /// [`Child::spawn`] with `FERRY_TEST_KEY` set to `key` (a region's or
+    /// a fifo's, for the child to open it with).
+    pub fn spawn_with_key(role: &str, dir: &Path, key: &impl std::fmt::Display) -> Child {
+        Child::spawn_with(role, dir, |c| {
+            c.env("FERRY_TEST_KEY", key.to_string());
+        })
+    }
+
     /// Starts `role` inside network namespace `ns` (`ip netns exec`, which
     /// execs the test binary: the pid is the child's), with the runtime dir
     /// `dir` and the environment `env`.
