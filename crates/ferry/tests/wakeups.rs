@@ -171,7 +171,7 @@ fn sleeps_of_threads_named(name: &str) -> u64 {
 #[test]
 fn a_caller_does_not_wake_its_own_sleeping_processor() {
     const CALLS: u64 = 400;
-    let woke = processor_sleeps_over_calls("parked-echo", 10, Duration::from_millis(100), CALLS);
+    let woke = fewest_of_three(|| processor_sleeps_over_calls("parked-echo", 10, Duration::from_millis(100), CALLS));
     // Before: about 40 % of the calls woke it.
     assert!(woke < CALLS / 8, "the client's idle processor slept {woke} times over {CALLS} calls");
 }
@@ -187,8 +187,17 @@ fn a_caller_does_not_wake_its_own_sleeping_processor() {
 #[test]
 fn an_answer_wakes_the_thread_parked_for_it() {
     const CALLS: u64 = 100;
-    let woke = processor_sleeps_over_calls("slow-echo", 5, Duration::ZERO, CALLS);
+    let woke = fewest_of_three(|| processor_sleeps_over_calls("slow-echo", 5, Duration::ZERO, CALLS));
     assert!(woke < CALLS / 4, "the client's processor slept {woke} times over {CALLS} calls");
+}
+
+/// The fewest of three measurements. On a loaded machine, a caller
+/// preempted while it spins for its answer leaves the answer's ring to
+/// the sleeping processor, which then wakes legitimately (one run in
+/// eight with two CPU hogs on 2 vCPUs slept 110 times over 400 calls);
+/// the defects these tests guard against wake it on every run.
+fn fewest_of_three(measure: impl Fn() -> u64) -> u64 {
+    (0..3).map(|_| measure()).min().unwrap()
 }
 
 /// How many times this process's only processor (a client team's, one

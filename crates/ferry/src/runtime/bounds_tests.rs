@@ -420,6 +420,9 @@ fn posted_frames_wait_for_room_and_none_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let (team, posing) = (start(dir.path()), start(dir.path()));
     let peer = RawPeer::bind(&team, &posing);
+    // The team registers the bind after the handshake: a post before that
+    // would bind to the real `posing` team instead (it timed out so once).
+    channel_to(&team, posing.id());
     let sender = team.frame_sender(posing.id().endpoint(0).unwrap(), 200).unwrap();
     // Two 4 KiB rings hold about 85 frames each: most wait in the outbox.
     const POSTED: u64 = 1_000;
