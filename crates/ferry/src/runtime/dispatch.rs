@@ -71,9 +71,11 @@ impl TeamInner {
         if finished {
             self.settle_gone(ch, &mut rx);
         }
-        if self.run_direct(rx) {
-            // The answers those calls corked go out now, together, not a
-            // turn later (after a look at every other channel).
+        // The answers corked by the frames taken (served frames' replies,
+        // acks) and by the direct calls run go out now, together, not a
+        // turn later (after a look at every other channel and a read of
+        // this one: 0.8 µs of a served round trip over TCP).
+        if self.run_direct(rx) || did {
             ch.transport.flush_pending();
         }
         // Our waiting sends, once the peer made room (or gave payload ranges back: taken in the drain).
