@@ -154,6 +154,43 @@ fn a_dead_peer_fails_the_link(p: Placement) {
     );
 }
 
+/// The largest message a link takes is what its teams' runtimes take
+/// (`max_message`, less the link's framing): a larger message, or reply,
+/// is refused at its sender with `TooLarge`, and the link goes on. Before,
+/// the send succeeded, the receiving runtime refused the frame, and the
+/// link stalled at the missing message.
+fn a_message_larger_than_the_link_takes_is_refused(p: Placement) {
+    const MAX_MESSAGE: usize = 64 << 10;
+    let big = vec![7u8; 100_000];
+    pair(p).config(|b| b.max_message(MAX_MESSAGE)).run(
+        |a: &Side| {
+            let listener = a.team.link_listener().unwrap();
+            a.put("listener", listener.id());
+            let link = listener.accept_blocking().unwrap().with_timeout(Duration::from_secs(10));
+            let largest = match link.send_bytes(&big, Checkpoint::Immediate) {
+                Err(Error::TooLarge { len: 100_000, max }) if max < MAX_MESSAGE => max,
+                other => panic!("a message past the link's largest: {other:?}"),
+            };
+            // The largest there is goes, and the link goes on.
+            link.send_bytes(&big[..largest], Checkpoint::OnReceipt).unwrap();
+            link.send(&1u32, Checkpoint::OnReceipt).unwrap();
+            // A reply past it: the replier is told, the caller gets `NoReply`.
+            let m = link.recv_bytes_blocking().unwrap();
+            assert!(matches!(m.reply_bytes(&big), Err(Error::TooLarge { len: 100_000, .. })));
+            a.get::<String>("done");
+        },
+        |b: &Side| {
+            let to: EndpointId = b.get("listener");
+            let link = b.team.link_to(to).unwrap().with_timeout(Duration::from_secs(10));
+            assert!(link.recv_bytes_blocking().unwrap().value.len() < MAX_MESSAGE);
+            assert_eq!(link.recv_blocking::<u32>().unwrap().value, 1);
+            let call = link.call::<_, serde_bytes::ByteBuf>(&"big, please");
+            assert!(matches!(call, Err(Error::Refused(ferry::Refusal::NoReply))), "{call:?}");
+            b.put("done", "");
+        },
+    );
+}
+
 /// Waits (at most 10 s) until the team keeps no proxy of a moved end.
 fn no_proxy_stays(team: &Team) {
     let t0 = std::time::Instant::now();
@@ -330,6 +367,7 @@ loopback_placements!(
     ends_travel_in_rpc_arguments_and_results,
     messages_flow_both_ways_in_order,
     close_comes_after_what_was_sent,
+    a_message_larger_than_the_link_takes_is_refused,
     a_dead_peer_fails_the_link,
     an_end_moves_to_the_other_side_and_back,
     both_ends_move_at_once
@@ -440,4 +478,32 @@ fn an_end_read_after_its_proxy_gave_up_fails_at_once() {
     assert!(t.elapsed() < Duration::from_secs(1), "failed only at its deadline");
     drop((x, y));
     assert_eq!(team.link_routers(), ferry::link::LinkRouters::default());
+}
+
+/// An end moves only to a team that takes the messages its link carries:
+/// one whose `max_message` is smaller than the link's is adopted and
+/// closed at once — its receiver is told why (`TooLarge`, inside the
+/// decoding error), the other end sees `LinkClosed` — rather than kept
+/// with a peer whose larger messages its runtime would refuse.
+#[test]
+fn an_end_moved_to_a_team_that_takes_less_arrives_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+    let small = Team::builder().runtime_dir(dir.path()).max_message(64 << 10).start().unwrap();
+    let port = small.open_port::<ferry::link::Link>().unwrap();
+    let (x, y) = team.link_pair().unwrap();
+    team.sender::<ferry::link::Link>(port.id()).send(&y, Checkpoint::OnReceipt).unwrap();
+    drop(y);
+    let got = port.recv_timeout(Duration::from_secs(5)).map(|m| m.into_value());
+    assert!(matches!(&got, Err(Error::Codec(why)) if why.contains("exceeds the maximum")), "{got:?}");
+    let x = x.with_timeout(Duration::from_secs(5));
+    assert!(matches!(x.recv_blocking::<u32>(), Err(Error::LinkClosed { .. })));
+    drop(x);
+    for t in [&team, &small] {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while t.link_routers() != ferry::link::LinkRouters::default() {
+            assert!(std::time::Instant::now() < until, "routers stay: {:?}", t.link_routers());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }

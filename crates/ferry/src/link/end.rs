@@ -331,6 +331,9 @@ impl End {
         if self.team.is_shut_down() {
             return Poll::Ready(Err(Error::Shutdown));
         }
+        if let Err(e) = s.stream.fits(bytes.len()) {
+            return Poll::Ready(Err(e));
+        }
         if !s.stream.may_send(bytes.len()) {
             if !s.probed {
                 s.probed = true;
@@ -426,8 +429,16 @@ impl End {
         if !s.unanswered.remove(&call) {
             return Err(Error::InvalidArgument(format!("no request {call} of {} waits for an answer here", self.id)));
         }
+        // A reply the other side would not take: its requester is told
+        // `NoReply`, and the replier why.
+        let too_large = s.stream.fits(bytes.len()).err();
+        let (answer, bytes) = match too_large {
+            Some(_) => (Answer::NoReply, &[][..]),
+            None => (answer, bytes),
+        };
         let seq = s.stream.next_frame();
-        self.post(&mut s, seq, Body::Answer { call, answer, bytes })
+        self.post(&mut s, seq, Body::Answer { call, answer, bytes })?;
+        too_large.map_or(Ok(()), Err)
     }
 
     /// A frame for this router came from team `from` (the handler's part).
@@ -483,6 +494,7 @@ impl End {
                 }
             }
             Body::Answer { call, answer, bytes } => {
+                s.stream.within_largest(bytes.len())?;
                 // An answer to a call nobody waits for any more is dropped.
                 if let Some(c) = s.calls.get_mut(&call) {
                     c.answer = Some(match answer {
@@ -547,9 +559,21 @@ impl End {
     }
 
     /// The end `carried` arrives in `team`: its new router, registered,
-    /// and its adoption sent to the proxy it left.
+    /// and its adoption sent to the proxy it left. An end whose peer may
+    /// send messages larger than `team` takes (its `max_message` is
+    /// smaller than the link's) is adopted and closed at once: the other
+    /// end sees `LinkClosed`, this one `TooLarge`.
     fn adopt(team: &Arc<TeamInner>, carried: &[u8]) -> Result<Link> {
         let c = Carried::decode(carried).ok_or_else(|| Error::Codec("a link end of no form ferry makes".into()))?;
+        let (granted, here) = (c.stream.window_in.largest, Links::window(team).largest);
+        let link = Self::adopt_carried(team, c)?;
+        match granted > here {
+            true => Err(Error::TooLarge { len: granted as usize, max: here as usize }),
+            false => Ok(link),
+        }
+    }
+
+    fn adopt_carried(team: &Arc<TeamInner>, c: Carried) -> Result<Link> {
         let links = Links::of_inner(team)?;
         let (router, adopt) = Router::adopt(team.id, c.side, &c.moved);
         let end = End::with(c.link, team.clone(), links.clone(), router, c.stream);

@@ -96,9 +96,12 @@ pub(crate) struct Count {
     pub bytes: u64,
 }
 
-/// How far ahead of its receiver a side may send.
+/// How far ahead of its receiver a side may send, and the largest
+/// message (or reply) it may send: what every team on the link's route
+/// takes of it (see `Links::window`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Window {
     pub messages: u32,
     pub bytes: u32,
+    pub largest: u64,
 }

@@ -61,6 +61,16 @@ impl Stream {
             && (bytes == 0 || bytes.saturating_add(len as u64) <= u64::from(self.window_out.bytes))
     }
 
+    /// Whether a message (or reply) of `len` bytes is one the peer takes
+    /// at all: `TooLarge` if it is larger than its window's largest.
+    pub fn fits(&self, len: usize) -> crate::error::Result<()> {
+        let max = usize::try_from(self.window_out.largest).unwrap_or(usize::MAX);
+        match len > max {
+            true => Err(crate::error::Error::TooLarge { len, max }),
+            false => Ok(()),
+        }
+    }
+
     /// Numbers a message of `len` bytes (`may_send` said yes).
     pub fn send_message(&mut self, len: usize) -> u64 {
         self.sent.messages += 1;
@@ -114,6 +124,17 @@ impl Stream {
         Some(frame)
     }
 
+    /// A message or reply of `len` bytes from the peer: no larger than
+    /// this end lets it send?
+    pub fn within_largest(&self, len: usize) -> Result<(), Broken> {
+        match len as u64 > self.window_in.largest {
+            true => {
+                Err(Broken(format!("a message of {len} bytes, past the largest granted ({})", self.window_in.largest)))
+            }
+            false => Ok(()),
+        }
+    }
+
     /// A due frame's acknowledgement: what the peer consumed of ours.
     pub fn took_ack(&mut self, ack: Count) -> Result<(), Broken> {
         if ack.messages < self.granted.messages || ack.bytes < self.granted.bytes {
@@ -128,6 +149,7 @@ impl Stream {
 
     /// A due message of `len` bytes, queued for the user: within the window granted?
     pub fn received(&mut self, len: usize) -> Result<(), Broken> {
+        self.within_largest(len)?;
         self.received.messages += 1;
         self.received.bytes += len as u64;
         let messages = self.received.messages - self.consumed.messages;
@@ -165,8 +187,7 @@ impl Stream {
     /// Its bytes, as it travels with a moving end (`wire::Carried`).
     pub fn encode(&self, out: &mut Vec<u8>) {
         for w in [self.window_out, self.window_in] {
-            out.extend_from_slice(&w.messages.to_le_bytes());
-            out.extend_from_slice(&w.bytes.to_le_bytes());
+            out.extend_from_slice(&super::wire::encode_window(w));
         }
         for n in [self.next_out, self.next_in] {
             out.extend_from_slice(&n.to_le_bytes());
@@ -187,7 +208,7 @@ impl Stream {
     /// could have (nothing granted or consumed past what was sent or
     /// received, early frames after the one due and within bounds).
     pub fn decode(r: &mut super::wire::Reader<'_>) -> Option<Stream> {
-        let mut window = || Some(Window { messages: r.u32()?, bytes: r.u32()? });
+        let mut window = || Some(Window { messages: r.u32()?, bytes: r.u32()?, largest: r.u64()? });
         let (window_out, window_in) = (window()?, window()?);
         if [window_out, window_in].iter().any(|w| w.messages == 0 || w.bytes == 0) {
             return None;
@@ -224,7 +245,7 @@ impl Stream {
 mod tests {
     use super::*;
 
-    const W: Window = Window { messages: 4, bytes: 100 };
+    const W: Window = Window { messages: 4, bytes: 100, largest: 1000 };
 
     #[test]
     fn frames_are_taken_in_order_and_duplicates_break_the_link() {
@@ -260,6 +281,17 @@ mod tests {
         let mut s = Stream::new(W, W);
         s.received(500).unwrap();
         assert!(s.received(1).is_err());
+    }
+
+    /// No message larger than the window's largest: refused to its
+    /// sender (`TooLarge`), and a peer that sends one breaks the link.
+    #[test]
+    fn the_largest_message_binds_both_ways() {
+        let mut s = Stream::new(W, W);
+        assert!(s.fits(1000).is_ok());
+        assert!(matches!(s.fits(1001), Err(crate::Error::TooLarge { len: 1001, max: 1000 })));
+        assert!(s.within_largest(1000).is_ok());
+        assert!(s.received(1001).is_err(), "a message past the largest was taken");
     }
 
     #[test]

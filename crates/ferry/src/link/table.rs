@@ -56,9 +56,12 @@ impl Links {
         })
     }
 
-    fn window(team: &TeamInner) -> Window {
+    /// What an end of `team` grants its peer: the team's `link_window`,
+    /// and messages whose frames are no larger than its `max_message` (the
+    /// runtime refuses larger frames before a link sees them).
+    pub(super) fn window(team: &TeamInner) -> Window {
         let (messages, bytes) = team.cfg.link_window;
-        Window { messages, bytes }
+        Window { messages, bytes, largest: team.cfg.max_message.saturating_sub(wire::FRAMING) as u64 }
     }
 
     /// A new end of this team's, registered, within the team's `max_links`.

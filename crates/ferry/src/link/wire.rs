@@ -125,6 +125,10 @@ const GONE: u8 = 11;
 /// Bytes of a frame's head: route, the two routers, the class.
 pub(crate) const HEAD: usize = Route::LEN + 5 + 5 + 1;
 
+/// Bytes a message's (or an answer's) frame adds to it: the head, then
+/// the op, the acknowledgement, the checkpoint (or answer) and the call.
+pub(crate) const FRAMING: usize = HEAD + 1 + 16 + 1 + 4;
+
 fn side(b: u8) -> Result<Side, FrameError> {
     match b {
         0 => Ok(Side::A),
@@ -461,7 +465,7 @@ pub(crate) mod status {
 }
 
 impl Open {
-    pub const LEN: usize = 24;
+    pub const LEN: usize = 16 + WINDOW_LEN;
 
     pub fn encode(&self) -> [u8; Open::LEN] {
         let mut b = [0u8; Open::LEN];
@@ -479,21 +483,23 @@ impl Open {
     }
 }
 
-/// A window's 8 bytes: messages, then bytes (u32 each).
-pub(crate) fn encode_window(w: Window) -> [u8; 8] {
-    let mut b = [0u8; 8];
+/// Bytes of a window.
+pub(crate) const WINDOW_LEN: usize = 16;
+
+/// A window's bytes: messages, bytes (u32 each), then the largest message (u64).
+pub(crate) fn encode_window(w: Window) -> [u8; WINDOW_LEN] {
+    let mut b = [0u8; WINDOW_LEN];
     b[..4].copy_from_slice(&w.messages.to_le_bytes());
-    b[4..].copy_from_slice(&w.bytes.to_le_bytes());
+    b[4..8].copy_from_slice(&w.bytes.to_le_bytes());
+    b[8..].copy_from_slice(&w.largest.to_le_bytes());
     b
 }
 
-/// The window in `b` (8 bytes); `None` if it is not, or grants nothing.
+/// The window in `b`; `None` if it is not one, or grants nothing.
 pub(crate) fn decode_window(b: &[u8]) -> Option<Window> {
-    if b.len() != 8 {
-        return None;
-    }
-    let w = Window { messages: le32(&b[..4]), bytes: le32(&b[4..]) };
-    (w.messages > 0 && w.bytes > 0).then_some(w)
+    let mut r = Reader(b);
+    let w = Window { messages: r.u32()?, bytes: r.u32()?, largest: r.u64()? };
+    (r.0.is_empty() && w.messages > 0 && w.bytes > 0).then_some(w)
 }
 
 #[cfg(test)]
@@ -560,8 +566,13 @@ mod tests {
         let mut d = Data { ack: Count::default(), body: Body::Close }.encode();
         d[0] = 9;
         assert_eq!(Data::decode(&d), Err(FrameError::Op(9)));
-        let open = Open { link: LinkId(3), window: Window { messages: 4, bytes: 4096 } };
+        let open = Open { link: LinkId(3), window: Window { messages: 4, bytes: 4096, largest: 1 << 20 } };
         assert_eq!(Open::decode(&open.encode()), Some(open));
-        assert_eq!(decode_window(&[0; 8]), None);
+        assert_eq!(decode_window(&[0; WINDOW_LEN]), None);
+        assert_eq!(
+            decode_window(&encode_window(Window { messages: 4, bytes: 4096, largest: 1 })[..8]),
+            None,
+            "8 bytes decoded"
+        );
     }
 }

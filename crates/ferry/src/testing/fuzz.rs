@@ -1274,7 +1274,7 @@ pub fn link_frames(data: &[u8]) {
         }
         return;
     }
-    let window = Window { messages: 8, bytes: 4096 };
+    let window = Window { messages: 8, bytes: 4096, largest: 4096 };
     let mut stream = Stream::new(window, window);
     while !input.is_empty() {
         let seq = u64::from(input.u16());
@@ -1408,7 +1408,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             add("link_frames", "answer", [&[0u8][..], &answer].concat());
             let hop = Hop { team: TeamId { node: 1, team: 2, incarnation: 3 }, side: Side::A, epoch: 0 };
             add("link_frames", "bypass", [&[0u8][..], &frame(What::Control(Control::Bypass { z: hop }))].concat());
-            let window = Window { messages: 64, bytes: 1 << 20 };
+            let window = Window { messages: 64, bytes: 1 << 20, largest: 1 << 20 };
             let open = Open { link: LinkId(5), window };
             add("link_frames", "open", [&[0u8][..], &open.encode()].concat());
             let mut stream = Stream::new(window, window);
