@@ -2,7 +2,7 @@
 //! pieces, routes answers to the sends waiting for them and data to its
 //! endpoint's inbox (or the channel's hold queue when that inbox is full).
 
-use super::channel::{Channel, Direct, Incoming, RxState, CONTROL_BACKLOG};
+use super::channel::{Channel, Direct, Incoming, RxState, CONTROL_BACKLOG, KEPT_SERVED_COPY};
 use super::config::message_cost;
 use super::deadline::{deadline_on_arrival, LocalTime};
 use super::executor;
@@ -299,7 +299,7 @@ impl TeamInner {
             }
             Kind::Served(_) if may_need_answer && self.answers_wait(ch) => false,
             Kind::Served(_) => {
-                self.route_served(ch, h, body);
+                self.route_served(ch, rx, h, body);
                 true
             }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
@@ -363,11 +363,19 @@ impl TeamInner {
     /// `route` of a served frame (its room for an answer checked): its
     /// primitive's handler runs it.
     #[inline(never)]
-    fn route_served(&self, ch: &Arc<Channel>, h: &Header, body: Body<'_>) {
+    fn route_served(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, body: Body<'_>) {
         match body {
             Body::Inline(p) if p.len() > self.cfg.max_message => self.refuse_too_large(ch, h, p.len()),
             // Copied first (a handler never reads what the peer can still write).
-            Body::Inline(p) => Payload::with_copy(p, |b| self.serve_frame(ch, h, FrameBytes::Copied(b))),
+            Body::Inline(p) => {
+                let mut copy = std::mem::take(&mut rx.served_copy);
+                copy.clear();
+                copy.extend_from_slice(p);
+                self.serve_frame(ch, h, FrameBytes::Copied(&copy));
+                if copy.capacity() <= KEPT_SERVED_COPY {
+                    rx.served_copy = copy;
+                }
+            }
             Body::Detached(slot) => {
                 let d = slot.take().expect("a detached body is offered once");
                 match d.len() > self.cfg.max_message {

@@ -61,18 +61,6 @@ impl Payload {
         }
     }
 
-    /// Runs `f` on a copy of `bytes` (which a peer may still write) made in
-    /// a buffer this thread reuses: no allocation per message.
-    pub fn with_copy<R>(bytes: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
-        with_scratch(
-            |buf| {
-                buf.clear();
-                buf.extend_from_slice(bytes);
-            },
-            f,
-        )
-    }
-
     /// Copies the first bytes into `out` (as many as fit), without copying
     /// the rest out of a peer's area; returns how many.
     pub fn read_head(&self, out: &mut [u8]) -> usize {
