@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bench-deps.sh
 cargo build --release --locked -p ferry-cli --features peers
+# The small program whose idle team the memory report measures.
+cargo build --release --locked -p ferry --example idle_team
 if [[ ${1:-} == tcp ]]; then
     . scripts/netns-lib.sh
     netns_require

@@ -1,18 +1,35 @@
-//! What a team costs in memory: resident size of an idle team (a process
-//! that only started a team), and shared memory per channel pair.
+//! What a team costs in memory: the resident size of an idle team in a
+//! small program (`ferry`'s example `idle_team`, which `scripts/bench.sh`
+//! builds; without it, this benchmark's own binary started as an idle
+//! child), and the shared memory of one channel pair between two
+//! processes — mapped, and resident in each process after the channel
+//! carried a 4 MiB message and then stayed idle for 2 s.
 
 use ferry::Team;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const IDLE: &str = "FERRY_BENCH_IDLE_TEAM";
+/// The idle child's port: each message is answered with nothing.
+const PORT: &str = "idle";
+/// What the channel carries before it idles: past the payload area's warm part.
+const LARGE: usize = 4 << 20;
+const IDLE_FOR: Duration = Duration::from_secs(2);
 
-/// In the re-executed idle child: start a team, say so, wait for stdin to close.
+/// In the re-executed idle child (no `idle_team` program): what
+/// `idle_team` does.
 pub(crate) fn idle_child_if_requested() {
     let Ok(dir) = std::env::var(IDLE) else { return };
     let team = Team::builder().runtime_dir(&dir).start().expect("start team");
+    let port = team.open_named_raw_port(PORT).expect("open a port");
+    std::thread::spawn(move || {
+        while let Ok(m) = port.recv_blocking() {
+            let _ = m.reply(&[]);
+        }
+    });
     println!("ready");
     let _ = std::io::stdin().read_line(&mut String::new());
     team.shutdown();
@@ -25,32 +42,79 @@ pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The `idle_team` example beside this binary (`target/release/examples`).
+fn idle_program() -> Option<PathBuf> {
+    let p = std::env::current_exe().ok()?.parent()?.join("examples").join("idle_team");
+    p.is_file().then_some(p)
+}
+
+/// Mapped and resident bytes of the process's channel segments (`ferry-channel`
+/// memfds), from its smaps.
+fn channel_segments(pid: u32) -> Option<(u64, u64)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let (mut mapped, mut resident, mut ours) = (0, 0, false);
+    for line in smaps.lines() {
+        let kib = |l: &str| l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0) * 1024;
+        if line.starts_with("Size:") && ours {
+            mapped += kib(line);
+        } else if line.starts_with("Rss:") && ours {
+            resident += kib(line);
+        } else if line.split_whitespace().next().is_some_and(|a| a.contains('-') && !a.ends_with(':')) {
+            ours = line.contains("memfd:ferry-channel");
+        }
+    }
+    Some((mapped, resident))
+}
+
+fn start_idle(dir: &std::path::Path) -> Option<(Child, &'static str)> {
+    let (mut cmd, program) = match idle_program() {
+        Some(p) => (Command::new(p), "examples/idle_team"),
+        None => {
+            let mut c = Command::new(std::env::current_exe().ok()?);
+            c.env(IDLE, dir);
+            (c, "this benchmark's binary")
+        }
+    };
+    let mut child = cmd.arg(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().ok()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take()?).read_line(&mut line).ok()?;
+    Some((child, program))
+}
+
 pub fn report() -> Value {
     let dir = std::env::temp_dir().join(format!("ferry-bench-idle-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    let idle = (|| {
-        let mut child = Command::new(std::env::current_exe().ok()?)
-            .env(IDLE, &dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .ok()?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take()?).read_line(&mut line).ok()?;
+    let mut out = json!({});
+    if let Some((mut child, program)) = start_idle(&dir) {
         std::thread::sleep(Duration::from_millis(100));
-        let rss = rss_kib(child.id());
+        out["idle_team_program"] = json!(program);
+        out["idle_team_rss_kib"] = json!(rss_kib(child.id()));
+        // One channel pair, used once with a large message, then idle.
+        let pair = (|| {
+            let team = Team::builder().runtime_dir(&dir).start().ok()?;
+            let to = team.lookup_wait(PORT, Duration::from_secs(10)).ok()?;
+            let sender = team.raw_sender(to);
+            sender.call(&vec![7u8; LARGE]).ok()?;
+            sender.call(b"small").ok()?;
+            std::thread::sleep(IDLE_FOR);
+            let here = channel_segments(std::process::id())?;
+            let there = channel_segments(child.id())?;
+            team.shutdown();
+            Some((here, there))
+        })();
+        if let Some(((mapped, resident_here), (_, resident_there))) = pair {
+            out["shm_channel_pair_mapped_bytes"] = json!(mapped);
+            out["shm_channel_pair_resident_bytes_after_idle"] =
+                json!({ "connector": resident_here, "acceptor": resident_there });
+        }
         drop(child.stdin.take());
         let _ = child.wait();
-        rss
-    })();
+    }
     let _ = std::fs::remove_dir_all(&dir);
     let ring = ferry::Config::default().ring_bytes;
-    json!({
-        "idle_team_rss_kib": idle,
-        // Resident: the header and the rings; the payload areas are sparse (touched by large messages only).
-        "shm_per_channel_pair_bytes": ferry::testing::segment_len(ring, 0),
-        "shm_payload_area_virtual_bytes": ferry::testing::area_for(ferry::Config::default().max_message),
-        "shm_doorbell_per_team_bytes": ferry::testing::DOORBELL_LEN,
-        "ring_bytes_per_direction": ring,
-    })
+    out["shm_per_channel_pair_bytes"] = json!(ferry::testing::segment_len(ring, 0));
+    out["shm_payload_area_virtual_bytes"] = json!(ferry::testing::area_for(ferry::Config::default().max_message));
+    out["shm_doorbell_per_team_bytes"] = json!(ferry::testing::DOORBELL_LEN);
+    out["ring_bytes_per_direction"] = json!(ring);
+    out
 }
