@@ -1,6 +1,7 @@
 //! ferry's own ping-pong cases: a port round trip between two teams over
 //! shared memory (both sides spinning, or both parked between messages),
-//! and between two threads or two tasks of one team.
+//! and between two threads or two tasks of one team; and crossbeam-channel
+//! between two threads, what such threads use otherwise.
 
 use crate::harness::{Case, ChildCtx, Params, Peer};
 use crate::run_dir::{run_dir, RemoveDir};
@@ -13,7 +14,80 @@ pub fn cases() -> Vec<Case> {
         Case::new("ferry.shm.parked", parked_parent, parked_child),
         Case::new("ferry.inproc", inproc_threads, no_child),
         Case::new("ferry.inproc.tasks", inproc_tasks, no_child),
+        Case::new("crossbeam.pingpong", crossbeam_threads, no_child),
+        Case::new("ferry.shm.oneway", oneway_parent, oneway_child),
     ]
+}
+
+/// `ferry.shm.oneway`: 8-byte `Immediate` messages one way, as fast as the
+/// receiver takes them (ns per message; `floor.ring.oneway` is its floor).
+/// The child counts what it took in the shared region; a round ends when
+/// it took all.
+fn oneway_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let _dir = RemoveDir(run_dir(&peer.run_id));
+    let team = start_team(&peer.run_id, true);
+    let (port, to) = rendezvous(&team, "bench.ping", "bench.pong");
+    let taken = peer.shm.atomic_u64(0);
+    let msg = [7u8; 8];
+    let mut sent = 0u64;
+    let samples = p.measure(p.iters, |n| {
+        for _ in 0..n {
+            // A full ring: wait for room (the receiver keeps taking).
+            while let Err(ferry::Error::WouldBlock { .. }) = to.send(&msg, Checkpoint::Immediate) {
+                std::hint::spin_loop();
+            }
+        }
+        sent += n as u64;
+        peer.spin_until(|| taken.load(std::sync::atomic::Ordering::Acquire) == sent);
+    });
+    to.send(STOP, Checkpoint::Immediate).unwrap();
+    drop(port);
+    team.shutdown();
+    samples
+}
+
+fn oneway_child(ctx: &ChildCtx) {
+    let team = start_team(&ctx.run_id, true);
+    let (port, _to) = rendezvous(&team, "bench.pong", "bench.ping");
+    let taken = ctx.shm.atomic_u64(0);
+    let mut n = 0;
+    while port.recv_blocking().unwrap().payload() != STOP {
+        n += 1;
+        taken.store(n, std::sync::atomic::Ordering::Release);
+    }
+    drop(port);
+    team.shutdown();
+}
+
+/// `crossbeam.pingpong`: what two threads of one process pay with the
+/// channel Rust programs pick for it (crossbeam-channel, one bounded
+/// channel each way, blocking receives: they spin, then park), pinned as
+/// `ferry.inproc` is.
+fn crossbeam_threads(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let (to_b, b) = crossbeam_channel::bounded::<u64>(1);
+    let (to_a, a) = crossbeam_channel::bounded::<u64>(1);
+    let cpu = peer.child_cpu;
+    let echo = std::thread::spawn(move || {
+        if let Some(cpu) = cpu {
+            crate::pin_current_thread(cpu);
+        }
+        while let Ok(v) = b.recv() {
+            if to_a.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let mut v = 0;
+    let samples = p.measure(p.iters, |n| {
+        for _ in 0..n {
+            v += 1;
+            to_b.send(v).unwrap();
+            assert_eq!(a.recv().unwrap(), v);
+        }
+    });
+    drop(to_b);
+    echo.join().unwrap();
+    samples
 }
 
 const STOP: &[u8] = b"";

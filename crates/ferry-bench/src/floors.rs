@@ -6,9 +6,13 @@
 //!   on the line the other writes. ferry's baseline.
 //! * `floor.futex` — both sides sleep in FUTEX_WAIT: two wake-ups per trip.
 //! * `floor.uds` — 8 bytes each way over a Unix stream socket, blocking.
+//! * `floor.ring.oneway` — one-way messages through a single-producer
+//!   single-consumer ring of 48-byte records in shared memory: one publish
+//!   per record, one release per record, the consumer spinning (ns per
+//!   message; `ferry.shm.oneway`'s floor).
 
 use std::io::{Read, Write};
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
 
 use rustix::io::Errno;
@@ -31,7 +35,63 @@ pub fn cases() -> Vec<Case> {
         Case::new("floor.spin.two_line", two_line_parent, two_line_child),
         Case::new("floor.futex", futex_parent, futex_child),
         Case::new("floor.uds", uds_parent, uds_child),
+        Case::new("floor.ring.oneway", ring_parent, ring_child),
     ]
+}
+
+// --- floor.ring.oneway ---------------------------------------------------
+// The producer (parent) writes records of six words (48 bytes, each word
+// the record's number) at RING, then publishes its tail; the consumer
+// (child) reads each record as the tail passes it, checks it, and
+// publishes its head. A round ends when the head catches up, so what is
+// timed is messages taken, not written. A tail of u64::MAX stops the child.
+
+/// Where the records start, and how many the ring holds (192 KiB of the region).
+const RING: usize = 4096;
+const RECORDS: u64 = 4096;
+const WORDS: usize = 6;
+
+fn record(at: u64) -> usize {
+    RING + (at % RECORDS) as usize * WORDS * 8
+}
+
+fn ring_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let (tail_word, head_word) = (peer.shm.atomic_u64(REQ), peer.shm.atomic_u64(RESP));
+    let (mut tail, mut head) = (0u64, 0u64);
+    let samples = p.measure(p.iters, |n| {
+        for _ in 0..n {
+            while tail - head >= RECORDS {
+                head = head_word.load(Acquire);
+            }
+            for w in 0..WORDS {
+                peer.shm.atomic_u64(record(tail) + w * 8).store(tail, Relaxed);
+            }
+            tail += 1;
+            tail_word.store(tail, Release);
+        }
+        peer.spin_until(|| head_word.load(Acquire) == tail);
+        head = tail;
+    });
+    tail_word.store(STOP64, Release);
+    samples
+}
+
+fn ring_child(ctx: &ChildCtx) {
+    let (tail_word, head_word) = (ctx.shm.atomic_u64(REQ), ctx.shm.atomic_u64(RESP));
+    let mut head = 0u64;
+    loop {
+        let tail = tail_word.load(Acquire);
+        if tail == STOP64 {
+            return;
+        }
+        while head < tail {
+            for w in 0..WORDS {
+                assert_eq!(ctx.shm.atomic_u64(record(head) + w * 8).load(Relaxed), head, "a torn record");
+            }
+            head += 1;
+            head_word.store(head, Release);
+        }
+    }
 }
 
 // --- floor.spin.one_line -------------------------------------------------

@@ -7,6 +7,11 @@
 //!   then the fixed [`argument`] pattern), answered with the number plus the
 //!   sum of the other bytes, so the server reads the whole request.
 //!
+//! - `iceoryx2.pubsub.pingpong`: iceoryx2's fastest pattern, as its own
+//!   `benchmark-publish-subscribe` runs it: two publish-subscribe services
+//!   (one each way, history 0, a subscriber buffer of one), a `u64` sent
+//!   by copy, both sides busy-polling their subscriber.
+//!
 //! The service name includes the run id (parent pid and sequence number),
 //! so parallel or crashed runs never meet. The child leaves on a STOP
 //! request, after answering it, so both nodes are dropped cleanly and
@@ -155,4 +160,75 @@ fn child<R: Request>(ctx: &ChildCtx) {
             return;
         }
     }
+}
+
+/// `iceoryx2.pubsub.pingpong`.
+pub fn pubsub_case() -> Case {
+    Case::new("iceoryx2.pubsub.pingpong", pubsub_parent, pubsub_child)
+}
+
+/// The parent's `ping` and the child's `pong` subscribers and publishers,
+/// as `benchmark-publish-subscribe` configures them; `f` runs with this
+/// side's publisher and subscriber.
+fn pubsub<R>(run_id: &str, parent: bool, f: impl FnOnce(&dyn Fn(u64), &dyn Fn() -> Option<u64>) -> R) -> R {
+    let node = node();
+    let service = |way: &str| {
+        let name = ServiceName::new(&format!("ferry-bench/{run_id}/pubsub.{way}")).expect("iceoryx2 service name");
+        node.service_builder(&name)
+            .publish_subscribe::<u64>()
+            .history_size(0)
+            .subscriber_max_buffer_size(1)
+            .enable_safe_overflow(true)
+            .open_or_create()
+            .expect("iceoryx2 publish-subscribe service")
+    };
+    let (out, back) = if parent { (service("ping"), service("pong")) } else { (service("pong"), service("ping")) };
+    let publisher = out.publisher_builder().create().expect("iceoryx2 publisher");
+    let subscriber = back.subscriber_builder().create().expect("iceoryx2 subscriber");
+    let send = |v: u64| publisher.send_copy(v).map(drop).expect("iceoryx2 send");
+    let receive = || subscriber.receive().expect("iceoryx2 receive").map(|s| *s);
+    f(&send, &receive)
+}
+
+fn pubsub_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    let run_id = peer.run_id.clone();
+    pubsub(&run_id, true, |send, receive| {
+        // Both sides' subscribers exist before the first sample goes (history 0).
+        peer.sock.set_read_timeout(Some(Duration::from_secs(10))).expect("SO_RCVTIMEO");
+        (&peer.sock).write_all(b"S").expect("handshake");
+        (&peer.sock).read_exact(&mut [0u8]).expect("iceoryx2 subscriber did not start");
+        let round = |seq: u64| {
+            send(seq);
+            let mut got = None;
+            peer.spin_until(|| {
+                got = receive();
+                got.is_some()
+            });
+            assert_eq!(got, Some(seq), "iceoryx2: wrong sample");
+        };
+        let mut seq = 0;
+        let samples = p.measure(p.iters_div(ITERS_DIV), |n| {
+            for _ in 0..n {
+                seq += 1;
+                round(seq);
+            }
+        });
+        round(STOP);
+        samples
+    })
+}
+
+fn pubsub_child(ctx: &ChildCtx) {
+    (&ctx.sock).read_exact(&mut [0u8]).expect("handshake");
+    pubsub(&ctx.run_id, false, |send, receive| {
+        (&ctx.sock).write_all(b"R").expect("handshake");
+        loop {
+            if let Some(v) = receive() {
+                send(v);
+                if v == STOP {
+                    return;
+                }
+            }
+        }
+    })
 }

@@ -99,7 +99,7 @@ pub fn pingpong_floor_cases() -> Vec<Case> {
     #[allow(unused_mut)]
     let mut cases = floors::cases();
     #[cfg(feature = "iceoryx2")]
-    cases.push(iceoryx2_peer::case());
+    cases.extend([iceoryx2_peer::case(), iceoryx2_peer::pubsub_case()]);
     cases
 }
 

@@ -95,12 +95,19 @@ pub mod pingpong {
 
     /// `ferry bench pingpong`.
     pub fn run(args: &BenchArgs) -> ferry::Result<()> {
+        // Issue 21's table (the hot path at the hardware's floor).
         let targets = [
-            Target::p50("ferry.shm.spin", BASELINE, 1.5),
-            Target::p50("ferry.shm.spin", "iceoryx2.req_resp", 1.0 / 3.0),
-            Target::p50("ferry.shm.parked", "floor.futex", 1.15),
+            Target::p50("ferry.shm.spin", BASELINE, 1.5).or_plus_ns(150.0),
+            Target::p50("ferry.shm.spin", "iceoryx2.pubsub.pingpong", 0.5),
+            Target::p50("ferry.shm.parked", "floor.futex", 1.10),
+            Target::p50("ferry.shm.oneway", "floor.ring.oneway", 2.0),
         ];
         let mut report = super::run("pingpong", pingpong_cases(), args, BASELINE, &targets);
+        if let Some(oneway) = report.get("ferry.shm.oneway") {
+            let rate = 1e9 / oneway.stats.median;
+            let t = json!({"case": "ferry.shm.oneway", "messages_per_s": rate, "target_messages_per_s": 20e6, "met": rate >= 20e6});
+            report.extra.insert("oneway_target".into(), t);
+        }
         report.extra.insert("memory".into(), crate::memory::report());
         print(&report, args, BASELINE);
         Ok(())
@@ -209,8 +216,9 @@ pub mod rpc {
             return Ok(());
         }
         let targets = [
-            Target::p50("ferry.shm.null", BASELINE, 2.5),
-            Target::p50("ferry.shm.null", "iceoryx2.req_resp", 1.0 / 2.5),
+            // Issue 21's table.
+            Target::p50("ferry.shm.null", BASELINE, 2.5).or_plus_ns(350.0),
+            Target::p50("ferry.shm.null", "iceoryx2.req_resp", 0.33),
             Target::p50("ferry.shm.null", "tonic.uds.null", 1.0 / 50.0),
             Target::p50("ferry.shm.null", "zmq.ipc.null", 1.0 / 20.0),
             // Free to move (issue 17): the median near the pinned one's; p99 is reported.

@@ -13,6 +13,9 @@ pub(crate) struct Target {
     pub against: &'static str,
     pub stat: Stat,
     pub max: f64,
+    /// Or at most this many ns more than `against` (whichever allows more:
+    /// a floor of a few tens of ns makes a ratio alone meaningless).
+    pub plus_ns: f64,
     /// Met only if the ratio is within `max` in every pass (else: the
     /// median over passes is).
     pub every_pass: bool,
@@ -21,7 +24,12 @@ pub(crate) struct Target {
 impl Target {
     /// `case`'s median ≤ `max` × `against`'s, on the median over passes.
     pub const fn p50(case: &'static str, against: &'static str, max: f64) -> Target {
-        Target { case, against, stat: Stat::P50, max, every_pass: false }
+        Target { case, against, stat: Stat::P50, max, plus_ns: 0.0, every_pass: false }
+    }
+
+    /// The same target, or `case` at most `ns` more than `against`.
+    pub const fn or_plus_ns(self, ns: f64) -> Target {
+        Target { plus_ns: ns, ..self }
     }
 
     /// `case`'s p99 ≤ `max` × `against`'s, on the median over passes.
@@ -39,11 +47,17 @@ impl Target {
     pub fn check(&self, report: &Report) -> Option<Value> {
         let ratio = report.ratio_of(self.stat, self.case, self.against)?;
         let passes = report.pass_ratios_of(self.stat, self.case, self.against)?;
-        let met = if self.every_pass { passes.iter().all(|&r| r <= self.max) } else { ratio <= self.max };
+        // `plus_ns` as a ratio to the other case's statistic (over all passes).
+        let against = self.stat.of(&report.get(self.against)?.stats);
+        let max = match self.plus_ns > 0.0 && against > 0.0 {
+            true => self.max.max(1.0 + self.plus_ns / against),
+            false => self.max,
+        };
+        let met = if self.every_pass { passes.iter().all(|&r| r <= max) } else { ratio <= max };
         let per_pass: Vec<f64> = passes.into_iter().map(round3).collect();
         Some(json!({
             "case": self.case, "against": self.against, "stat": self.stat.name(), "ratio": ratio,
-            "per_pass": per_pass, "target": self.max, "in_every_pass": self.every_pass, "met": met,
+            "per_pass": per_pass, "target": round3(max), "in_every_pass": self.every_pass, "met": met,
         }))
     }
 }
@@ -60,6 +74,17 @@ mod tests {
         r.push_passes("base", vec![pass(10.0, 100.0), pass(10.0, 100.0), pass(10.0, 100.0)]);
         r.push_passes("case", vec![pass(9.0, 120.0), pass(11.0, 140.0), pass(9.0, 160.0)]);
         r
+    }
+
+    /// A target of a ratio or a few ns more, whichever allows more.
+    #[test]
+    fn a_target_may_allow_ns_more_instead() {
+        let r = report();
+        let strict = Target::p50("case", "base", 0.5).check(&r).unwrap();
+        assert_eq!((strict["met"].as_bool(), strict["target"].as_f64()), (Some(false), Some(0.5)));
+        // The base's median is 10 ns: 5 ns more is 1.5 times it.
+        let plus = Target::p50("case", "base", 0.5).or_plus_ns(5.0).check(&r).unwrap();
+        assert_eq!((plus["met"].as_bool(), plus["target"].as_f64()), (Some(true), Some(1.5)));
     }
 
     #[test]
