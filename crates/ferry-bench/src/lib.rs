@@ -75,7 +75,6 @@ pub(crate) fn failed(context: &'static str, what: impl std::fmt::Display) -> fer
 /// a benchmark's second process, play that part and exit.
 pub fn child_main() {
     crash::team_if_requested();
-    memory::idle_child_if_requested();
     large::receiver_if_requested();
     soak::team_if_requested();
     cluster_soak::team_if_requested();

@@ -1,9 +1,8 @@
 //! What a team costs in memory: the resident size of an idle team in a
 //! small program (`ferry`'s example `idle_team`, which `scripts/bench.sh`
-//! builds; without it, this benchmark's own binary started as an idle
-//! child), and the shared memory of one channel pair between two
-//! processes — mapped, and resident in each process after the channel
-//! carried a 4 MiB message and then stayed idle for 2 s.
+//! builds beside the `ferry` binary), and the shared memory of one channel
+//! pair between two processes — mapped, and resident in each process after
+//! the channel carried a 4 MiB message and then stayed idle for 2 s.
 
 use ferry::Team;
 use serde_json::{json, Value};
@@ -12,31 +11,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const IDLE: &str = "FERRY_BENCH_IDLE_TEAM";
-/// The idle child's port: each message is answered with nothing.
+/// `idle_team`'s port: each message is answered with nothing.
 const PORT: &str = "idle";
 /// What the channel carries before it idles: past the payload area's warm part.
 const LARGE: usize = 4 << 20;
 const IDLE_FOR: Duration = Duration::from_secs(2);
 /// Most an idle team in a small program may keep resident.
 const IDLE_RSS_TARGET_KIB: u64 = 4 << 10;
-
-/// In the re-executed idle child (no `idle_team` program): what
-/// `idle_team` does.
-pub(crate) fn idle_child_if_requested() {
-    let Ok(dir) = std::env::var(IDLE) else { return };
-    let team = Team::builder().runtime_dir(&dir).start().expect("start team");
-    let port = team.open_named_raw_port(PORT).expect("open a port");
-    std::thread::spawn(move || {
-        while let Ok(m) = port.recv_blocking() {
-            let _ = m.reply(&[]);
-        }
-    });
-    println!("ready");
-    let _ = std::io::stdin().read_line(&mut String::new());
-    team.shutdown();
-    std::process::exit(0);
-}
 
 pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -68,28 +49,24 @@ fn channel_segments(pid: u32) -> Option<(u64, u64)> {
     Some((mapped, resident))
 }
 
-fn start_idle(dir: &std::path::Path) -> Option<(Child, &'static str)> {
-    let (mut cmd, program) = match idle_program() {
-        Some(p) => (Command::new(p), "examples/idle_team"),
-        None => {
-            let mut c = Command::new(std::env::current_exe().ok()?);
-            c.env(IDLE, dir);
-            (c, "this benchmark's binary")
-        }
-    };
-    let mut child = cmd.arg(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().ok()?;
+/// Starts `idle_team` with its runtime under `dir`, once it says it is ready.
+fn start_idle(program: &std::path::Path, dir: &std::path::Path) -> Option<Child> {
+    let mut child = Command::new(program).arg(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().ok()?;
     let mut line = String::new();
     BufReader::new(child.stdout.take()?).read_line(&mut line).ok()?;
-    Some((child, program))
+    Some(child)
 }
 
 pub fn report() -> Value {
     let dir = std::env::temp_dir().join(format!("ferry-bench-idle-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let mut out = json!({});
-    if let Some((mut child, program)) = start_idle(&dir) {
+    let Some(program) = idle_program() else {
+        out["idle_team_program"] = json!("missing: cargo build --release -p ferry --example idle_team");
+        return out;
+    };
+    if let Some(mut child) = start_idle(&program, &dir) {
         std::thread::sleep(Duration::from_millis(100));
-        out["idle_team_program"] = json!(program);
         let rss = rss_kib(child.id());
         out["idle_team_rss_kib"] = json!(rss);
         // Issue 21's target.

@@ -283,6 +283,24 @@ impl Cluster {
     }
 }
 
+/// Nodes 1 and 2 of a cluster on loopback, each the other's peer, on
+/// ports free when made, sharing a test key (for the runtime's tests).
+#[cfg(test)]
+pub(crate) fn loopback_pair() -> [Cluster; 2] {
+    let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addrs = [free(), free()];
+    [1u16, 2].map(|node| Cluster {
+        node,
+        listen: addrs[node as usize - 1],
+        peers: BTreeMap::from([(3 - node, addrs[2 - node as usize])]),
+        key: key.clone(),
+        tls: None,
+        from: BTreeMap::new(),
+        handshakes_per_source: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

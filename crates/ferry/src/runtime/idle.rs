@@ -683,7 +683,6 @@ mod tests {
     #[test]
     fn a_served_reply_leaves_with_the_pass_that_took_its_frame() {
         use crate::runtime::served::{FrameHandler, ServedFrame};
-        use std::collections::BTreeMap;
         use std::sync::atomic::AtomicBool;
         struct Echo(AtomicBool);
         impl FrameHandler for Echo {
@@ -693,27 +692,16 @@ mod tests {
                 self.0.store(true, Ordering::SeqCst);
             }
         }
-        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
-        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let addrs = [free(), free()];
         let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-        let node = |node: u16, processors: usize| {
-            let cluster = crate::Cluster {
-                node,
-                listen: addrs[node as usize - 1],
-                peers: BTreeMap::from([(3 - node, addrs[2 - node as usize])]),
-                key: key.clone(),
-                tls: None,
-                from: BTreeMap::new(),
-                handshakes_per_source: None,
-            };
-            let dir = dirs[node as usize - 1].path();
+        let node = |cluster: crate::Cluster, dir: &tempfile::TempDir, processors: usize| {
             // Heartbeats (which flush what waits) far apart: 15 s.
-            let b = Team::builder().runtime_dir(dir).processors(processors).peer_timeout(Duration::from_secs(60));
+            let b =
+                Team::builder().runtime_dir(dir.path()).processors(processors).peer_timeout(Duration::from_secs(60));
             b.cluster(cluster).start().unwrap()
         };
         // The server has no processor: only this thread drains it.
-        let (client, server) = (node(1, 1), node(2, 0));
+        let [one, two] = super::super::cluster::loopback_pair();
+        let (client, server) = (node(one, &dirs[0], 1), node(two, &dirs[1], 0));
         let echo = Arc::new(Echo(AtomicBool::new(false)));
         let _serving = server.serve_frames(200..=200, echo.clone()).unwrap();
         let to = server.reserve_endpoint().unwrap();

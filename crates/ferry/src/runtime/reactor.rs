@@ -894,28 +894,18 @@ mod tests {
     /// drain a dead channel out of its list.)
     #[test]
     fn a_handshake_shut_at_its_deadline_as_it_ends_adds_no_channel() {
-        let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
-        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let addrs = [free(), free()];
-        let cluster = |node: u16| Cluster {
-            node,
-            listen: addrs[node as usize - 1],
-            peers: BTreeMap::from([(3 - node, addrs[2 - node as usize])]),
-            key: key.clone(),
-            tls: None,
-            from: BTreeMap::new(),
-            handshakes_per_source: None,
-        };
+        let [one, two] = super::super::cluster::loopback_pair();
+        let addrs = [one.listen, two.listen];
         let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-        let t = Team::builder().blocking().runtime_dir(dirs[0].path()).cluster(cluster(1)).start().unwrap();
-        let c = Team::builder().blocking().runtime_dir(dirs[1].path()).cluster(cluster(2)).start().unwrap();
+        let t = Team::builder().blocking().runtime_dir(dirs[0].path()).cluster(one).start().unwrap();
+        let c = Team::builder().blocking().runtime_dir(dirs[1].path()).cluster(two.clone()).start().unwrap();
         let inner = t.inner.clone();
         let deadline_passes = move || {
             inner.reactor.handshakes.expire(Instant::now() + Duration::from_secs(3600));
         };
         *AT_THE_DEADLINE.lock() = Some((t.id().team, Box::new(deadline_passes)));
         let before = t.inner.channels.len();
-        let side = c.inner.tcp_bind(&cluster(2));
+        let side = c.inner.tcp_bind(&two);
         // The connector is told `ACCEPTED` (before the deadline passed).
         let _end = tcp::handshake::connect(TcpStream::connect(addrs[0]).unwrap(), &side, t.id()).unwrap();
         // Looked at without a pause: a dead channel would soon be reaped.
