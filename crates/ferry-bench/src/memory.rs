@@ -35,9 +35,9 @@ fn idle_program() -> Option<PathBuf> {
 /// memfds), from its smaps.
 fn channel_segments(pid: u32) -> Option<(u64, u64)> {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let kib = |l: &str| l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0) * 1024;
     let (mut mapped, mut resident, mut ours) = (0, 0, false);
     for line in smaps.lines() {
-        let kib = |l: &str| l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0) * 1024;
         if line.starts_with("Size:") && ours {
             mapped += kib(line);
         } else if line.starts_with("Rss:") && ours {
@@ -58,13 +58,19 @@ fn start_idle(program: &std::path::Path, dir: &std::path::Path) -> Option<Child>
 }
 
 pub fn report() -> Value {
-    let dir = std::env::temp_dir().join(format!("ferry-bench-idle-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let mut out = json!({});
+    let ring = ferry::Config::default().ring_bytes;
+    let mut out = json!({
+        "shm_per_channel_pair_bytes": ferry::testing::segment_len(ring, 0),
+        "shm_payload_area_virtual_bytes": ferry::testing::area_for(ferry::Config::default().max_message),
+        "shm_doorbell_per_team_bytes": ferry::testing::DOORBELL_LEN,
+        "ring_bytes_per_direction": ring,
+    });
     let Some(program) = idle_program() else {
         out["idle_team_program"] = json!("missing: cargo build --release -p ferry --example idle_team");
         return out;
     };
+    let dir = std::env::temp_dir().join(format!("ferry-bench-idle-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
     if let Some(mut child) = start_idle(&program, &dir) {
         std::thread::sleep(Duration::from_millis(100));
         let rss = rss_kib(child.id());
@@ -94,10 +100,5 @@ pub fn report() -> Value {
         let _ = child.wait();
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let ring = ferry::Config::default().ring_bytes;
-    out["shm_per_channel_pair_bytes"] = json!(ferry::testing::segment_len(ring, 0));
-    out["shm_payload_area_virtual_bytes"] = json!(ferry::testing::area_for(ferry::Config::default().max_message));
-    out["shm_doorbell_per_team_bytes"] = json!(ferry::testing::DOORBELL_LEN);
-    out["ring_bytes_per_direction"] = json!(ring);
     out
 }

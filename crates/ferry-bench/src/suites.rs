@@ -59,6 +59,16 @@ fn run(suite: &str, cases: Vec<Case>, args: &BenchArgs, baseline: &str, targets:
     report
 }
 
+/// A throughput target: `case` (ns per `what`) makes at least `min` of
+/// them a second; `{"case", "<what>_per_s", "target_<what>_per_s", "met"}`.
+fn rate_target(report: &Report, case: &str, what: &str, min: f64) -> Option<serde_json::Value> {
+    let rate = 1e9 / report.get(case)?.stats.median;
+    let mut t = json!({"case": case, "met": rate >= min});
+    t[format!("{what}_per_s")] = json!(rate);
+    t[format!("target_{what}_per_s")] = json!(min);
+    Some(t)
+}
+
 fn print(report: &Report, args: &BenchArgs, baseline: &str) {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json()).unwrap());
@@ -103,9 +113,7 @@ pub mod pingpong {
             Target::p50("ferry.shm.oneway", "floor.ring.oneway", 2.0),
         ];
         let mut report = super::run("pingpong", pingpong_cases(), args, BASELINE, &targets);
-        if let Some(oneway) = report.get("ferry.shm.oneway") {
-            let rate = 1e9 / oneway.stats.median;
-            let t = json!({"case": "ferry.shm.oneway", "messages_per_s": rate, "target_messages_per_s": 20e6, "met": rate >= 20e6});
+        if let Some(t) = rate_target(&report, "ferry.shm.oneway", "messages", 20e6) {
             report.extra.insert("oneway_target".into(), t);
         }
         report.extra.insert("memory".into(), crate::memory::report());
@@ -239,9 +247,7 @@ pub mod rpc {
                 (r.name.clone(), json!({"calls_per_s": 1e9 / r.stats.median, "latency_ns": tasks * r.stats.median}))
             })
             .collect();
-        if let Some(t8) = report.get("ferry.shm.tasks8") {
-            let calls = 1e9 / t8.stats.median;
-            let t = json!({"case": "ferry.shm.tasks8", "calls_per_s": calls, "target_calls_per_s": 5e6, "met": calls >= 5e6});
+        if let Some(t) = rate_target(&report, "ferry.shm.tasks8", "calls", 5e6) {
             report.extra.insert("throughput_target".into(), t);
         }
         report.extra.insert("throughput".into(), serde_json::Value::Object(throughput));

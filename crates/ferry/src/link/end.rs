@@ -431,14 +431,11 @@ impl End {
         }
         // A reply the other side would not take: its requester is told
         // `NoReply`, and the replier why.
-        let too_large = s.stream.fits(bytes.len()).err();
-        let (answer, bytes) = match too_large {
-            Some(_) => (Answer::NoReply, &[][..]),
-            None => (answer, bytes),
-        };
+        let fits = s.stream.fits(bytes.len());
+        let (answer, bytes) = if fits.is_ok() { (answer, bytes) } else { (Answer::NoReply, &[][..]) };
         let seq = s.stream.next_frame();
         self.post(&mut s, seq, Body::Answer { call, answer, bytes })?;
-        too_large.map_or(Ok(()), Err)
+        fits
     }
 
     /// A frame for this router came from team `from` (the handler's part).
