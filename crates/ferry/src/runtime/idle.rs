@@ -565,17 +565,17 @@ pub(crate) fn is_processor_of(team: &TeamInner) -> bool {
     PROCESSOR_OF.get() == team as *const TeamInner as usize
 }
 
-/// Writes the frames this thread's corked TCP sends queued (see
-/// `transport::tcp::cork`), keeping it corked.
+/// Sends on what this thread's corked sends held back (frames on TCP, wake-ups on
+/// shared memory: see `transport::cork`), keeping it corked.
 fn flush_corked(team: &TeamInner) {
-    if crate::transport::tcp::cork(CORKED.get()) {
+    if crate::transport::cork::cork(CORKED.get()) {
         for ch in team.channels.snapshot().iter() {
             ch.transport.flush_pending();
         }
     }
 }
 
-/// Runs `f` with this thread's TCP sends corked, then writes them (see `Team::batch`).
+/// Runs `f` with this thread's sends corked, then flushes them (see `Team::batch`).
 pub(crate) fn batch<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
     struct Uncork<'a>(&'a TeamInner, bool);
     impl Drop for Uncork<'_> {
@@ -585,22 +585,23 @@ pub(crate) fn batch<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
         }
     }
     let _uncork = Uncork(team, CORKED.replace(true));
-    let deferred = crate::transport::tcp::cork(true);
+    let deferred = crate::transport::cork::cork(true);
     debug_assert!(!deferred || _uncork.1, "an uncorked thread had deferred sends");
     f()
 }
 
 thread_local! {
-    /// This thread corks its TCP sends: a processor, or a `batch`.
+    /// This thread corks its sends (see `transport::cork`): a processor, or a `batch`.
     static CORKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Most tasks a processor runs before it writes what their sends queued.
 const BURST: u32 = 32;
 
-/// A processor: runs ready tasks; when there are none, idles. Its TCP sends
+/// A processor: runs ready tasks; when there are none, idles. Its sends
 /// are corked while it runs a burst of tasks (the replies to a burst of
-/// requests go out in one write), and flushed after at most [`BURST`]
+/// requests go out in one write on TCP, with one wake-up on shared
+/// memory), and flushed after at most [`BURST`]
 /// tasks, when it runs out of tasks, and before any wait. A `replacement`
 /// (see `handoff`) first takes over what a stuck processor held, and ends
 /// once idle while no more processors are stuck than replacements run.
@@ -612,7 +613,7 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>, replacement: bool) {
     // Compared by address only while `team` (and so its address) is alive.
     PROCESSOR_OF.set(Arc::as_ptr(&team) as usize);
     CORKED.set(true);
-    crate::transport::tcp::cork(true);
+    crate::transport::cork::cork(true);
     if replacement {
         team.take_over();
     }
@@ -661,7 +662,7 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>, replacement: bool) {
     }
     flush_corked(&team);
     CORKED.set(false);
-    crate::transport::tcp::cork(false);
+    crate::transport::cork::cork(false);
     PROCESSOR_OF.set(0);
     team.handoff.unregister();
 }
@@ -717,6 +718,47 @@ mod tests {
             // Still corked, and no more passes: the reply must be out.
             assert_eq!(call.join().unwrap().expect("the reply did not leave").as_slice(), b"ping");
         });
+    }
+
+    /// A batch's sends on shared memory wake the peer with one check (a
+    /// full fence and a look at its state page) when the batch ends, not
+    /// one per frame; every frame still arrives, in order, also at a peer
+    /// that sleeps through the batch.
+    #[test]
+    fn a_batch_checks_the_peers_wake_up_once() {
+        use crate::transport::doorbell::WAKE_CHECKS;
+        let dir = tempfile::tempdir().unwrap();
+        let b = || Team::builder().runtime_dir(dir.path()).processors(0).blocking();
+        let (sender, receiver) = (b().start().unwrap(), b().start().unwrap());
+        let port = receiver.open_raw_port().unwrap();
+        let to = sender.raw_sender(port.id());
+        to.send(b"bind", crate::Checkpoint::Immediate).unwrap();
+        assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
+        // The receiver sleeps in its wait while the batch runs.
+        let taker = std::thread::spawn(move || {
+            (0..50u8).map(|_| port.recv_timeout(Duration::from_secs(10)).unwrap().payload()[0]).collect::<Vec<_>>()
+        });
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while receiver.inner.doorbell.sleepers() == 0 {
+            assert!(std::time::Instant::now() < until, "the receiver does not sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let checks = |f: &dyn Fn()| {
+            let before = WAKE_CHECKS.get();
+            f();
+            WAKE_CHECKS.get() - before
+        };
+        let sent = checks(&|| {
+            sender.batch(|| {
+                for i in 0..50u8 {
+                    to.send(&[i], crate::Checkpoint::Immediate).unwrap();
+                }
+            })
+        });
+        assert_eq!(sent, 1, "{sent} wake-up checks for a batch of 50 frames");
+        assert_eq!(taker.join().unwrap(), (0..50).collect::<Vec<_>>());
+        // Uncorked, each send checks.
+        assert_eq!(checks(&|| drop(to.send(b"x", crate::Checkpoint::Immediate).unwrap())), 1);
     }
 
     /// Busy-poll mode: a thread waiting for an answer never parks (the

@@ -118,13 +118,17 @@ impl Team {
         idle::block_on(&self.inner, fut)
     }
 
-    /// Runs `f`, holding back the frames its sends put on TCP channels
-    /// and writing them together, in order, by the time it returns: a burst
-    /// of calls or messages costs one system call per channel instead of
-    /// one each. (Another thread of the team that tidies the channel may
-    /// write them sooner; other transports write at once anyway: shared
-    /// memory costs no system call.) A wait inside `f` writes what was held
-    /// back first, so a call inside a batch does not wait for itself.
+    /// Runs `f`, holding back what its sends would tell their peers, and
+    /// telling it once per channel by the time it returns: on TCP the
+    /// frames are written together, in order (a burst of calls or messages
+    /// costs one system call per channel instead of one each); on shared
+    /// memory each frame is published at once (a peer that polls takes it
+    /// at once) and the peer is woken, if it sleeps, once (one full fence
+    /// and one look at its state page per channel instead of one each).
+    /// Another thread of the team that tidies the channel may do it
+    /// sooner; a send that finds the ring full does it at once (room comes
+    /// only once the peer drains). A wait inside `f` does it first, so a
+    /// call inside a batch does not wait for itself.
     pub fn batch<R>(&self, f: impl FnOnce() -> R) -> R {
         idle::batch(&self.inner, f)
     }

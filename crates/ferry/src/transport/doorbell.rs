@@ -673,6 +673,9 @@ impl Activity {
 thread_local! {
     /// Whether this thread's last ring woke a sleeping team (see [`woke_a_sleeper`]).
     static WOKE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Wake-up checks (S2–S4) this thread made, for tests of corking.
+    #[cfg(test)]
+    pub(crate) static WAKE_CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether this thread's last ring woke a thread (a frame it published
@@ -686,6 +689,8 @@ pub fn woke_a_sleeper() -> bool {
 /// S2–S4.
 #[inline]
 fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
+    #[cfg(test)]
+    WAKE_CHECKS.set(WAKE_CHECKS.get() + 1);
     // S2 (the caller did S1).
     fence(Ordering::SeqCst);
     // `sleepers` first: while nobody sleeps (the spinning case) the

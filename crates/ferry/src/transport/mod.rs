@@ -77,6 +77,7 @@
 //! The other way a stream ends is [`RecvError::Corrupt`]: the peer wrote
 //! something that is not a valid frame, and the end is closed.
 
+pub(crate) mod cork;
 pub mod doorbell;
 pub mod inproc;
 pub mod shm;

@@ -39,6 +39,7 @@ pub mod area;
 pub(crate) mod handover;
 pub mod ring;
 
+use super::cork;
 use super::doorbell::{Bell, Doorbell, DoorbellMemory, DoorbellPage, Line};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 use crate::error::{Error, HandshakeMessage, Result, Violation};
@@ -115,6 +116,9 @@ pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     rx_unreleased: AtomicBool,
     /// Wakes the peer: its state page (read-only) and this channel's line to it.
     peer_bell: Bell<B>,
+    /// A corked send published a frame without waking the peer (see
+    /// `transport::cork`): the next `flush_pending` or `tidy` does.
+    ring_held: AtomicBool,
     /// This channel's line to our team, registered in its epoll set while
     /// the end lives (none for a model's heap rings).
     _line: Option<Line>,
@@ -435,6 +439,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             rx_next: AtomicU64::new(0),
             rx_unreleased: AtomicBool::new(false),
             peer_bell,
+            ring_held: AtomicBool::new(false),
             _line: None,
             closed: AtomicBool::new(false),
             hung_up: AtomicBool::new(false),
@@ -499,15 +504,37 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         match self.producer.lock().push(&[&head, payload]) {
             // The writer-waiting word is left alone: another writer may be waiting.
             Ok(()) => {}
-            Err(RingError::Full) => return Err(SendError::Full),
+            Err(RingError::Full) => {
+                // Room comes only once the peer drains: it must know of the
+                // frames held back (a corked sender may retry in a loop).
+                self.ring_held_back();
+                return Err(SendError::Full);
+            }
             Err(RingError::Corrupt(fault)) => {
                 tracing::warn!(%fault, "shared-memory channel corrupted by peer; closing it");
                 self.close();
                 return Err(SendError::Closed);
             }
         }
-        self.peer_bell.ring();
+        if cork::corked() {
+            // One wake-up check (a full fence and a read of the peer's
+            // state page) for the burst, when the corking thread flushes.
+            // Release: a thread that rings for it (`tidy`) orders the frame
+            // before its wake-up check as if it had published it.
+            self.ring_held.store(true, Ordering::Release);
+            cork::held_back();
+        } else {
+            self.peer_bell.ring();
+        }
         Ok(())
+    }
+
+    /// Wakes the peer for frames corked sends published, if any.
+    #[inline]
+    fn ring_held_back(&self) {
+        if self.ring_held.load(Ordering::Relaxed) && self.ring_held.swap(false, Ordering::AcqRel) {
+            self.peer_bell.ring();
+        }
     }
 
     /// Sends the ranges of the peer's area we are done with back to it, as
@@ -695,7 +722,13 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     fn needs_tidy(&self) -> bool {
-        self.rx_unreleased.load(Ordering::Relaxed) || self.releases.pending.load(Ordering::Relaxed)
+        self.rx_unreleased.load(Ordering::Relaxed)
+            || self.releases.pending.load(Ordering::Relaxed)
+            || self.ring_held.load(Ordering::Relaxed)
+    }
+
+    fn flush_pending(&self) {
+        self.ring_held_back();
     }
 
     fn tidy(&self) {
@@ -708,6 +741,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
             drop(consumer);
         }
         self.flush_releases();
+        self.ring_held_back();
     }
 
     fn cool(&self, now: std::time::Instant) -> bool {

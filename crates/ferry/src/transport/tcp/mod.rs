@@ -61,6 +61,7 @@
 //! plaintext goes from rustls's buffer straight into its own buffer too:
 //! TLS costs that one copy (the decryption's output) and no more.
 
+use super::cork;
 use super::doorbell::{Doorbell, Watch};
 use super::{Body, Detached, Liveness, Recv, RecvError, SendError, Staged, Transport};
 use crate::error::{Result, Violation};
@@ -79,23 +80,6 @@ pub mod handshake;
 pub mod tls;
 
 pub use tls::TlsConfig;
-
-thread_local! {
-    /// Sends on this thread only queue, until the thread uncorks (see [`cork`]).
-    static CORKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// A corked send queued bytes that wait for [`Transport::flush_pending`].
-    static DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Corks (or uncorks) this thread's TCP sends: while corked they queue and
-/// are written together later, when the thread calls `flush_pending` on its
-/// channels (a processor does between bursts of tasks, and before it
-/// waits). Returns whether sends were deferred since the last call, which
-/// the caller must then flush.
-pub(crate) fn cork(on: bool) -> bool {
-    CORKED.set(on);
-    DEFERRED.replace(false)
-}
 
 /// Bytes of a credit-returning `Release` frame's payload.
 const CREDIT_LEN: usize = 16;
@@ -792,10 +776,10 @@ impl TcpEnd {
                 }
             },
         }
-        if CORKED.get() {
+        if cork::corked() {
             // Written with the burst's other frames, by the corking thread.
             self.tx_pending.store(true, Ordering::Release);
-            DEFERRED.set(true);
+            cork::held_back();
         } else {
             self.flush(&mut tx);
         }

@@ -1,0 +1,39 @@
+//! Corking: while a thread is corked, its sends put their frames on the
+//! channel without telling the peer — no socket write (TCP), no wake-up
+//! check (shared memory: a full fence and a read of the peer's state
+//! page) — and the thread tells every channel at once later, with
+//! `Transport::flush_pending` (a processor between bursts of tasks and
+//! before it waits, `Team::batch` when it ends). A burst of frames then
+//! costs one write or one wake-up per channel instead of one each.
+//!
+//! A frame held back is never stranded: the channel's `needs_tidy` says so,
+//! and any thread's idle turn over it (`tidy`) sends it on.
+
+use std::cell::Cell;
+
+thread_local! {
+    /// Sends on this thread hold back their frames until it flushes.
+    static CORKED: Cell<bool> = const { Cell::new(false) };
+    /// A corked send held back a frame that waits for `flush_pending`.
+    static DEFERRED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Corks (or uncorks) this thread's sends. Returns whether sends held
+/// frames back since the last call, which the caller must then flush.
+pub(crate) fn cork(on: bool) -> bool {
+    CORKED.set(on);
+    DEFERRED.replace(false)
+}
+
+/// Whether this thread's sends hold back their frames now.
+#[inline]
+pub(crate) fn corked() -> bool {
+    CORKED.get()
+}
+
+/// A send held a frame back (this thread is corked): it waits for the
+/// thread's next flush.
+#[inline]
+pub(crate) fn held_back() {
+    DEFERRED.set(true);
+}
