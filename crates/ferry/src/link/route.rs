@@ -205,6 +205,12 @@ impl<D: Clone> Router<D> {
         self.proxy
     }
 
+    /// Whether a proxy's end was adopted (its inward is known).
+    #[cfg(test)]
+    pub fn adopted(&self) -> bool {
+        self.inward.is_some()
+    }
+
     /// Where frames toward the other side go now.
     pub fn outward(&self) -> Hop {
         self.outward

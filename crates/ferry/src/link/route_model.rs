@@ -6,13 +6,20 @@
 //! close (as `End::close` does: a close frame, the route left once both
 //! closed) and a team holding only proxies is killed (its channels' frames
 //! to it are lost; each other team notices once it drained what the dead
-//! one sent, as `FrameHandler::peer_gone` runs). A frame for a router that
-//! is not there is answered `Gone` (as `Links::no_router` does). Checked
+//! one sent, as `FrameHandler::peer_gone` runs, and again if it sends
+//! there later). Or any team of the route is killed: one holding an end
+//! (it dies with it), one an end is on its way to (lost), one in the middle
+//! of a bypass, what it sent and nobody read lost with it (a TCP reset);
+//! a proxy whose adoption will not come then gives up at its lifetime's
+//! end. Or a proxy gives up at its lifetime's end at any moment. A frame
+//! for a router that is not there is answered `Gone` (as
+//! `Links::no_router` does). Checked
 //! in every reachable state: no frame lost, doubled or taken off-route,
-//! and no route broken unless a team died; and once every channel is empty
-//! (and the death noticed), every frame sent was delivered to the end's
-//! holder of the moment (while its route stands), no proxy is left, and
-//! two closed ends left their route.
+//! and no route broken unless a team died (or a proxy gave up); and once
+//! every channel is empty (and the death noticed), every frame sent was
+//! delivered to the end's holder of the moment (while its route stands),
+//! an end whose other end died learned it (`PeerGone`: no end waits for
+//! good), no proxy is left, and two closed ends left their route.
 //!
 //! `cargo test -p ferry --lib --release link::route_model -- --ignored`
 //! runs the larger bounds (ignored in the test command for time).
@@ -38,8 +45,24 @@ struct RouteModel {
     moves: u32,
     /// Whether the ends close.
     closes: bool,
-    /// Whether a team holding only proxies is killed.
-    kill: bool,
+    /// Which team may be killed, if any.
+    kill: Kill,
+    /// Whether a proxy may reach its lifetime's end at any moment (once in
+    /// a run): a route repaired late, under load.
+    lifetime: bool,
+}
+
+/// Which team a run may kill (once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kill {
+    No,
+    /// A team holding only proxies, to which no end is on its way.
+    Proxies,
+    /// Any team of the route: one holding an end (which dies with it), one
+    /// an end is on its way to (it is lost), one in the middle of a bypass;
+    /// what it sent and nobody took yet may be lost with it (over TCP, a
+    /// reset drops what the peer had not read).
+    Any,
 }
 
 /// What travels between two teams, in order.
@@ -72,9 +95,15 @@ struct State {
     peer_closed: [bool; 2],
     gone: [bool; 2],
     left: [bool; 2],
-    /// The killed team, and the teams that noticed it.
+    /// The killed team, and the teams that noticed it (a team that sent to
+    /// it after it noticed notices again: the send fails, `End::pass`).
     dead: Option<u32>,
     noticed: BTreeSet<u32>,
+    /// Per side: its end died with the killed team (held there, or on its
+    /// way there); the proxy it left gives up at its lifetime's end.
+    lost: [bool; 2],
+    /// A proxy gave up at its lifetime's end.
+    expired: bool,
     /// Something went wrong (a frame lost, doubled or off its route).
     broken: Option<String>,
 }
@@ -87,8 +116,11 @@ enum Action {
     Move(usize, u32),
     /// Side `s`'s holder closes its end.
     Close(usize),
-    /// Team `t` dies.
-    Kill(u32),
+    /// Team `t` dies (`true`: what it sent and nobody took is lost too).
+    Kill(u32, bool),
+    /// The proxy at this key reaches its lifetime's end (`End::expire`):
+    /// only one that will never be adopted (see `State::expiring`).
+    Expire((u32, u8, u32)),
     /// Team `t` notices the dead team is gone.
     Notice(u32),
     /// The next item on the channel from one team to another arrives.
@@ -110,7 +142,10 @@ fn key(h: Hop) -> (u32, u8, u32) {
 impl State {
     fn push(&mut self, from: u32, to: u32, item: Item) {
         if Some(to) == self.dead {
-            return; // Lost with its team.
+            // Lost with its team; a sender that knew it is gone fails
+            // (`End::pass`: its router is lost, as at the notice).
+            self.noticed.remove(&from);
+            return;
         }
         self.channels.entry((from, to)).or_default().push_back(item);
     }
@@ -151,13 +186,13 @@ impl State {
 
     /// Side `s`'s terminal learns its route broke (`End::route_broke`).
     fn route_lost(&mut self, s: usize, skip: impl Fn(Hop) -> bool) {
-        if self.left[s] || self.peer_closed[s] && !self.closed[s] {
+        if self.lost[s] || self.left[s] || self.peer_closed[s] && !self.closed[s] {
             return;
         }
         if self.closed[s] {
             return self.leave(s, skip);
         }
-        if self.dead.is_none() {
+        if self.dead.is_none() && !self.expired {
             self.broken = Some(format!("side {s}'s route broke with no team dead"));
         }
         self.gone[s] = true;
@@ -189,6 +224,23 @@ impl State {
     fn quiet(&self) -> bool {
         self.channels.values().all(VecDeque::is_empty)
             && self.dead.is_none_or(|d| (0..TEAMS).all(|t| t == d || self.noticed.contains(&t)))
+            && self.expiring().next().is_none()
+    }
+
+    /// Proxies that will give up at their lifetime's end: those whose
+    /// adoption will not come (their end, or its `Adopt`, was lost with the
+    /// killed team).
+    fn expiring(&self) -> impl Iterator<Item = (u32, u8, u32)> + '_ {
+        let coming = |at: &(u32, u8, u32)| {
+            self.channels.values().flatten().any(|i| match i {
+                Item::End(_, moved) => key(moved.proxy) == *at,
+                Item::Route(m) => key(m.to) == *at && matches!(m.body, Body::Control(Control::Adopt { .. })),
+            })
+        };
+        self.routers
+            .iter()
+            .filter(move |(k, r)| self.dead.is_some() && r.is_proxy() && !r.adopted() && !coming(k))
+            .map(|(k, _)| *k)
     }
 
     /// Where side `s`'s end is at rest, if it is open: its holder may
@@ -225,6 +277,8 @@ impl Model for RouteModel {
             left: [false; 2],
             dead: None,
             noticed: BTreeSet::new(),
+            lost: [false; 2],
+            expired: false,
             broken: None,
         }]
     }
@@ -245,7 +299,24 @@ impl Model for RouteModel {
                 actions.push(Action::Close(side));
             }
         }
-        if self.kill && s.dead.is_none() {
+        if self.kill == Kill::Any && s.dead.is_none() {
+            for t in 0..TEAMS {
+                let holds_router = s.routers.keys().any(|k| k.0 == t);
+                let end_coming =
+                    s.channels.iter().any(|((_, to), q)| *to == t && q.iter().any(|i| matches!(i, Item::End(..))));
+                if holds_router || end_coming {
+                    actions.push(Action::Kill(t, false));
+                    if s.channels.iter().any(|((from, _), q)| *from == t && !q.is_empty()) {
+                        actions.push(Action::Kill(t, true));
+                    }
+                }
+            }
+        }
+        s.expiring().for_each(|at| actions.push(Action::Expire(at)));
+        if self.lifetime && !s.expired {
+            s.routers.iter().filter(|(_, r)| r.is_proxy()).for_each(|(at, _)| actions.push(Action::Expire(*at)));
+        }
+        if self.kill == Kill::Proxies && s.dead.is_none() {
             for t in 0..TEAMS {
                 // A team of proxies only, to which no end is on its way.
                 let holds_proxy = s.routers.iter().any(|(k, r)| k.0 == t && r.is_proxy());
@@ -253,7 +324,7 @@ impl Model for RouteModel {
                 let end_coming =
                     s.channels.iter().any(|((_, to), q)| *to == t && q.iter().any(|i| matches!(i, Item::End(..))));
                 if holds_proxy && !holds_end && !end_coming {
-                    actions.push(Action::Kill(t));
+                    actions.push(Action::Kill(t, false));
                 }
             }
         }
@@ -293,10 +364,29 @@ impl Model for RouteModel {
                     s.close_seq[i] = Some(s.send(i)?);
                 }
             }
-            Action::Kill(t) => {
+            Action::Kill(t, lose) => {
                 s.dead = Some(t);
                 s.routers.retain(|k, _| k.0 != t);
-                s.channels.retain(|(_, to), _| *to != t);
+                for i in 0..2 {
+                    // An end held there, or on its way there (or from there, lost).
+                    let on_its_way = |to: u32, from: u32, q: &VecDeque<Item>| {
+                        (to == t || lose && from == t)
+                            && q.iter().any(|it| matches!(it, Item::End(sd, _) if *sd as usize == i))
+                    };
+                    if s.terminal[i].is_some_and(|(x, _)| x == t)
+                        || s.channels.iter().any(|((from, to), q)| on_its_way(*to, *from, q))
+                    {
+                        s.lost[i] = true;
+                        s.terminal[i] = None;
+                    }
+                }
+                s.channels.retain(|(from, to), _| *to != t && !(lose && *from == t));
+            }
+            Action::Expire(at) => {
+                s.expired = true;
+                let r = s.routers.get_mut(&at)?;
+                let effects = r.give_up(|_| false);
+                s.apply(at, effects);
             }
             Action::Notice(t) => {
                 // `Links::peer_gone`: each router next to the dead team.
@@ -361,13 +451,22 @@ impl Model for RouteModel {
                     return true;
                 }
                 let no_proxy = s.routers.values().all(|r| !r.is_proxy());
-                // A side whose route stands got every frame the other sent.
+                // A side whose route stands got every frame the other sent;
+                // one whose other end died learned it (`PeerGone`) unless
+                // that end's close came: no end waits for good.
                 let delivered = (0..2).all(|i| {
-                    s.left[i] || s.gone[i] || s.peer_closed[i] && s.closed[i] || s.next_due[i] == s.sent[1 - i]
+                    s.lost[i]
+                        || s.left[i]
+                        || s.gone[i]
+                        || s.peer_closed[i] && s.closed[i]
+                        || (!s.lost[1 - i] || s.peer_closed[i]) && s.next_due[i] == s.sent[1 - i]
                 });
-                let in_order = (0..2).all(|i| s.left[i] || s.gone[i] || s.early[i].is_empty());
-                // Two closed ends (or a closed one whose route broke) left.
-                let closed_left = (0..2).all(|i| !s.closed[i] || s.left[i] || !(s.closed[1 - i] || s.gone[i]));
+                let in_order = (0..2).all(|i| s.lost[i] || s.left[i] || s.gone[i] || s.early[i].is_empty());
+                // Two closed ends (or a closed one whose route broke, or
+                // whose other end died) left.
+                let closed_left = (0..2).all(|i| {
+                    s.lost[i] || !s.closed[i] || s.left[i] || !(s.closed[1 - i] || s.gone[i] || s.lost[1 - i])
+                });
                 no_proxy && delivered && in_order && closed_left
             }),
             Property::sometimes("both ends moved and the route was repaired", |m: &RouteModel, s: &State| {
@@ -382,7 +481,7 @@ fn check(model: RouteModel) {
     // Depth first: it keeps fingerprints of the states seen, not the states.
     let checker = model.checker().threads(2).spawn_dfs().join();
     println!(
-        "route model ({frames} frames, {moves} moves a side, closes {closes}, kill {kill}): {} states",
+        "route model ({frames} frames, {moves} moves a side, closes {closes}, kill {kill:?}): {} states",
         checker.unique_state_count()
     );
     checker.assert_properties();
@@ -391,21 +490,38 @@ fn check(model: RouteModel) {
 /// Both ends move (once each, at any moment) under two-way traffic.
 #[test]
 fn moves_of_both_ends_lose_double_and_leave_nothing() {
-    check(RouteModel { frames: 2, moves: 1, closes: false, kill: false });
+    check(RouteModel { frames: 2, moves: 1, closes: false, kill: Kill::No, lifetime: false });
 }
 
 /// Both ends move once and close, at any moment: what was sent before a
 /// close arrives, and two closed ends leave nothing of their route.
 #[test]
 fn closes_during_moves_leave_nothing() {
-    check(RouteModel { frames: 0, moves: 1, closes: true, kill: false });
+    check(RouteModel { frames: 0, moves: 1, closes: true, kill: Kill::No, lifetime: false });
 }
 
 /// A team holding only proxies dies while both ends move and close: the
 /// route breaks (`PeerGone`) rather than hangs, and no proxy stays.
 #[test]
 fn a_proxys_team_dying_leaves_no_proxy() {
-    check(RouteModel { frames: 0, moves: 1, closes: true, kill: true });
+    check(RouteModel { frames: 0, moves: 1, closes: true, kill: Kill::Proxies, lifetime: false });
+}
+
+/// Any team of the route dies — one holding an end, one an end is on its
+/// way to, one in the middle of a bypass — and what it sent may be lost
+/// with it: the other end learns it (`PeerGone`) rather than waits for
+/// good, and no proxy stays.
+#[test]
+fn a_team_dying_anywhere_leaves_no_end_waiting() {
+    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::Any, lifetime: false });
+}
+
+/// A proxy gives up at its lifetime's end at any moment (a route repaired
+/// late, under load): both ends learn it or get every frame, and no proxy
+/// stays.
+#[test]
+fn a_proxy_at_its_lifetimes_end_leaves_no_end_waiting() {
+    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::No, lifetime: true });
 }
 
 /// Larger bounds, by hand (`--ignored`, release): each end moves twice —
@@ -414,7 +530,9 @@ fn a_proxys_team_dying_leaves_no_proxy() {
 #[test]
 #[ignore = "minutes: run by hand (see the module's text)"]
 fn larger_bounds() {
-    check(RouteModel { frames: 1, moves: 2, closes: false, kill: false });
-    check(RouteModel { frames: 1, moves: 1, closes: true, kill: false });
-    check(RouteModel { frames: 1, moves: 1, closes: true, kill: true });
+    check(RouteModel { frames: 1, moves: 2, closes: false, kill: Kill::No, lifetime: false });
+    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::No, lifetime: false });
+    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::Proxies, lifetime: false });
+    check(RouteModel { frames: 0, moves: 2, closes: false, kill: Kill::Any, lifetime: false });
+    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::Any, lifetime: false });
 }
