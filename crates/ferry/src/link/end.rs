@@ -8,7 +8,7 @@ use super::wire::{Answer, Body, Carried, Data, Frame, Queued, What};
 use super::{LinkId, Side, Window};
 use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::TeamId;
-use crate::runtime::{catch, idle, Sleep, TeamInner};
+use crate::runtime::{idle, Sleep, TeamInner};
 use crate::wire::{codec, Checkpoint};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -72,12 +72,7 @@ struct State {
 /// Most bytes of the encoding buffer an end keeps between frames.
 const KEPT_SCRATCH: usize = 64 << 10;
 
-/// A thread blocked on an end catches its messages (see `runtime::catch`).
-impl catch::Catchable for End {
-    type Caught = Arrived;
-}
-
-pub(super) struct Arrived {
+struct Arrived {
     checkpoint: Checkpoint,
     call: u32,
     bytes: Vec<u8>,
@@ -406,13 +401,6 @@ impl End {
             }
             return Poll::Pending;
         };
-        self.taken(&mut s, &m);
-        Poll::Ready(Ok(m))
-    }
-
-    /// The holder takes message `m`: it owes an answer to a request, and
-    /// the other side gets room (and its `OnDelivery` answer).
-    fn taken(&self, s: &mut State, m: &Arrived) {
         if m.checkpoint == Checkpoint::OnReturn {
             s.unanswered.insert(m.call);
         }
@@ -423,12 +411,13 @@ impl End {
             match m.checkpoint {
                 // Its answer carries the acknowledgement.
                 Checkpoint::OnDelivery => {
-                    self.post_control(s, Body::Answer { call: m.call, answer: Answer::Delivery, bytes: &[] })
+                    self.post_control(&mut s, Body::Answer { call: m.call, answer: Answer::Delivery, bytes: &[] })
                 }
-                _ if ack_now => self.post_control(s, Body::Credit),
+                _ if ack_now => self.post_control(&mut s, Body::Credit),
                 _ => {}
             }
         }
+        Poll::Ready(Ok(m))
     }
 
     /// Answers the other side's message `call` (a reply, or `NoReply`).
@@ -496,15 +485,7 @@ impl End {
                 if checkpoint == Checkpoint::OnReceipt {
                     self.post_control(s, Body::Answer { call, answer: Answer::Receipt, bytes: &[] });
                 }
-                let m = Arrived { checkpoint, call, bytes: bytes.to_vec() };
-                // The holder's thread waits on this end and drains: taken
-                // now, straight to its wait (see `runtime::catch`).
-                if s.queue.is_empty() && catch::wants(self) {
-                    self.taken(s, &m);
-                    catch::put(self, m);
-                    return Ok(());
-                }
-                s.queue.push_back(m);
+                s.queue.push_back(Arrived { checkpoint, call, bytes: bytes.to_vec() });
                 if let Some(w) = s.receiver.take() {
                     w.wake();
                 }
@@ -795,12 +776,7 @@ impl Link {
     /// [`Link::recv_bytes`], blocking this thread (spin, then park).
     pub fn recv_bytes_blocking(&self) -> Result<LinkMessage<Vec<u8>>> {
         if self.timeout.is_none() {
-            let m = catch::catching(&*self.end, |caught| {
-                idle::wait_until(&self.end.team, |cx| match caught.take() {
-                    Some(m) => Poll::Ready(Ok(m)),
-                    None => self.end.poll_recv(cx),
-                })
-            })?;
+            let m = idle::wait_until(&self.end.team, |cx| self.end.poll_recv(cx))?;
             return Ok(self.message(m));
         }
         idle::block_on(&self.end.team, self.recv_bytes())
@@ -889,38 +865,5 @@ impl Drop for Link {
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Link({}, side {:?})", self.end.id, self.end.hop.side)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::Team;
-
-    /// A message this thread's own drain finds for the end it waits on
-    /// goes straight to the wait, taken (its room goes back to the other
-    /// side); the next is queued behind it, in order.
-    #[test]
-    fn a_waiting_threads_drain_hands_its_end_the_message() {
-        let dir = tempfile::tempdir().unwrap();
-        // No processor here: only this thread drains what comes.
-        let a = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
-        let b = Team::builder().runtime_dir(dir.path()).start().unwrap();
-        let listener = b.link_listener().unwrap();
-        let here = a.link_to(listener.id()).unwrap();
-        let there = listener.accept_blocking().unwrap();
-        there.send(&"one", Checkpoint::Immediate).unwrap();
-        there.send(&"two", Checkpoint::Immediate).unwrap();
-        let caught = catch::catching(&*here.end, |slot| {
-            let until = Instant::now() + Duration::from_secs(5);
-            while !a.inner.progress_on(&a.inner.channels.snapshot()) || here.end.state.lock().queue.is_empty() {
-                assert!(Instant::now() < until, "the frames never came");
-            }
-            slot.take()
-        });
-        let caught = caught.expect("the first message was not caught");
-        assert_eq!(codec::decode::<String>(&caught.bytes).unwrap(), "one");
-        assert_eq!(here.end.state.lock().queue.len(), 1, "the second was not queued");
-        assert_eq!(here.try_recv::<String>().unwrap().unwrap().value, "two");
     }
 }

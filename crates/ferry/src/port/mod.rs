@@ -188,7 +188,7 @@ impl RawPort {
     pub fn recv_blocking(&self) -> Result<RawMessage> {
         // The message this thread's own drain finds for the port comes
         // straight to it (see `runtime::catch`).
-        let got = catch::catching(&*self.inbox, |caught| {
+        let got = catch::catching(&self.inbox, |caught| {
             idle::wait_until(&self.team, |cx| {
                 if let Some(m) = caught.take() {
                     return Poll::Ready(Some(m));

@@ -1,37 +1,35 @@
-//! Direct receive: a thread blocked on one queue (a port's inbox, a link
-//! end's) drives the team's channels itself while it spins, so the frame
-//! it waits for is most often taken by its own drain. That drain hands the
-//! message straight to the wait: no queue push and pop, no second lock, no
-//! wake-up.
+//! Direct receive: a thread blocked on one inbox (`RawPort::recv_blocking`)
+//! drives the team's channels itself while it spins, so the frame it waits
+//! for is most often taken by its own drain. That drain hands the message
+//! straight to the wait: no lock of the inbox on either side, no queue
+//! push and pop.
 //!
-//! The wait registers, in thread-locals, what it waits on (its key) and a
-//! slot on its stack ([`catching`]); the code that would queue a message
-//! asks [`wants`] and, while its queue is empty, [`put`]s it in the slot
-//! instead: queued messages go first, so order is kept. One message is
-//! caught per wait; later ones are queued.
+//! The wait registers, in thread-locals, the inbox it waits on and a slot
+//! on its stack; `dispatch::deliver` asks [`wants`] for each message and
+//! catches it only while the inbox is quiet (nothing queued, open, no
+//! direct taker): queued messages go first, and order per channel is kept,
+//! since a message the same channel delivered earlier was queued before
+//! this drain took the channel. One message is caught per wait; later
+//! ones are queued.
 
-use std::any::TypeId;
+use super::channel::Incoming;
+use super::inbox::Inbox;
 use std::cell::Cell;
 use std::ptr;
 
-/// What a wait can catch for: the queue (or its owner) a message would go to.
-pub(crate) trait Catchable: 'static {
-    /// What a message caught for it is.
-    type Caught;
-}
-
 /// Where a wait's caught message goes.
-pub(crate) struct Slot<T> {
+#[derive(Default)]
+pub(crate) struct Slot {
     /// Whether `message` holds one: the spinning wait looks at this every
-    /// turn, which is cheaper than taking a large option out.
+    /// turn, which is cheaper than taking the 128-byte option out.
     full: Cell<bool>,
-    message: Cell<Option<T>>,
+    message: Cell<Option<Incoming>>,
 }
 
-impl<T> Slot<T> {
+impl Slot {
     /// The caught message, if one came.
     #[inline]
-    pub fn take(&self) -> Option<T> {
+    pub fn take(&self) -> Option<Incoming> {
         if !self.full.get() {
             return None;
         }
@@ -40,61 +38,50 @@ impl<T> Slot<T> {
     }
 }
 
-/// A wait's registration: its key's address and type, and its slot.
-#[derive(Clone, Copy)]
-struct Wanted {
-    key: *const (),
-    kind: TypeId,
-    slot: *const (),
-}
-
 thread_local! {
-    /// What this thread's wait catches for, if it waits and caught nothing yet.
-    static WANTED: Cell<Option<Wanted>> = const { Cell::new(None) };
+    /// The inbox this thread's wait catches for, or null.
+    static WANTED: Cell<*const Inbox<Incoming>> = const { Cell::new(ptr::null()) };
+    /// Where the caught message goes: the wait's slot (valid while `WANTED` is set).
+    static SLOT: Cell<*const Slot> = const { Cell::new(ptr::null()) };
 }
 
-/// Whether this thread waits on `key` and has caught nothing yet.
+/// Whether this thread waits on `inbox` and has caught nothing yet.
 #[inline]
-pub(crate) fn wants<K: Catchable>(key: &K) -> bool {
-    matches!(WANTED.get(), Some(w) if ptr::eq(w.key, (key as *const K).cast()) && w.kind == TypeId::of::<K>())
+pub(crate) fn wants(inbox: &Inbox<Incoming>) -> bool {
+    ptr::eq(WANTED.get(), inbox)
 }
 
-/// Hands `m`, a message for `key`, to this thread's wait, which [`wants`]
-/// it; the catch is over.
-pub(crate) fn put<K: Catchable>(key: &K, m: K::Caught) {
-    assert!(wants(key), "a message caught with no wait for it");
-    let w = WANTED.take().expect("checked by `wants`");
-    // SAFETY: `wants(key)` held on this thread, so a `catching::<K>` call
-    // on this thread's stack registered `w.slot`, a `Slot<K::Caught>`
-    // (the key's type picks the slot's), and has not returned (its guard
-    // clears the registration before the slot goes): the pointer is live
-    // and of this type. Only this thread reaches it, and only through
-    // `Cell`s.
-    let slot = unsafe { &*w.slot.cast::<Slot<K::Caught>>() };
+/// Hands `m` (for the inbox [`wants`] named) to the waiting thread; the
+/// catch is over.
+pub(crate) fn put(m: Incoming) {
+    WANTED.set(ptr::null());
+    let slot = SLOT.get();
+    // SAFETY: `wants` was true on this thread, so a `catching` call on this
+    // thread's stack registered `slot` and has not returned (its guard
+    // clears `WANTED` before the slot goes): the pointer is live. Only this
+    // thread reaches it, and only through `Cell`s.
+    let slot = unsafe { &*slot };
     slot.message.set(Some(m));
     slot.full.set(true);
 }
 
-/// Runs the wait `f` with this thread catching a message for `key` into
-/// the slot `f` is given (which `f` must look at before the queue). A
-/// nested wait (a task this wait runs may block on another queue)
-/// restores the outer wait's registration when it ends.
-pub(crate) fn catching<K: Catchable, R>(key: &K, f: impl FnOnce(&Slot<K::Caught>) -> R) -> R {
-    struct Restore(Option<Wanted>);
+/// Runs the wait `f` with this thread catching a message for `inbox` into
+/// the slot `f` is given (which `f` must look at before the inbox). A
+/// nested wait (a task this wait runs may block on another port) restores
+/// the outer wait's registration when it ends.
+pub(crate) fn catching<R>(inbox: &Inbox<Incoming>, f: impl FnOnce(&Slot) -> R) -> R {
+    struct Restore(*const Inbox<Incoming>, *const Slot);
     impl Drop for Restore {
         fn drop(&mut self) {
             WANTED.set(self.0);
+            SLOT.set(self.1);
         }
     }
-    let slot = Slot { full: Cell::new(false), message: Cell::new(None) };
-    let me = Wanted {
-        key: (key as *const K).cast(),
-        kind: TypeId::of::<K>(),
-        slot: (&slot as *const Slot<K::Caught>).cast(),
-    };
-    let _restore = Restore(WANTED.replace(Some(me)));
+    let slot = Slot::default();
+    let _restore = Restore(WANTED.replace(inbox), SLOT.replace(&slot));
     f(&slot)
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,7 +113,7 @@ mod tests {
         assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
         to.send(b"one", Checkpoint::Immediate).unwrap();
         to.send(b"two", Checkpoint::Immediate).unwrap();
-        catching(&**port.inbox(), |slot| {
+        catching(port.inbox(), |slot| {
             drain(&b);
             assert_eq!(slot.take().map(|m| m.payload.as_local().unwrap().to_vec()), Some(b"one".to_vec()));
             assert!(slot.take().is_none());
@@ -147,7 +134,7 @@ mod tests {
         drain(&b); // Queued: no wait on this thread yet.
         assert_eq!(port.len(), 1);
         to.send(b"two", Checkpoint::Immediate).unwrap();
-        catching(&**port.inbox(), |slot| {
+        catching(port.inbox(), |slot| {
             drain(&b);
             assert!(slot.take().is_none(), "caught past a queued message");
         });
@@ -162,13 +149,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = pair(&dir);
         let (outer, inner) = (b.open_raw_port().unwrap(), b.open_raw_port().unwrap());
-        catching(&**outer.inbox(), |outer_slot| {
-            catching(&**inner.inbox(), |_| assert!(wants(&**inner.inbox()) && !wants(&**outer.inbox())));
-            assert!(wants(&**outer.inbox()));
+        catching(outer.inbox(), |outer_slot| {
+            catching(inner.inbox(), |_| assert!(wants(inner.inbox()) && !wants(outer.inbox())));
+            assert!(wants(outer.inbox()));
             a.raw_sender(outer.id()).send(b"out", Checkpoint::Immediate).unwrap();
             drain(&b);
             assert!(outer_slot.take().is_some());
         });
-        assert!(!wants(&**outer.inbox()), "the registration outlived its wait");
+        assert!(!wants(outer.inbox()), "the registration outlived its wait");
     }
 }

@@ -442,11 +442,11 @@ impl TeamInner {
         // This thread waits on the inbox and nothing is queued there: the
         // message goes straight to the wait (see `catch`). Messages this
         // channel delivered before were queued before this drain took it.
-        if catch::wants(&**inbox) && inbox.is_quiet() {
+        if catch::wants(inbox) && inbox.is_quiet() {
             if h.checkpoint() == Checkpoint::OnReceipt {
                 self.ack(ch, h, Checkpoint::OnReceipt);
             }
-            catch::put(&**inbox, make());
+            catch::put(make());
             return true;
         }
         match inbox.offer(|| self.runs_tasks_here(), message_cost(len), make, past_capacity) {

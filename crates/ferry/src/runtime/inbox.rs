@@ -30,11 +30,6 @@ pub(crate) trait Taker<M>: Send + Sync {
 
 pub(crate) type Direct<M> = Arc<dyn Taker<M>>;
 
-/// A thread blocked on an inbox catches its messages (see `catch`).
-impl<M: 'static> super::catch::Catchable for Inbox<M> {
-    type Caught = M;
-}
-
 pub(crate) struct Inbox<M> {
     state: Mutex<State<M>>,
     /// Most messages queued.
