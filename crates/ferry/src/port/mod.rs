@@ -11,7 +11,6 @@ use cached_channel::CachedChannel;
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::names::plane::Wait;
-use crate::runtime::catch;
 use crate::runtime::channel::Channel;
 use crate::runtime::channel::Incoming;
 use crate::runtime::out::{self, Out};
@@ -186,18 +185,9 @@ impl RawPort {
 
     /// Receives the next message, blocking this thread (spin, then park).
     pub fn recv_blocking(&self) -> Result<RawMessage> {
-        // The message this thread's own drain finds for the port comes
-        // straight to it (see `runtime::catch`).
-        let got = catch::catching(&self.inbox, |caught| {
-            idle::wait_until(&self.team, |cx| {
-                if let Some(m) = caught.take() {
-                    return Poll::Ready(Some(m));
-                }
-                match cx {
-                    None => self.inbox.poll_pop_now(),
-                    Some(cx) => self.inbox.poll_pop(cx),
-                }
-            })
+        let got = idle::wait_until(&self.team, |cx| match cx {
+            None => self.inbox.poll_pop_now(),
+            Some(cx) => self.inbox.poll_pop(cx),
         });
         // Not `ok_or(Error::Shutdown)`: that builds (and drops) the error at every receive.
         match got {

@@ -2,7 +2,6 @@
 //! pieces, routes answers to the sends waiting for them and data to its
 //! endpoint's inbox (or the channel's hold queue when that inbox is full).
 
-use super::catch;
 use super::channel::{Channel, Direct, Incoming, RxState, CONTROL_BACKLOG, KEPT_SERVED_COPY};
 use super::config::message_cost;
 use super::deadline::{deadline_on_arrival, LocalTime};
@@ -431,25 +430,19 @@ impl TeamInner {
         // The channel goes with the message only if an answer will travel back on it.
         let answer_on = (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone());
         let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
-        let make = || Incoming {
-            header: *h,
-            incarnation: ch.peer.incarnation,
-            deadline: LocalTime::new(deadline_on_arrival(h.budget_ns)),
-            payload: payload(),
-            channel: answer_on,
-            arrived: LocalTime::new(arrived),
-        };
-        // This thread waits on the inbox and nothing is queued there: the
-        // message goes straight to the wait (see `catch`). Messages this
-        // channel delivered before were queued before this drain took it.
-        if catch::wants(inbox) && inbox.is_quiet() {
-            if h.checkpoint() == Checkpoint::OnReceipt {
-                self.ack(ch, h, Checkpoint::OnReceipt);
-            }
-            catch::put(make());
-            return true;
-        }
-        match inbox.offer(|| self.runs_tasks_here(), message_cost(len), make, past_capacity) {
+        match inbox.offer(
+            || self.runs_tasks_here(),
+            message_cost(len),
+            || Incoming {
+                header: *h,
+                incarnation: ch.peer.incarnation,
+                deadline: LocalTime::new(deadline_on_arrival(h.budget_ns)),
+                payload: payload(),
+                channel: answer_on,
+                arrived: LocalTime::new(arrived),
+            },
+            past_capacity,
+        ) {
             Offer::Accepted => {
                 if h.checkpoint() == Checkpoint::OnReceipt {
                     self.ack(ch, h, Checkpoint::OnReceipt);

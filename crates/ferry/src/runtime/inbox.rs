@@ -7,7 +7,6 @@ use crate::rpc::Place;
 use crate::transport::doorbell::Doorbell;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -39,10 +38,6 @@ pub(crate) struct Inbox<M> {
     /// Rung when a pop makes room after an offer was refused, so the
     /// message left waiting in its channel is offered again promptly.
     doorbell: Arc<Doorbell>,
-    /// Nothing queued, not closed, no direct taker: what a spinning
-    /// receiver's look and a catch (see `catch`) read without the lock.
-    /// Written under the lock whenever one of the three changes.
-    quiet: AtomicBool,
 }
 
 struct State<M> {
@@ -76,21 +71,7 @@ impl<M: Cost> Inbox<M> {
             refused: false,
             direct: None,
         };
-        Inbox { state: Mutex::new(state), capacity, byte_capacity, doorbell, quiet: AtomicBool::new(true) }
-    }
-
-    /// Whether nothing is queued, the inbox is open and has no direct
-    /// taker (as of the last change, made under the lock: a thread that
-    /// saw the change that ended it, through any lock or release, sees it
-    /// ended too).
-    #[inline]
-    pub fn is_quiet(&self) -> bool {
-        self.quiet.load(Ordering::Acquire)
-    }
-
-    /// Stores what `is_quiet` says (under the lock, after a change).
-    fn settle(&self, s: &State<M>) {
-        self.quiet.store(s.queue.is_empty() && !s.closed && s.direct.is_none(), Ordering::Release);
+        Inbox { state: Mutex::new(state), capacity, byte_capacity, doorbell }
     }
 
     /// Queues the message `make` builds, which costs `cost` bytes, if there
@@ -138,7 +119,6 @@ impl<M: Cost> Inbox<M> {
         debug_assert_eq!(m.cost(), cost, "an offer named another cost than its message's");
         s.queue.push_back(m);
         s.bytes += cost;
-        self.quiet.store(false, Ordering::Release);
         // Woken under the lock, draining in place: the vector keeps its buffer.
         if !s.waiters.is_empty() {
             for w in s.waiters.drain(..) {
@@ -157,10 +137,6 @@ impl<M: Cost> Inbox<M> {
 
     /// Pops a message without registering anyone: `Ready(None)` once closed and empty.
     pub fn poll_pop_now(&self) -> Poll<Option<M>> {
-        // A spinning receiver looks every turn: without the lock while quiet.
-        if self.is_quiet() {
-            return Poll::Pending;
-        }
         let mut s = self.state.lock();
         if let Some(m) = self.pop_front(&mut s) {
             return Poll::Ready(Some(m));
@@ -177,9 +153,6 @@ impl<M: Cost> Inbox<M> {
     fn pop_front(&self, s: &mut State<M>) -> Option<M> {
         let m = s.queue.pop_front()?;
         s.bytes -= m.cost();
-        if s.queue.is_empty() {
-            self.settle(s);
-        }
         if s.refused {
             s.refused = false;
             self.doorbell.ring_now();
@@ -234,10 +207,7 @@ impl<M: Cost> Inbox<M> {
     /// them, with no queue, wake-up or task switch in between. The queue
     /// stays for messages received by threads that may not run it.
     pub fn set_direct(&self, direct: Option<Direct<M>>) {
-        let mut s = self.state.lock();
-        let old = std::mem::replace(&mut s.direct, direct);
-        self.settle(&s);
-        drop(s);
+        let old = std::mem::replace(&mut self.state.lock().direct, direct);
         drop(old);
     }
 
@@ -249,7 +219,6 @@ impl<M: Cost> Inbox<M> {
         let waiters = std::mem::take(&mut s.waiters);
         let left = s.queue.drain(..).collect();
         s.bytes = 0;
-        self.settle(&s);
         drop(s);
         drop(direct);
         for w in waiters {

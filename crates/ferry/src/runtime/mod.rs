@@ -20,7 +20,6 @@
 //! | `send` | one message onto a channel; acks, replies, nacks |
 //! | `served` | the extension point: primitives' handlers of their frame kinds |
 //! | `dispatch` | the progress loop's receive path |
-//! | `catch` | direct receive: a blocked receiver takes its message from its own drain |
 //! | `readiness` | which channels a spinning thread looks at each turn |
 //! | `outbox` | async sends waiting for room, sent in order |
 //! | `channel`, `channel_list`, `inbox`, `payload` | the data structures they share |
@@ -39,7 +38,6 @@ mod blocking;
 #[cfg(test)]
 mod bounds_tests;
 pub(crate) mod calls;
-pub(crate) mod catch;
 pub(crate) mod channel;
 mod channel_list;
 pub mod cluster;
