@@ -227,7 +227,11 @@ fn home(dir: &str, kill_one: bool) {
                         survived = false;
                         break;
                     }
-                    Err(e) => panic!("link {link} side {side}: {e} with {got} of {sent} received"),
+                    // Frames refused off their route (counted) would explain a stall: say.
+                    Err(e) => panic!(
+                        "link {link} side {side}: {e} with {got} of {sent} received (home's routers: {:?})",
+                        home.link_routers()
+                    ),
                 }
                 got += 1;
             }
