@@ -565,8 +565,9 @@ pub(crate) fn is_processor_of(team: &TeamInner) -> bool {
     PROCESSOR_OF.get() == team as *const TeamInner as usize
 }
 
-/// Sends on what this thread's corked sends held back (frames on TCP, wake-ups on
-/// shared memory: see `transport::cork`), keeping it corked.
+/// Tells every channel what this thread's corked sends held back (frames
+/// on TCP, wake-ups on shared memory: see `transport::cork`), keeping it
+/// corked.
 fn flush_corked(team: &TeamInner) {
     if crate::transport::cork::cork(CORKED.get()) {
         for ch in team.channels.snapshot().iter() {
