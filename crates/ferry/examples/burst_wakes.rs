@@ -1,6 +1,7 @@
 //! Bursts of 64 one-way messages over shared memory to a receiver that
 //! falls asleep between them: what a burst costs in wake-ups, sent one by
-//! one or in a `Team::batch` (which wakes a sleeping peer once per burst):
+//! one (a bell rings once per wake of the peer) or in a `Team::batch`
+//! (which checks once per burst whether to wake the peer):
 //!
 //!     cargo build --release -p ferry --example burst_wakes
 //!     strace -f -c -e trace=write,epoll_pwait target/release/examples/burst_wakes 200

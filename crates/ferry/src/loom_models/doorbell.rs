@@ -11,6 +11,12 @@ use std::time::Duration;
 /// of runtime/idle.rs does (one channel, no spinning): poll; if nothing,
 /// announce the sleep (`prepare_park`), look once more, and park.
 fn receive(b: &End, bell: &Doorbell<HeapBell>) {
+    assert_eq!(take(b, bell), (7, b"hi".to_vec()));
+    bell.leave_polling();
+}
+
+/// One frame, waited for as `receive` does (the thread stays a poller).
+fn take(b: &End, bell: &Doorbell<HeapBell>) -> (u64, Vec<u8>) {
     let mut got = None;
     while got.is_none() {
         if b.has_frame() {
@@ -32,8 +38,28 @@ fn receive(b: &End, bell: &Doorbell<HeapBell>) {
             bell.park(Duration::from_secs(1));
         }
     }
-    bell.leave_polling();
-    assert_eq!(got, Some((7, b"hi".to_vec())));
+    got.expect("the loop ends with a frame")
+}
+
+/// A sender publishes two frames; its second ring, while the thread its
+/// first woke has not looked yet, is skipped (`Bell::ring`'s S5): that
+/// thread must still take both, parking between them if it likes — no
+/// frame is slept through.
+#[test]
+fn loom_doorbell_a_skipped_ring_strands_no_frame() {
+    check(Some(3), || {
+        let p = pair(4 * crate::transport::shm::ring::CELL);
+        let a = p.a.clone();
+        let sender = thread::spawn(move || {
+            a.try_send(&frame(7), b"hi").unwrap();
+            a.try_send(&frame(8), b"hi").unwrap();
+        });
+        p.bell_b.enter_polling();
+        assert_eq!(take(&p.b, &p.bell_b).0, 7);
+        assert_eq!(take(&p.b, &p.bell_b).0, 8);
+        p.bell_b.leave_polling();
+        sender.join().unwrap();
+    });
 }
 
 /// The receiver never sleeps through the frame: if it parks, the sender's

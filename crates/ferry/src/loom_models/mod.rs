@@ -22,6 +22,7 @@
 //! |---|---|---|
 //! | `ring` | records (one padded past the end, one reusing released cells) arrive whole, in order, once; no payload data race | exhaustive |
 //! | `doorbell` | a receiver parking as a frame arrives is rung | exhaustive |
+//! | `doorbell` | a sender that skips ringing again (the thread it rang has not looked yet) strands no frame | 3 preemptions |
 //! | `doorbell` | the last poller leaving rings for a frame a sender saw it poll for | 3 preemptions |
 //! | `wait_space` | a writer waiting for space is woken when the reader frees it | exhaustive |
 //! | `wait_space` | with two writers, one's success does not erase the other's wait | 3 preemptions |
@@ -183,6 +184,7 @@ pub(crate) struct HeapBell(Arc<BellInner>);
 struct BellInner {
     pollers: AtomicU32,
     sleepers: AtomicU32,
+    wakes: AtomicU32,
     wakeups: Mutex<u32>,
     sleeping: Condvar,
 }
@@ -192,6 +194,7 @@ impl HeapBell {
         HeapBell(Arc::new(BellInner {
             pollers: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
+            wakes: AtomicU32::new(0),
             wakeups: Mutex::new(0),
             sleeping: Condvar::new(),
         }))
@@ -219,6 +222,10 @@ impl DoorbellMemory for HeapBell {
 
     fn sleepers(&self) -> &AtomicU32 {
         &self.0.sleepers
+    }
+
+    fn wakes(&self) -> Option<&AtomicU32> {
+        Some(&self.0.wakes)
     }
 
     fn ring_one(line: &HeapBell) {

@@ -88,6 +88,7 @@ pub const DOORBELL_LEN: usize = 4096;
 const POLLERS: usize = 128;
 const SLEEPERS: usize = 256;
 const BEAT: usize = 384;
+const WAKES: usize = 512;
 
 /// The `pollers` word counts, in its low 16 bits, the threads polling the
 /// team's channels and, in its high 16 bits, those that left polling to
@@ -115,6 +116,12 @@ pub trait DoorbellMemory: Send + Sync + 'static {
     /// A word the team's polling threads bump as they turn (see
     /// [`Activity`]); memories without it (the models) give none.
     fn beat(&self) -> Option<&Self::Word> {
+        None
+    }
+    /// A word the team's threads bump when a ring ends their sleep, before
+    /// they look at the channels (see [`Bell::ring`]); memories without it
+    /// give none, and their ringers ring every time.
+    fn wakes(&self) -> Option<&Self::Word> {
         None
     }
 
@@ -210,6 +217,11 @@ impl DoorbellMemory for DoorbellPage {
     #[inline(always)]
     fn beat(&self) -> Option<&AtomicU32> {
         Some(self.word(BEAT))
+    }
+
+    #[inline(always)]
+    fn wakes(&self) -> Option<&AtomicU32> {
+        Some(self.word(WAKES))
     }
 
     fn ring_one(line: &Lines) {
@@ -446,7 +458,7 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// (S2–S4 on the local line): wakes a sleeper if nobody polls.
     #[inline]
     pub fn ring(&self) {
-        ring_if_idle(&self.mem, &self.local);
+        ring_if_idle(&self.mem, &self.local, None);
     }
 
     /// Wakes every sleeper unconditionally (a waker whose thread sleeps
@@ -550,7 +562,15 @@ impl<M: DoorbellMemory> Doorbell<M> {
     /// As [`Doorbell::park`], but still counted a sleeper afterwards: the
     /// caller may sleep again, or must [`Doorbell::cancel_park`].
     pub fn sleep(&self, timeout: Duration) -> bool {
-        M::wait(&self.sleep, timeout)
+        let rung = M::wait(&self.sleep, timeout);
+        if let Some(wakes) = self.mem.wakes().filter(|_| rung) {
+            // W1: counted before this thread looks at any channel (W2: the
+            // fence keeps its loads after), so a ringer that still sees the
+            // old count knows a thread it rang has yet to look.
+            wakes.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+        }
+        rung
     }
 
     /// This thread, rung awake, found only what another thread of its team
@@ -578,6 +598,10 @@ impl<M: DoorbellMemory> Doorbell<M> {
 pub struct Bell<M: DoorbellMemory = DoorbellPage> {
     mem: M,
     line: M::Line,
+    /// The team's `wakes` count when this bell last rang (`u64::MAX`:
+    /// never): while it has not moved, the thread rung has yet to look at
+    /// the channels, and will find what was published since.
+    rang_at: AtomicU64,
 }
 
 impl Bell {
@@ -597,7 +621,8 @@ impl Bell {
             // full, hold a ringing thread for good.
             rustix::fs::fcntl_setfl(line, rustix::fs::OFlags::NONBLOCK).map_err(|e| Error::io("fcntl")(e.into()))?;
         }
-        Ok(Bell { mem: DoorbellPage { map }, line: Lines { one: Arc::new(one), all: Arc::new(all), peers: true } })
+        let line = Lines { one: Arc::new(one), all: Arc::new(all), peers: true };
+        Ok(Bell { mem: DoorbellPage { map }, line, rang_at: AtomicU64::new(u64::MAX) })
     }
 
     /// The state page's and the lines' fds.
@@ -616,13 +641,13 @@ impl<M: DoorbellMemory> Bell<M> {
     /// A bell on other memory (the loom models' and the fuzz harnesses' heap words).
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn on(mem: M, line: M::Line) -> Bell<M> {
-        Bell { mem, line }
+        Bell { mem, line, rang_at: AtomicU64::new(u64::MAX) }
     }
 
     /// Sender side: call after publishing. Wakes the team if nobody is polling.
     #[inline]
     pub fn ring(&self) {
-        ring_if_idle(&self.mem, &self.line);
+        ring_if_idle(&self.mem, &self.line, Some(&self.rang_at));
     }
 
     /// Wakes every sleeper of the team (a writer of it that waits for room
@@ -688,7 +713,7 @@ pub fn woke_a_sleeper() -> bool {
 
 /// S2–S4.
 #[inline]
-fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
+fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line, rang_at: Option<&AtomicU64>) {
     #[cfg(test)]
     WAKE_CHECKS.set(WAKE_CHECKS.get() + 1);
     // S2 (the caller did S1).
@@ -703,6 +728,18 @@ fn ring_if_idle<M: DoorbellMemory>(mem: &M, line: &M::Line) {
     // Nobody running user code either: the whole team slept.
     WOKE.set(idle && pollers == 0);
     if idle {
+        // S5: this bell rang already and no ring has ended a sleep since
+        // (the team's `wakes` has not moved, W1): the thread it rang has
+        // yet to look at the channels, and will find this frame (W2 orders
+        // its look after W1, S2 this load after the frame). Ringing again
+        // would cost a system call per frame while it is being scheduled,
+        // and wake a second thread for the same work.
+        if let (Some(rang_at), Some(wakes)) = (rang_at, mem.wakes()) {
+            let now = u64::from(wakes.load(Ordering::Relaxed));
+            if rang_at.swap(now, Ordering::Relaxed) == now {
+                return;
+            }
+        }
         // One thread is enough to drain the channels; it wakes whoever
         // the messages are for. Waking all would make every idle thread
         // of the team spin again for nothing, stealing the cores.
