@@ -172,8 +172,12 @@ fn sleeps_of_threads_named(name: &str) -> u64 {
 fn a_caller_does_not_wake_its_own_sleeping_processor() {
     const CALLS: u64 = 400;
     let woke = fewest_of_three(|| processor_sleeps_over_calls("parked-echo", 10, Duration::from_millis(100), CALLS));
-    // Before: about 40 % of the calls woke it.
-    assert!(woke < CALLS / 8, "the client's idle processor slept {woke} times over {CALLS} calls");
+    // Before: about 40 % of the calls woke it. Now under 50 in the machine's
+    // fast mode, but 50–76 of 400 (one run in two past 50, debug build) in
+    // its slow one (cross-core latency ~4 × higher: a preempted caller
+    // leaves more answers to the processor), at 9192c8d too: a quarter
+    // keeps a wide margin below the defect.
+    assert!(woke < CALLS / 4, "the client's idle processor slept {woke} times over {CALLS} calls");
 }
 
 /// A thread parked for an answer is the one the answer wakes. The team's
