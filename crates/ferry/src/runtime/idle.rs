@@ -7,6 +7,7 @@ use super::channel_list::Snapshot;
 use super::handoff;
 use super::readiness::Sweep;
 use super::TeamInner;
+use crate::transport::cork;
 use crate::transport::doorbell::{self, Doorbell};
 use std::future::Future;
 use std::pin::pin;
@@ -569,7 +570,7 @@ pub(crate) fn is_processor_of(team: &TeamInner) -> bool {
 /// on TCP, wake-ups on shared memory: see `transport::cork`), keeping it
 /// corked.
 fn flush_corked(team: &TeamInner) {
-    if crate::transport::cork::cork(CORKED.get()) {
+    if cork::take_deferred() {
         for ch in team.channels.snapshot().iter() {
             ch.transport.flush_pending();
         }
@@ -577,23 +578,18 @@ fn flush_corked(team: &TeamInner) {
 }
 
 /// Runs `f` with this thread's sends corked, then flushes them (see `Team::batch`).
+/// (A batch inside a corked thread — a processor's task, another batch —
+/// flushes what the thread held back before it too.)
 pub(crate) fn batch<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
     struct Uncork<'a>(&'a TeamInner, bool);
     impl Drop for Uncork<'_> {
         fn drop(&mut self) {
-            CORKED.set(self.1);
+            cork::set_corked(self.1);
             flush_corked(self.0);
         }
     }
-    let _uncork = Uncork(team, CORKED.replace(true));
-    let deferred = crate::transport::cork::cork(true);
-    debug_assert!(!deferred || _uncork.1, "an uncorked thread had deferred sends");
+    let _uncork = Uncork(team, cork::set_corked(true));
     f()
-}
-
-thread_local! {
-    /// This thread corks its sends (see `transport::cork`): a processor, or a `batch`.
-    static CORKED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Most tasks a processor runs before it writes what their sends queued.
@@ -613,8 +609,7 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>, replacement: bool) {
     }
     // Compared by address only while `team` (and so its address) is alive.
     PROCESSOR_OF.set(Arc::as_ptr(&team) as usize);
-    CORKED.set(true);
-    crate::transport::cork::cork(true);
+    cork::set_corked(true);
     if replacement {
         team.take_over();
     }
@@ -662,8 +657,7 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>, replacement: bool) {
         }
     }
     flush_corked(&team);
-    CORKED.set(false);
-    crate::transport::cork::cork(false);
+    cork::set_corked(false);
     PROCESSOR_OF.set(0);
     team.handoff.unregister();
 }
@@ -760,6 +754,40 @@ mod tests {
         assert_eq!(taker.join().unwrap(), (0..50).collect::<Vec<_>>());
         // Uncorked, each send checks.
         assert_eq!(checks(&|| drop(to.send(b"x", crate::Checkpoint::Immediate).unwrap())), 1);
+    }
+
+    /// A batch inside a batch (or inside a processor's task) keeps what the
+    /// outer one held back: it wakes the peer when it ends. Before, it
+    /// cleared the outer's note of held-back frames, so neither woke the
+    /// sleeping receiver, which slept to its park timeout.
+    #[test]
+    fn a_nested_batch_keeps_what_the_outer_held_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = || Team::builder().runtime_dir(dir.path()).processors(0).blocking();
+        let sender = b().start().unwrap();
+        let receiver = b().park_timeout(Duration::from_secs(60)).start().unwrap();
+        let port = receiver.open_raw_port().unwrap();
+        let to = sender.raw_sender(port.id());
+        to.send(b"bind", crate::Checkpoint::Immediate).unwrap();
+        assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
+        let taker = std::thread::spawn(move || {
+            let m = port.recv_timeout(Duration::from_secs(10)).map(|m| m.into_payload());
+            (m, std::time::Instant::now())
+        });
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while receiver.inner.doorbell.sleepers() == 0 {
+            assert!(std::time::Instant::now() < until, "the receiver does not sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        sender.batch(|| {
+            to.send(b"held", crate::Checkpoint::Immediate).unwrap();
+            sender.batch(|| {});
+        });
+        let ended = std::time::Instant::now();
+        let (m, taken) = taker.join().unwrap();
+        assert_eq!(m.unwrap(), b"held");
+        let late = taken.saturating_duration_since(ended);
+        assert!(late < Duration::from_secs(2), "the receiver was not woken: it took the message {late:?} late");
     }
 
     /// Busy-poll mode: a thread waiting for an answer never parks (the

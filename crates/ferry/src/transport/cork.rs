@@ -18,10 +18,15 @@ thread_local! {
     static DEFERRED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Corks (or uncorks) this thread's sends. Returns whether sends held
-/// frames back since the last call, which the caller must then flush.
-pub(crate) fn cork(on: bool) -> bool {
-    CORKED.set(on);
+/// Corks (or uncorks) this thread's sends; returns whether they were
+/// corked. What they held back stays to be flushed ([`take_deferred`]).
+pub(crate) fn set_corked(on: bool) -> bool {
+    CORKED.replace(on)
+}
+
+/// Whether sends held frames back since the last call, which the caller
+/// must then flush (`Transport::flush_pending` on every channel).
+pub(crate) fn take_deferred() -> bool {
     DEFERRED.replace(false)
 }
 
