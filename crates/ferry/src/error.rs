@@ -487,6 +487,9 @@ pub enum Limit {
     Links,
     /// Links waiting in one listener to be accepted ([`crate::link::BACKLOG`]).
     LinkBacklog,
+    /// Sends and calls of a team waiting for their answer at once
+    /// ([`crate::TeamBuilder::max_calls_in_flight`]).
+    CallsInFlight,
 }
 
 impl Limit {
@@ -507,6 +510,7 @@ impl Limit {
             Limit::FifoProducers => 12,
             Limit::Links => 13,
             Limit::LinkBacklog => 14,
+            Limit::CallsInFlight => 15,
         }
     }
 
@@ -527,6 +531,7 @@ impl Limit {
             Limit::FifoProducers,
             Limit::Links,
             Limit::LinkBacklog,
+            Limit::CallsInFlight,
         ]
         .into_iter()
         .find(|l| l.code() == code)
@@ -571,6 +576,9 @@ impl Limit {
             Limit::FifoProducers => "drop producers no longer needed (FifoRef)",
             Limit::Links => "close link ends no longer needed, or raise TeamBuilder::max_links",
             Limit::LinkBacklog => "accept the links waiting in the listener",
+            Limit::CallsInFlight => {
+                "wait for some sends or calls to be answered, or raise TeamBuilder::max_calls_in_flight"
+            }
         }
     }
 }
@@ -592,6 +600,7 @@ impl std::fmt::Display for Limit {
             Limit::FifoProducers => "producers of one fifo",
             Limit::Links => "link ends held by a team",
             Limit::LinkBacklog => "links waiting in one listener",
+            Limit::CallsInFlight => "sends and calls of a team waiting for their answer",
         })
     }
 }

@@ -297,3 +297,33 @@ fn a_process_out_of_descriptors_says_so_and_does_not_spin() {
     }
     assert_eq!(got, "late");
 }
+
+/// Sends waiting for their answer are bounded (`max_calls_in_flight`): one
+/// past the bound fails at once, naming the limit; an answer makes room.
+#[test]
+fn calls_in_flight_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let tx = team(dir.path()).max_calls_in_flight(3).start().unwrap();
+    let rx = team(dir.path()).start().unwrap();
+    let port = rx.open_raw_port().unwrap();
+    let to = tx.raw_sender(port.id());
+    let mut waiting: Vec<_> = (0..3).map(|_| to.send_async(b"q", Checkpoint::OnReturn)).collect();
+    let e = to.send(b"q", Checkpoint::OnReturn).unwrap_err();
+    assert!(matches!(e, Error::LimitReached { limit: Limit::CallsInFlight, max: 3 }), "{e:?}");
+    assert!(e.to_string().contains("TeamBuilder::max_calls_in_flight"), "{e}");
+    // An answer ends one call; its entry serves the next.
+    let m = port.recv_timeout(Duration::from_secs(10)).unwrap();
+    m.reply(b"a").unwrap();
+    assert_eq!(tx.block_on(waiting.remove(0)).unwrap(), b"a");
+    let next = to.send_async(b"q", Checkpoint::OnReturn);
+    // Dropped sends give theirs back too.
+    drop(waiting);
+    for _ in 0..2 {
+        port.recv_timeout(Duration::from_secs(10)).unwrap().reply(b"b").unwrap();
+    }
+    let m = port.recv_timeout(Duration::from_secs(10)).unwrap();
+    m.reply(b"c").unwrap();
+    assert_eq!(tx.block_on(next).unwrap(), b"c");
+    let _more: Vec<_> = (0..3).map(|_| to.send_async(b"q", Checkpoint::OnReturn)).collect();
+    assert!(matches!(to.send(b"q", Checkpoint::OnReturn), Err(Error::LimitReached { .. })));
+}

@@ -32,6 +32,8 @@
 //! | `gate` (`rpc::gate`) | a place freed as the serving task goes to wait for one wakes it | exhaustive |
 //! | `gate` | with two places freed at once, the task is woken | 3 preemptions |
 //! | `handoff` (`runtime::handoff`) | a processor waking as the hand-off watcher goes to sleep for good pokes it | exhaustive |
+//! | `call_slab` (`runtime::call_slab`) | live calls never share an entry, also when a pop races the same entry popped and pushed back (ABA) | 3 preemptions |
+//! | `call_slab` | an answer racing its call's end and the entry's reuse never reaches the new call | exhaustive |
 //! loom treats SeqCst loads, stores and RMWs as Acquire/Release, so every
 //! store → load (Dekker) step of the real code needs its `fence(SeqCst)`:
 //! each model fails if that fence, or its flag, is taken out.

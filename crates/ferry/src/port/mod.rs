@@ -565,12 +565,10 @@ impl RawSender {
         let deadline = self.timeout.and_then(crate::runtime::deadline_after);
         let form = Form { flags: flags::HANDOVER, ..self.form };
         let mut d = self.team.send_on(&ch, form, src, self.to, Out::from(bytes), Checkpoint::OnReturn, deadline, true);
-        let completion = d.completion();
-        let reply = match d.take_ready() {
-            Some(r) => r,
-            None => d.wait_here(&self.team).map(Payload::into_vec),
-        }?;
-        Ok((reply, completion.map(|c| c.take_descriptors()).unwrap_or_default()))
+        match d.take_ready() {
+            Some(r) => Ok((r?, Vec::new())),
+            None => d.wait_here_for_descriptors(&self.team).map(|(p, fds)| (p.into_vec(), fds)),
+        }
     }
 
     /// Sends and blocks until `checkpoint`; returns the reply for `OnReturn`.

@@ -1,17 +1,15 @@
 //! Calls in flight, both ways: our sends waiting for their checkpoint
-//! (`pending`), and the hooks that stop work on a peer's call when it
-//! cancels (`cancels`).
+//! (`ours`, see `call_slab`), and the hooks that stop work on a peer's
+//! call when it cancels (`cancels`).
 
+use super::call_slab::CallSlab;
 use super::channel::Channel;
-use super::payload::Payload;
 use super::team::TeamInner;
-use crate::error::Result;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll, Waker};
 
 /// What runs when a peer cancels a call it made to this team.
 pub(crate) type OnCancel = Box<dyn FnOnce() + Send>;
@@ -22,80 +20,9 @@ type CallKey = (u64, u64);
 /// Cancels remembered per channel for calls whose hook is not registered yet.
 const EARLY_CANCELS: usize = 1024;
 
-/// A pending send waiting for its checkpoint (an ack, a reply or a nack).
-pub(crate) struct Completion {
-    /// The channel the send went out on (see [`Channel::key`]): only it may
-    /// answer. 0 (no channel) while the send waits for its channel's bind.
-    channel: AtomicU64,
-    state: Mutex<(Option<Result<Payload>>, Option<Waker>)>,
-    /// The answer may bring descriptors (see `Transport::ask_handover`).
-    pub handover: std::sync::atomic::AtomicBool,
-    /// The descriptors it brought, until the caller takes them.
-    descriptors: Mutex<Vec<rustix::fd::OwnedFd>>,
-}
-
-impl Completion {
-    /// A completion no answer finishes (an `Immediate` send waiting for its
-    /// channel's bind: the sender finishes it once the message is written).
-    pub fn detached() -> Arc<Completion> {
-        Arc::new(Completion::new(0))
-    }
-
-    fn new(channel: u64) -> Completion {
-        Completion {
-            channel: AtomicU64::new(channel),
-            state: Mutex::new((None, None)),
-            handover: Default::default(),
-            descriptors: Default::default(),
-        }
-    }
-
-    /// Keeps the descriptors an answer brought (before `finish`).
-    pub fn hand(&self, fds: Vec<rustix::fd::OwnedFd>) {
-        *self.descriptors.lock() = fds;
-    }
-
-    /// The descriptors the answer brought, if any.
-    pub fn take_descriptors(&self) -> Vec<rustix::fd::OwnedFd> {
-        std::mem::take(&mut *self.descriptors.lock())
-    }
-
-    /// The send goes out on the channel `key` (it waited for the bind).
-    pub fn bind(&self, key: u64) {
-        self.channel.store(key, Ordering::Relaxed);
-    }
-
-    fn on(&self, key: u64) -> bool {
-        self.channel.load(Ordering::Relaxed) == key
-    }
-
-    pub fn finish(&self, r: Result<Payload>) {
-        let mut s = self.state.lock();
-        if s.0.is_none() {
-            s.0 = Some(r);
-        }
-        if let Some(w) = s.1.take() {
-            drop(s);
-            w.wake();
-        }
-    }
-
-    pub fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Result<Payload>> {
-        let mut s = self.state.lock();
-        match s.0.take() {
-            Some(r) => Poll::Ready(r),
-            None => {
-                s.1 = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
-}
-
-#[derive(Default)]
 pub(crate) struct Calls {
-    pending: Mutex<FxHashMap<u64, Arc<Completion>>>,
-    next_call: AtomicU64,
+    /// Our sends waiting for their checkpoint, by call id.
+    pub ours: CallSlab,
     cancels: Mutex<FxHashMap<CallKey, OnCancel>>,
     /// Cancels that came before their call registered a hook (the call was
     /// still queued): applied when it does.
@@ -161,46 +88,9 @@ impl EarlyCancels {
 }
 
 impl Calls {
-    /// Registers a send on `ch` (`None`: a channel still being bound, see
-    /// [`Completion::bind`]) that waits for an answer; returns its call id.
-    pub fn start(&self, ch: Option<&Channel>) -> (u64, Arc<Completion>) {
-        let id = self.next_call.fetch_add(1, Ordering::Relaxed) + 1;
-        let completion = Arc::new(Completion::new(ch.map_or(0, Channel::key)));
-        self.pending.lock().insert(id, completion.clone());
-        (id, completion)
-    }
-
-    /// Stops waiting for call `id`; whether it was still pending.
-    pub fn forget(&self, id: u64) -> bool {
-        self.pending.lock().remove(&id).is_some()
-    }
-
-    /// Takes call `id` if it is pending and went out on `ch` (only that
-    /// channel may answer it).
-    pub fn take_answered(&self, ch: &Channel, id: u64) -> Option<Arc<Completion>> {
-        let mut pending = self.pending.lock();
-        pending.get(&id).filter(|c| c.on(ch.key()))?;
-        pending.remove(&id)
-    }
-
-    /// Fails every call that went out on `ch`.
-    pub fn fail_channel(&self, ch: &Channel, err: impl Fn() -> crate::Error) {
-        let failed: Vec<_> = {
-            let mut pending = self.pending.lock();
-            let ids: Vec<u64> = pending.iter().filter(|(_, c)| c.on(ch.key())).map(|(id, _)| *id).collect();
-            ids.into_iter().filter_map(|id| pending.remove(&id)).collect()
-        };
-        for c in failed {
-            c.finish(Err(err()));
-        }
-    }
-
-    /// Fails every pending call (at shutdown).
-    pub fn fail_all(&self, err: impl Fn() -> crate::Error) {
-        let pending: Vec<_> = self.pending.lock().drain().map(|(_, c)| c).collect();
-        for c in pending {
-            c.finish(Err(err()));
-        }
+    /// Calls for a team that has at most `max` of its own in flight.
+    pub fn new(max: usize) -> Calls {
+        Calls { ours: CallSlab::new(max), cancels: Default::default(), early_cancels: Default::default() }
     }
 
     /// A peer cancelled its call `call_id` on `ch`: run its hook, or
@@ -311,7 +201,7 @@ mod tests {
     #[test]
     fn a_dead_channels_cancel_never_reaches_a_new_channels_call() {
         let doorbell = Arc::new(Doorbell::create().unwrap());
-        let calls = Calls::default();
+        let calls = Calls::new(16);
         let old = channel(&doorbell);
         let old_addr = Arc::as_ptr(&old) as usize;
         calls.cancel_arrived(&old, 7); // before its hook: remembered
@@ -328,7 +218,7 @@ mod tests {
     #[test]
     fn a_finished_channels_calls_are_orphans_and_their_hooks_run() {
         let doorbell = Arc::new(Doorbell::create().unwrap());
-        let calls = Calls::default();
+        let calls = Calls::new(16);
         let (gone, other) = (channel(&doorbell), channel(&doorbell));
         let fired = Arc::new(AtomicUsize::new(0));
         for id in 1..=3 {
@@ -351,7 +241,7 @@ mod tests {
     #[test]
     fn one_channels_cancels_do_not_evict_anothers() {
         let doorbell = Arc::new(Doorbell::create().unwrap());
-        let calls = Calls::default();
+        let calls = Calls::new(16);
         let (honest, noisy) = (channel(&doorbell), channel(&doorbell));
         calls.cancel_arrived(&honest, 5);
         for id in 1..=2000 {
@@ -389,16 +279,5 @@ mod tests {
         assert!(early.keys.contains_key(&(1, 7)), "the live cancel was evicted with the taken one's copy");
         assert_eq!(early.keys.len(), EARLY_CANCELS, "the channel's bound");
         assert!(early.take((1, 7)));
-    }
-
-    #[test]
-    fn answers_are_taken_only_from_the_channel_the_call_went_out_on() {
-        let doorbell = Arc::new(Doorbell::create().unwrap());
-        let calls = Calls::default();
-        let (a, b) = (channel(&doorbell), channel(&doorbell));
-        let (id, _c) = calls.start(Some(&a));
-        assert!(calls.take_answered(&b, id).is_none());
-        assert!(calls.take_answered(&a, id).is_some());
-        assert!(calls.take_answered(&a, id).is_none(), "answered once");
     }
 }

@@ -112,6 +112,8 @@ pub struct Config {
     pub max_imported_regions: usize,
     /// Most link ends this team holds at once.
     pub max_links: usize,
+    /// Most sends and calls of this team waiting for their answer at once.
+    pub max_calls_in_flight: usize,
     /// How many messages, and bytes, one end of a link lets its peer send
     /// ahead of what it has received.
     pub link_window: (u32, u32),
@@ -130,6 +132,8 @@ pub const MAX_HANDOFF_AFTER: Duration = Duration::from_secs(60);
 pub const MAX_REGIONS: usize = 1 << 20;
 /// The largest `max_exported_bytes` (256 TiB).
 pub const MAX_EXPORTED_BYTES: u64 = 1 << 48;
+
+pub(crate) use super::call_slab::MAX_CALLS_IN_FLIGHT;
 
 /// The largest `max_running_calls`.
 pub const MAX_RUNNING_CALLS: usize = 1 << 20;
@@ -167,6 +171,7 @@ impl Default for Config {
             max_exported_bytes: 1 << 40,
             max_imported_regions: 1024,
             max_links: 4096,
+            max_calls_in_flight: 1 << 20,
             link_window: (64, 1 << 20),
             link_proxy_lifetime: Duration::from_secs(10),
             handshakes_per_source: 8,
@@ -304,6 +309,15 @@ impl TeamBuilder {
     /// `Error::LimitReached` (`Limit::Links`).
     pub fn max_links(mut self, n: usize) -> Self {
         self.cfg.max_links = n;
+        self
+    }
+    /// Most sends and calls the team has waiting for their answer (or
+    /// checkpoint) at once (default 2^20, at most 2^30): past it, one more
+    /// fails with `Error::LimitReached` (`Limit::CallsInFlight`). Each takes
+    /// an entry of 160 bytes, allocated as they are first needed and
+    /// reused after.
+    pub fn max_calls_in_flight(mut self, n: usize) -> Self {
+        self.cfg.max_calls_in_flight = n;
         self
     }
     /// How far ahead a link's peer may send: each end of a link this team
@@ -501,6 +515,7 @@ impl TeamBuilder {
         in_range("max_exported_bytes", c.max_exported_bytes, 4096..=MAX_EXPORTED_BYTES)?;
         in_range("max_imported_regions", c.max_imported_regions, 1..=MAX_REGIONS)?;
         in_range("max_links", c.max_links, 1..=MAX_REGIONS)?;
+        in_range("max_calls_in_flight", c.max_calls_in_flight, 1..=MAX_CALLS_IN_FLIGHT)?;
         in_range("link_window (messages)", c.link_window.0, 1..=1 << 16)?;
         in_range("link_window (bytes)", c.link_window.1, 4096..=1 << 28)?;
         in_range("link_proxy_lifetime", c.link_proxy_lifetime, Duration::from_millis(10)..=Duration::from_secs(3600))?;

@@ -1,6 +1,5 @@
 //! `Delivery`: the future of one send, resolved at its checkpoint.
 
-use super::calls::Completion;
 use super::channel::Channel;
 use super::outbox::Queued;
 use super::payload::Payload;
@@ -8,6 +7,7 @@ use super::peers::Binding;
 use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::wire::Header;
+use rustix::fd::OwnedFd;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -41,7 +41,9 @@ enum DeliveryState {
 pub(super) struct Waiting {
     pub team: Arc<TeamInner>,
     pub header: Header,
-    pub completion: Arc<Completion>,
+    /// Its call in `calls.ours` (the wire's call id, except for an
+    /// `Immediate` send waiting for its bind, which asks for no answer).
+    pub call: u64,
     pub on: On,
 }
 
@@ -85,12 +87,17 @@ impl Delivery {
         self.deadline
     }
 
-    /// The completion it waits on, if it waits (to take descriptors from, after).
-    pub(crate) fn completion(&self) -> Option<Arc<Completion>> {
-        match &self.state {
-            DeliveryState::Waiting(w) => Some(w.completion.clone()),
-            _ => None,
-        }
+    /// Waits for it here as [`Delivery::wait_here`] does; returns with the
+    /// answer the descriptors it brought (see `Transport::ask_handover`).
+    pub(crate) fn wait_here_for_descriptors(mut self, team: &TeamInner) -> Result<(Payload, Vec<OwnedFd>)> {
+        let call = match &self.state {
+            DeliveryState::Waiting(w) => w.call,
+            _ => 0,
+        };
+        let until = self.waited_on_this_thread();
+        let r = super::idle::block_on_until(team, std::future::poll_fn(|cx| self.poll_payload(cx)), until);
+        let descriptors = team.calls.ours.take_descriptors(call);
+        r.map(|p| (p, descriptors))
     }
 
     /// The outcome, if known already (an `Immediate` send, or a failure).
@@ -121,7 +128,7 @@ impl Delivery {
             DeliveryState::Waiting(w) => w,
         };
         w.move_on(cx);
-        if let Poll::Ready(r) = w.completion.poll_done(cx) {
+        if let Poll::Ready(r) = w.team.calls.ours.poll(w.call, cx) {
             if let Some(t) = self.timer.take() {
                 w.team.timers.cancel(t);
             }
@@ -167,7 +174,7 @@ impl Waiting {
     /// Stops waiting: a message not sent yet never will be; the receiver of
     /// a sent `OnReturn` call is told.
     fn give_up(&self) {
-        self.team.calls.forget(self.header.call_id);
+        self.team.calls.ours.forget(self.call);
         let sent_on = match &self.on {
             On::Sent(ch) => Some(ch.clone()),
             On::Queued(ch, q) => (!q.withdraw()).then(|| ch.clone()),

@@ -474,7 +474,7 @@ impl TeamInner {
     /// (see `Transport::ask_handover`).
     fn complete_handed(&self, ch: &Arc<Channel>, h: &Header, payload: Result<Payload>, fds: Vec<OwnedFd>) {
         let handed = h.flags & flags::HANDOVER != 0;
-        let Some(c) = self.calls.take_answered(ch, h.call_id) else {
+        let Some(mut c) = self.calls.ours.answer(ch.key(), h.call_id) else {
             tracing::debug!(call = h.call_id, peer = %ch.peer, "answer to no pending send; ignored");
             if !handed {
                 // A call that asked for descriptors and was forgotten (its
@@ -485,7 +485,7 @@ impl TeamInner {
         };
         if handed {
             c.hand(fds);
-        } else if c.handover.load(Ordering::Relaxed) {
+        } else if c.asked_handover() {
             ch.transport.unask_handover(h.call_id);
         }
         c.finish(match (h.kind, payload) {

@@ -497,6 +497,16 @@ pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<
     let mut idle = Idle::new(team).for_answer().until(until);
     let due = |until: Option<Instant>| until.is_some_and(|at| Instant::now() >= at);
     loop {
+        // Polled again only once woken (or at `until`). A load first: a
+        // locked swap on every spinning turn costs more than the rest of
+        // the turn's look.
+        let until = idle.until;
+        while !(tw.woken.load(Ordering::Relaxed) && tw.woken.swap(false, Ordering::AcqRel)) {
+            if due(until) {
+                break;
+            }
+            idle.step(&|| tw.woken.load(Ordering::SeqCst) || due(until), &|p| tw.parked.store(p, Ordering::SeqCst));
+        }
         if let Poll::Ready(v) = user_code(team, || fut.as_mut().poll(&mut cx)) {
             return v;
         }
@@ -504,15 +514,6 @@ pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<
             // Polled past `until` and not done (a call sent again, with a
             // deadline and a timer of its own): its waker says when.
             idle.until = None;
-        }
-        // A load first: a locked swap on every spinning turn costs more
-        // than the rest of the turn's look.
-        let until = idle.until;
-        while !(tw.woken.load(Ordering::Relaxed) && tw.woken.swap(false, Ordering::AcqRel)) {
-            if due(until) {
-                break;
-            }
-            idle.step(&|| tw.woken.load(Ordering::SeqCst) || due(until), &|p| tw.parked.store(p, Ordering::SeqCst));
         }
     }
 }

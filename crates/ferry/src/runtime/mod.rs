@@ -14,7 +14,7 @@
 //! | `cluster` | the node's place in a cluster: addresses, key, placement |
 //! | `team` | `Team`/`TeamInner`: start, shutdown, names, timers |
 //! | `endpoints` | slots and the inbox behind each |
-//! | `calls` | our sends waiting for answers; hooks for peers' cancels |
+//! | `calls`, `call_slab` | our sends waiting for answers (a slab by call id); hooks for peers' cancels |
 //! | `delivery` | the future of one send |
 //! | `peers` | the channel to each peer team: bind (shared memory on this node, TCP to another), reclaim |
 //! | `send` | one message onto a channel; acks, replies, nacks |
@@ -29,14 +29,15 @@
 //! Lock order (a thread holding one may take those after it, never before):
 //! `peers.binding` → a bind's state → channel `rx` → outbox `flushing` →
 //! outbox queue → a queued send's slot → channel `backlog` → channel `tx` →
-//! inbox state → `calls.cancels` → `calls.early_cancels`; `calls.pending`,
-//! `peers.map`, the endpoint table and the channel list are leaves. (The
+//! inbox state → `calls.cancels` → `calls.early_cancels`; a call slab
+//! entry's lock, `peers.map`, the endpoint table and the channel list are leaves. (The
 //! reactor holds a channel's `rx` while it records the peer's hang-up and
 //! sweeps the dead team's files: file locks and a directory, no runtime lock.)
 
 mod blocking;
 #[cfg(test)]
 mod bounds_tests;
+pub(crate) mod call_slab;
 pub(crate) mod calls;
 pub(crate) mod channel;
 mod channel_list;

@@ -22,7 +22,6 @@
 //! refused for lack of room; how many wait on a channel is counted, and at
 //! a bound the team takes no more calls from that peer (`answers_wait`).
 
-use super::calls::Completion;
 use super::channel::Channel;
 use super::payload::Payload;
 use super::team::TeamInner;
@@ -40,9 +39,10 @@ pub(crate) struct Queued {
     pub header: Header,
     /// Payload bytes when queued (what an answer counts against its bound).
     len: usize,
-    /// Finished with the answer, as for any send; by whoever fails it (or,
-    /// for an `Immediate` send, writes it) here.
-    pub completion: Arc<Completion>,
+    /// Its call (see `CallSlab`; 0: nobody waits), ended with the answer,
+    /// as for any send; or here, by whoever fails it (or, for an
+    /// `Immediate` send, writes it).
+    pub call: u64,
     /// Waits for room as long as its channel lives (an answer, or a frame
     /// `RawSender::post` queued), rather than fail as an `Immediate` send does.
     never_refused: bool,
@@ -68,22 +68,22 @@ pub(crate) enum Load {
 }
 
 impl Queued {
-    pub fn new(header: Header, completion: Arc<Completion>, load: Load) -> Arc<Queued> {
-        Queued::made(header, completion, load, false)
+    pub fn new(header: Header, call: u64, load: Load) -> Arc<Queued> {
+        Queued::made(header, call, load, false)
     }
 
     /// An answer, or a posted frame, waiting for room: it waits as long as
     /// its channel lives (nobody waits on it).
     pub fn never_refused(header: Header, load: Load) -> Arc<Queued> {
-        Queued::made(header, Completion::detached(), load, true)
+        Queued::made(header, 0, load, true)
     }
 
-    fn made(header: Header, completion: Arc<Completion>, load: Load, never_refused: bool) -> Arc<Queued> {
+    fn made(header: Header, call: u64, load: Load, never_refused: bool) -> Arc<Queued> {
         let len = match &load {
             Load::Bytes(b) => b.len(),
             _ => 0,
         };
-        Arc::new(Queued { header, len, completion, never_refused, slot: Mutex::new(Slot { load, waker: None }) })
+        Arc::new(Queued { header, len, call, never_refused, slot: Mutex::new(Slot { load, waker: None }) })
     }
 
     /// A reply (no future waits on it), not a message of ours.
@@ -128,11 +128,7 @@ impl Queued {
     /// Fails the send with `e` (unless it is gone already).
     pub fn fail(&self, team: &TeamInner, e: Error) {
         if self.withdraw() {
-            // (An answer's call id is the peer's: none of our calls.)
-            if !self.is_answer() {
-                team.calls.forget(self.header.call_id);
-            }
-            self.completion.finish(Err(e));
+            team.calls.ours.finish(self.call, Err(e));
         }
     }
 
@@ -314,7 +310,7 @@ impl TeamInner {
                 q.fail(self, e);
             }
             if written && (immediate || q.is_answer()) {
-                q.completion.finish(Ok(Payload::from_slice(&[])));
+                self.calls.ours.finish(q.call, Ok(Payload::from_slice(&[])));
             }
             sent |= written;
             ch.outbox.pop(&q);

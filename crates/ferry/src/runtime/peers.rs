@@ -273,7 +273,7 @@ impl TeamInner {
             let queue = std::mem::take(&mut s.queue);
             if let Ok(ch) = &r {
                 for q in &queue {
-                    q.completion.bind(ch.key());
+                    self.calls.ours.bind(q.call, ch.key());
                     ch.outbox.push(q.clone());
                 }
             }
@@ -361,7 +361,7 @@ impl TeamInner {
         // Tells the peer too (it may not know: a protocol violation is found here).
         ch.close();
         tracing::debug!(me = %self.id, peer = %ch.peer, "peer gone; channel reclaimed");
-        self.calls.fail_channel(ch, || self.gone_error(ch));
+        self.calls.ours.fail_waiting(Some(ch.key()), || self.gone_error(ch));
         self.fail_outbox(ch);
         self.calls.orphan_channel(ch);
         self.served.peer_gone(ch.peer);

@@ -4,7 +4,6 @@
 //! outbox (see `outbox`); and the answers a receiver sends back (acks,
 //! replies, nacks).
 
-use super::calls::Completion;
 use super::channel::Channel;
 use super::deadline::budget_ns;
 use super::delivery::{Delivery, On, Waiting};
@@ -246,55 +245,52 @@ impl TeamInner {
                 Err(e) => Delivery::failed(e),
             };
         }
-        let (call_id, completion) = self.calls.start(Some(ch));
-        header.call_id = call_id;
+        let call = match self.calls.ours.start(ch.key()) {
+            Ok(id) => id,
+            Err(e) => return Delivery::failed(e),
+        };
+        header.call_id = call;
         if header.flags & flags::HANDOVER != 0 {
             // Asked before the call goes out: its answer may come at once.
-            if let Err(e) = ch.transport.ask_handover(call_id) {
-                self.calls.forget(call_id);
+            if let Err(e) = ch.transport.ask_handover(call) {
+                self.calls.ours.forget(call);
                 return Delivery::failed(e);
             }
-            completion.handover.store(true, Ordering::Relaxed);
+            self.calls.ours.ask_handover(call);
         }
         let sent = match wait_here {
             true => self.send_out(ch, header, &payload, true, deadline).map(|()| None),
-            false => self.send_or_queue(ch, header, payload, &completion),
+            false => self.send_or_queue(ch, header, payload, call),
         };
         let queued = match sent {
             Ok(q) => q,
             Err(e) => {
-                self.calls.forget(call_id);
-                ch.transport.unask_handover(call_id);
+                self.calls.ours.forget(call);
+                ch.transport.unask_handover(call);
                 return Delivery::failed(e);
             }
         };
         self.hand_off(ch);
         // A peer that died while we sent would never answer, unless it did
-        // (the answer already completed the call and took it from `pending`).
-        if ch.is_gone() && ch.finished.load(Ordering::Acquire) && self.calls.forget(call_id) {
+        // (the answer already ended the call).
+        if ch.is_gone() && ch.finished.load(Ordering::Acquire) && self.calls.ours.finish(call, Err(self.gone_error(ch)))
+        {
             if let Some(q) = &queued {
                 q.withdraw();
             }
-            return Delivery::failed(self.gone_error(ch));
         }
         let on = match queued {
             Some(q) => On::Queued(ch.clone(), q),
             None => On::Sent(ch.clone()),
         };
-        Delivery::waiting(Waiting { team: self.clone(), header, completion, on }, deadline)
+        Delivery::waiting(Waiting { team: self.clone(), header, call, on }, deadline)
     }
 
     /// An async send: written now if there is room, else queued in the
     /// channel's outbox with its message (a large one staged already if
     /// there was room for that; one encoded as it is sent is made into
     /// bytes to wait). Returns the queued send, if it waits.
-    fn send_or_queue(
-        &self,
-        ch: &Channel,
-        header: Header,
-        payload: Out<'_>,
-        completion: &Arc<Completion>,
-    ) -> Result<Option<Arc<Queued>>> {
+    fn send_or_queue(&self, ch: &Channel, header: Header, payload: Out<'_>, call: u64) -> Result<Option<Arc<Queued>>> {
         self.check_size(ch, payload.len())?;
         let payload = payload.framed(ch.max_payload)?;
         if ch.outbox.is_used() {
@@ -313,12 +309,12 @@ impl TeamInner {
         }
         let q = match staged {
             Some(s) => {
-                let q = Queued::new(header, completion.clone(), Load::Staged(Some(s)));
+                let q = Queued::new(header, call, Load::Staged(Some(s)));
                 ch.outbox.push_first(q.clone());
                 q
             }
             None => {
-                let q = Queued::new(header, completion.clone(), Load::Bytes(payload.into_vec()?));
+                let q = Queued::new(header, call, Load::Bytes(payload.into_vec()?));
                 ch.outbox.push(q.clone());
                 q
             }
@@ -354,19 +350,25 @@ impl TeamInner {
             Err(e) => return Delivery::failed(e),
         };
         let mut header = data_header(form, src, dst, checkpoint, deadline);
+        // An `Immediate` send waits for the bind, not for room: the bind's
+        // sender finishes its call once written (or full). Its call id on
+        // the wire stays 0: no answer is asked for.
+        let call = match self.calls.ours.start(0) {
+            Ok(id) => id,
+            Err(e) => return Delivery::failed(e),
+        };
+        if checkpoint != Checkpoint::Immediate {
+            header.call_id = call;
+        }
         let mut queued = None;
         let joined = bind.join(|| {
-            // An `Immediate` send waits for the bind, not for room: the
-            // bind's sender finishes it once written (or full).
-            let (call_id, completion) = match checkpoint {
-                Checkpoint::Immediate => (0, Completion::detached()),
-                _ => self.calls.start(None),
-            };
-            header.call_id = call_id;
-            let q = Queued::new(header, completion, Load::Bytes(payload.take().expect("made once")));
+            let q = Queued::new(header, call, Load::Bytes(payload.take().expect("made once")));
             queued = Some(q.clone());
             q
         });
+        if joined.is_some() {
+            self.calls.ours.forget(call);
+        }
         match joined {
             // Bound meanwhile (`join` made nothing): sent as usual.
             Some(Ok(ch)) => {
@@ -375,12 +377,8 @@ impl TeamInner {
             }
             Some(Err(e)) => Delivery::failed(e),
             None => {
-                let q = queued.expect("queued");
-                let on = On::Binding(bind.clone(), q.clone());
-                Delivery::waiting(
-                    Waiting { team: self.clone(), header, completion: q.completion.clone(), on },
-                    deadline,
-                )
+                let on = On::Binding(bind.clone(), queued.expect("queued"));
+                Delivery::waiting(Waiting { team: self.clone(), header, call, on }, deadline)
             }
         }
     }

@@ -272,7 +272,7 @@ impl TeamInner {
             channels: ChannelList::new(loopback.clone()),
             peers: Peers::default(),
             loopback,
-            calls: Calls::default(),
+            calls: Calls::new(cfg.max_calls_in_flight),
             served: Default::default(),
             shut_down: AtomicBool::new(false),
             names_held: AtomicUsize::new(0),
@@ -395,7 +395,7 @@ impl TeamInner {
             self.fail_outbox(ch);
         }
         self.end_binds();
-        self.calls.fail_all(|| Error::Shutdown);
+        self.calls.ours.fail_waiting(None, || Error::Shutdown);
         self.endpoints.close_all();
         self.blocking.close();
         self.reactor.stop();

@@ -31,6 +31,7 @@
 //! | [`fifo`] | a fifo: an opening's answer and an enqueue as each side reads them, and a producer's ring as its owner pops it (the ring's memory the input) |
 //! | [`link_frames`] | a link's frames and openings as their receiver decodes them, and a stream of frames (any numbers, any bytes) as an end takes them in order within its window |
 //! | [`signal`] | a signal's answer as the signaller reads it (a status byte) |
+//! | [`call_ids`] | the call ids of a peer's answers as the call slab (`runtime::call_slab`) looks them up, among calls that start and end |
 //! | [`settings`] | not a peer's bytes but a user's settings: `TeamBuilder`'s setters and the check `start` makes, then that what it lets through is what the transports take |
 
 use crate::id::{Addr, EndpointId, TeamId};
@@ -72,6 +73,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("region_ops", region_ops),
     ("fifo", fifo),
     ("signal", signal),
+    ("call_ids", call_ids),
     ("link_frames", link_frames),
     ("settings", settings),
 ];
@@ -1244,6 +1246,63 @@ pub fn signal(data: &[u8]) {
     assert!(r.is_ok() == (data == [0]));
 }
 
+/// The call ids of a peer's answers, looked up in the call slab among
+/// calls that start and end (a program: each byte picks start, end, an
+/// answer with any id, or one with a live call's id bent): an answer
+/// reaches exactly the call whose id it names, from that call's channel,
+/// once; every call ends with the answer it got; nothing panics.
+pub fn call_ids(data: &[u8]) {
+    use crate::runtime::call_slab::CallSlab;
+    use crate::runtime::payload::Payload;
+    use std::task::{Context, Poll, Waker};
+    let slab = CallSlab::new(16);
+    // (id, channel, answered)
+    let mut live: Vec<(u64, u64, bool)> = Vec::new();
+    let mut input = Input(data);
+    let answer = |live: &mut Vec<(u64, u64, bool)>, channel: u64, id: u64| {
+        let expect = live.iter().position(|&(i, c, answered)| i == id && c == channel && !answered);
+        match slab.answer(channel, id) {
+            Some(a) => {
+                let at = expect.expect("an answer reached a call it does not name");
+                a.finish(Ok(Payload::from_slice(&id.to_le_bytes())));
+                live[at].2 = true;
+            }
+            None => assert!(expect.is_none(), "an answer missed its call"),
+        }
+    };
+    while !input.is_empty() {
+        let op = input.byte();
+        match op % 4 {
+            0 => match slab.start(u64::from(op >> 6)) {
+                Ok(id) => live.push((id, u64::from(op >> 6), false)),
+                Err(e) => assert!(live.len() == 16, "refused below the bound: {e}"),
+            },
+            1 if !live.is_empty() => {
+                let (id, _, answered) = live.swap_remove(usize::from(op >> 2) % live.len());
+                match slab.poll(id, &mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(Ok(p)) => assert!(answered && p.into_vec() == id.to_le_bytes()),
+                    Poll::Ready(Err(e)) => panic!("{e}"),
+                    Poll::Pending => assert!(!answered && slab.forget(id)),
+                }
+            }
+            2 => {
+                let id = input.u64();
+                answer(&mut live, u64::from(op >> 6), id);
+            }
+            _ if !live.is_empty() => {
+                let (id, channel, _) = live[usize::from(op >> 2) % live.len()];
+                let bent = id ^ input.u64() >> (input.byte() % 65).min(63);
+                answer(&mut live, channel, bent);
+            }
+            _ => {}
+        }
+    }
+    for (id, ..) in live {
+        slab.forget(id);
+    }
+    assert_eq!(slab.in_flight(), 0);
+}
+
 /// A link's frames. The first byte picks: 0, the rest decoded as a
 /// frame, an end's own frame, a moving end, an opening and a window (what
 /// decodes encodes back to its bytes); else a program of an end's frames
@@ -1390,6 +1449,15 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         add("fifo", "ring", ring);
         add("fifo", "credit", [&[3u8][..], &crate::fifo::wire::credit(7)].concat());
         add("signal", "accepted", vec![0]);
+        // Two calls on channels 0 and 1, each answered with its own id
+        // bent by nothing, a forged answer, then both ended.
+        add(
+            "call_ids",
+            "answered",
+            vec![
+                0, 0x40, 3, 0, 0, 0, 0, 0, 0, 0, 0, 64, 7, 0, 0, 0, 0, 0, 0, 0, 0, 64, 2, 9, 9, 9, 9, 9, 9, 9, 9, 1, 1,
+            ],
+        );
         {
             use crate::link::route::{Control, Hop, Moved};
             use crate::link::stream::Stream;

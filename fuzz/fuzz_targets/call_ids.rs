@@ -1,0 +1,4 @@
+//! See `ferry::testing::fuzz::call_ids`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ferry::testing::fuzz::call_ids(data));
