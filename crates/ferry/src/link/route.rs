@@ -206,7 +206,7 @@ impl<D: Clone> Router<D> {
     }
 
     /// Whether a proxy's end was adopted (its inward is known).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub fn adopted(&self) -> bool {
         self.inward.is_some()
     }

@@ -184,11 +184,18 @@ impl RawPort {
     }
 
     /// Receives the next message, blocking this thread (spin, then park).
+    /// A plain message is taken straight from its channel (see
+    /// `runtime::direct_receive`).
     pub fn recv_blocking(&self) -> Result<RawMessage> {
-        let got = idle::wait_until(&self.team, |cx| match cx {
-            None => self.inbox.poll_pop_now(),
-            Some(cx) => self.inbox.poll_pop(cx),
-        });
+        let to = self.id.addr();
+        let got = idle::wait_catching(
+            &self.team,
+            |cx| match cx {
+                None => self.inbox.poll_pop_now(),
+                Some(cx) => self.inbox.poll_pop(cx),
+            },
+            |ch| self.team.receive_direct(ch, to, &self.inbox).map(Some),
+        );
         // Not `ok_or(Error::Shutdown)`: that builds (and drops) the error at every receive.
         match got {
             Some(m) => Ok(take(&self.team, m)),

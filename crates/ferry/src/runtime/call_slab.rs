@@ -230,6 +230,7 @@ impl CallSlab {
     }
 
     /// Calls not ended yet (waiting, or answered and not taken).
+    #[cfg(any(test, feature = "testing"))]
     pub fn in_flight(&self) -> usize {
         let used = self.used.load(Ordering::Acquire);
         (0..used).filter(|&i| self.try_entry(i).is_some_and(|e| !matches!(e.call.lock().stage, Stage::Free))).count()
@@ -450,7 +451,10 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(slab.in_flight(), 0);
-        assert!(slab.used.load(Ordering::Relaxed) <= 28, "entries are reused");
+        // At most 7 calls per thread live at once, and one entry per thread
+        // between its call's end and the free stack (a start then finds
+        // the stack empty and takes a fresh entry).
+        assert!(slab.used.load(Ordering::Relaxed) <= 4 * 7 + 4, "entries are reused");
     }
 }
 

@@ -54,8 +54,22 @@ impl TeamInner {
     fn progress_busy(&self, ch: &Arc<Channel>) -> bool {
         let Some(mut rx) = ch.rx.try_lock() else { return false };
         ch.flush_backlog();
+        let drained = self.drain(ch, &mut rx);
+        self.after_drain(ch, rx, drained)
+    }
+
+    /// What follows a drain of `ch` (by the progress loop, or a direct
+    /// receive): a channel whose peer broke the protocol or is gone is
+    /// finished, direct takers run, answers go out, waiting sends move on.
+    /// Returns whether anything was received.
+    pub(super) fn after_drain(
+        &self,
+        ch: &Arc<Channel>,
+        mut rx: parking_lot::MutexGuard<'_, RxState>,
+        drained: std::result::Result<Drained, Violation>,
+    ) -> bool {
         let mut did = false;
-        let finished = match self.drain(ch, &mut rx) {
+        let finished = match drained {
             Ok(d) => {
                 did = d.taken > 0;
                 // A gone peer's channel is finished once everything it sent
@@ -427,20 +441,11 @@ impl TeamInner {
             rx.last_inbox = Some((slot, i));
         }
         let inbox = &rx.last_inbox.as_ref().unwrap().1;
-        // The channel goes with the message only if an answer will travel back on it.
-        let answer_on = (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone());
-        let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, rx.since.take());
+        let since = rx.since.take();
         match inbox.offer(
             || self.runs_tasks_here(),
             message_cost(len),
-            || Incoming {
-                header: *h,
-                incarnation: ch.peer.incarnation,
-                deadline: LocalTime::new(deadline_on_arrival(h.budget_ns)),
-                payload: payload(),
-                channel: answer_on,
-                arrived: LocalTime::new(arrived),
-            },
+            || incoming(ch, h, payload(), since),
             past_capacity,
         ) {
             Offer::Accepted => {
@@ -493,6 +498,22 @@ impl TeamInner {
             (_, Ok(p)) => Err(p.with_bytes(|b| nack_error(ch, h, b))),
             (_, Err(e)) => Err(e),
         });
+    }
+}
+
+/// A data message `h` with `payload`, as it reaches its endpoint from `ch`
+/// (its receive timed from `since`, when cost accounting records).
+#[inline]
+pub(super) fn incoming(ch: &Arc<Channel>, h: &Header, payload: Payload, since: Option<std::time::Instant>) -> Incoming {
+    let arrived = crate::cost::record(crate::cost::Side::Server, crate::cost::Stage::Receive, since);
+    Incoming {
+        header: *h,
+        incarnation: ch.peer.incarnation,
+        deadline: LocalTime::new(deadline_on_arrival(h.budget_ns)),
+        payload,
+        // The channel goes with the message only if an answer will travel back on it.
+        channel: (h.checkpoint() != Checkpoint::Immediate).then(|| ch.clone()),
+        arrived: LocalTime::new(arrived),
     }
 }
 

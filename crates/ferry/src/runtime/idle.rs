@@ -5,7 +5,7 @@
 use super::channel::Channel;
 use super::channel_list::Snapshot;
 use super::handoff;
-use super::readiness::Sweep;
+use super::readiness::{self, Sweep};
 use super::TeamInner;
 use crate::transport::cork;
 use crate::transport::doorbell::{self, Doorbell};
@@ -106,6 +106,11 @@ pub(crate) struct Idle<'a> {
 
 impl<'a> Idle<'a> {
     pub fn new(team: &'a TeamInner) -> Idle<'a> {
+        Idle::with_channels(team, team.channels.snapshot())
+    }
+
+    /// [`Idle::new`] with a snapshot of the team's channels taken already.
+    fn with_channels(team: &'a TeamInner, channels: Snapshot) -> Idle<'a> {
         // Frames a corked processor queued must not wait through the wait.
         flush_corked(team);
         team.doorbell.enter_polling();
@@ -115,7 +120,7 @@ impl<'a> Idle<'a> {
             // Inside a task, or with no processors at all, a waiting thread
             // runs the team's ready tasks itself.
             run_tasks: super::executor::in_task() || team.cfg.processors == 0,
-            channels: team.channels.snapshot(),
+            channels,
             sweep: Sweep::new(),
             spin_started: None,
             spins: 0,
@@ -136,6 +141,16 @@ impl<'a> Idle<'a> {
         self.busy = self.team.cfg.busy_poll;
         self.watch_peer = self.team.cfg.share_cpu && !self.busy;
         self
+    }
+
+    /// [`catch_on`] the team's channels.
+    fn catch<T>(&mut self, catch: &mut impl FnMut(&Arc<Channel>) -> Option<T>) -> Option<T> {
+        self.team.channels.refresh(&mut self.channels);
+        let got = catch_on(&self.channels, catch);
+        if got.is_some() {
+            self.found_work();
+        }
+        got
     }
 
     /// This thread did work of its own: its next spin starts afresh.
@@ -518,12 +533,56 @@ pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<
     }
 }
 
+/// Offers `catch` each of `channels` with a frame, while they are few
+/// (with many, the sweep finds the frame: a look at every channel would
+/// make each turn dearer with each idle peer), and at most
+/// `CATCH_STREAK` times in a row: then the wait takes a turn over every
+/// channel, so the rest of the team's frames, its timers and the
+/// channels' deferred work are not starved by a steady stream.
+fn catch_on<T>(channels: &Snapshot, catch: &mut impl FnMut(&Arc<Channel>) -> Option<T>) -> Option<T> {
+    if channels.len() > readiness::ALL_UP_TO || CAUGHT.get() >= CATCH_STREAK {
+        return None;
+    }
+    let got = channels.iter().filter(|ch| ch.transport.has_frame()).find_map(catch);
+    if got.is_some() {
+        CAUGHT.set(CAUGHT.get() + 1);
+    }
+    got
+}
+
+/// Most waits in a row a thread ends by a catch (see [`wait_catching`]).
+const CATCH_STREAK: u32 = 16;
+
+thread_local! {
+    /// Waits this thread ended by a catch since its last full turn.
+    static CAUGHT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// [`wait_until`] for a thread that can take what it waits for straight
+/// from a channel (see `direct_receive`): each turn first offers `catch`
+/// every channel with a frame (if the team has few), then drives them all.
+pub(crate) fn wait_catching<T>(
+    team: &TeamInner,
+    attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
+    catch: impl FnMut(&Arc<Channel>) -> Option<T>,
+) -> T {
+    wait(team, attempt, Some(catch))
+}
+
 /// Waits on this thread for `attempt` to be ready, driving the team's
 /// channels meanwhile. While spinning, `attempt(None)` just looks; only
 /// before sleeping is it called with a context, to register this thread's
 /// waker (taken only then). So a message that arrives while the thread
 /// spins costs no waker traffic at all.
 pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>) -> T {
+    wait(team, attempt, None::<fn(&Arc<Channel>) -> Option<T>>)
+}
+
+fn wait<T>(
+    team: &TeamInner,
+    attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
+    mut catch: Option<impl FnMut(&Arc<Channel>) -> Option<T>>,
+) -> T {
     let attempt = std::cell::RefCell::new(attempt);
     if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
         return v;
@@ -531,8 +590,17 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     let sleeper = std::cell::OnceCell::new();
     let sleeper = || sleeper.get_or_init(|| thread_waker(team));
     let got = std::cell::Cell::new(None);
-    let mut idle = Idle::new(team).for_answer();
+    let channels = team.channels.snapshot();
+    // What is in a channel already is taken before the wait even begins.
+    if let Some(v) = catch.as_mut().and_then(|c| catch_on(&channels, c)) {
+        return v;
+    }
+    let mut idle = Idle::with_channels(team, channels).for_answer();
     loop {
+        if let Some(v) = catch.as_mut().and_then(|c| idle.catch(c)) {
+            return v;
+        }
+        CAUGHT.set(0);
         idle.step(
             &|| {
                 let (tw, waker) = sleeper().waker();

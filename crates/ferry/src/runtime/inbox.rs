@@ -196,6 +196,10 @@ impl<M: Cost> Inbox<M> {
         self.state.lock().queue.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.state.lock().queue.is_empty()
+    }
+
     /// The bytes queued: the sum of the queued messages' costs.
     #[cfg(test)]
     pub fn bytes(&self) -> usize {

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Up to this many channels, every turn looks at all of them.
-const ALL_UP_TO: usize = 32;
+pub(super) const ALL_UP_TO: usize = 32;
 /// Channels in the hot list.
 const HOT: usize = 16;
 /// Cold channels each turn looks at.

@@ -1,0 +1,160 @@
+//! Direct receive: a thread blocked on a port takes its message straight
+//! from the channel's ring into the message it returns, skipping the
+//! progress loop's layers (the sweep over the channels, the drain, the
+//! routing and the port's inbox) and their locks but the channel's own.
+//!
+//! Only the common case goes this way: a plain message (`Immediate`, no
+//! call to answer, bytes within its frame) for the waiting port, at the
+//! head of a channel that holds none for full inboxes, while the port's
+//! inbox is empty. Anything else stays in the ring for the progress loop,
+//! which the waiting thread runs next; when more follows a message taken
+//! so (a burst), the thread drains every channel at once, as the
+//! progress loop would, and the next receives find the rest in the inbox. Order is kept: messages of one
+//! channel reach the inbox only under the channel's `rx` lock, which the
+//! direct receive holds from its look at the inbox to its take.
+
+use super::channel::{Channel, Incoming};
+use super::dispatch::{incoming, Drained};
+use super::endpoints::EndpointInbox;
+use super::payload::Payload;
+use super::team::TeamInner;
+use crate::id::Addr;
+use crate::transport::{Body, Recv, RecvError};
+use crate::wire::{flags, Checkpoint, Kind};
+use std::sync::Arc;
+
+/// Most frames of other kinds (releases of payload ranges, which the
+/// transport takes itself) a direct receive takes before it gives up.
+const PASSES: usize = 4;
+
+#[cfg(test)]
+thread_local! {
+    /// Messages this thread took by a direct receive.
+    static DIRECT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl TeamInner {
+    /// The next message from `ch` for the endpoint at `to`, whose inbox is
+    /// `inbox`, if it is a plain one at the head of the channel; `None`
+    /// (the frame left where it is) otherwise, or if another thread drains
+    /// the channel now.
+    pub(crate) fn receive_direct(&self, ch: &Arc<Channel>, to: Addr, inbox: &EndpointInbox) -> Option<Incoming> {
+        let rx = ch.rx.try_lock()?;
+        // Held messages go first, and so do those in the inbox already
+        // (none of this channel's can join them while `rx` is held).
+        if !rx.held.is_empty() || !inbox.is_empty() {
+            return None;
+        }
+        let mut caught = None;
+        let mut drained = Ok(Drained::default());
+        for _ in 0..PASSES {
+            let since = crate::cost::start();
+            let got = ch.transport.try_recv(&mut |h, body| match body {
+                Body::Inline(p)
+                    if h.kind == Kind::Data
+                        && h.dst == to
+                        && h.call_id == 0
+                        && h.checkpoint() == Checkpoint::Immediate
+                        && h.flags & flags::HANDOVER == 0
+                        && p.len() <= self.cfg.max_message
+                        && ch.carries(h, self.id) =>
+                {
+                    caught = Some(incoming(ch, h, Payload::from_slice(p), since));
+                    true
+                }
+                _ => false,
+            });
+            drained = match got {
+                Ok(Recv::Consumed) => Ok(Drained { taken: 1, peer_gone: false }),
+                Ok(Recv::PeerGone) => Ok(Drained { taken: 0, peer_gone: true }),
+                Ok(Recv::Empty | Recv::Kept) => Ok(Drained::default()),
+                Err(RecvError::Corrupt(v)) => Err(v),
+            };
+            // Taken by the transport itself (a release): look again.
+            if !matches!((&drained, &caught), (Ok(Drained { taken: 1, .. }), None)) {
+                break;
+            }
+        }
+        let burst = caught.is_some() && ch.transport.more_at_hand();
+        self.after_drain(ch, rx, drained);
+        if burst {
+            // The rest of a burst goes to the inboxes now, with every other
+            // channel's frames, as the progress loop would take them: the
+            // next receives find them there.
+            self.progress_on(&self.channels.snapshot());
+        }
+        #[cfg(test)]
+        DIRECT.set(DIRECT.get() + u64::from(caught.is_some()));
+        caught
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{Checkpoint, Team};
+    use std::time::Duration;
+
+    fn teams(dir: &std::path::Path) -> (Team, Team) {
+        let b = || Team::builder().runtime_dir(dir).processors(0);
+        (b().start().unwrap(), b().start().unwrap())
+    }
+
+    /// Plain messages are taken straight from the ring, in order, after
+    /// those the inbox held already; a burst's rest goes to the inbox;
+    /// others (a call) take the usual path.
+    #[test]
+    fn a_blocked_port_takes_plain_messages_straight_from_the_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sender, receiver) = teams(dir.path());
+        let port = receiver.open_raw_port().unwrap();
+        let to = sender.raw_sender(port.id());
+        // One at a time, as a ping-pong sends: each taken directly (but
+        // every 17th wait, which drains the channels instead).
+        let before = super::DIRECT.get();
+        for i in 0..50u8 {
+            to.send(&[i], Checkpoint::Immediate).unwrap();
+            assert_eq!(port.recv_blocking().unwrap().payload(), [i]);
+        }
+        let direct = super::DIRECT.get() - before;
+        assert!(direct >= 45, "{direct} of 50 taken directly");
+        // Three drained into the inbox by a timed wait (no direct receive), then a burst.
+        for i in 0..3u8 {
+            to.send(&[i], Checkpoint::Immediate).unwrap();
+        }
+        assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().payload(), [0]);
+        for i in 3..200u8 {
+            to.send(&[i], Checkpoint::Immediate).unwrap();
+        }
+        for i in 1..200u8 {
+            assert_eq!(port.recv_blocking().unwrap().payload(), [i], "out of order");
+        }
+        // A call is answered as usual.
+        let caller = std::thread::spawn(move || to.send(b"q", Checkpoint::OnReturn).unwrap());
+        let m = port.recv_blocking().unwrap();
+        m.reply(b"a").unwrap();
+        assert_eq!(caller.join().unwrap(), b"a");
+    }
+
+    /// Messages to one blocked port arriving one at a time on one channel
+    /// leave no other port's message waiting in another: every few
+    /// catches the thread drains every channel. (Without that, 64 catches
+    /// never looked at the other channel.)
+    #[test]
+    fn a_stream_on_one_channel_does_not_starve_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let (streaming, receiver) = teams(dir.path());
+        let quiet = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
+        let (busy, other) = (receiver.open_raw_port().unwrap(), receiver.open_raw_port().unwrap());
+        let to_busy = streaming.raw_sender(busy.id());
+        to_busy.send(b"bind", Checkpoint::Immediate).unwrap();
+        assert_eq!(busy.recv_blocking().unwrap().payload(), b"bind");
+        quiet.raw_sender(other.id()).send(b"here", Checkpoint::Immediate).unwrap();
+        // This thread is the only one that drains the receiver's channels.
+        for _ in 0..64 {
+            to_busy.send(b"x", Checkpoint::Immediate).unwrap();
+            assert_eq!(busy.recv_blocking().unwrap().payload(), b"x");
+        }
+        let got = other.try_recv().expect("the other channel's message was never taken");
+        assert_eq!(got.payload(), b"here");
+    }
+}
