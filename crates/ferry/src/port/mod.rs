@@ -187,6 +187,20 @@ impl RawPort {
     /// A plain message is taken straight from its channel (see
     /// `runtime::direct_receive`).
     pub fn recv_blocking(&self) -> Result<RawMessage> {
+        self.recv_until(None)
+    }
+
+    /// Receives with a time limit: `DeadlineExceeded` when it passes. A limit
+    /// too far to end (`Duration::MAX`) waits as long as it takes.
+    pub fn recv_timeout(&self, limit: Duration) -> Result<RawMessage> {
+        match crate::runtime::deadline_after(limit) {
+            Some(at) => self.recv_until(Some(at)),
+            None => self.recv_blocking(),
+        }
+    }
+
+    /// Blocks until a message comes or `until` passes.
+    fn recv_until(&self, until: Option<Instant>) -> Result<RawMessage> {
         let to = self.id.addr();
         let got = idle::wait_catching(
             &self.team,
@@ -195,20 +209,13 @@ impl RawPort {
                 Some(cx) => self.inbox.poll_pop(cx),
             },
             |ch| self.team.receive_direct(ch, to, &self.inbox).map(Some),
+            until,
         );
         // Not `ok_or(Error::Shutdown)`: that builds (and drops) the error at every receive.
         match got {
-            Some(m) => Ok(take(&self.team, m)),
-            None => Err(Error::Shutdown),
-        }
-    }
-
-    /// Receives with a time limit: `DeadlineExceeded` when it passes. A limit
-    /// too far to end (`Duration::MAX`) waits as long as it takes.
-    pub fn recv_timeout(&self, limit: Duration) -> Result<RawMessage> {
-        match crate::runtime::deadline_after(limit) {
-            Some(at) => idle::block_on(&self.team, race(self.recv(), crate::runtime::Sleep::until(&self.team, at))),
-            None => self.recv_blocking(),
+            Some(Some(m)) => Ok(take(&self.team, m)),
+            Some(None) => Err(Error::Shutdown),
+            None => Err(Error::DeadlineExceeded),
         }
     }
 

@@ -135,6 +135,26 @@ mod tests {
         assert_eq!(caller.join().unwrap(), b"a");
     }
 
+    /// A wait with a time limit takes directly too, and ends at its limit.
+    #[test]
+    fn a_timed_wait_takes_directly_and_ends_at_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sender, receiver) = teams(dir.path());
+        let port = receiver.open_raw_port().unwrap();
+        let to = sender.raw_sender(port.id());
+        let before = super::DIRECT.get();
+        for i in 0..10u8 {
+            to.send(&[i], Checkpoint::Immediate).unwrap();
+            assert_eq!(port.recv_timeout(Duration::from_secs(10)).unwrap().payload(), [i]);
+        }
+        assert!(super::DIRECT.get() - before >= 9, "not taken directly");
+        let started = std::time::Instant::now();
+        let r = port.recv_timeout(Duration::from_millis(50));
+        assert!(matches!(r, Err(crate::Error::DeadlineExceeded)), "not a deadline");
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(50) && waited < Duration::from_secs(5), "{waited:?}");
+    }
+
     /// Messages to one blocked port arriving one at a time on one channel
     /// leave no other port's message waiting in another: every few
     /// catches the thread drains every channel. (Without that, 64 catches
@@ -148,7 +168,11 @@ mod tests {
         let to_busy = streaming.raw_sender(busy.id());
         to_busy.send(b"bind", Checkpoint::Immediate).unwrap();
         assert_eq!(busy.recv_blocking().unwrap().payload(), b"bind");
-        quiet.raw_sender(other.id()).send(b"here", Checkpoint::Immediate).unwrap();
+        // Bound (and in the receiver's list of channels) first.
+        let to_other = quiet.raw_sender(other.id());
+        to_other.send(b"bind", Checkpoint::Immediate).unwrap();
+        assert_eq!(other.recv_timeout(Duration::from_secs(10)).unwrap().payload(), b"bind");
+        to_other.send(b"here", Checkpoint::Immediate).unwrap();
         // This thread is the only one that drains the receiver's channels.
         for _ in 0..64 {
             to_busy.send(b"x", Checkpoint::Immediate).unwrap();

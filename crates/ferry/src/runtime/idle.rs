@@ -561,12 +561,14 @@ thread_local! {
 /// [`wait_until`] for a thread that can take what it waits for straight
 /// from a channel (see `direct_receive`): each turn first offers `catch`
 /// every channel with a frame (if the team has few), then drives them all.
+/// `None` once `until` has passed.
 pub(crate) fn wait_catching<T>(
     team: &TeamInner,
     attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
     catch: impl FnMut(&Arc<Channel>) -> Option<T>,
-) -> T {
-    wait(team, attempt, Some(catch))
+    until: Option<Instant>,
+) -> Option<T> {
+    wait(team, attempt, Some(catch), until)
 }
 
 /// Waits on this thread for `attempt` to be ready, driving the team's
@@ -575,17 +577,21 @@ pub(crate) fn wait_catching<T>(
 /// waker (taken only then). So a message that arrives while the thread
 /// spins costs no waker traffic at all.
 pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>) -> T {
-    wait(team, attempt, None::<fn(&Arc<Channel>) -> Option<T>>)
+    match wait(team, attempt, None::<fn(&Arc<Channel>) -> Option<T>>, None) {
+        Some(v) => v,
+        None => unreachable!("a wait with no deadline ends only when ready"),
+    }
 }
 
 fn wait<T>(
     team: &TeamInner,
     attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
     mut catch: Option<impl FnMut(&Arc<Channel>) -> Option<T>>,
-) -> T {
+    until: Option<Instant>,
+) -> Option<T> {
     let attempt = std::cell::RefCell::new(attempt);
     if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
-        return v;
+        return Some(v);
     }
     let sleeper = std::cell::OnceCell::new();
     let sleeper = || sleeper.get_or_init(|| thread_waker(team));
@@ -593,12 +599,12 @@ fn wait<T>(
     let channels = team.channels.snapshot();
     // What is in a channel already is taken before the wait even begins.
     if let Some(v) = catch.as_mut().and_then(|c| catch_on(&channels, c)) {
-        return v;
+        return Some(v);
     }
-    let mut idle = Idle::with_channels(team, channels).for_answer();
+    let mut idle = Idle::with_channels(team, channels).for_answer().until(until);
     loop {
         if let Some(v) = catch.as_mut().and_then(|c| idle.catch(c)) {
-            return v;
+            return Some(v);
         }
         CAUGHT.set(0);
         idle.step(
@@ -618,10 +624,13 @@ fn wait<T>(
             &|p| sleeper().waker().0.parked.store(p, Ordering::SeqCst),
         );
         if let Some(v) = got.take() {
-            return v;
+            return Some(v);
         }
         if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
-            return v;
+            return Some(v);
+        }
+        if until.is_some_and(|at| Instant::now() >= at) {
+            return None;
         }
     }
 }
