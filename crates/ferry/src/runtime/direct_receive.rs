@@ -7,11 +7,13 @@
 //! call to answer, bytes within its frame) for the waiting port, at the
 //! head of a channel that holds none for full inboxes, while the port's
 //! inbox is empty. Anything else stays in the ring for the progress loop,
-//! which the waiting thread runs next; when more follows a message taken
-//! so (a burst), the thread drains every channel at once, as the
-//! progress loop would, and the next receives find the rest in the inbox. Order is kept: messages of one
-//! channel reach the inbox only under the channel's `rx` lock, which the
-//! direct receive holds from its look at the inbox to its take.
+//! which the waiting thread runs next. When more follows a message taken
+//! so (a burst), the thread drains every channel at once, as the progress
+//! loop would: the next receives find the rest in the inbox.
+//!
+//! Order is kept: messages of one channel reach the inbox only under the
+//! channel's `rx` lock, which the direct receive holds from its look at
+//! the inbox to its take.
 
 use super::channel::{Channel, Incoming};
 use super::dispatch::{incoming, Drained};
