@@ -776,8 +776,23 @@ impl Link {
     /// [`Link::recv_bytes`], blocking this thread (spin, then park).
     pub fn recv_bytes_blocking(&self) -> Result<LinkMessage<Vec<u8>>> {
         if self.timeout.is_none() {
-            let m = idle::wait_until(&self.end.team, |cx| self.end.poll_recv(cx))?;
-            return Ok(self.message(m));
+            // A link frame at the head of a channel goes straight to its
+            // end (see `runtime::direct_receive`).
+            let team = &self.end.team;
+            let got = idle::wait_catching(
+                team,
+                |cx| self.end.poll_recv(cx),
+                |ch| match team.serve_direct(ch, &super::KINDS) {
+                    true => match self.end.poll_recv(None) {
+                        Poll::Ready(m) => Some(m),
+                        Poll::Pending => None,
+                    },
+                    false => None,
+                },
+                None,
+            );
+            let Some(m) = got else { unreachable!("a wait with no deadline ends only when ready") };
+            return Ok(self.message(m?));
         }
         idle::block_on(&self.end.team, self.recv_bytes())
     }

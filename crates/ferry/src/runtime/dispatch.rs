@@ -271,7 +271,7 @@ impl TeamInner {
     /// its control backlog is at its bound (see `CONTROL_BACKLOG`), or as
     /// many replies (or `hold_bytes` bytes of them) wait in its outbox for
     /// the peer to read (see `TeamInner::reply`).
-    fn answers_wait(&self, ch: &Arc<Channel>) -> bool {
+    pub(super) fn answers_wait(&self, ch: &Arc<Channel>) -> bool {
         !Arc::ptr_eq(ch, &self.loopback)
             && (ch.backlog_full() || ch.outbox.answers_over(CONTROL_BACKLOG, self.cfg.hold_bytes))
     }
@@ -377,7 +377,7 @@ impl TeamInner {
     /// `route` of a served frame (its room for an answer checked): its
     /// primitive's handler runs it.
     #[inline(never)]
-    fn route_served(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, body: Body<'_>) {
+    pub(super) fn route_served(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, body: Body<'_>) {
         match body {
             Body::Inline(p) if p.len() > self.cfg.max_message => self.refuse_too_large(ch, h, p.len()),
             // Copied first (a handler never reads what the peer can still write).
