@@ -89,13 +89,12 @@ impl Delivery {
 
     /// Waits for it here as [`Delivery::wait_here`] does; returns with the
     /// answer the descriptors it brought (see `Transport::ask_handover`).
-    pub(crate) fn wait_here_for_descriptors(mut self, team: &TeamInner) -> Result<(Payload, Vec<OwnedFd>)> {
+    pub(crate) fn wait_here_for_descriptors(self, team: &TeamInner) -> Result<(Payload, Vec<OwnedFd>)> {
         let call = match &self.state {
             DeliveryState::Waiting(w) => w.call,
             _ => 0,
         };
-        let until = self.waited_on_this_thread();
-        let r = super::idle::block_on_until(team, std::future::poll_fn(|cx| self.poll_payload(cx)), until);
+        let r = self.wait_here(team);
         let descriptors = team.calls.ours.take_descriptors(call);
         r.map(|p| (p, descriptors))
     }

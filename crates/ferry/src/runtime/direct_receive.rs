@@ -21,8 +21,8 @@ use super::endpoints::EndpointInbox;
 use super::payload::Payload;
 use super::team::TeamInner;
 use crate::id::Addr;
-use crate::transport::{Body, Recv, RecvError};
-use crate::wire::{flags, Checkpoint, Kind};
+use crate::transport::Body;
+use crate::wire::{flags, Kind};
 use std::sync::Arc;
 
 /// Most frames of other kinds (releases of payload ranges, which the
@@ -55,8 +55,7 @@ impl TeamInner {
                 Body::Inline(p)
                     if h.kind == Kind::Data
                         && h.dst == to
-                        && h.call_id == 0
-                        && h.checkpoint() == Checkpoint::Immediate
+                        && !h.may_need_answer()
                         && h.flags & flags::HANDOVER == 0
                         && p.len() <= self.cfg.max_message
                         && ch.carries(h, self.id) =>
@@ -66,12 +65,7 @@ impl TeamInner {
                 }
                 _ => false,
             });
-            drained = match got {
-                Ok(Recv::Consumed) => Ok(Drained { taken: 1, peer_gone: false }),
-                Ok(Recv::PeerGone) => Ok(Drained { taken: 0, peer_gone: true }),
-                Ok(Recv::Empty | Recv::Kept) => Ok(Drained::default()),
-                Err(RecvError::Corrupt(v)) => Err(v),
-            };
+            drained = Drained::of(got);
             // Taken by the transport itself (a release): look again.
             if !matches!((&drained, &caught), (Ok(Drained { taken: 1, .. }), None)) {
                 break;
@@ -102,7 +96,7 @@ impl TeamInner {
                 if kinds.contains(&k)
                     && h.flags & flags::HANDOVER == 0
                     && ch.carries(h, self.id)
-                    && !((h.call_id != 0 || h.checkpoint() != Checkpoint::Immediate) && self.answers_wait(ch)) =>
+                    && !(h.may_need_answer() && self.answers_wait(ch)) =>
             {
                 self.route_served(ch, &mut rx, h, body);
                 served = true;
@@ -110,13 +104,7 @@ impl TeamInner {
             }
             _ => false,
         });
-        let drained = match got {
-            Ok(Recv::Consumed) => Ok(Drained { taken: 1, peer_gone: false }),
-            Ok(Recv::PeerGone) => Ok(Drained { taken: 0, peer_gone: true }),
-            Ok(Recv::Empty | Recv::Kept) => Ok(Drained::default()),
-            Err(RecvError::Corrupt(v)) => Err(v),
-        };
-        self.after_drain(ch, rx, drained);
+        self.after_drain(ch, rx, Drained::of(got));
         #[cfg(test)]
         DIRECT.set(DIRECT.get() + u64::from(served));
         served

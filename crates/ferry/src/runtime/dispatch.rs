@@ -30,6 +30,18 @@ pub(super) struct Drained {
     pub peer_gone: bool,
 }
 
+impl Drained {
+    /// What one receive from a transport did, as a drain's outcome.
+    pub(super) fn of(got: std::result::Result<Recv, RecvError>) -> std::result::Result<Drained, Violation> {
+        match got {
+            Ok(Recv::Consumed) => Ok(Drained { taken: 1, peer_gone: false }),
+            Ok(Recv::PeerGone) => Ok(Drained { taken: 0, peer_gone: true }),
+            Ok(Recv::Empty | Recv::Kept) => Ok(Drained::default()),
+            Err(RecvError::Corrupt(v)) => Err(v),
+        }
+    }
+}
+
 impl TeamInner {
     /// Drains each of `channels` (an idle thread's snapshot of the team's
     /// list) once. Returns whether anything was received.
@@ -298,8 +310,7 @@ impl TeamInner {
         if h.flags & flags::HANDOVER != 0 && !h.kind.is_request() {
             return self.route_handed(ch, h, body, violation);
         }
-        // Any data frame but an `Immediate` one may be answered (an ack, a nack).
-        let may_need_answer = h.call_id != 0 || h.checkpoint() != Checkpoint::Immediate;
+        let may_need_answer = h.may_need_answer();
         match h.kind {
             Kind::Data if !rx.hold_has_room(len, self.cfg.hold_capacity, self.cfg.hold_bytes) => false,
             Kind::Data if may_need_answer && self.answers_wait(ch) => false,

@@ -286,6 +286,12 @@ impl Header {
         self
     }
 
+    /// Whether the frame may be answered (an ack, a reply, a nack): it
+    /// names a call, or asks for a checkpoint past `Immediate`.
+    pub fn may_need_answer(&self) -> bool {
+        self.call_id != 0 || self.checkpoint() != Checkpoint::Immediate
+    }
+
     /// Whether the payload is out of band (see [`flags::DETACHED`]).
     pub fn detached(&self) -> bool {
         self.flags & flags::DETACHED != 0
