@@ -482,7 +482,7 @@ impl TeamInner {
     }
 
     /// An ack, reply or nack for one of our sends (or a failure of one).
-    fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: Result<Payload>) {
+    pub(super) fn complete(&self, ch: &Arc<Channel>, h: &Header, payload: Result<Payload>) {
         self.complete_handed(ch, h, payload, Vec::new())
     }
 

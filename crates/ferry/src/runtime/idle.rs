@@ -511,6 +511,9 @@ pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<
     }
     let mut idle = Idle::new(team).for_answer().until(until);
     let due = |until: Option<Instant>| until.is_some_and(|at| Instant::now() >= at);
+    // An answer at the head of a channel goes straight to its call (see
+    // `direct_receive`); if it was ours, the waker says so.
+    let mut answer = |ch: &Arc<Channel>| team.answer_direct(ch).then_some(());
     loop {
         // Polled again only once woken (or at `until`). A load first: a
         // locked swap on every spinning turn costs more than the rest of
@@ -520,6 +523,10 @@ pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<
             if due(until) {
                 break;
             }
+            if idle.catch(&mut answer).is_some() {
+                continue;
+            }
+            CAUGHT.set(0);
             idle.step(&|| tw.woken.load(Ordering::SeqCst) || due(until), &|p| tw.parked.store(p, Ordering::SeqCst));
         }
         if let Poll::Ready(v) = user_code(team, || fut.as_mut().poll(&mut cx)) {

@@ -501,7 +501,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         h.len = payload.len() as u32;
         let mut head = [0u8; HEADER_LEN];
         h.encode(&mut head);
-        match self.producer.lock().push(&[&head, payload]) {
+        match self.producer.lock().push(&head, payload) {
             // The writer-waiting word is left alone: another writer may be waiting.
             Ok(()) => {}
             Err(RingError::Full) => {
@@ -564,7 +564,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
                 let mut h = h;
                 h.len = area::DESCRIPTOR_LEN as u32;
                 h.encode(&mut head);
-                if producer.push(&[&head, &r.encode()]).is_err() {
+                if producer.push(&head, &r.encode()).is_err() {
                     // Full: be woken when the peer makes room (Corrupt: the next send closes).
                     self.want_space();
                     break;
