@@ -6,10 +6,11 @@
 //! handler, and one blocked on a call's answer hands it straight to the
 //! call's slab entry.
 //!
-//! Only the common case goes this way: a plain message (`Immediate`, no
-//! call to answer, bytes within its frame) for the waiting port, at the
-//! head of a channel that holds none for full inboxes, while the port's
-//! inbox is empty. Anything else stays in the ring for the progress loop,
+//! Only the common case goes this way: a message within its frame for the
+//! waiting port (a call too, while its answer has room, as the drain
+//! requires), at the head of a channel that holds none for full inboxes,
+//! while the port's inbox is empty. Anything else stays in the ring for
+//! the progress loop,
 //! which the waiting thread runs next. When more follows a message taken
 //! so (a burst), the thread drains every channel at once, as the progress
 //! loop would: the next receives find the rest in the inbox.
@@ -25,7 +26,7 @@ use super::payload::Payload;
 use super::team::TeamInner;
 use crate::id::Addr;
 use crate::transport::Body;
-use crate::wire::{flags, Kind};
+use crate::wire::{flags, Checkpoint, Kind};
 use std::sync::Arc;
 
 /// Most frames of other kinds (releases of payload ranges, which the
@@ -42,7 +43,8 @@ impl TeamInner {
     /// The next message from `ch` for the endpoint at `to`, whose inbox is
     /// `inbox`, if it is a plain one at the head of the channel; `None`
     /// (the frame left where it is) otherwise, or if another thread drains
-    /// the channel now.
+    /// the channel now. A message taken so is acked on receipt if it asks
+    /// (other answers are the taker's: `port::take`).
     pub(crate) fn receive_direct(&self, ch: &Arc<Channel>, to: Addr, inbox: &EndpointInbox) -> Option<Incoming> {
         let rx = ch.rx.try_lock()?;
         // Held messages go first, and so do those in the inbox already
@@ -58,12 +60,15 @@ impl TeamInner {
                 Body::Inline(p)
                     if h.kind == Kind::Data
                         && h.dst == to
-                        && !h.may_need_answer()
                         && h.flags & flags::HANDOVER == 0
                         && p.len() <= self.cfg.max_message
-                        && ch.carries(h, self.id) =>
+                        && ch.carries(h, self.id)
+                        && !(h.may_need_answer() && self.answers_wait(ch)) =>
                 {
                     caught = Some(incoming(ch, h, Payload::from_slice(p), since));
+                    if h.checkpoint() == Checkpoint::OnReceipt {
+                        self.ack(ch, h, Checkpoint::OnReceipt);
+                    }
                     true
                 }
                 _ => false,
@@ -162,8 +167,8 @@ mod tests {
     }
 
     /// Plain messages are taken straight from the ring, in order, after
-    /// those the inbox held already; a burst's rest goes to the inbox;
-    /// others (a call) take the usual path.
+    /// those the inbox held already; a burst's rest goes to the inbox; a
+    /// call is answered.
     #[test]
     fn a_blocked_port_takes_plain_messages_straight_from_the_ring() {
         let dir = tempfile::tempdir().unwrap();
@@ -190,11 +195,45 @@ mod tests {
         for i in 1..200u8 {
             assert_eq!(port.recv_blocking().unwrap().payload(), [i], "out of order");
         }
-        // A call is answered as usual.
+        // A call is answered.
         let caller = std::thread::spawn(move || to.send(b"q", Checkpoint::OnReturn).unwrap());
         let m = port.recv_blocking().unwrap();
         m.reply(b"a").unwrap();
         assert_eq!(caller.join().unwrap(), b"a");
+    }
+
+    /// Messages that ask for a checkpoint or a reply are taken straight
+    /// from the ring too, and answered as the progress loop's would be.
+    #[test]
+    fn a_blocked_port_takes_calls_straight_from_the_ring() {
+        use crate::runtime::out::Out;
+        let dir = tempfile::tempdir().unwrap();
+        let (caller, server) = teams(dir.path());
+        let port = server.open_raw_port().unwrap();
+        let to = caller.raw_sender(port.id());
+        let (sent, wait) = std::sync::mpsc::channel();
+        const CHECKPOINTS: [Checkpoint; 3] = [Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn];
+        let calling = std::thread::spawn(move || {
+            for i in 0..15u8 {
+                let d = to.start(Out::from(&[i][..]), CHECKPOINTS[usize::from(i % 3)], true);
+                sent.send(()).unwrap();
+                let got = d.wait_here(&to.team).unwrap().into_vec();
+                assert_eq!(got, if i % 3 == 2 { vec![i, i] } else { vec![] });
+            }
+        });
+        let before = super::DIRECT.get();
+        for i in 0..15u8 {
+            // The message waits at the head of the channel when the wait begins.
+            wait.recv().unwrap();
+            let m = port.recv_blocking().unwrap();
+            assert_eq!(m.payload(), [i]);
+            if i % 3 == 2 {
+                m.reply(&[i, i]).unwrap();
+            }
+        }
+        calling.join().unwrap();
+        let direct = super::DIRECT.get() - before;
+        assert_eq!(direct, 15, "{direct} of 15 taken directly");
     }
 
     /// A caller blocked on its call's answer takes it straight from the
