@@ -540,17 +540,20 @@ pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<
     }
 }
 
-/// Offers `catch` each of `channels` with a frame, while they are few
-/// (with many, the sweep finds the frame: a look at every channel would
-/// make each turn dearer with each idle peer), and at most
+/// Offers `catch` each of `channels` with a frame at hand, while they
+/// are few (with many, the sweep finds the frame: a look at every channel
+/// would make each turn dearer with each idle peer), and at most
 /// `CATCH_STREAK` times in a row: then the wait takes a turn over every
 /// channel, so the rest of the team's frames, its timers and the
-/// channels' deferred work are not starved by a steady stream.
+/// channels' deferred work are not starved by a steady stream. "At hand"
+/// asks no system call: a socket's frames are the ones the sweep read
+/// already (its probe is a read: one more per turn would only slow the
+/// turn down).
 fn catch_on<T>(channels: &Snapshot, catch: &mut impl FnMut(&Arc<Channel>) -> Option<T>) -> Option<T> {
     if channels.len() > readiness::ALL_UP_TO || CAUGHT.get() >= CATCH_STREAK {
         return None;
     }
-    let got = channels.iter().filter(|ch| ch.transport.has_frame()).find_map(catch);
+    let got = channels.iter().filter(|ch| ch.transport.more_at_hand()).find_map(catch);
     if got.is_some() {
         CAUGHT.set(CAUGHT.get() + 1);
     }
