@@ -20,7 +20,7 @@
 //! | `send` | one message onto a channel; acks, replies, nacks |
 //! | `served` | the extension point: primitives' handlers of their frame kinds |
 //! | `dispatch` | the progress loop's receive path |
-//! | `direct_receive` | a blocked port's receive straight from a channel |
+//! | `direct_receive` | a blocked port's, link end's or caller's receive straight from a channel |
 //! | `readiness` | which channels a spinning thread looks at each turn |
 //! | `outbox` | async sends waiting for room, sent in order |
 //! | `channel`, `channel_list`, `inbox`, `payload` | the data structures they share |
