@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use crate::sync::{fence, AtomicUsize};
 use crate::transport::doorbell::{Doorbell, DoorbellMemory, DoorbellPage};
-use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -17,16 +17,12 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// How long `clear` waits for a task that some thread is polling.
 const CLEAR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The ready queue shared by the team's processors: lock-free (a wake and
-/// a processor's pop take no lock, so more processors and calling tasks
-/// do not queue up on one). Generic over the doorbell's memory only so
-/// that a loom model (`loom_executor`, below) runs the real `push`.
+/// The ready queue shared by the team's processors. Generic over the
+/// doorbell's memory only so that a loom model (`loom_executor`, below)
+/// runs the real `push`.
 pub(crate) struct Executor<M: DoorbellMemory = DoorbellPage> {
-    ready: SegQueue<Arc<Task<M>>>,
-    /// Tasks pushed and not yet popped, counted before the push and
-    /// discounted after the pop: never less than `ready`'s length, and
-    /// read without touching the queue (idle loops look often). It is
-    /// also the word of the Dekker pair with a parking processor (`push`).
+    ready: Mutex<VecDeque<Arc<Task<M>>>>,
+    /// Length of `ready`, readable without the lock (idle loops look often).
     queued: AtomicUsize,
     /// Processors asleep on the doorbell; a new ready task must wake one.
     pub parked: AtomicUsize,
@@ -102,7 +98,7 @@ impl<M: DoorbellMemory> Wake for Task<M> {
 impl<M: DoorbellMemory> Executor<M> {
     pub fn new(doorbell: Arc<Doorbell<M>>) -> Arc<Executor<M>> {
         Arc::new(Executor {
-            ready: SegQueue::new(),
+            ready: Mutex::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
             parked: AtomicUsize::new(0),
             doorbell,
@@ -110,14 +106,15 @@ impl<M: DoorbellMemory> Executor<M> {
     }
 
     fn push(&self, task: Arc<Task<M>>) {
-        // Counted first: a processor that sees the count before the task
-        // is in the queue finds nothing yet and looks again (it does not
-        // sleep while `has_ready`).
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        self.ready.push(task);
+        {
+            let mut ready = self.ready.lock();
+            ready.push_back(task);
+            self.queued.store(ready.len(), Ordering::Release);
+        }
         // Dekker with a parking processor (parked += 1 → fence in
-        // `prepare_park` → `has_ready`): the count above must not pass the
-        // load below.
+        // `prepare_park` → `has_ready`): the store above must not pass the
+        // load below. The unlock is only a release; a locked instruction on
+        // x86, but not a full barrier on other CPUs or in the memory model.
         fence(Ordering::SeqCst);
         if self.parked.load(Ordering::Relaxed) != 0 {
             self.doorbell.ring_now();
@@ -128,13 +125,20 @@ impl<M: DoorbellMemory> Executor<M> {
         self.queued.load(Ordering::Acquire) != 0
     }
 
+    /// Whether a ready task could run here now (not one being polled further
+    /// up this thread's stack).
+    pub fn has_runnable(&self) -> bool {
+        self.has_ready() && self.ready.lock().iter().any(|t| !t.future.is_locked())
+    }
+
     fn pop(&self) -> Option<Arc<Task<M>>> {
         if !self.has_ready() {
             return None;
         }
-        let t = self.ready.pop()?;
-        self.queued.fetch_sub(1, Ordering::Release);
-        Some(t)
+        let mut ready = self.ready.lock();
+        let t = ready.pop_front();
+        self.queued.store(ready.len(), Ordering::Release);
+        t
     }
 
     /// Runs one ready task if there is one. A task is never queued while
@@ -172,7 +176,12 @@ impl<M: DoorbellMemory> Executor<M> {
     /// sends and timers were failed or cleared, which wakes (readies) the
     /// tasks that waited on them, so none is kept alive by a cycle.
     pub fn clear(&self) {
-        while let Some(t) = self.pop() {
+        let tasks: Vec<_> = {
+            let mut ready = self.ready.lock();
+            self.queued.store(0, Ordering::Release);
+            ready.drain(..).collect()
+        };
+        for t in tasks {
             // A task being polled is not waited for long: its poll may never
             // end (user code stuck on a thread that shutdown left behind).
             let fut = t.future.try_lock_for(CLEAR_PATIENCE).and_then(|mut f| f.take());

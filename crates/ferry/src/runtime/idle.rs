@@ -240,7 +240,7 @@ impl<'a> Idle<'a> {
         let work = ready()
             || team.progress_on(&self.channels)
             || team.is_shut_down()
-            || (self.run_tasks && team.exec.has_ready());
+            || (self.run_tasks && team.exec.has_runnable());
         POLLING.set(me);
         self.rung_for_nothing = false;
         if work {
