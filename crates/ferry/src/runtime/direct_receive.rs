@@ -166,6 +166,16 @@ mod tests {
         (b().start().unwrap(), b().start().unwrap())
     }
 
+    /// A port of a second team and a sender to it from the first, their
+    /// channel bound (a send that waits for the bind is not in the ring).
+    fn bound_port(caller: &Team, server: &Team) -> (crate::RawPort, crate::RawSender) {
+        let port = server.open_raw_port().unwrap();
+        let to = caller.raw_sender(port.id());
+        to.send(b"bind", Checkpoint::Immediate).unwrap();
+        assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
+        (port, to)
+    }
+
     /// Plain messages are taken straight from the ring, in order, after
     /// those the inbox held already; a burst's rest goes to the inbox; a
     /// call is answered.
@@ -209,11 +219,7 @@ mod tests {
         use crate::runtime::out::Out;
         let dir = tempfile::tempdir().unwrap();
         let (caller, server) = teams(dir.path());
-        let port = server.open_raw_port().unwrap();
-        let to = caller.raw_sender(port.id());
-        // Bound first: a send that waits for the bind is not in the ring yet.
-        to.send(b"bind", Checkpoint::Immediate).unwrap();
-        assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
+        let (port, to) = bound_port(&caller, &server);
         let (sent, wait) = std::sync::mpsc::channel();
         const CHECKPOINTS: [Checkpoint; 3] = [Checkpoint::OnReceipt, Checkpoint::OnDelivery, Checkpoint::OnReturn];
         let calling = std::thread::spawn(move || {
@@ -247,11 +253,7 @@ mod tests {
         use crate::runtime::out::Out;
         let dir = tempfile::tempdir().unwrap();
         let (caller, server) = teams(dir.path());
-        let port = server.open_raw_port().unwrap();
-        let to = caller.raw_sender(port.id());
-        // Bound first: a send that waits for the bind is not in the ring yet.
-        to.send(b"bind", Checkpoint::Immediate).unwrap();
-        assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
+        let (port, to) = bound_port(&caller, &server);
         let (answered, wait) = std::sync::mpsc::channel();
         let serving = std::thread::spawn(move || {
             for i in 0..20u8 {
