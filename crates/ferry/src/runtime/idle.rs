@@ -669,14 +669,15 @@ fn flush_corked(team: &TeamInner) {
 /// (A batch inside a corked thread — a processor's task, another batch —
 /// flushes what the thread held back before it too.)
 pub(crate) fn batch<R>(team: &TeamInner, f: impl FnOnce() -> R) -> R {
-    struct Uncork<'a>(&'a TeamInner, bool);
+    struct Uncork<'a>(&'a TeamInner, bool, bool);
     impl Drop for Uncork<'_> {
         fn drop(&mut self) {
             cork::set_corked(self.1);
+            cork::set_batched(self.2);
             flush_corked(self.0);
         }
     }
-    let _uncork = Uncork(team, cork::set_corked(true));
+    let _uncork = Uncork(team, cork::set_corked(true), cork::set_batched(true));
     f()
 }
 

@@ -8,6 +8,13 @@
 //!
 //! A frame held back is never stranded: the channel's `needs_tidy` says so,
 //! and any thread's idle turn over it (`tidy`) sends it on.
+//!
+//! Shared memory defers its wake-up only in a `Team::batch` (see
+//! [`batched`]): a processor's burst of replies goes to many peers, one
+//! reply each (fan-in), where a deferred ring saves nothing and a parked
+//! caller's wake would wait for the burst's end (~20 % of fan-in's time:
+//! docs/PERFORMANCE.md, twenty-eighth session); the peer's bell rings at
+//! most once per wake anyway (`PeerBell`).
 
 use std::cell::Cell;
 
@@ -16,6 +23,20 @@ thread_local! {
     static CORKED: Cell<bool> = const { Cell::new(false) };
     /// A corked send held back a frame that waits for `flush_pending`.
     static DEFERRED: Cell<bool> = const { Cell::new(false) };
+    /// This thread is in a `Team::batch` (corked by its user, not by a processor's burst).
+    static BATCHED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks (or unmarks) this thread as in a `Team::batch`; returns whether it was.
+pub(crate) fn set_batched(on: bool) -> bool {
+    BATCHED.replace(on)
+}
+
+/// Whether this thread is in a `Team::batch`: shared memory defers its
+/// wake-ups to the batch's end only then.
+#[inline]
+pub(crate) fn batched() -> bool {
+    BATCHED.get()
 }
 
 /// Corks (or uncorks) this thread's sends; returns whether they were

@@ -516,9 +516,10 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
                 return Err(SendError::Closed);
             }
         }
-        if cork::corked() {
+        if cork::batched() {
             // One wake-up check (a full fence and a read of the peer's
-            // state page) for the burst, when the corking thread flushes.
+            // state page) for the batch, when it ends. (Not for a
+            // processor's burst: see `transport::cork`.)
             // Release: a thread that rings for it (`tidy`) orders the frame
             // before its wake-up check as if it had published it.
             self.ring_held.store(true, Ordering::Release);
