@@ -655,8 +655,8 @@ pub(crate) fn is_processor_of(team: &TeamInner) -> bool {
 }
 
 /// Tells every channel what this thread's corked sends held back (frames
-/// on TCP, wake-ups on shared memory: see `transport::cork`), keeping it
-/// corked.
+/// on TCP, wake-ups on shared memory in a batch: see `transport::cork`),
+/// keeping it corked.
 fn flush_corked(team: &TeamInner) {
     if cork::take_deferred() {
         for ch in team.channels.snapshot().iter() {
@@ -686,8 +686,9 @@ const BURST: u32 = 32;
 
 /// A processor: runs ready tasks; when there are none, idles. Its sends
 /// are corked while it runs a burst of tasks (the replies to a burst of
-/// requests go out in one write on TCP, with one wake-up on shared
-/// memory), and flushed after at most [`BURST`]
+/// requests go out in one write on TCP; on shared memory each wakes its
+/// peer at once, at most once per wake: see `transport::cork`), and
+/// flushed after at most [`BURST`]
 /// tasks, when it runs out of tasks, and before any wait. A `replacement`
 /// (see `handoff`) first takes over what a stuck processor held, and ends
 /// once idle while no more processors are stuck than replacements run.

@@ -1,7 +1,7 @@
 //! Corking: while a thread is corked, its sends put their frames on the
 //! channel without telling the peer — no socket write (TCP), no wake-up
-//! check (shared memory: a full fence and a read of the peer's state
-//! page) — and the thread tells every channel at once later, with
+//! check in a `Team::batch` (shared memory: a full fence and a read of the
+//! peer's state page) — and the thread tells every channel at once later, with
 //! `Transport::flush_pending` (a processor between bursts of tasks and
 //! before it waits, `Team::batch` when it ends). A burst of frames then
 //! costs one write or one wake-up per channel instead of one each.
