@@ -10,10 +10,10 @@
 //! waiting port (a call too, while its answer has room, as the drain
 //! requires), at the head of a channel that holds none for full inboxes,
 //! while the port's inbox is empty. Anything else stays in the ring for
-//! the progress loop,
-//! which the waiting thread runs next. When more follows a message taken
-//! so (a burst), the thread drains every channel at once, as the progress
-//! loop would: the next receives find the rest in the inbox.
+//! the progress loop, which the waiting thread runs next. When more
+//! follows a message taken so (a burst), the thread drains every channel
+//! at once, as the progress loop would: the next receives find the rest
+//! in the inbox.
 //!
 //! Order is kept: messages of one channel reach the inbox only under the
 //! channel's `rx` lock, which the direct receive holds from its look at
@@ -24,9 +24,10 @@ use super::dispatch::{incoming, Drained};
 use super::endpoints::EndpointInbox;
 use super::payload::Payload;
 use super::team::TeamInner;
+use crate::error::Violation;
 use crate::id::Addr;
 use crate::transport::Body;
-use crate::wire::{flags, Checkpoint, Kind};
+use crate::wire::{flags, Checkpoint, Header, Kind};
 use std::sync::Arc;
 
 /// Most frames of other kinds (releases of payload ranges, which the
@@ -53,32 +54,24 @@ impl TeamInner {
             return None;
         }
         let mut caught = None;
-        let mut drained = Ok(Drained::default());
-        for _ in 0..PASSES {
-            let since = crate::cost::start();
-            let got = ch.transport.try_recv(&mut |h, body| match body {
-                Body::Inline(p)
-                    if h.kind == Kind::Data
-                        && h.dst == to
-                        && h.flags & flags::HANDOVER == 0
-                        && p.len() <= self.cfg.max_message
-                        && ch.carries(h, self.id)
-                        && !(h.may_need_answer() && self.answers_wait(ch)) =>
-                {
-                    caught = Some(incoming(ch, h, Payload::from_slice(p), since));
-                    if h.checkpoint() == Checkpoint::OnReceipt {
-                        self.ack(ch, h, Checkpoint::OnReceipt);
-                    }
-                    true
+        let since = crate::cost::start();
+        let drained = take_head(ch, |h, body| match body {
+            Body::Inline(p)
+                if h.kind == Kind::Data
+                    && h.dst == to
+                    && h.flags & flags::HANDOVER == 0
+                    && p.len() <= self.cfg.max_message
+                    && ch.carries(h, self.id)
+                    && !self.answer_must_wait(ch, h) =>
+            {
+                caught = Some(incoming(ch, h, Payload::from_slice(p), since));
+                if h.checkpoint() == Checkpoint::OnReceipt {
+                    self.ack(ch, h, Checkpoint::OnReceipt);
                 }
-                _ => false,
-            });
-            drained = Drained::of(got);
-            // Taken by the transport itself (a release): look again.
-            if !matches!((&drained, &caught), (Ok(Drained { taken: 1, .. }), None)) {
-                break;
+                true
             }
-        }
+            _ => false,
+        });
         let burst = caught.is_some() && ch.transport.more_at_hand();
         self.after_drain(ch, rx, drained);
         if burst {
@@ -102,27 +95,19 @@ impl TeamInner {
     pub(crate) fn answer_direct(&self, ch: &Arc<Channel>) -> bool {
         let Some(rx) = ch.rx.try_lock() else { return false };
         let mut answered = false;
-        let mut drained = Ok(Drained::default());
-        for _ in 0..PASSES {
-            let got = ch.transport.try_recv(&mut |h, body| match body {
-                Body::Inline(p)
-                    if matches!(h.kind, Kind::Ack | Kind::Reply | Kind::Nack)
-                        && h.flags & flags::HANDOVER == 0
-                        && p.len() <= self.cfg.max_message
-                        && ch.carries(h, self.id) =>
-                {
-                    self.complete(ch, h, Ok(Payload::from_slice(p)));
-                    answered = true;
-                    true
-                }
-                _ => false,
-            });
-            drained = Drained::of(got);
-            // Taken by the transport itself (a release): look again.
-            if answered || !matches!(drained, Ok(Drained { taken: 1, .. })) {
-                break;
+        let drained = take_head(ch, |h, body| match body {
+            Body::Inline(p)
+                if matches!(h.kind, Kind::Ack | Kind::Reply | Kind::Nack)
+                    && h.flags & flags::HANDOVER == 0
+                    && p.len() <= self.cfg.max_message
+                    && ch.carries(h, self.id) =>
+            {
+                self.complete(ch, h, Ok(Payload::from_slice(p)));
+                answered = true;
+                true
             }
-        }
+            _ => false,
+        });
         self.after_drain(ch, rx, drained);
         #[cfg(test)]
         DIRECT.set(DIRECT.get() + u64::from(answered));
@@ -141,7 +126,7 @@ impl TeamInner {
                 if kinds.contains(&k)
                     && h.flags & flags::HANDOVER == 0
                     && ch.carries(h, self.id)
-                    && !(h.may_need_answer() && self.answers_wait(ch)) =>
+                    && !self.answer_must_wait(ch, h) =>
             {
                 self.route_served(ch, &mut rx, h, body);
                 served = true;
@@ -154,6 +139,30 @@ impl TeamInner {
         DIRECT.set(DIRECT.get() + u64::from(served));
         served
     }
+}
+
+/// Offers `accept` the frame at the head of `ch` (its `rx` lock held),
+/// looking past at most [`PASSES`] frames the transport takes itself (a
+/// release) until one is offered; the receive's outcome, as a drain's.
+#[inline(always)]
+fn take_head(
+    ch: &Channel,
+    mut accept: impl FnMut(&Header, Body<'_>) -> bool,
+) -> std::result::Result<Drained, Violation> {
+    let mut drained = Ok(Drained::default());
+    for _ in 0..PASSES {
+        let mut offered = false;
+        let got = ch.transport.try_recv(&mut |h, body| {
+            offered = true;
+            accept(h, body)
+        });
+        drained = Drained::of(got);
+        // Taken by the transport itself (a release): look again.
+        if offered || !matches!(drained, Ok(Drained { taken: 1, .. })) {
+            break;
+        }
+    }
+    drained
 }
 
 #[cfg(all(test, not(loom)))]

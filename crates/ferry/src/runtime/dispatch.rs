@@ -288,6 +288,13 @@ impl TeamInner {
             && (ch.backlog_full() || ch.outbox.answers_over(CONTROL_BACKLOG, self.cfg.hold_bytes))
     }
 
+    /// Whether the request `h` must stay in `ch` for now: it may need an
+    /// answer, and answers wait ([`TeamInner::answers_wait`]).
+    #[inline]
+    pub(super) fn answer_must_wait(&self, ch: &Arc<Channel>, h: &Header) -> bool {
+        h.may_need_answer() && self.answers_wait(ch)
+    }
+
     /// Handles one frame; returns false to leave it in the channel (its
     /// inbox is full and so is the channel's hold queue, or its answer
     /// would find the control backlog full).
@@ -310,10 +317,9 @@ impl TeamInner {
         if h.flags & flags::HANDOVER != 0 && !h.kind.is_request() {
             return self.route_handed(ch, h, body, violation);
         }
-        let may_need_answer = h.may_need_answer();
         match h.kind {
             Kind::Data if !rx.hold_has_room(len, self.cfg.hold_capacity, self.cfg.hold_bytes) => false,
-            Kind::Data if may_need_answer && self.answers_wait(ch) => false,
+            Kind::Data if self.answer_must_wait(ch, h) => false,
             Kind::Cancel => {
                 self.calls.cancel_arrived(ch, h.call_id);
                 true
@@ -322,7 +328,7 @@ impl TeamInner {
                 *violation = Some(Violation::StrayRelease);
                 false
             }
-            Kind::Served(_) if may_need_answer && self.answers_wait(ch) => false,
+            Kind::Served(_) if self.answer_must_wait(ch, h) => false,
             Kind::Served(_) => {
                 self.route_served(ch, rx, h, body);
                 true
