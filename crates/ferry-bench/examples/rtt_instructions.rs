@@ -9,7 +9,7 @@
 //! different N to cancel the startup. `rtt_instructions N rpc` does the same
 //! for a null RPC (client and server teams, server run inline on the
 //! calling thread's progress loop), `rtt_instructions N arg` for a call
-//! with 4 bytes of arguments as `ferry.shm.arg4`; build with `--no-default-features` to
+//! with 4 bytes of arguments as `ferry.shm.arg4` (`argB`: B bytes); build with `--no-default-features` to
 //! compile cost accounting out and compare. `rtt_instructions N tcp` makes
 //! N null calls pipelined as `ferry bench tcp`'s `ferry.tcp.pipelined` does
 //! (32 in flight, refilled 16 per batch) between two nodes of a cluster on
@@ -20,7 +20,9 @@
 //! (served by its runtime), `tcp-get-nodeadline` the same without the
 //! operations' default deadline. `rtt_instructions N link` bounces an
 //! 8-byte message on a link between two teams as `bounce` does on ports
-//! (`ferry.shm.link.fresh`'s path without its spinning).
+//! (`ferry.shm.link.fresh`'s path without its spinning). `rtt_instructions
+//! N tasks` bounces one between two tasks of one team, driven by this
+//! thread's `block_on` (`ferry.inproc.tasks`' path without a processor).
 
 use ferry::{Checkpoint, Team};
 
@@ -42,12 +44,15 @@ impl Null for NullImpl {
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
     match std::env::args().nth(2).as_deref() {
-        Some("rpc") => return rpc(n, false),
-        Some("arg") => return rpc(n, true),
+        Some("rpc") => return rpc(n, None),
+        Some("arg") => return rpc(n, Some(4)),
+        Some(arg) if arg.starts_with("arg") => return rpc(n, arg[3..].parse().ok()),
         Some("tcp") => return tcp(n),
         Some(op @ ("tcp-null" | "tcp-get" | "tcp-get-nodeadline")) => return tcp_one_by_one(n, op),
         Some("inproc") => return inproc(n),
         Some("link") => return link(n),
+        Some("tasks") => return tasks(n, 0),
+        Some("tasks-proc") => return tasks(n, 1),
         _ => {}
     }
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
@@ -85,6 +90,33 @@ fn inproc(n: usize) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `n` round trips of an 8-byte message between two tasks of one team with
+/// no processor: `block_on` on this thread runs both.
+fn tasks(n: usize, processors: usize) {
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let team = Team::builder().runtime_dir(&dir).processors(processors).blocking().start().unwrap();
+    let (a, b) = (team.open_raw_port().unwrap(), team.open_raw_port().unwrap());
+    let (to_a, to_b) = (team.raw_sender(a.id()), team.raw_sender(b.id()));
+    let echo = team.spawn(async move {
+        for _ in 0..n {
+            let m = b.recv().await.unwrap();
+            to_a.send_async(m.payload(), Checkpoint::Immediate).await.unwrap();
+        }
+    });
+    let bounce = team.spawn(async move {
+        let msg = [7u8; 8];
+        for _ in 0..n {
+            to_b.send_async(&msg, Checkpoint::Immediate).await.unwrap();
+            a.recv().await.unwrap();
+        }
+    });
+    team.block_on(bounce).unwrap();
+    team.block_on(echo).unwrap();
+    team.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `n` round trips of an 8-byte message on a link between two teams with
 /// no processor, this thread playing both ends (each blocking receive
 /// drives its team).
@@ -114,7 +146,7 @@ fn link(n: usize) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn rpc(n: usize, arg: bool) {
+fn rpc(n: usize, arg: Option<usize>) {
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // One processor serves; this thread calls. Callgrind runs threads one
@@ -124,10 +156,10 @@ fn rpc(n: usize, arg: bool) {
     let client = Team::builder().runtime_dir(&dir).processors(0).blocking().start().unwrap();
     let serving = NullServer::serve(&server, "null", NullImpl).unwrap();
     let c = NullClient::bind(&client, "null").unwrap();
-    let data = serde_bytes::ByteBuf::from(vec![1u8, 2, 3, 4]);
+    let data = serde_bytes::ByteBuf::from(vec![1u8; arg.unwrap_or(0)]);
     for _ in 0..n {
-        if arg {
-            assert_eq!(c.arg_blocking(data.clone()).unwrap(), 10);
+        if arg.is_some() {
+            assert_eq!(c.arg_blocking(data.clone()).unwrap(), data.len() as u64);
         } else {
             c.null_blocking().unwrap();
         }

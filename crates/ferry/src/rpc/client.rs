@@ -327,7 +327,8 @@ impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> CallFuture<R, E, W> 
             Some(team) => {
                 // Its deadline ends the wait: no timer (see `Delivery::wait_here`).
                 let until = self.delivery.as_mut().and_then(|d| d.waited_on_this_thread());
-                idle::block_on_until(&team, self, until)
+                // Polled where it is (it is `Unpin`): a move would copy it.
+                idle::block_on_until(&team, &mut self, until)
             }
             None => Err(self.failed.unwrap_or(RpcError::Cancelled)),
         }

@@ -8,7 +8,7 @@ use crate::id::{Addr, EndpointId, TeamId, LINK_SLOTS};
 use crate::transport::doorbell::Doorbell;
 use crate::wire::NackReason;
 use parking_lot::RwLock;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -17,7 +17,10 @@ pub(crate) type EndpointInbox = Inbox<Incoming>;
 
 pub(crate) struct Endpoints {
     team: TeamId,
-    inboxes: RwLock<HashMap<u32, Arc<EndpointInbox>>>,
+    /// Keyed by slot with a fast hash, not SipHash (a lookup per message):
+    /// only this team inserts, and its slots are consecutive, so a peer
+    /// naming any slot it likes cannot grow a bucket.
+    inboxes: RwLock<FxHashMap<u32, Arc<EndpointInbox>>>,
     next_slot: AtomicU32,
     capacity: usize,
     byte_capacity: usize,
@@ -27,7 +30,7 @@ pub(crate) struct Endpoints {
 
 impl Endpoints {
     pub fn new(team: TeamId, capacity: usize, byte_capacity: usize, doorbell: Arc<Doorbell>) -> Endpoints {
-        let inboxes = RwLock::new(HashMap::new());
+        let inboxes = RwLock::new(FxHashMap::default());
         Endpoints { team, inboxes, next_slot: AtomicU32::new(1), capacity, byte_capacity, doorbell }
     }
 
