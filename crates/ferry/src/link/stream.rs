@@ -119,6 +119,9 @@ impl Stream {
 
     /// A frame that came ahead of its turn and is due now.
     pub fn next_due(&mut self) -> Option<Vec<u8>> {
+        if self.early.is_empty() {
+            return None; // (The common case, without a call into the map.)
+        }
         let frame = self.early.remove(&self.next_in)?;
         self.next_in += 1;
         Some(frame)

@@ -150,13 +150,7 @@ pub(crate) struct RxState {
     /// Messages for direct takers, with the places they were admitted to,
     /// run once the channel's locks are released.
     pub direct: Vec<(Direct, Incoming, crate::rpc::Place)>,
-    /// Where an inline served frame is copied for its handler (kept up to
-    /// `KEPT_SERVED_COPY`: no allocation, nor thread-local, per frame).
-    pub served_copy: Vec<u8>,
 }
-
-/// Most bytes of `RxState::served_copy` a channel keeps between frames.
-pub(crate) const KEPT_SERVED_COPY: usize = 64 << 10;
 
 impl RxState {
     /// Whether the hold queue has room for a message of `len` payload bytes

@@ -119,7 +119,7 @@ impl TeamInner {
     /// primitive's handler (a link end blocked on its next message: the
     /// handler queues it at the end). Whether one was.
     pub(crate) fn serve_direct(&self, ch: &Arc<Channel>, kinds: &std::ops::RangeInclusive<u8>) -> bool {
-        let Some(mut rx) = ch.rx.try_lock() else { return false };
+        let Some(rx) = ch.rx.try_lock() else { return false };
         let mut served = false;
         let got = ch.transport.try_recv(&mut |h, body| match (h.kind, &body) {
             (Kind::Served(k), Body::Inline(_))
@@ -128,7 +128,7 @@ impl TeamInner {
                     && ch.carries(h, self.id)
                     && !self.answer_must_wait(ch, h) =>
             {
-                self.route_served(ch, &mut rx, h, body);
+                self.route_served(ch, h, body);
                 served = true;
                 true
             }

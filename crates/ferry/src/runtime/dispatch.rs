@@ -2,7 +2,7 @@
 //! pieces, routes answers to the sends waiting for them and data to its
 //! endpoint's inbox (or the channel's hold queue when that inbox is full).
 
-use super::channel::{Channel, Direct, Incoming, RxState, CONTROL_BACKLOG, KEPT_SERVED_COPY};
+use super::channel::{Channel, Direct, Incoming, RxState, CONTROL_BACKLOG};
 use super::config::message_cost;
 use super::deadline::{deadline_on_arrival, LocalTime};
 use super::executor;
@@ -330,7 +330,7 @@ impl TeamInner {
             }
             Kind::Served(_) if self.answer_must_wait(ch, h) => false,
             Kind::Served(_) => {
-                self.route_served(ch, rx, h, body);
+                self.route_served(ch, h, body);
                 true
             }
             Kind::Data | Kind::Ack | Kind::Reply | Kind::Nack => {
@@ -394,19 +394,12 @@ impl TeamInner {
     /// `route` of a served frame (its room for an answer checked): its
     /// primitive's handler runs it.
     #[inline(never)]
-    pub(super) fn route_served(&self, ch: &Arc<Channel>, rx: &mut RxState, h: &Header, body: Body<'_>) {
+    pub(super) fn route_served(&self, ch: &Arc<Channel>, h: &Header, body: Body<'_>) {
         match body {
             Body::Inline(p) if p.len() > self.cfg.max_message => self.refuse_too_large(ch, h, p.len()),
-            // Copied first (a handler never reads what the peer can still write).
-            Body::Inline(p) => {
-                let mut copy = std::mem::take(&mut rx.served_copy);
-                copy.clear();
-                copy.extend_from_slice(p);
-                self.serve_frame(ch, h, FrameBytes::Copied(&copy));
-                if copy.capacity() <= KEPT_SERVED_COPY {
-                    rx.served_copy = copy;
-                }
-            }
+            // Private already: a transport offers an inline body from this
+            // process's own memory (shared memory copies it out of the ring).
+            Body::Inline(p) => self.serve_frame(ch, h, FrameBytes::Private(p)),
             Body::Detached(slot) => {
                 let d = slot.take().expect("a detached body is offered once");
                 match d.len() > self.cfg.max_message {

@@ -261,10 +261,10 @@ pub struct ServedFrame<'a> {
     answered: bool,
 }
 
-/// A served frame's bytes: copied already (out of a ring the peer can
-/// write), or where they arrived.
+/// A served frame's bytes: inline, in memory the peer cannot write (see
+/// `Transport::try_recv`), or a payload where it arrived.
 pub(super) enum FrameBytes<'a> {
-    Copied(&'a [u8]),
+    Private(&'a [u8]),
     Payload(Payload),
 }
 
@@ -308,7 +308,7 @@ impl ServedFrame<'_> {
     /// The payload's length (without copying it).
     pub fn payload_len(&self) -> usize {
         match &self.payload {
-            FrameBytes::Copied(b) => b.len(),
+            FrameBytes::Private(b) => b.len(),
             FrameBytes::Payload(p) => p.len(),
         }
     }
@@ -317,7 +317,7 @@ impl ServedFrame<'_> {
     /// peer's memory: a handler never reads memory the peer can write).
     pub fn with_payload<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match &self.payload {
-            FrameBytes::Copied(b) => f(b),
+            FrameBytes::Private(b) => f(b),
             FrameBytes::Payload(p) => p.with_bytes(f),
         }
     }

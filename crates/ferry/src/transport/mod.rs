@@ -374,6 +374,9 @@ pub trait Transport: Send + Sync {
     /// every frame the peer sent, then reports [`Recv::PeerGone`]. The space
     /// of a consumed frame may return to the writer only at the next
     /// `try_recv` or `tidy` (shared memory defers it off the hot path).
+    /// An inline body is in this process's own memory, which the peer
+    /// cannot write while `accept` reads it (shared memory copies each
+    /// record out of the ring first): handlers read it where it is.
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError>;
 
     /// A descriptor that becomes readable (or hangs up) when the peer's end
