@@ -440,15 +440,40 @@ impl End {
 
     /// A frame for this router came from team `from` (the handler's part).
     pub fn arrive(&self, from: TeamId, f: Frame<'_>) {
-        let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
+        self.arrive_locked(&mut self.state.lock(), from, f)
+    }
+
+    /// A served frame of kind `kind` from team `from`, offered to this
+    /// end's blocked receiver before the links' handler (see
+    /// `runtime::direct_receive`): taken here if it is for this router
+    /// while it is a terminal of its own (what the handler's table finds
+    /// for it then: this end is registered until it moves or closes), so
+    /// without the handler's lookups; else `false`, for the handler.
+    pub(super) fn take_own(&self, kind: u8, from: TeamId, bytes: &[u8]) -> bool {
+        if kind != super::wire::FRAME {
+            return false;
+        }
+        let Ok(f) = Frame::decode(bytes) else { return false };
+        if f.link != self.id || f.to != (self.hop.side, self.hop.epoch) {
+            return false;
+        }
         let mut s = self.state.lock();
+        if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
+            return false;
+        }
+        self.arrive_locked(&mut s, from, f);
+        true
+    }
+
+    fn arrive_locked(&self, s: &mut State, from: TeamId, f: Frame<'_>) {
+        let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
         let (off, what) = match f.what {
             // A frame of the ends' own: taken, or passed on, where it is.
             What::Data { toward, seq, data } => match s.router.way(from, toward) {
-                Ok(Way::Deliver) => return self.deliver(&mut s, seq, data),
+                Ok(Way::Deliver) => return self.deliver(s, seq, data),
                 Ok(Way::Forward(to)) => {
                     let f = self.frame(self.hop, to, What::Data { toward, seq, data });
-                    return self.pass(&mut s, to, |out| f.encode_into(out));
+                    return self.pass(s, to, |out| f.encode_into(out));
                 }
                 Ok(Way::Hold) => return s.router.hold((seq, data.to_vec())),
                 Err(off) => (off, format!("data {seq}")),
@@ -456,7 +481,7 @@ impl End {
             What::Control(c) => {
                 let (gone, op) = (c == Control::Gone, c.clone());
                 match s.router.receive(route::Message { from, to: self.hop, body: route::Body::Control(c) }) {
-                    Ok(effects) => return self.apply(&mut s, effects),
+                    Ok(effects) => return self.apply(s, effects),
                     // A `Gone` from a router this one does not know yet or
                     // any more (one announced to it that gave up before its
                     // bypass came; `Links::no_router`'s answer for a router
@@ -782,7 +807,9 @@ impl Link {
             let got = idle::wait_catching(
                 team,
                 |cx| self.end.poll_recv(cx),
-                |ch| match team.serve_direct(ch, &super::KINDS) {
+                |ch| match team
+                    .serve_direct(ch, &super::KINDS, &mut |kind, from, bytes| self.end.take_own(kind, from, bytes))
+                {
                     true => match self.end.poll_recv(None) {
                         Poll::Ready(m) => Some(m),
                         Poll::Pending => None,

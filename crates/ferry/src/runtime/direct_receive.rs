@@ -2,9 +2,9 @@
 //! from the channel's ring into the message it returns, skipping the
 //! progress loop's layers (the sweep over the channels, the drain, the
 //! routing and the port's inbox) and their locks but the channel's own.
-//! A thread blocked on a link end does the same through the links'
-//! handler, and one blocked on a call's answer hands it straight to the
-//! call's slab entry.
+//! A thread blocked on a link end takes its end's own frames itself (and
+//! hands others to the links' handler), and one blocked on a call's
+//! answer hands it straight to the call's slab entry.
 //!
 //! Only the common case goes this way: a message within its frame for the
 //! waiting port (a call too, while its answer has room, as the drain
@@ -25,7 +25,7 @@ use super::endpoints::EndpointInbox;
 use super::payload::Payload;
 use super::team::TeamInner;
 use crate::error::Violation;
-use crate::id::Addr;
+use crate::id::{Addr, TeamId};
 use crate::transport::Body;
 use crate::wire::{flags, Checkpoint, Header, Kind};
 use std::sync::Arc;
@@ -38,6 +38,8 @@ const PASSES: usize = 4;
 thread_local! {
     /// Messages this thread took by a direct receive.
     static DIRECT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Served frames a waiting thread's own taker took (see `serve_direct`).
+    static OWN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 impl TeamInner {
@@ -115,20 +117,38 @@ impl TeamInner {
     }
 
     /// The frame at the head of `ch`, if it is a served frame of one of
-    /// `kinds` that needs no room for an answer, handed straight to its
-    /// primitive's handler (a link end blocked on its next message: the
-    /// handler queues it at the end). Whether one was.
-    pub(crate) fn serve_direct(&self, ch: &Arc<Channel>, kinds: &std::ops::RangeInclusive<u8>) -> bool {
+    /// `kinds` that needs no room for an answer, handed straight to the
+    /// primitive. Whether one was.
+    ///
+    /// The waiting thread's own taker `mine` sees it first: a frame that
+    /// asks for no answer (`Immediate`), with its kind, sending team and
+    /// bytes. It takes what is for itself (a link end blocked on its next
+    /// message takes its own frame without the handler's lookups) and
+    /// declines the rest, which goes to the kind's handler as the
+    /// progress loop would send it (the handler queues it at its end).
+    pub(crate) fn serve_direct(
+        &self,
+        ch: &Arc<Channel>,
+        kinds: &std::ops::RangeInclusive<u8>,
+        mine: &mut dyn FnMut(u8, TeamId, &[u8]) -> bool,
+    ) -> bool {
         let Some(rx) = ch.rx.try_lock() else { return false };
         let mut served = false;
         let got = ch.transport.try_recv(&mut |h, body| match (h.kind, &body) {
-            (Kind::Served(k), Body::Inline(_))
+            (Kind::Served(k), Body::Inline(p))
                 if kinds.contains(&k)
                     && h.flags & flags::HANDOVER == 0
                     && ch.carries(h, self.id)
                     && !self.answer_must_wait(ch, h) =>
             {
-                self.route_served(ch, h, body);
+                let own = h.checkpoint() == Checkpoint::Immediate
+                    && p.len() <= self.cfg.max_message
+                    && self.serve_own(|| mine(k, ch.peer, p));
+                if !own {
+                    self.route_served(ch, h, body);
+                }
+                #[cfg(test)]
+                OWN.set(OWN.get() + u64::from(own));
                 served = true;
                 true
             }
@@ -138,6 +158,15 @@ impl TeamInner {
         #[cfg(test)]
         DIRECT.set(DIRECT.get() + u64::from(served));
         served
+    }
+
+    /// Runs a waiting thread's own taker of a served frame: whether it took
+    /// it. Its panic is the handler's (see `serve_frame`): logged, the frame taken.
+    fn serve_own(&self, mine: impl FnOnce() -> bool) -> bool {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(mine)).unwrap_or_else(|e| {
+            tracing::error!(panic = %super::panic_message(&*e), "a served frame's direct taker panicked");
+            true
+        })
     }
 }
 
@@ -325,13 +354,15 @@ mod tests {
         });
         // (60 messages in all: within the link's window, 64, as `here`'s
         // thread never takes the credit `there` sends back.)
-        let before = super::DIRECT.get();
+        let (before, own_before) = (super::DIRECT.get(), super::OWN.get());
         for i in 0..30u8 {
             here.send_bytes(&[i], Checkpoint::Immediate).unwrap();
             assert_eq!(there.recv_bytes_blocking().unwrap().value, [i]);
         }
-        let direct = super::DIRECT.get() - before;
+        let (direct, own) = (super::DIRECT.get() - before, super::OWN.get() - own_before);
         assert!(direct >= 25, "{direct} of 30 taken directly");
+        // By the end itself, without the links' handler.
+        assert_eq!(own, direct);
         for i in 0..30u8 {
             here.send_bytes(&[i], Checkpoint::Immediate).unwrap();
         }
@@ -342,6 +373,39 @@ mod tests {
         let m = there.recv_bytes_blocking().unwrap();
         m.reply_bytes(b"a").unwrap();
         assert_eq!(caller.join().unwrap(), b"a");
+    }
+
+    /// A thread blocked on one link end that meets another end's frame at
+    /// the head of the channel hands it to the links' handler, which
+    /// queues it at that end, in order; its own frames it takes itself.
+    #[test]
+    fn a_blocked_link_end_leaves_other_ends_frames_to_their_handler() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = teams(dir.path());
+        let listener = b.link_listener().unwrap();
+        let to = listener.id();
+        let mut pairs = std::thread::scope(|s| {
+            let opening = s.spawn(|| [a.link_to(to).unwrap(), a.link_to(to).unwrap()]);
+            let there = [listener.accept_blocking().unwrap(), listener.accept_blocking().unwrap()];
+            opening.join().unwrap().into_iter().zip(there).collect::<Vec<_>>()
+        });
+        let (first, second) = (pairs.remove(0), pairs.remove(0));
+        for i in 0..4u8 {
+            first.0.send_bytes(&[i], Checkpoint::Immediate).unwrap();
+        }
+        second.0.send_bytes(b"second", Checkpoint::Immediate).unwrap();
+        let own_before = super::OWN.get();
+        // The four frames of the first link come first: the handler takes them.
+        assert_eq!(second.1.recv_bytes_blocking().unwrap().value, b"second");
+        assert!(super::OWN.get() - own_before <= 1, "only its own frame may be the end's own take");
+        for i in 0..4u8 {
+            assert_eq!(first.1.recv_bytes_blocking().unwrap().value, [i]);
+        }
+        // Alone at the head, its own frame is its own take.
+        let own_before = super::OWN.get();
+        second.0.send_bytes(b"again", Checkpoint::Immediate).unwrap();
+        assert_eq!(second.1.recv_bytes_blocking().unwrap().value, b"again");
+        assert_eq!(super::OWN.get() - own_before, 1);
     }
 
     /// Messages to one blocked port arriving one at a time on one channel
