@@ -1,6 +1,7 @@
 //! One end of a link: what its holder sends and receives ([`Link`]), and
 //! what the team's handler hands it ([`End::arrive`]).
 
+use super::bytes::LinkBytes;
 use super::route::{self, Control, Effect, Hop, Router, Way};
 use super::stream::{Broken, Stream};
 use super::table::Links;
@@ -75,7 +76,7 @@ const KEPT_SCRATCH: usize = 64 << 10;
 struct Arrived {
     checkpoint: Checkpoint,
     call: u32,
-    bytes: Vec<u8>,
+    bytes: LinkBytes,
 }
 
 #[derive(Default)]
@@ -510,7 +511,7 @@ impl End {
                 if checkpoint == Checkpoint::OnReceipt {
                     self.post_control(s, Body::Answer { call, answer: Answer::Receipt, bytes: &[] });
                 }
-                s.queue.push_back(Arrived { checkpoint, call, bytes: bytes.to_vec() });
+                s.queue.push_back(Arrived { checkpoint, call, bytes: LinkBytes::from_slice(bytes) });
                 if let Some(w) = s.receiver.take() {
                     w.wake();
                 }
@@ -563,8 +564,11 @@ impl End {
         let moved = s.router.moved(token);
         let windows = (s.stream.window_in, s.stream.window_out);
         let stream = std::mem::replace(&mut s.stream, Stream::new(windows.0, windows.1));
-        let queue =
-            s.queue.drain(..).map(|a| Queued { checkpoint: a.checkpoint, call: a.call, bytes: a.bytes }).collect();
+        let queue = s
+            .queue
+            .drain(..)
+            .map(|a| Queued { checkpoint: a.checkpoint, call: a.call, bytes: a.bytes.into_vec() })
+            .collect();
         let carried = Carried { link: self.id, side: self.hop.side, moved, stream, queue }.encode();
         s.moved = Some(carried.clone());
         self.end(&mut s, Ended::Moved);
@@ -605,7 +609,7 @@ impl End {
             s.queue = c
                 .queue
                 .into_iter()
-                .map(|q| Arrived { checkpoint: q.checkpoint, call: q.call, bytes: q.bytes })
+                .map(|q| Arrived { checkpoint: q.checkpoint, call: q.call, bytes: q.bytes.into() })
                 .collect();
             end.apply(&mut s, vec![adopt]);
         }
@@ -791,7 +795,7 @@ impl Link {
     /// The next message's bytes (in the order they were sent). After the
     /// other end closed and everything it sent was received:
     /// `LinkClosed`; if its team died: `PeerGone`.
-    pub fn recv_bytes(&self) -> impl Future<Output = Result<LinkMessage<Vec<u8>>>> + Send + '_ {
+    pub fn recv_bytes(&self) -> impl Future<Output = Result<LinkMessage<LinkBytes>>> + Send + '_ {
         self.timed(async move {
             let m = poll_fn(|cx| self.end.poll_recv(Some(cx))).await?;
             Ok(self.message(m))
@@ -799,7 +803,7 @@ impl Link {
     }
 
     /// [`Link::recv_bytes`], blocking this thread (spin, then park).
-    pub fn recv_bytes_blocking(&self) -> Result<LinkMessage<Vec<u8>>> {
+    pub fn recv_bytes_blocking(&self) -> Result<LinkMessage<LinkBytes>> {
         if self.timeout.is_none() {
             // A link frame at the head of a channel goes straight to its
             // end (see `runtime::direct_receive`).
@@ -847,7 +851,7 @@ impl Link {
     /// was sent before, then `LinkClosed`.
     pub fn close(self) {}
 
-    fn message(&self, m: Arrived) -> LinkMessage<Vec<u8>> {
+    fn message(&self, m: Arrived) -> LinkMessage<LinkBytes> {
         let reply = (m.checkpoint == Checkpoint::OnReturn).then(|| LinkReply { end: self.end.clone(), call: m.call });
         LinkMessage { value: m.bytes, reply }
     }
@@ -861,7 +865,7 @@ impl Link {
     }
 }
 
-fn decoded<T: DeserializeOwned>(m: LinkMessage<Vec<u8>>) -> Result<LinkMessage<T>> {
+fn decoded<T: DeserializeOwned>(m: LinkMessage<LinkBytes>) -> Result<LinkMessage<T>> {
     let LinkMessage { value, reply } = m;
     Ok(LinkMessage { value: codec::decode(&value)?, reply })
 }

@@ -1,5 +1,6 @@
 #![doc = include_str!("../../../../docs/LINK.md")]
 
+mod bytes;
 mod end;
 pub(crate) mod route;
 #[cfg(all(test, not(loom)))]
@@ -8,6 +9,7 @@ pub(crate) mod stream;
 mod table;
 pub(crate) mod wire;
 
+pub use bytes::LinkBytes;
 pub use end::{Link, LinkMessage};
 pub use table::{LinkListener, LinkRouters};
 
