@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -36,6 +37,10 @@ pub(super) struct End {
     team: Arc<TeamInner>,
     links: Arc<Links>,
     state: Mutex<State>,
+    /// Whether a receive finds something now (a message queued, or the
+    /// end ended): a receive that only looks (a spinning wait's) reads it
+    /// without the state's lock. Changed under that lock.
+    receivable: AtomicBool,
 }
 
 /// A frame of an end's own on its route: its number and bytes (`wire::Data`).
@@ -146,7 +151,7 @@ impl End {
             scratch: Vec::new(),
         };
         let hop = state.router.hop();
-        Arc::new(End { id, hop, team, links, state: Mutex::new(state) })
+        Arc::new(End { id, hop, team, links, state: Mutex::new(state), receivable: AtomicBool::new(false) })
     }
 
     pub fn is_proxy(&self) -> bool {
@@ -311,6 +316,7 @@ impl End {
     fn end(&self, s: &mut State, why: Ended) {
         if s.ended.is_none() {
             s.ended = Some(why.clone());
+            self.receivable.store(true, Ordering::Release);
         }
         for call in s.calls.values_mut() {
             call.answer.get_or_insert_with(|| Err(why.error(self.id)));
@@ -388,7 +394,10 @@ impl End {
         self.state.lock().calls.remove(&call);
     }
 
-    fn poll_recv(self: &Arc<Self>, cx: Option<&mut Context<'_>>) -> Poll<Result<Arrived>> {
+    fn poll_recv(&self, cx: Option<&mut Context<'_>>) -> Poll<Result<Arrived>> {
+        if cx.is_none() && !self.receivable.load(Ordering::Acquire) && !self.team.is_shut_down() {
+            return Poll::Pending; // (A look, without the lock.)
+        }
         let mut s = self.state.lock();
         let Some(m) = s.queue.pop_front() else {
             if let Some(why) = &s.ended {
@@ -402,6 +411,9 @@ impl End {
             }
             return Poll::Pending;
         };
+        if s.queue.is_empty() && s.ended.is_none() {
+            self.receivable.store(false, Ordering::Relaxed);
+        }
         if m.checkpoint == Checkpoint::OnReturn {
             s.unanswered.insert(m.call);
         }
@@ -512,6 +524,7 @@ impl End {
                     self.post_control(s, Body::Answer { call, answer: Answer::Receipt, bytes: &[] });
                 }
                 s.queue.push_back(Arrived { checkpoint, call, bytes: LinkBytes::from_slice(bytes) });
+                self.receivable.store(true, Ordering::Release);
                 if let Some(w) = s.receiver.take() {
                     w.wake();
                 }
@@ -611,6 +624,7 @@ impl End {
                 .into_iter()
                 .map(|q| Arrived { checkpoint: q.checkpoint, call: q.call, bytes: q.bytes.into() })
                 .collect();
+            end.receivable.store(!s.queue.is_empty(), Ordering::Release);
             end.apply(&mut s, vec![adopt]);
         }
         Ok(end.into_link())

@@ -172,6 +172,7 @@ impl Frame<'_> {
     }
 
     /// The frame `b` holds (a data frame's own bytes are checked by [`Data::decode`]).
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
         let short = || FrameError::Short(b.len());
         let (route, rest) = Route::split(b).map_err(|_| short())?;
@@ -269,6 +270,7 @@ impl Data<'_> {
     }
 
     /// Appends its bytes to `out`.
+    #[inline]
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         let extra = match &self.body {
             Body::Message { bytes, .. } | Body::Answer { bytes, .. } => 5 + bytes.len(),
@@ -300,6 +302,7 @@ impl Data<'_> {
     }
 
     /// The end's frame `b` holds.
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<Data<'_>, FrameError> {
         let short = || FrameError::Short(b.len());
         let (head, rest) = b.split_at_checked(17).ok_or_else(short)?;
