@@ -204,6 +204,17 @@ mod tests {
         (b().start().unwrap(), b().start().unwrap())
     }
 
+    /// `n` links made by `a` to a listener of `b`: (a's end, b's end) each.
+    fn links(a: &Team, b: &Team, n: usize) -> Vec<(crate::link::Link, crate::link::Link)> {
+        let listener = b.link_listener().unwrap();
+        let to = listener.id();
+        std::thread::scope(|s| {
+            let opening = s.spawn(|| (0..n).map(|_| a.link_to(to).unwrap()).collect::<Vec<_>>());
+            let there: Vec<_> = (0..n).map(|_| listener.accept_blocking().unwrap()).collect();
+            opening.join().unwrap().into_iter().zip(there).collect()
+        })
+    }
+
     /// A port of a second team and a sender to it from the first, their
     /// channel bound (a send that waits for the bind is not in the ring).
     fn bound_port(caller: &Team, server: &Team) -> (crate::RawPort, crate::RawSender) {
@@ -345,13 +356,7 @@ mod tests {
     fn a_blocked_link_end_takes_its_frames_straight_from_the_ring() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = teams(dir.path());
-        let listener = b.link_listener().unwrap();
-        let to = listener.id();
-        let (here, there) = std::thread::scope(|s| {
-            let opening = s.spawn(|| a.link_to(to).unwrap());
-            let there = listener.accept_blocking().unwrap();
-            (opening.join().unwrap(), there)
-        });
+        let (here, there) = links(&a, &b, 1).remove(0);
         // (60 messages in all: within the link's window, 64, as `here`'s
         // thread never takes the credit `there` sends back.)
         let (before, own_before) = (super::DIRECT.get(), super::OWN.get());
@@ -382,13 +387,7 @@ mod tests {
     fn a_blocked_link_end_leaves_other_ends_frames_to_their_handler() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = teams(dir.path());
-        let listener = b.link_listener().unwrap();
-        let to = listener.id();
-        let mut pairs = std::thread::scope(|s| {
-            let opening = s.spawn(|| [a.link_to(to).unwrap(), a.link_to(to).unwrap()]);
-            let there = [listener.accept_blocking().unwrap(), listener.accept_blocking().unwrap()];
-            opening.join().unwrap().into_iter().zip(there).collect::<Vec<_>>()
-        });
+        let mut pairs = links(&a, &b, 2);
         let (first, second) = (pairs.remove(0), pairs.remove(0));
         for i in 0..4u8 {
             first.0.send_bytes(&[i], Checkpoint::Immediate).unwrap();
