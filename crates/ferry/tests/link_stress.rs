@@ -229,8 +229,9 @@ fn home(dir: &str, kill_one: bool) {
                     }
                     // Frames refused off their route (counted) would explain a stall: say.
                     Err(e) => panic!(
-                        "link {link} side {side}: {e} with {got} of {sent} received (home's routers: {:?})",
-                        home.link_routers()
+                        "link {link} side {side}: {e} with {got} of {sent} received (home's routers: {:?}; this end: {})",
+                        home.link_routers(),
+                        end.diagnostics()
                     ),
                 }
                 got += 1;

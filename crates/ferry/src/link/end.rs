@@ -758,6 +758,21 @@ impl Link {
         self.end.state.lock().stream.unconfirmed()
     }
 
+    /// This end's state in one line, for a test's failure message: its
+    /// router, its stream's numbers (frames that came early wait for the
+    /// one due), what waits in its queue, why it ended.
+    #[doc(hidden)]
+    pub fn diagnostics(&self) -> String {
+        let s = self.end.state.lock();
+        format!(
+            "{:?}, {}, {} queued, ended {:?}",
+            s.router,
+            s.stream.describe(),
+            s.queue.len(),
+            s.ended.as_ref().map(|e| e.error(self.end.id).to_string())
+        )
+    }
+
     /// Sends `bytes`; resolves at `checkpoint` (`OnReturn`: to the reply).
     /// Waits for room in the window the other end grants first; an
     /// `Immediate` send that finds none fails with `WouldBlock`.

@@ -117,6 +117,20 @@ impl Stream {
         Ok(false)
     }
 
+    /// Its numbers, in words (`Link::diagnostics`).
+    pub fn describe(&self) -> String {
+        let early: Vec<u64> = self.early.keys().copied().take(4).collect();
+        format!(
+            "next out {}, next in {}, {} came early (first {early:?}), sent {:?}, granted {:?}, received {:?}",
+            self.next_out,
+            self.next_in,
+            self.early.len(),
+            self.sent,
+            self.granted,
+            self.received
+        )
+    }
+
     /// A frame that came ahead of its turn and is due now.
     pub fn next_due(&mut self) -> Option<Vec<u8>> {
         if self.early.is_empty() {
