@@ -46,7 +46,9 @@ fn main() {
     match std::env::args().nth(2).as_deref() {
         Some("rpc") => return rpc(n, None),
         Some("arg") => return rpc(n, Some(4)),
-        Some(arg) if arg.starts_with("arg") => return rpc(n, arg[3..].parse().ok()),
+        Some(arg) if arg.starts_with("arg") => {
+            return rpc(n, Some(arg[3..].parse().expect("argB: B, a number of bytes")))
+        }
         Some("tcp") => return tcp(n),
         Some(op @ ("tcp-null" | "tcp-get" | "tcp-get-nodeadline")) => return tcp_one_by_one(n, op),
         Some("inproc") => return inproc(n),

@@ -134,7 +134,7 @@ impl TeamInner {
     ) -> bool {
         let Some(rx) = ch.rx.try_lock() else { return false };
         let mut served = false;
-        let got = ch.transport.try_recv(&mut |h, body| match (h.kind, &body) {
+        let drained = take_head(ch, |h, body| match (h.kind, &body) {
             (Kind::Served(k), Body::Inline(p))
                 if kinds.contains(&k)
                     && h.flags & flags::HANDOVER == 0
@@ -154,7 +154,7 @@ impl TeamInner {
             }
             _ => false,
         });
-        self.after_drain(ch, rx, Drained::of(got));
+        self.after_drain(ch, rx, drained);
         #[cfg(test)]
         DIRECT.set(DIRECT.get() + u64::from(served));
         served
