@@ -108,6 +108,18 @@ fn child_entry() {
 fn passer(dir: &str, me: usize) {
     let team = builder(dir).processors(1).start().unwrap();
     let port = team.open_named_port::<Hand>(&format!("stress.{me}")).unwrap();
+    // Asked by the parent when the home team found a link stalled: this
+    // team's routers of that link (`dump LINK`), as evidence.
+    let t = team.clone();
+    std::thread::spawn(move || {
+        while let Some(line) = common::hear() {
+            if let Some(link) = line.strip_prefix("dump ") {
+                let routers: Vec<_> =
+                    t.link_diagnostics().into_iter().filter(|(id, _)| id.to_string() == link).collect();
+                tell(format!("passer {me} ({}): {} routers of {link}: {routers:?}", t.id(), routers.len()));
+            }
+        }
+    });
     common::say("ready");
     let mut to: HashMap<String, ferry::Sender<Hand>> = HashMap::new();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ me as u64;
@@ -227,12 +239,19 @@ fn home(dir: &str, kill_one: bool) {
                         survived = false;
                         break;
                     }
-                    // Frames refused off their route (counted) would explain a stall: say.
-                    Err(e) => panic!(
-                        "link {link} side {side}: {e} with {got} of {sent} received (home's routers: {:?}; this end: {})",
-                        home.link_routers(),
-                        end.diagnostics()
-                    ),
+                    // Frames refused off their route (counted) would explain a
+                    // stall: say, with the passers' routers of the link.
+                    Err(e) => {
+                        common::say(format!("stuck {}", end.id()));
+                        std::thread::sleep(Duration::from_secs(2));
+                        panic!(
+                            "link {link} side {side}: {e} with {got} of {sent} received (home {}'s routers: {:?}; this end: {}; others here: {:?})",
+                            home.id(),
+                            home.link_routers(),
+                            end.diagnostics(),
+                            home.link_diagnostics().into_iter().filter(|(id, _)| *id == end.id()).collect::<Vec<_>>()
+                        )
+                    }
                 }
                 got += 1;
             }
@@ -295,7 +314,18 @@ fn run(kill_one: bool, nodes: bool) {
         home.expect("half", Duration::from_secs(150));
         passers[2].kill();
     }
-    println!("links stress: {}", home.expect("whole", Duration::from_secs(150)));
+    // A stalled link's routers in every passer, for the home's panic.
+    let whole = loop {
+        match home.next_line(Duration::from_secs(150)).expect("the home team said nothing more") {
+            line if line.starts_with("whole") => break line,
+            line if line.starts_with("stuck ") => {
+                let live = passers.iter_mut().enumerate().filter(|(i, _)| !(kill_one && *i == 2));
+                live.for_each(|(_, p)| p.tell(&format!("dump {}", &line["stuck ".len()..])));
+            }
+            _ => {}
+        }
+    };
+    println!("links stress: {whole}");
     home.expect("done", Duration::from_secs(30));
     assert!(home.wait_exit(Duration::from_secs(10)).is_some_and(|s| s.success()), "the home team failed");
     // No proxy stays in a passer that lives; without a kill, no frame

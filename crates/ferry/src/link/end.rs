@@ -158,6 +158,18 @@ impl End {
         self.state.lock().router.is_proxy()
     }
 
+    /// This router's state in one line (`Link::diagnostics`).
+    pub fn diagnostics(&self) -> String {
+        let s = self.state.lock();
+        format!(
+            "{:?}, {}, {} queued, ended {:?}",
+            s.router,
+            s.stream.describe(),
+            s.queue.len(),
+            s.ended.as_ref().map(|e| e.error(self.id).to_string())
+        )
+    }
+
     pub fn into_link(self: Arc<End>) -> Link {
         Link { end: self, timeout: None }
     }
@@ -763,14 +775,7 @@ impl Link {
     /// one due), what waits in its queue, why it ended.
     #[doc(hidden)]
     pub fn diagnostics(&self) -> String {
-        let s = self.end.state.lock();
-        format!(
-            "{:?}, {}, {} queued, ended {:?}",
-            s.router,
-            s.stream.describe(),
-            s.queue.len(),
-            s.ended.as_ref().map(|e| e.error(self.end.id).to_string())
-        )
+        self.end.diagnostics()
     }
 
     /// Sends `bytes`; resolves at `checkpoint` (`OnReturn`: to the reply).

@@ -1,5 +1,6 @@
 //! A model checker (stateright) over the real routing state machine
-//! (`super::route`): three teams, one link whose two ends each move up to
+//! (`super::route`): three teams, one link whose two ends (in two teams,
+//! or both in one as `Team::link_pair` makes them) each move up to
 //! twice (to any team, back to one that still holds its proxy too), both
 //! sides sending numbered frames all along, channels that keep order per
 //! pair of teams and deliver in any interleaving. Optionally the ends
@@ -50,6 +51,8 @@ struct RouteModel {
     /// Whether a proxy may reach its lifetime's end at any moment (once in
     /// a run): a route repaired late, under load.
     lifetime: bool,
+    /// Whether both ends start in one team (`Team::link_pair`), not in two.
+    together: bool,
 }
 
 /// Which team a run may kill (once).
@@ -258,7 +261,7 @@ impl Model for RouteModel {
 
     fn init_states(&self) -> Vec<State> {
         let a = Hop { team: team(0), side: Side::A, epoch: 0 };
-        let b = Hop { team: team(1), side: Side::B, epoch: 0 };
+        let b = Hop { team: team(u32::from(!self.together)), side: Side::B, epoch: 0 };
         let mut routers = BTreeMap::new();
         routers.insert(key(a), Router::terminal(a, b));
         routers.insert(key(b), Router::terminal(b, a));
@@ -267,7 +270,7 @@ impl Model for RouteModel {
             channels: BTreeMap::new(),
             sent: [0; 2],
             moved: [0; 2],
-            terminal: [Some((0, 0)), Some((1, 0))],
+            terminal: [Some((0, 0)), Some((u32::from(!self.together), 0))],
             next_due: [0; 2],
             early: [BTreeSet::new(), BTreeSet::new()],
             closed: [false; 2],
@@ -477,11 +480,11 @@ impl Model for RouteModel {
 }
 
 fn check(model: RouteModel) {
-    let (frames, moves, closes, kill) = (model.frames, model.moves, model.closes, model.kill);
+    let (frames, moves, closes, kill, together) = (model.frames, model.moves, model.closes, model.kill, model.together);
     // Depth first: it keeps fingerprints of the states seen, not the states.
     let checker = model.checker().threads(2).spawn_dfs().join();
     println!(
-        "route model ({frames} frames, {moves} moves a side, closes {closes}, kill {kill:?}): {} states",
+        "route model ({frames} frames, {moves} moves a side, closes {closes}, kill {kill:?}, one team first {together}): {} states",
         checker.unique_state_count()
     );
     checker.assert_properties();
@@ -490,21 +493,21 @@ fn check(model: RouteModel) {
 /// Both ends move (once each, at any moment) under two-way traffic.
 #[test]
 fn moves_of_both_ends_lose_double_and_leave_nothing() {
-    check(RouteModel { frames: 2, moves: 1, closes: false, kill: Kill::No, lifetime: false });
+    check(RouteModel { frames: 2, moves: 1, closes: false, kill: Kill::No, lifetime: false, together: false });
 }
 
 /// Both ends move once and close, at any moment: what was sent before a
 /// close arrives, and two closed ends leave nothing of their route.
 #[test]
 fn closes_during_moves_leave_nothing() {
-    check(RouteModel { frames: 0, moves: 1, closes: true, kill: Kill::No, lifetime: false });
+    check(RouteModel { frames: 0, moves: 1, closes: true, kill: Kill::No, lifetime: false, together: false });
 }
 
 /// A team holding only proxies dies while both ends move and close: the
 /// route breaks (`PeerGone`) rather than hangs, and no proxy stays.
 #[test]
 fn a_proxys_team_dying_leaves_no_proxy() {
-    check(RouteModel { frames: 0, moves: 1, closes: true, kill: Kill::Proxies, lifetime: false });
+    check(RouteModel { frames: 0, moves: 1, closes: true, kill: Kill::Proxies, lifetime: false, together: false });
 }
 
 /// Any team of the route dies — one holding an end, one an end is on its
@@ -513,7 +516,7 @@ fn a_proxys_team_dying_leaves_no_proxy() {
 /// good, and no proxy stays.
 #[test]
 fn a_team_dying_anywhere_leaves_no_end_waiting() {
-    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::Any, lifetime: false });
+    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::Any, lifetime: false, together: false });
 }
 
 /// A proxy gives up at its lifetime's end at any moment (a route repaired
@@ -521,18 +524,30 @@ fn a_team_dying_anywhere_leaves_no_end_waiting() {
 /// stays.
 #[test]
 fn a_proxy_at_its_lifetimes_end_leaves_no_end_waiting() {
-    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::No, lifetime: true });
+    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::No, lifetime: true, together: false });
 }
 
 /// Larger bounds, by hand (`--ignored`, release): each end moves twice —
 /// again before its route is repaired, and back to a team that still
-/// holds its proxy —; and frames with closes and a death.
+/// holds its proxy —; frames with closes and a death; and ends of one
+/// pair (both in one team first) with a death, a proxy's lifetime's end
+/// and two moves each.
 #[test]
 #[ignore = "minutes: run by hand (see the module's text)"]
 fn larger_bounds() {
-    check(RouteModel { frames: 1, moves: 2, closes: false, kill: Kill::No, lifetime: false });
-    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::No, lifetime: false });
-    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::Proxies, lifetime: false });
-    check(RouteModel { frames: 0, moves: 2, closes: false, kill: Kill::Any, lifetime: false });
-    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::Any, lifetime: false });
+    check(RouteModel { frames: 1, moves: 2, closes: false, kill: Kill::No, lifetime: false, together: false });
+    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::No, lifetime: false, together: false });
+    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::Proxies, lifetime: false, together: false });
+    check(RouteModel { frames: 0, moves: 2, closes: false, kill: Kill::Any, lifetime: false, together: false });
+    check(RouteModel { frames: 1, moves: 1, closes: true, kill: Kill::Any, lifetime: false, together: false });
+    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::Any, lifetime: false, together: true });
+    check(RouteModel { frames: 1, moves: 1, closes: false, kill: Kill::No, lifetime: true, together: true });
+    check(RouteModel { frames: 1, moves: 2, closes: false, kill: Kill::No, lifetime: false, together: true });
+}
+
+/// Both ends start in one team (`Team::link_pair`) and move away from it,
+/// their two proxies side by side there, under two-way traffic.
+#[test]
+fn ends_of_one_pair_moving_away_from_one_team_lose_nothing() {
+    check(RouteModel { frames: 2, moves: 1, closes: false, kill: Kill::No, lifetime: false, together: true });
 }

@@ -308,6 +308,16 @@ impl Team {
         LinkRouters { ends: ends.len() - proxies, proxies, off_route: links.off_route.load(Ordering::Relaxed) }
     }
 
+    /// Every router this team has, with its link, in one line each
+    /// (`Link::diagnostics`): a stalled test's evidence.
+    #[doc(hidden)]
+    pub fn link_diagnostics(&self) -> Vec<(LinkId, String)> {
+        let Some(links) = LINKS.find(self.id()) else { return Vec::new() };
+        // Not under the table's lock (as in `link_routers`).
+        let ends: Vec<_> = links.ends.lock().values().cloned().collect();
+        ends.iter().map(|e| (e.id, e.diagnostics())).collect()
+    }
+
     /// A listener for links other teams make to this one ([`Team::link_to`]).
     pub fn link_listener(&self) -> Result<LinkListener> {
         self.listener(None)
