@@ -218,7 +218,7 @@ impl End {
     /// (see `router_lost`).
     fn pass(&self, s: &mut State, to: Hop, encode: impl FnOnce(&mut Vec<u8>)) {
         if let Err(e) = self.send(s, to.team, encode) {
-            tracing::debug!(link = %self.id, error = %e, "a link's frame could not go");
+            tracing::info!(link = %self.id, me = ?self.hop, ?to, error = %e, "a link's frame could not go: its router there is lost");
             self.router_lost(s, to.team);
         }
     }

@@ -305,6 +305,7 @@ impl TeamInner {
                     q.fail(self, e.duplicate());
                 }
                 if posted && !self.is_shut_down() {
+                    tracing::warn!(me = %self.id, peer = %bind.team, error = %e, "a bind failed: frames posted to the team are lost");
                     self.served.peer_gone(bind.team);
                 }
             }
