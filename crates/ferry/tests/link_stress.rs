@@ -9,7 +9,7 @@
 //! TCP), in `scripts/netns-test.sh`. Sizes here fit the test command (30
 //! hops each way, about 6 s); `FERRY_LINK_STRESS_HOPS` runs longer.
 //!
-//! It found four defects: posted frames dropped when the outbox met a full
+//! It found five defects: posted frames dropped when the outbox met a full
 //! ring (`runtime::bounds_tests::posted_frames_wait_for_room_and_none_is_dropped`),
 //! and a deadlock between `Team::link_routers` and a retiring router.
 //! A third: an end adopted after its proxy gave up (or whose adoption
@@ -21,6 +21,11 @@
 //! handler's thread, whose wait ran the link's handler again under the
 //! end's lock; now a post never waits for a bind
 //! (`served::a_handler_posting_to_a_team_not_bound_yet_never_waits`).
+//! A fifth, once in some 600 runs with a team killed: the handler found a
+//! proxy in its table just as it gave up and left, and the proxy then took
+//! its adopter's `Adopt` and said nothing, so the adopted end waited for
+//! good; a router that left now answers as one not there
+//! (`link::end::tests::a_router_that_left_answers_an_adoption_with_gone`).
 //! Every send of an end has a deadline (`SEND_LIMIT`), and the children
 //! log ferry's warnings, so that a stall says where it was.
 

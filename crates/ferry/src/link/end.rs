@@ -67,6 +67,9 @@ struct State {
     senders: Vec<Waker>,
     /// Why nothing more comes or goes, once it is so.
     ended: Option<Ended>,
+    /// This router left its route (and its team's table). A frame the
+    /// handler found it for just before answers as for a router not there.
+    retired: bool,
     /// The sender to the team frames went to last (most go to the outward
     /// router's): saves the table's lookup per frame.
     sender: Option<(TeamId, crate::port::RawSender)>,
@@ -147,6 +150,7 @@ impl End {
             receiver: None,
             senders: Vec::new(),
             ended: None,
+            retired: false,
             sender: None,
             scratch: Vec::new(),
         };
@@ -238,7 +242,10 @@ impl End {
                     self.pass(s, m.to, |out| f.encode_into(out));
                 }
                 Effect::Deliver((seq, data)) => self.deliver(s, seq, &data),
-                Effect::Retire => self.links.forget(self.id, self.hop),
+                Effect::Retire => {
+                    s.retired = true;
+                    self.links.forget(self.id, self.hop);
+                }
                 Effect::Broken(at) => self.route_broke(s, at.team, |h| h == at),
             }
         }
@@ -483,7 +490,7 @@ impl End {
             return false;
         }
         let mut s = self.state.lock();
-        if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
+        if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) || s.retired {
             return false;
         }
         self.arrive_locked(&mut s, from, f);
@@ -491,6 +498,13 @@ impl End {
     }
 
     fn arrive_locked(&self, s: &mut State, from: TeamId, f: Frame<'_>) {
+        if s.retired {
+            // The handler's table gave this router out as it left: it is
+            // not there. (A proxy that had given up took its adopter's
+            // `Adopt` and said nothing, so the adopted end waited for
+            // good: the links stress test's rare stall.)
+            return self.links.no_router(from, &f);
+        }
         let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
         let (off, what) = match f.what {
             // A frame of the ends' own: taken, or passed on, where it is.
@@ -945,5 +959,44 @@ impl Drop for Link {
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Link({}, side {:?})", self.end.id, self.end.hop.side)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::Team;
+
+    /// The handler may find a router in its table just as it leaves: a
+    /// proxy that had given up then took its adopter's `Adopt` and said
+    /// nothing, so the adopted end waited for good (the links stress
+    /// test's rare stall). A router that left answers as one not there
+    /// (`Gone`), so the adopter learns its route broke.
+    #[test]
+    fn a_router_that_left_answers_an_adoption_with_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let team = Team::builder().runtime_dir(dir.path()).start().unwrap();
+        let (a, b) = team.link_pair().unwrap();
+        // `b` moves, is adopted here, and moves again: its second proxy's
+        // outward is its first (the same side: it starts no bypass).
+        let b1 = End::adopt(&team.inner, &b.end.move_away().unwrap()).unwrap();
+        let carried = b1.end.move_away().unwrap();
+        let proxy = b1.end.clone();
+        drop((b, b1));
+        // It gives up (its lifetime ended) and leaves the table.
+        proxy.expire();
+        assert!(proxy.state.lock().retired);
+        // The adopter, registered, whose `Adopt` the handler gave to the
+        // proxy it had found just before the proxy left.
+        let c = Carried::decode(&carried).unwrap();
+        let links = Links::of_inner(&team.inner).unwrap();
+        let (router, _) = Router::adopt(team.id(), c.side, &c.moved);
+        let adopter = End::with(c.link, team.inner.clone(), links.clone(), router, c.stream);
+        links.register(&team.inner, &adopter).unwrap();
+        let adopt = What::Control(Control::Adopt { token: c.moved.token });
+        proxy.arrive(team.id(), Frame { link: c.link, to: (Side::B, 1), from: (Side::B, 2), what: adopt });
+        let got = adopter.into_link().with_timeout(Duration::from_secs(5)).recv_blocking::<u64>();
+        assert!(matches!(got, Err(Error::PeerGone { .. })), "the adopter waits: {got:?}");
+        drop(a);
     }
 }

@@ -145,7 +145,7 @@ impl Links {
     /// sender learns that its route broke here (`Gone`) — an end that
     /// adopted its place after its proxy gave up, say, would otherwise
     /// wait for that proxy for good. (A `Gone` is not answered.)
-    fn no_router(&self, from: TeamId, f: &wire::Frame<'_>) {
+    pub(super) fn no_router(&self, from: TeamId, f: &wire::Frame<'_>) {
         if matches!(f.what, wire::What::Control(Control::Gone)) {
             return;
         }
