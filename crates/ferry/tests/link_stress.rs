@@ -250,10 +250,9 @@ fn home(dir: &str, kill_one: bool) {
                         common::say(format!("stuck {}", end.id()));
                         std::thread::sleep(Duration::from_secs(2));
                         panic!(
-                            "link {link} side {side}: {e} with {got} of {sent} received (home {}'s routers: {:?}; this end: {}; others here: {:?})",
+                            "link {link} side {side}: {e} with {got} of {sent} received (home {}'s routers: {:?}; of this link: {:?})",
                             home.id(),
                             home.link_routers(),
-                            end.diagnostics(),
                             home.link_diagnostics().into_iter().filter(|(id, _)| *id == end.id()).collect::<Vec<_>>()
                         )
                     }

@@ -162,7 +162,10 @@ impl End {
         self.state.lock().router.is_proxy()
     }
 
-    /// This router's state in one line (`Link::diagnostics`).
+    /// This router's state in one line, for a test's failure message
+    /// (`Team::link_diagnostics`): the router, its stream's numbers (frames
+    /// that came early wait for the one due), what waits in its queue, why
+    /// it ended.
     pub fn diagnostics(&self) -> String {
         let s = self.state.lock();
         format!(
@@ -490,7 +493,7 @@ impl End {
             return false;
         }
         let mut s = self.state.lock();
-        if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) || s.retired {
+        if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
             return false;
         }
         self.arrive_locked(&mut s, from, f);
@@ -782,14 +785,6 @@ impl Link {
     /// consuming: after `PeerGone`, how many may have been lost (at most).
     pub fn unconfirmed(&self) -> u64 {
         self.end.state.lock().stream.unconfirmed()
-    }
-
-    /// This end's state in one line, for a test's failure message: its
-    /// router, its stream's numbers (frames that came early wait for the
-    /// one due), what waits in its queue, why it ended.
-    #[doc(hidden)]
-    pub fn diagnostics(&self) -> String {
-        self.end.diagnostics()
     }
 
     /// Sends `bytes`; resolves at `checkpoint` (`OnReturn`: to the reply).

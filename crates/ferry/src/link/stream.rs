@@ -117,7 +117,7 @@ impl Stream {
         Ok(false)
     }
 
-    /// Its numbers, in words (`Link::diagnostics`).
+    /// Its numbers, in words (`Team::link_diagnostics`).
     pub fn describe(&self) -> String {
         let early: Vec<u64> = self.early.keys().copied().take(4).collect();
         format!(

@@ -308,8 +308,8 @@ impl Team {
         LinkRouters { ends: ends.len() - proxies, proxies, off_route: links.off_route.load(Ordering::Relaxed) }
     }
 
-    /// Every router this team has, with its link, in one line each
-    /// (`Link::diagnostics`): a stalled test's evidence.
+    /// Every router this team has, with its link, in one line each: a
+    /// stalled test's evidence.
     #[doc(hidden)]
     pub fn link_diagnostics(&self) -> Vec<(LinkId, String)> {
         let Some(links) = LINKS.find(self.id()) else { return Vec::new() };
