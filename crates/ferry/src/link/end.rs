@@ -225,7 +225,13 @@ impl End {
     /// (see `router_lost`).
     fn pass(&self, s: &mut State, to: Hop, encode: impl FnOnce(&mut Vec<u8>)) {
         if let Err(e) = self.send(s, to.team, encode) {
-            tracing::info!(link = %self.id, me = ?self.hop, ?to, error = %e, "a link's frame could not go: its router there is lost");
+            // A team shutting down drops its links' frames as a matter of
+            // course: that is not news.
+            if matches!(e, crate::Error::Shutdown) {
+                tracing::debug!(link = %self.id, me = ?self.hop, ?to, "a link's frame could not go: the team is shut down");
+            } else {
+                tracing::info!(link = %self.id, me = ?self.hop, ?to, error = %e, "a link's frame could not go: its router there is lost");
+            }
             self.router_lost(s, to.team);
         }
     }
