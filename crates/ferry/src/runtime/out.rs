@@ -59,7 +59,7 @@ impl<'a> Out<'a> {
             Out::Bytes(b) => Ok(b.to_vec()),
             // `len` was checked against `max_message` before.
             Out::Encoded { len, write } => transport::write_vec(*len, &mut |sink| write(sink)).map_err(|e| match e {
-                SendError::Unwritten(why) => Error::Codec(why),
+                SendError::Unwritten(why) => Error::Codec(*why),
                 other => Error::Codec(other.to_string()),
             }),
         }

@@ -303,7 +303,7 @@ impl TeamInner {
                 Err(SendError::Full) => return sent,
                 Err(SendError::Closed) => Some(self.gone_error(ch)),
                 Err(SendError::TooLarge) => unreachable!("a frame's payload fits"),
-                Err(SendError::Unwritten(e)) => Some(Error::Codec(e)),
+                Err(SendError::Unwritten(e)) => Some(Error::Codec(*e)),
             };
             drop(slot);
             if let Some(e) = failed {
@@ -360,7 +360,7 @@ impl TeamInner {
             Err(SendError::Closed) => self.gone_error(ch),
             // Only possible for a send queued before its channel was bound.
             Err(SendError::TooLarge) => Error::TooLarge { len: bytes.len(), max: ch.transport.max_detached() },
-            Err(SendError::Unwritten(e)) => Error::Codec(e),
+            Err(SendError::Unwritten(e)) => Error::Codec(*e),
         };
         slot.load = Load::Bytes(Vec::new());
         drop(slot);

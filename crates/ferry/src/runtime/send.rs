@@ -206,7 +206,7 @@ impl TeamInner {
             Ok(()) => Some(Ok(())),
             Err(SendError::Closed) => Some(Err(self.gone_error(ch))),
             Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
-            Err(SendError::Unwritten(e)) => Some(Err(Error::Codec(e))),
+            Err(SendError::Unwritten(e)) => Some(Err(Error::Codec(*e))),
             Err(SendError::Full) if !wait => Some(Err(Error::WouldBlock { to: ch.peer_endpoint(h.dst) })),
             Err(SendError::Full) => None,
         }
@@ -303,7 +303,7 @@ impl TeamInner {
                 Ok(()) => return Ok(None),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
                 Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
-                Err(SendError::Unwritten(e)) => return Err(Error::Codec(e)),
+                Err(SendError::Unwritten(e)) => return Err(Error::Codec(*e)),
                 Err(SendError::Full) => {}
             }
         }
@@ -435,7 +435,7 @@ impl TeamInner {
                 Ok(()) => return Ok(()),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
                 Err(SendError::TooLarge) => unreachable!("sizes are checked before"),
-                Err(SendError::Unwritten(e)) => return Err(Error::Codec(e)),
+                Err(SendError::Unwritten(e)) => return Err(Error::Codec(*e)),
                 Err(SendError::Full) => {}
             }
         }
