@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Default)]
 pub(crate) struct Peers {
@@ -34,7 +34,15 @@ pub(crate) struct Peers {
     /// Binds in progress, one per peer team: later callers wait for it
     /// (async sends queue in it) rather than bind again.
     binding: Mutex<HashMap<TeamId, Arc<Binding>>>,
+    /// The last peer a failed bind lost posted frames of, and when it was
+    /// told at `warn`: every poster to a dead team binds again and fails,
+    /// so one death would fill the log (see `told_lost`).
+    lost_told: Mutex<Option<(TeamId, Instant)>>,
 }
+
+/// A failed bind that lost frames to the peer told last is told again at
+/// `warn` only this long after.
+const LOST_TOLD_EVERY: Duration = Duration::from_secs(10);
 
 /// A bind to one peer team, in progress or just done.
 pub(crate) struct Binding {
@@ -126,6 +134,17 @@ pub(crate) enum Route {
 }
 
 impl Peers {
+    /// Whether frames lost to `team` at `now` are news: not if they were
+    /// to the team told of last, within `LOST_TOLD_EVERY`.
+    fn first_loss_told(&self, team: TeamId, now: Instant) -> bool {
+        let mut told = self.lost_told.lock();
+        if told.is_some_and(|(t, at)| t == team && now.duration_since(at) < LOST_TOLD_EVERY) {
+            return false;
+        }
+        *told = Some((team, now));
+        true
+    }
+
     /// The live channel to `team`; `NoSuchTeam` if its node and number
     /// belong to another incarnation now, whose channel lives (they are
     /// unique among a node's live teams, so the one asked for is gone).
@@ -305,7 +324,11 @@ impl TeamInner {
                     q.fail(self, e.duplicate());
                 }
                 if posted && !self.is_shut_down() {
-                    tracing::warn!(me = %self.id, peer = %bind.team, error = %e, "a bind failed: frames posted to the team are lost");
+                    if self.peers.first_loss_told(bind.team, Instant::now()) {
+                        tracing::warn!(me = %self.id, peer = %bind.team, error = %e, "a bind failed: frames posted to the team are lost");
+                    } else {
+                        tracing::debug!(me = %self.id, peer = %bind.team, error = %e, "a bind failed again: frames posted to the team are lost");
+                    }
                     self.served.peer_gone(bind.team);
                 }
             }
@@ -472,5 +495,25 @@ fn unreachable(team: TeamId) -> impl FnOnce(std::io::Error) -> Error {
     move |e| match Error::io("connect")(e) {
         limit @ Error::LimitReached { .. } => limit,
         _ => Error::NoSuchTeam(team),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One dead peer makes every poster's bind fail: the log hears of it
+    /// once in `LOST_TOLD_EVERY`, and of another peer at once.
+    #[test]
+    fn lost_frames_to_one_peer_are_told_once_in_a_while() {
+        let peers = Peers::default();
+        let (a, b) = (TeamId { node: 0, team: 7, incarnation: 1 }, TeamId { node: 0, team: 8, incarnation: 1 });
+        let t = Instant::now();
+        assert!(peers.first_loss_told(a, t));
+        assert!(!peers.first_loss_told(a, t + Duration::from_millis(3)));
+        assert!(peers.first_loss_told(b, t + Duration::from_millis(4)));
+        assert!(peers.first_loss_told(a, t + Duration::from_millis(5)));
+        assert!(!peers.first_loss_told(a, t + Duration::from_secs(9)));
+        assert!(peers.first_loss_told(a, t + Duration::from_secs(11)));
     }
 }
