@@ -146,7 +146,10 @@ fn produce(f: &mut ferry::fifo::FifoRef, who: u32) {
 fn take_in_order(fifo: &mut ferry::fifo::Fifo, producers: usize) {
     let mut next = vec![0u32; producers];
     for _ in 0..producers * EACH as usize {
-        let e = fifo.dequeue_timeout(Duration::from_secs(30)).unwrap();
+        let e = match fifo.dequeue_timeout(Duration::from_secs(30)) {
+            Ok(e) => e,
+            Err(e) => panic!("{e} after each producer's elements {next:?}, {} producers' rings", fifo.producers()),
+        };
         let (who, n) = (u32::from_le_bytes(e[..4].try_into().unwrap()), u32::from_le_bytes(e[4..].try_into().unwrap()));
         assert_eq!(n, next[who as usize], "producer {who} out of order");
         next[who as usize] += 1;
