@@ -36,7 +36,7 @@ pub(crate) struct Peers {
     binding: Mutex<HashMap<TeamId, Arc<Binding>>>,
     /// The last peer a failed bind lost posted frames of, and when it was
     /// told at `warn`: every poster to a dead team binds again and fails,
-    /// so one death would fill the log (see `told_lost`).
+    /// so one death would fill the log (see `loss_is_news`).
     lost_told: Mutex<Option<(TeamId, Instant)>>,
 }
 
@@ -136,7 +136,7 @@ pub(crate) enum Route {
 impl Peers {
     /// Whether frames lost to `team` at `now` are news: not if they were
     /// to the team told of last, within `LOST_TOLD_EVERY`.
-    fn first_loss_told(&self, team: TeamId, now: Instant) -> bool {
+    fn loss_is_news(&self, team: TeamId, now: Instant) -> bool {
         let mut told = self.lost_told.lock();
         if told.is_some_and(|(t, at)| t == team && now.duration_since(at) < LOST_TOLD_EVERY) {
             return false;
@@ -324,7 +324,7 @@ impl TeamInner {
                     q.fail(self, e.duplicate());
                 }
                 if posted && !self.is_shut_down() {
-                    if self.peers.first_loss_told(bind.team, Instant::now()) {
+                    if self.peers.loss_is_news(bind.team, Instant::now()) {
                         tracing::warn!(me = %self.id, peer = %bind.team, error = %e, "a bind failed: frames posted to the team are lost");
                     } else {
                         tracing::debug!(me = %self.id, peer = %bind.team, error = %e, "a bind failed again: frames posted to the team are lost");
@@ -509,11 +509,11 @@ mod tests {
         let peers = Peers::default();
         let (a, b) = (TeamId { node: 0, team: 7, incarnation: 1 }, TeamId { node: 0, team: 8, incarnation: 1 });
         let t = Instant::now();
-        assert!(peers.first_loss_told(a, t));
-        assert!(!peers.first_loss_told(a, t + Duration::from_millis(3)));
-        assert!(peers.first_loss_told(b, t + Duration::from_millis(4)));
-        assert!(peers.first_loss_told(a, t + Duration::from_millis(5)));
-        assert!(!peers.first_loss_told(a, t + Duration::from_secs(9)));
-        assert!(peers.first_loss_told(a, t + Duration::from_secs(11)));
+        assert!(peers.loss_is_news(a, t));
+        assert!(!peers.loss_is_news(a, t + Duration::from_millis(3)));
+        assert!(peers.loss_is_news(b, t + Duration::from_millis(4)));
+        assert!(peers.loss_is_news(a, t + Duration::from_millis(5)));
+        assert!(!peers.loss_is_news(a, t + Duration::from_secs(9)));
+        assert!(peers.loss_is_news(a, t + Duration::from_secs(11)));
     }
 }

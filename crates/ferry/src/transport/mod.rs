@@ -112,6 +112,13 @@ pub enum SendError {
 // See `SendError::Unwritten`.
 const _: () = assert!(std::mem::size_of::<Result<(), SendError>>() <= 16);
 
+impl SendError {
+    /// [`SendError::Unwritten`], saying `why`.
+    pub fn unwritten(why: impl ToString) -> SendError {
+        SendError::Unwritten(Box::new(why.to_string()))
+    }
+}
+
 /// Writes a payload into where it is staged (see [`Transport::stage_with`]).
 pub type Writer<'a> = dyn FnMut(&mut dyn Sink) -> crate::Result<()> + 'a;
 
@@ -120,9 +127,7 @@ pub type Writer<'a> = dyn FnMut(&mut dyn Sink) -> crate::Result<()> + 'a;
 pub fn check_written(len: usize, written: usize) -> Result<(), SendError> {
     match written == len {
         true => Ok(()),
-        false => {
-            Err(SendError::Unwritten(Box::new(format!("the encoder wrote {written} bytes of the {len} it counted"))))
-        }
+        false => Err(SendError::unwritten(format!("the encoder wrote {written} bytes of the {len} it counted"))),
     }
 }
 
@@ -136,9 +141,9 @@ pub fn stage_vec(len: usize, write: &mut Writer<'_>) -> Result<Staged, SendError
 /// (also how an encoded message that must wait in an outbox is made).
 pub fn write_vec(len: usize, write: &mut Writer<'_>) -> Result<Vec<u8>, SendError> {
     let mut v = crate::sys::huge_pages::try_vec_with_capacity(len)
-        .map_err(|_| SendError::Unwritten(Box::new(format!("no memory for {len} bytes"))))?;
+        .map_err(|_| SendError::unwritten(format!("no memory for {len} bytes")))?;
     let mut bounded = Bounded { out: &mut v, len };
-    write(&mut bounded).map_err(|e| SendError::Unwritten(Box::new(e.to_string())))?;
+    write(&mut bounded).map_err(SendError::unwritten)?;
     check_written(len, v.len())?;
     Ok(v)
 }

@@ -679,7 +679,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         // allocator hands out only ranges of it), which `segment` keeps
         // mapped, and is ours alone until sent.
         let mut sink = unsafe { RangeSink::new(area.base.add(range.offset as usize), len) };
-        write(&mut sink).map_err(|e| SendError::Unwritten(Box::new(e.to_string())))?;
+        write(&mut sink).map_err(SendError::unwritten)?;
         crate::transport::check_written(len, sink.at)?;
         Ok(Staged::Shm(staged))
     }
