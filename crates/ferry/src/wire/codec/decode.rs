@@ -296,9 +296,13 @@ impl<'de, R: Read<'de>> Deserializer<R> {
                 self.peeked = None;
                 self.len8()?
             }
-            BIN16 | BIN32 => {
-                let Head::Bin(n) = self.head()? else { unreachable!("a bin marker was peeked") };
-                n
+            BIN16 => {
+                self.peeked = None;
+                self.len16()?
+            }
+            BIN32 => {
+                self.peeked = None;
+                self.len32()?
             }
             _ => return Ok(None),
         };
