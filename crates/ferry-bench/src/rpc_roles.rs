@@ -81,9 +81,17 @@ fn null(c: &BenchClient) -> Result<(), String> {
     c.null_blocking().map_err(|e| format!("null call: {e}"))
 }
 
-/// Serves `Bench` on one team (one processor) until stopped.
+/// Serves `Bench` on one team until stopped: one processor, or
+/// `processors=`.
 fn server(m: &mut Member) -> Result<(), String> {
-    let team = start(m, |b| b)?;
+    let processors = match m.get("processors") {
+        Ok(_) => Some(m.parse::<usize>("processors")?),
+        Err(_) => None,
+    };
+    let team = start(m, |b| match processors {
+        Some(n) => b.processors(n),
+        None => b,
+    })?;
     let serving = BenchServer::serve(&team, m.get("name")?, BenchImpl::new(Arc::new(AtomicBool::new(false))))
         .map_err(|e| format!("serve: {e}"))?;
     m.say("ready")?;
