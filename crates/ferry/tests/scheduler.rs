@@ -77,7 +77,9 @@ fn a_task_woken_inside_its_own_blocking_call_does_not_keep_a_processor_spinning(
 
     to_release.send(&2, Checkpoint::Immediate).unwrap();
     assert_eq!(team.block_on(task).unwrap().unwrap(), 2);
-    assert!(share < 0.05, "the team used {:.0} % of a CPU with nothing to run", share * 100.0);
+    // The fault took a whole CPU; an idle team's wake-ups take well under
+    // 1 % (one full run read 9 %, on a guest whose host was busy).
+    assert!(share < 0.2, "the team used {:.0} % of a CPU with nothing to run", share * 100.0);
 }
 
 #[ferry::service]
@@ -262,7 +264,10 @@ fn a_call_on_one_cpu_costs_context_switches_not_a_spin(p: Placement) {
             cli.put("done", "");
             took.sort();
             let median = took[took.len() / 2];
-            assert!(median < Duration::from_micros(200), "a call on one CPU took {median:?} (median)");
+            // Two context switches: 70-190 µs on the 2-vCPU guests CI
+            // runs on (212 µs once in a full run), against a 1 ms spin or
+            // a scheduler slice for the fault this guards against.
+            assert!(median < Duration::from_micros(500), "a call on one CPU took {median:?} (median)");
         },
     );
 }
