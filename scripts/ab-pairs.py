@@ -12,6 +12,7 @@ see the same machine; a pair that did not is one outlier among many.
 
     scripts/ab-pairs.py BASE_BINARY NEW_BINARY SUITE CASE [PAIRS] [bench args...]
     scripts/ab-pairs.py /tmp/base/ferry target/release/ferry pingpong ferry.shm.spin 60
+    scripts/ab-pairs.py /tmp/base/ferry target/release/ferry large ferry.shm.raw.warm.64MiB 20 --sizes-mib 64 --rounds 3
 
 Prints the median ratio with its quartiles, how many pairs NEW won, and
 each build's median. Default bench args: --passes 1 --rounds 5 --warmup 2.
@@ -22,13 +23,20 @@ import subprocess
 import sys
 
 
+# Suites that run all their cases (no `--only`).
+WHOLE = {"large"}
+
+
 def median_ns(binary, suite, case, extra):
-    cmd = [binary, "bench", suite, "--json", "--only", case] + extra
+    only = [] if suite in WHOLE else ["--only", case]
+    cmd = [binary, "bench", suite, "--json"] + only + extra
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     report = json.loads(out[: out.rindex("}") + 1])
-    for row in report["results"]:
+    # `large` nests its cases in a row per size, timed in ms.
+    rows = [c for r in report["results"] for c in r.get("cases", [r])]
+    for row in rows:
         if row["name"] == case:
-            return row["median_ns"]
+            return row["median_ns"] if "median_ns" in row else row["ms"] * 1e6
     sys.exit(f"{binary}: no case {case} in the report")
 
 
