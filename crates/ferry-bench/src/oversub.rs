@@ -73,35 +73,46 @@ const START: Duration = Duration::from_secs(20);
 const EXIT: Duration = Duration::from_secs(5);
 
 fn ferry_pairs(peer: &mut Peer, p: &Params, mode: Waiting) -> Vec<f64> {
-    let _dir = RemoveDir(run_dir(&peer.run_id));
-    let dir = run_dir(&peer.run_id).display().to_string();
-    let mut crowd = Crowd::new();
-    let mut clients = Vec::new();
-    for i in 0..PAIRS {
-        let arg = format!("dir={dir} name=bench.oversub.{i} mode={}", mode.word());
-        crowd.add("rpc.server", &arg).unwrap_or_else(|e| panic!("{e}"));
-        clients.push(crowd.add("rpc.caller", &arg).unwrap_or_else(|e| panic!("{e}")));
-    }
-    crowd.ready(START).unwrap_or_else(|e| panic!("{e}"));
-    let samples = measure(&mut crowd, &clients, p).unwrap_or_else(|e| panic!("{e}"));
-    crowd.finish(EXIT).unwrap_or_else(|e| panic!("{e}"));
-    samples
+    crowd_calls(peer, p, |crowd, dir| {
+        let mut clients = Vec::new();
+        for i in 0..PAIRS {
+            let arg = format!("dir={dir} name=bench.oversub.{i} mode={}", mode.word());
+            crowd.add("rpc.server", &arg)?;
+            clients.push(crowd.add("rpc.caller", &arg)?);
+        }
+        Ok(clients)
+    })
 }
 
 /// Clients of `ferry.shm.procs8`, and the server's processors.
 const PROCS: usize = 8;
 
 fn procs8(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    crowd_calls(peer, p, |crowd, dir| {
+        let arg = format!("dir={dir} name=bench.procs mode={}", Waiting::Default.word());
+        crowd.add("rpc.server", &format!("{arg} processors={PROCS}"))?;
+        (0..PROCS).map(|_| crowd.add("rpc.caller", &arg)).collect()
+    })
+}
+
+/// Starts the crowd `add` makes in the case's runtime dir (it returns
+/// the callers among its members), counts their calls (see [`measure`])
+/// and stops it. A member that fails fails the case.
+fn crowd_calls(
+    peer: &mut Peer,
+    p: &Params,
+    add: impl FnOnce(&mut Crowd, &str) -> Result<Vec<usize>, String>,
+) -> Vec<f64> {
     let _dir = RemoveDir(run_dir(&peer.run_id));
-    let arg = format!("dir={} name=bench.procs mode={}", run_dir(&peer.run_id).display(), Waiting::Default.word());
+    let dir = run_dir(&peer.run_id).display().to_string();
     let mut crowd = Crowd::new();
-    crowd.add("rpc.server", &format!("{arg} processors={PROCS}")).unwrap_or_else(|e| panic!("{e}"));
-    let clients: Vec<usize> =
-        (0..PROCS).map(|_| crowd.add("rpc.caller", &arg).unwrap_or_else(|e| panic!("{e}"))).collect();
-    crowd.ready(START).unwrap_or_else(|e| panic!("{e}"));
-    let samples = measure(&mut crowd, &clients, p).unwrap_or_else(|e| panic!("{e}"));
-    crowd.finish(EXIT).unwrap_or_else(|e| panic!("{e}"));
-    samples
+    add(&mut crowd, &dir)
+        .and_then(|callers| {
+            crowd.ready(START)?;
+            measure(&mut crowd, &callers, p)
+        })
+        .and_then(|samples| crowd.finish(EXIT).map(|()| samples))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Orders every client to count, collects the counts: ns per call per slice.
