@@ -187,7 +187,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
     fn end(&mut self) -> Res<()> {
         let left = self.read.remaining() + usize::from(self.peeked.is_some());
         if left > 0 {
-            return Err(CodecError(format!("{left} bytes after the value")));
+            return Err(CodecError::new(format!("{left} bytes after the value")));
         }
         Ok(())
     }
@@ -195,7 +195,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
     #[inline]
     fn need(&self, n: usize, what: &str) -> Res<()> {
         if n > self.read.remaining() {
-            return Err(CodecError(format!("{what} of length {n} but only {} bytes left", self.read.remaining())));
+            return Err(CodecError::new(format!("{what} of length {n} but only {} bytes left", self.read.remaining())));
         }
         Ok(())
     }
@@ -210,7 +210,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
 
     #[cold]
     fn short(&self, n: usize) -> CodecError {
-        CodecError(format!("a value of length {n} but only {} bytes left", self.read.remaining()))
+        CodecError::new(format!("a value of length {n} but only {} bytes left", self.read.remaining()))
     }
 
     #[inline]
@@ -218,7 +218,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
         if let Some(b) = self.peeked {
             return Ok(b);
         }
-        let [b] = self.fixed::<1>().map_err(|_| CodecError("the input ended where a value was expected".into()))?;
+        let [b] = self.fixed::<1>().map_err(|_| CodecError::new("the input ended where a value was expected"))?;
         self.peeked = Some(b);
         Ok(b)
     }
@@ -271,8 +271,8 @@ impl<'de, R: Read<'de>> Deserializer<R> {
             M::FixMap(n) => Head::Map(n.into()),
             M::Map16 => Head::Map(self.len16()?),
             M::Map32 => Head::Map(self.len32()?),
-            M::Reserved => return Err(CodecError(format!("0x{b:02x} is not a MessagePack marker"))),
-            _ => return Err(CodecError(format!("an ext value (marker 0x{b:02x}) is not supported"))),
+            M::Reserved => return Err(CodecError::new(format!("0x{b:02x} is not a MessagePack marker"))),
+            _ => return Err(CodecError::new(format!("an ext value (marker 0x{b:02x}) is not supported"))),
         })
     }
 
@@ -286,7 +286,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
     }
     #[inline]
     fn len32(&mut self) -> Res<usize> {
-        usize::try_from(u32::from_be_bytes(self.fixed()?)).map_err(|_| CodecError("a length over usize".into()))
+        usize::try_from(u32::from_be_bytes(self.fixed()?)).map_err(|_| CodecError::new("a length over usize"))
     }
 
     /// If the next value is bin, reads its header and returns its length.
@@ -314,7 +314,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
     /// without counting them `struct A(Option<Box<A>>)` recursed on one byte).
     fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Res<T>) -> Res<T> {
         if self.depth >= MAX_DEPTH {
-            return Err(CodecError(format!("a value nested deeper than {MAX_DEPTH} levels")));
+            return Err(CodecError::new(format!("a value nested deeper than {MAX_DEPTH} levels")));
         }
         self.depth += 1;
         let r = f(self);
@@ -332,7 +332,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
             Head::F64(v) => visitor.visit_f64(v),
             Head::Str(n) => {
                 self.need(n, "a string")?;
-                let not_utf8 = |_| CodecError("a string that is not UTF-8".into());
+                let not_utf8 = |_| CodecError::new("a string that is not UTF-8");
                 match self.read.bytes(n, &mut self.scratch) {
                     Ref::Borrowed(b) => visitor.visit_borrowed_str(std::str::from_utf8(b).map_err(not_utf8)?),
                     Ref::Copied(b) => visitor.visit_str(std::str::from_utf8(b).map_err(not_utf8)?),
@@ -352,13 +352,13 @@ impl<'de, R: Read<'de>> Deserializer<R> {
                     visitor.visit_seq(&mut seq).map(|v| (v, seq.left))
                 })?;
                 if left > 0 {
-                    return Err(CodecError(format!("an array of {n} elements where {} were expected", n - left)));
+                    return Err(CodecError::new(format!("an array of {n} elements where {} were expected", n - left)));
                 }
                 Ok(value)
             }
             Head::Map(n) => {
                 if n > self.read.remaining() / 2 {
-                    return Err(CodecError(format!(
+                    return Err(CodecError::new(format!(
                         "a map of {n} entries but only {} bytes left",
                         self.read.remaining()
                     )));
@@ -368,7 +368,7 @@ impl<'de, R: Read<'de>> Deserializer<R> {
                     visitor.visit_map(&mut map).map(|v| (v, map.left))
                 })?;
                 if left > 0 {
-                    return Err(CodecError(format!("a map of {n} entries where {} were expected", n - left)));
+                    return Err(CodecError::new(format!("a map of {n} entries where {} were expected", n - left)));
                 }
                 Ok(value)
             }
@@ -474,7 +474,7 @@ impl<R> Enum<'_, R> {
         if self.map {
             Ok(())
         } else {
-            Err(CodecError("a variant with data sent as a plain string (expected {variant: value})".into()))
+            Err(CodecError::new("a variant with data sent as a plain string (expected {variant: value})"))
         }
     }
 }
@@ -505,7 +505,7 @@ struct Probe {
 impl<'de> de::Deserializer<'de> for &mut Probe {
     type Error = CodecError;
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Res<V::Value> {
-        Err(CodecError("probe".into()))
+        Err(CodecError::new("probe"))
     }
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         let one_word = std::mem::size_of::<V>() == std::mem::size_of::<usize>()
@@ -516,7 +516,7 @@ impl<'de> de::Deserializer<'de> for &mut Probe {
         if self.place == 0 || holds_place {
             self.seen = Some(typeid::of::<V>());
         }
-        Err(CodecError("probe".into()))
+        Err(CodecError::new("probe"))
     }
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
@@ -581,21 +581,21 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
             }
             rmp::Marker::FixMap(_) | rmp::Marker::Map16 | rmp::Marker::Map32 => {
                 let Head::Map(n) = self.head()? else {
-                    return Err(CodecError("a map marker without a map".into()));
+                    return Err(CodecError::new("a map marker without a map"));
                 };
                 if n != 1 {
-                    return Err(CodecError(format!("an enum as a map of {n} entries (expected 1)")));
+                    return Err(CodecError::new(format!("an enum as a map of {n} entries (expected 1)")));
                 }
                 self.nested(|de| visitor.visit_enum(Enum { de, map: true }))
             }
-            _ => Err(CodecError("an enum that is neither a string nor a 1-entry map".into())),
+            _ => Err(CodecError::new("an enum that is neither a string nor a 1-entry map")),
         }
     }
 
     fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         match self.bin_head()? {
             Some(16) => visitor.visit_i128(i128::from_be_bytes(self.fixed()?)),
-            Some(n) => Err(CodecError(format!("an i128 as bin of {n} bytes (expected 16)"))),
+            Some(n) => Err(CodecError::new(format!("an i128 as bin of {n} bytes (expected 16)"))),
             None => self.deserialize_any(visitor),
         }
     }
@@ -603,7 +603,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
     fn deserialize_u128<V: Visitor<'de>>(self, visitor: V) -> Res<V::Value> {
         match self.bin_head()? {
             Some(16) => visitor.visit_u128(u128::from_be_bytes(self.fixed()?)),
-            Some(n) => Err(CodecError(format!("a u128 as bin of {n} bytes (expected 16)"))),
+            Some(n) => Err(CodecError::new(format!("a u128 as bin of {n} bytes (expected 16)"))),
             None => self.deserialize_any(visitor),
         }
     }
@@ -674,7 +674,7 @@ impl<'de, R: Read<'de>> de::Deserializer<'de> for &mut Deserializer<R> {
             _ => return self.deserialize_any(visitor),
         };
         self.need(n, "a string")?;
-        let not_utf8 = || CodecError("a string that is not UTF-8".into());
+        let not_utf8 = || CodecError::new("a string that is not UTF-8");
         if n >= huge_pages::HUGE_FROM {
             return visitor.visit_string(String::from_utf8(self.fresh(n)).map_err(|_| not_utf8())?);
         }

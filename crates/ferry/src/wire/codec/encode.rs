@@ -37,8 +37,8 @@ pub(super) struct Serializer<'a, S: Sink + ?Sized> {
 
 fn sink_error(e: Error) -> CodecError {
     match e {
-        Error::Codec(s) => CodecError(s),
-        other => CodecError(other.to_string()),
+        Error::Codec(s) => CodecError::new(s),
+        other => CodecError::new(other.to_string()),
     }
 }
 
@@ -47,14 +47,14 @@ macro_rules! marker {
     ($self:ident, $f:path, $($arg:expr),*) => {{
         let mut buf = [0u8; 9];
         let mut w = &mut buf[..];
-        $f(&mut w, $($arg),*).map_err(|e| CodecError(format!("cannot write a marker: {e}")))?;
+        $f(&mut w, $($arg),*).map_err(|e| CodecError::new(format!("cannot write a marker: {e}")))?;
         let n = 9 - w.len();
         $self.put(&buf[..n])
     }};
 }
 
 fn len32(len: usize) -> std::result::Result<u32, CodecError> {
-    u32::try_from(len).map_err(|_| CodecError(format!("a length of {len} is over MessagePack's 2^32 - 1")))
+    u32::try_from(len).map_err(|_| CodecError::new(format!("a length of {len} is over MessagePack's 2^32 - 1")))
 }
 
 impl<'a, S: Sink + ?Sized> Serializer<'a, S> {

@@ -114,9 +114,19 @@ pub fn decode_from_in_place<T: DeserializeOwned, S: Source + ?Sized>(source: &mu
 }
 
 /// The codec's error inside serde (serde needs its own error type); it
-/// becomes `Error::Codec` at the API.
+/// becomes `Error::Codec` at the API. Boxed: one word, so that the
+/// decoder's many small results (`Result<u64, CodecError>`, …) come back
+/// in registers on the path every value takes, not through memory.
 #[derive(Debug)]
-pub(crate) struct CodecError(pub(crate) String);
+#[allow(clippy::box_collection)] // One word, not three: the point.
+pub(crate) struct CodecError(pub(crate) Box<String>);
+
+impl CodecError {
+    #[cold]
+    pub(crate) fn new(why: impl Into<String>) -> CodecError {
+        CodecError(Box::new(why.into()))
+    }
+}
 
 impl std::fmt::Display for CodecError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -128,19 +138,19 @@ impl std::error::Error for CodecError {}
 
 impl serde::ser::Error for CodecError {
     fn custom<M: std::fmt::Display>(msg: M) -> Self {
-        CodecError(msg.to_string())
+        CodecError::new(msg.to_string())
     }
 }
 
 impl serde::de::Error for CodecError {
     fn custom<M: std::fmt::Display>(msg: M) -> Self {
-        CodecError(msg.to_string())
+        CodecError::new(msg.to_string())
     }
 }
 
 impl From<CodecError> for Error {
     fn from(e: CodecError) -> Self {
-        Error::Codec(e.0)
+        Error::Codec(*e.0)
     }
 }
 
