@@ -443,6 +443,12 @@ impl IncomingCall {
     /// with the channel); past a bound of waiting replies, the team takes
     /// no more calls from that caller until it reads.
     pub fn reply_raw(mut self, response: &[u8]) -> Result<()> {
+        self.reply_now(response)
+    }
+
+    /// [`IncomingCall::reply_raw`] in place: the call is answered (dropping
+    /// it afterwards sends nothing more).
+    fn reply_now(&mut self, response: &[u8]) -> Result<()> {
         if let Some((once, key)) = self.once.take() {
             once.finish(key, response);
         }
@@ -877,7 +883,8 @@ impl Drop for Serving {
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
 fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: IncomingCall, place: Place) {
-    let Some((call, mut work, t)) = start(team, handler, call) else { return };
+    let mut call = call;
+    let Some((mut work, t)) = start(team, handler, &mut call) else { return };
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
     let mut cx = std::task::Context::from_waker(Waker::noop());
@@ -900,11 +907,13 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: Inco
 
 /// Starts a call's handler. `None` if the call is answered already: a
 /// flush, or a call whose deadline passed while it waited in the queue.
+/// The call stays where it is (it is large: moving it in and out again
+/// costs two copies per call).
 fn start<D: Dispatch>(
     team: &Arc<TeamInner>,
     handler: &Arc<D>,
-    mut call: IncomingCall,
-) -> Option<(IncomingCall, Work, Option<Instant>)> {
+    call: &mut IncomingCall,
+) -> Option<(Work, Option<Instant>)> {
     // A link end among the arguments becomes this team's (`docs/LINK.md`).
     crate::link::received_by(team);
     let answered = if call.method == envelope::FLUSH {
@@ -915,7 +924,7 @@ fn start<D: Dispatch>(
         None
     };
     if let Some(response) = answered {
-        let _ = call.reply_raw(&response);
+        let _ = call.reply_now(&response);
         return None;
     }
     let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);
@@ -923,7 +932,7 @@ fn start<D: Dispatch>(
     // is made: their request goes then.
     let args = call.take_request();
     let work: Work = CatchUnwind(AssertUnwindSafe(handler.clone().dispatch(call.method, args)));
-    Some((call, work, t))
+    Some((work, t))
 }
 
 type Work = CatchUnwind<dyn Future<Output = Response> + Send>;
@@ -937,7 +946,8 @@ fn handler_response(r: std::thread::Result<Response>) -> Response {
 
 /// Runs one call to the end in its own task.
 async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, call: IncomingCall) {
-    if let Some((call, work, t)) = start(&team, &handler, call) {
+    let mut call = call;
+    if let Some((work, t)) = start(&team, &handler, &mut call) {
         finish_call(team, call, work, t).await
     }
 }
