@@ -255,15 +255,21 @@ impl Peer {
         fcntl_setfd(&child_sock, FdFlags::empty())?;
         let child_stdout = io::stderr().as_fd().try_clone_to_owned()?;
 
+        // `$FERRY_BENCH_CHILD_EXE`: the child is that build of `ferry`, not
+        // this one (a mixed A/B: which side of a case a change slowed).
+        let exe = match std::env::var_os("FERRY_BENCH_CHILD_EXE") {
+            Some(exe) => exe.into(),
+            None => std::env::current_exe()?,
+        };
         // `$FERRY_BENCH_CHILD_NETNS`: the child runs in that network namespace
         // (`ip netns exec` execs it: the pid is the child's).
         let mut cmd = match std::env::var("FERRY_BENCH_CHILD_NETNS") {
             Ok(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", &ns]).arg(std::env::current_exe()?);
+                c.args(["netns", "exec", &ns]).arg(exe);
                 c
             }
-            Err(_) => Command::new(std::env::current_exe()?),
+            Err(_) => Command::new(exe),
         };
         cmd.env(env::CHILD, case.name)
             .env(env::SHM_FD, shm.fd().as_raw_fd().to_string())
