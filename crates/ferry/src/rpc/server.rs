@@ -882,8 +882,7 @@ impl Drop for Serving {
 /// Implicit receipt without paying for a task when none is needed: the
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
-fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, call: IncomingCall, place: Place) {
-    let mut call = call;
+fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, mut call: IncomingCall, place: Place) {
     let Some((mut work, t)) = start(team, handler, &mut call) else { return };
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
@@ -945,8 +944,7 @@ fn handler_response(r: std::thread::Result<Response>) -> Response {
 }
 
 /// Runs one call to the end in its own task.
-async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, call: IncomingCall) {
-    let mut call = call;
+async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: IncomingCall) {
     if let Some((work, t)) = start(&team, &handler, &mut call) {
         finish_call(team, call, work, t).await
     }
