@@ -26,7 +26,7 @@ use std::cell::RefCell;
 use std::io::Write;
 
 #[derive(Default)]
-struct S { last_push: bool, last: u64, last_pop: u64, a: Vec<u32>, b: Vec<u32>, m: [Vec<u32>; 8] }
+struct S { last_push: bool, last: u64, a: Vec<u32>, b: Vec<u32>, m: [Vec<u32>; 8] }
 
 thread_local! { static ST: RefCell<S> = RefCell::new(S::default()); }
 
@@ -41,8 +41,9 @@ pub fn mark(i: usize) {
     let t = now();
     ST.with(|s| {
         let mut s = s.borrow_mut();
-        if s.last_pop != 0 && !s.last_push {
-            let d = (t - s.last_pop).min(u32::MAX as u64) as u32;
+        // (Since the last pop: the thread's last event, if it was one.)
+        if s.last != 0 && !s.last_push {
+            let d = (t - s.last).min(u32::MAX as u64) as u32;
             s.m[i].push(d);
         }
     });
@@ -59,9 +60,6 @@ pub fn event(push: bool) {
         }
         s.last = t;
         s.last_push = push;
-        if !push {
-            s.last_pop = t;
-        }
         if s.a.len() + s.b.len() >= 100_000 {
             let med = |v: &mut Vec<u32>| {
                 let mut v = std::mem::take(v);
