@@ -10,15 +10,29 @@ are what it gives.
     (cd /tmp/wt-old && CARGO_TARGET_DIR=/tmp/t-old cargo build --release -p ferry-cli)
     rm -f /tmp/ferry-stage-marks.log; /tmp/t-old/release/ferry bench rpc --passes 1 --only ferry.shm.arg4
     scripts/stage-marks.py show        # one line per thread that pushed and popped
+    scripts/stage-marks.py pairs /tmp/t-old/release/ferry /tmp/t-new/release/ferry 8
 
 Marks: the ring's push (after the stamp) and pop (a stamp seen); on the
 server, in cycles since the thread's last pop: 2 the endpoint's direct
-taker, 3 `start` before `dispatch`, 4/5 the arguments' decode, 6 the
-handler's first poll, 0/1 the bench's handler, 7 before `respond`. Each
-process appends, per 100,000 events, the medians of pop→push (the
-server's path, or the client's between calls), push→pop and the marks.
-The patch finds its places by text: if the code moved, it says which.
+taker, 3 `start` before `dispatch`, 4/5 the arguments' decode, 8/9 the
+codec's part of it, 6 the handler's first poll, 0/1 the bench's handler,
+7 before `respond`. Every thread also times its waiting loop's turns
+(`Idle::step` to `Idle::step`) and, when the progress loop's look found a
+channel with work, the cycles from that look to the pop. Each process
+appends, per 100,000 events, the medians of pop→push (the server's path,
+or the client's between calls), push→pop, the turn, look→pop and the
+marks. The patch finds its places by text: if the code moved, it says
+which. (This guest's TSC reads move in steps of ~24.5 cycles.)
+
+`pairs` runs the two marked builds in turn, ROUNDS times each, and gives
+per pair new / old of the server's path, the client's, the round trip
+and the transit (the client's push→pop less the server's path: both
+ways' time in the rings and the waiting loops), then the stages'
+differences: pairs see the same machine speed, whole sittings do not.
 """
+import os
+import statistics
+import subprocess
 import sys
 
 PROBE = r'''//! TEMPORARY (scripts/stage-marks.py): TSC marks of ring pushes and pops.
@@ -26,7 +40,10 @@ use std::cell::RefCell;
 use std::io::Write;
 
 #[derive(Default)]
-struct S { last_push: bool, last: u64, a: Vec<u32>, b: Vec<u32>, m: [Vec<u32>; 8] }
+struct S {
+    last_push: bool, last: u64, a: Vec<u32>, b: Vec<u32>, m: [Vec<u32>; 10],
+    tick: u64, ticks: Vec<u32>, seen: u64, seen_to_pop: Vec<u32>,
+}
 
 thread_local! { static ST: RefCell<S> = RefCell::new(S::default()); }
 
@@ -54,6 +71,11 @@ pub fn event(push: bool) {
     let t = now();
     ST.with(|s| {
         let mut s = s.borrow_mut();
+        if !push && s.seen != 0 && t - s.seen < 20_000 {
+            let d = (t - s.seen) as u32;
+            s.seen_to_pop.push(d);
+        }
+        s.seen = 0;
         if s.last != 0 && s.last_push != push {
             let d = (t - s.last).min(u32::MAX as u64) as u32;
             if push { s.a.push(d) } else { s.b.push(d) }
@@ -68,12 +90,38 @@ pub fn event(push: bool) {
             };
             let (a, b) = (med(&mut s.a), med(&mut s.b));
             let marks: Vec<u32> = s.m.iter_mut().map(med).collect();
-            let line = format!("{} {:?} popToPush {a} pushToPop {b} marks {marks:?}\n", std::process::id(), std::thread::current().id());
+            let (tick, seen) = (med(&mut s.ticks), med(&mut s.seen_to_pop));
+            let line = format!(
+                "{} {:?} popToPush {a} pushToPop {b} turn {tick} seenToPop {seen} marks {marks:?}\n",
+                std::process::id(),
+                std::thread::current().id()
+            );
             if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open("/tmp/ferry-stage-marks.log") {
                 let _ = f.write_all(line.as_bytes());
             }
         }
     });
+}
+
+/// A turn of a waiting loop (`Idle::step`): cycles since the last turn.
+#[inline(never)]
+pub fn tick() {
+    let t = now();
+    ST.with(|s| {
+        let mut s = s.borrow_mut();
+        let d = t.wrapping_sub(s.tick);
+        if d < 20_000 {
+            s.ticks.push(d as u32);
+        }
+        s.tick = t;
+    });
+}
+
+/// The progress loop found a channel with work (its look said so).
+#[inline(never)]
+pub fn seen() {
+    let t = now();
+    ST.with(|s| s.borrow_mut().seen = t);
 }
 '''
 
@@ -87,6 +135,19 @@ def edit(path, pairs):
             sys.exit(f"{path}: the text to mark is not there once (the code moved): {old!r}")
         s = s.replace(old, new)
     open(path, "w").write(s)
+
+
+def edit_either(path, choices, optional=False):
+    """The first of `choices` (old, new) whose text is there once (the
+    code differs between the builds compared); whether one was."""
+    s = open(path).read()
+    for old, new in choices:
+        if s.count(old) == 1:
+            open(path, "w").write(s.replace(old, new))
+            return True
+    if optional:
+        return False
+    sys.exit(f"{path}: none of the texts to mark is there once (the code moved): {choices[0][0]!r}")
 
 
 def patch(w):
@@ -111,7 +172,28 @@ def patch(w):
         (poll, poll.replace("    match", f"    {MARK}(6);\n    match")),
         (handled, handled + f"            {MARK}(7);\n"),
     ])
+    # The codec alone (8, 9): in `Args::decode` (the head), in
+    # `__private::decode` (3e198b0).
+    inline = "            Payload::Inline { len, bytes } => codec::decode(bytes[..*len as usize].get(self.at..).unwrap_or_default()),"
+    in_args = edit_either(f"{src}/rpc/server.rs", [(inline, inline.replace(
+        "codec::decode(bytes[..*len as usize].get(self.at..).unwrap_or_default()),",
+        f"{{\n                let b = bytes[..*len as usize].get(self.at..).unwrap_or_default();\n"
+        f"                {MARK}(8);\n                let r = codec::decode(b);\n                {MARK}(9);\n"
+        f"                r\n            }}"))], optional=True)
+    # A waiting loop's turn, and the progress loop's look that found work.
+    step = "    pub fn step(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool)) {\n"
+    edit(f"{src}/runtime/idle.rs", [(step, step + "        crate::transport::shm::stage_marks::tick();\n")])
+    seen = "crate::transport::shm::stage_marks::seen();\n"
+    busy = "    fn progress_busy(&self, ch: &Arc<Channel>) -> bool {\n"
+    look = "            if !ch.needs_attention() {\n                continue;\n            }\n"
+    edit_either(f"{src}/runtime/dispatch.rs", [(busy, busy + "        " + seen), (look, look + "            " + seen)])
     s = open(f"{src}/rpc/mod.rs").read()
+    old_codec = "        crate::wire::codec::decode(args).map_err(|e| {"
+    if s.count(old_codec) == 1:
+        s = s.replace(old_codec, f"        {MARK}(8);\n        let r0 = crate::wire::codec::decode(args);\n"
+                      f"        {MARK}(9);\n        r0.map_err(|e| {{")
+    elif not in_args:
+        sys.exit("rpc: no codec call to mark (the code moved)")
     i = s.find("    pub fn decode<A: DeserializeOwned>(args")
     if i < 0:
         sys.exit("rpc/mod.rs: no __private::decode (the code moved)")
@@ -128,13 +210,58 @@ def patch(w):
 
 
 def show():
-    names = ["handler in", "handler out", "taker", "start", "decode in", "decode out", "first poll", "respond"]
-    order = [2, 3, 4, 5, 6, 0, 1, 7]
-    for line in open("/tmp/ferry-stage-marks.log"):
+    names = ["handler in", "handler out", "taker", "start", "decode in", "decode out", "first poll", "respond",
+             "codec in", "codec out"]
+    order = [2, 3, 4, 8, 9, 5, 6, 0, 1, 7]
+    for line in open(LOG):
         f = line.split()
         marks = [int(x) for x in line.split("marks [")[1].rstrip("]\n").split(", ")]
         stages = ", ".join(f"{names[i]} {marks[i]}" for i in order if marks[i])
-        print(f"pid {f[0]} {f[1]}: pop→push {f[3]}, push→pop {f[5]}" + (f"; from the pop: {stages}" if stages else ""))
+        print(f"pid {f[0]} {f[1]}: pop→push {f[3]}, push→pop {f[5]}, a waiting turn {f[7]}, seen→pop {f[9]}"
+              + (f"; from the pop: {stages}" if stages else ""))
+
+
+def run_marked(binary, case):
+    """One marked run: the server's and the client's medians."""
+    try:
+        os.remove(LOG)
+    except FileNotFoundError:
+        pass
+    subprocess.run([binary, "bench", "rpc", "--passes", "1", "--only", case], capture_output=True, check=True)
+    server, client = [], []
+    for line in open(LOG):
+        f = line.split()
+        marks = [int(x) for x in line.split("marks [")[1].rstrip("]\n").split(", ")]
+        (server if marks[2] else client).append((int(f[3]), int(f[5]), marks))
+    med = statistics.median
+    srv, cli = med(x[0] for x in server), med(x[0] for x in client)
+    cli_wait = med(x[1] for x in client)
+    stages = [med(x[2][i] for x in server) for i in STAGES]
+    return {"server": srv, "client": cli, "round trip": cli + cli_wait, "transit": cli_wait - srv, "stages": stages}
+
+
+# The server's marks in the order they come (see the module's text).
+STAGES = [2, 3, 4, 8, 9, 5, 6, 0, 1, 7]
+LOG = "/tmp/ferry-stage-marks.log"
+
+
+def pairs(old, new, rounds, case="ferry.shm.arg4"):
+    keys = ["server", "client", "round trip", "transit"]
+    runs = []
+    for i in range(rounds):
+        a = run_marked(old, case) if i % 2 == 0 else None
+        b = run_marked(new, case)
+        a = a or run_marked(old, case)
+        runs.append((a, b))
+        print("  ".join(f"{k} {a[k]:.0f}/{b[k]:.0f}" for k in keys), flush=True)
+    print("new / old, median over pairs:",
+          ", ".join(f"{k} {statistics.median(b[k] / a[k] for a, b in runs):.3f}" for k in keys))
+    names = {2: "taker", 3: "start", 4: "decode in", 8: "codec in", 9: "codec out", 5: "decode out",
+             6: "first poll", 0: "handler in", 1: "handler out", 7: "respond"}
+    for j, mark in enumerate(STAGES):
+        d = [(b["stages"][j] - (b["stages"][j - 1] if j else 0)) - (a["stages"][j] - (a["stages"][j - 1] if j else 0))
+             for a, b in runs]
+        print(f"  → {names[mark]}: new − old {statistics.median(d):+.0f} cycles")
 
 
 if __name__ == "__main__":
@@ -142,5 +269,7 @@ if __name__ == "__main__":
         patch(sys.argv[2])
     elif len(sys.argv) == 2 and sys.argv[1] == "show":
         show()
+    elif len(sys.argv) == 5 and sys.argv[1] == "pairs":
+        pairs(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         sys.exit(__doc__)
