@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Where a small call's server time goes, in TSC cycles, stage by stage:
+"""Where a small call's time goes, in TSC cycles stage by stage (`patch`,
+`show`, `pairs`) and by the calls' lengths (`each`, `tails`). `patch`
 patches a *worktree* of ferry (never `main`) with `rdtsc` marks, so that
 two builds (an old one and the head) can be compared stage by stage with
 `ferry bench rpc --only ferry.shm.arg4`, as docs/PERFORMANCE.md's
@@ -23,6 +24,16 @@ appends, per 100,000 events, the medians of pop→push (the server's path,
 or the client's between calls), push→pop, the turn, look→pop and the
 marks. The patch finds its places by text: if the code moved, it says
 which. (This guest's TSC reads move in steps of ~24.5 cycles.)
+
+`each WORKTREE` adds two cases to a worktree's `bench rpc` instead (no
+marks): `ferry.shm.arg4.each` and `ferry.shm.null.each`, calls timed one
+by one (their median is the per-call p50, as `ferry.shm.null`'s); `tails
+OLD_BIN NEW_BIN RUNS` runs two such builds in turn and says where a
+call's mean goes, by the call's length:
+
+    scripts/stage-marks.py each /tmp/wt-old && scripts/stage-marks.py each /tmp/wt-new   # then build each
+    scripts/ab-pairs.py /tmp/t-old/release/ferry /tmp/t-new/release/ferry rpc ferry.shm.arg4.each 40
+    scripts/stage-marks.py tails /tmp/t-old/release/ferry /tmp/t-new/release/ferry 8
 
 `pairs` runs the two marked builds in turn, ROUNDS times each, and gives
 per pair new / old of the server's path, the client's, the round trip
@@ -264,6 +275,104 @@ def pairs(old, new, rounds, case="ferry.shm.arg4"):
         print(f"  → {names[mark]}: new − old {statistics.median(d):+.0f} cycles")
 
 
+EACH = r"""
+/// TEMPORARY (scripts/stage-marks.py each): `call` timed call by call;
+/// the samples also go to `$FERRY_EXP_SAMPLES` if it is set.
+fn client_each(peer: &Peer, p: &Params, call: impl Fn(&BenchClient)) -> Vec<f64> {
+    let _dir = RemoveDir(run_dir(&peer.run_id));
+    let team = team(&peer.run_id, Mode::Spin, 0);
+    let c = bind(&team);
+    for _ in 0..p.warmup * p.iters / 4 {
+        call(&c);
+    }
+    let mut samples = Vec::with_capacity(p.iters);
+    let mut last = std::time::Instant::now();
+    for _ in 0..p.iters {
+        call(&c);
+        let now = std::time::Instant::now();
+        samples.push((now - last).as_nanos() as f64);
+        last = now;
+    }
+    c.stop_blocking().unwrap();
+    drop(c);
+    team.shutdown();
+    if let Ok(path) = std::env::var("FERRY_EXP_SAMPLES") {
+        let text: String = samples.iter().map(|s| format!("{s}\n")).collect();
+        std::fs::write(path, text).unwrap();
+    }
+    samples
+}
+
+fn each_child(ctx: &ChildCtx) {
+    serve(ctx, Mode::Spin, false)
+}
+
+fn arg4_each(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    client_each(peer, p, arg_call(4))
+}
+
+fn null_each_exp(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    client_each(peer, p, null_call)
+}
+"""
+
+
+def each(w):
+    """Adds `ferry.shm.arg4.each` and `ferry.shm.null.each` to a worktree's
+    `bench rpc`: spinning calls timed one by one (the head's and
+    3e198b0's bench alike)."""
+    path = f"{w}/crates/ferry-bench/src/ferry_rpc.rs"
+    s = open(path).read()
+    if "Case::new(" in s:
+        cases = ('        Case::new("ferry.shm.arg4.each", arg4_each, each_child),\n'
+                 '        Case::new("ferry.shm.null.each", null_each_exp, each_child),\n')
+    else:
+        cases = ('        Case { name: "ferry.shm.arg4.each", parent: arg4_each, child: each_child },\n'
+                 '        Case { name: "ferry.shm.null.each", parent: null_each_exp, child: each_child },\n')
+    start = "pub fn cases() -> Vec<Case> {\n    vec![\n"
+    if s.count(start) != 1:
+        sys.exit(f"{path}: no list of cases (the code moved)")
+    open(path, "w").write(s.replace(start, start + cases) + EACH)
+    print(f"{w}: ferry.shm.arg4.each and ferry.shm.null.each added")
+
+
+# Where a call's time goes by its length (ns): the bounds of `tails`' rows.
+BOUNDS = [0, 2_000, 3_000, 20_000, 50_000, 100_000, float("inf")]
+
+
+def tails(old, new, runs, case="ferry.shm.arg4.each"):
+    """Both builds' per-call samples, runs taken in turn: each row gives
+    the share of calls of that length and the ns per call they add to the
+    mean, so that a gap in the mean shows whether it is in the typical
+    call or in slow ones."""
+    per = {}
+    for name, binary in (("old", old), ("new", new)):
+        per[name] = {"n": 0, "count": [0] * (len(BOUNDS) - 1), "sum": [0.0] * (len(BOUNDS) - 1), "medians": []}
+    for i in range(runs):
+        for name, binary in (("old", old), ("new", new)) if i % 2 == 0 else (("new", new), ("old", old)):
+            path = f"/tmp/ferry-each-{name}.txt"
+            env = dict(os.environ, FERRY_EXP_SAMPLES=path)
+            subprocess.run([binary, "bench", "rpc", "--passes", "1", "--iters", "100000", "--only", case],
+                           capture_output=True, check=True, env=env)
+            v = [float(x) for x in open(path)]
+            d = per[name]
+            d["n"] += len(v)
+            d["medians"].append(statistics.median(v))
+            for x in v:
+                k = next(k for k in range(len(BOUNDS) - 1) if x < BOUNDS[k + 1])
+                d["count"][k] += 1
+                d["sum"][k] += x
+    print("a call's length   old: calls, ns per call    new: calls, ns per call")
+    for k in range(len(BOUNDS) - 1):
+        o, w = per["old"], per["new"]
+        print(f"{BOUNDS[k] / 1000:>5.0f}–{BOUNDS[k + 1] / 1000:<6.0f}µs   "
+              f"{o['count'][k] / o['n'] * 100:7.3f} %, {o['sum'][k] / o['n']:7.1f}      "
+              f"{w['count'][k] / w['n'] * 100:7.3f} %, {w['sum'][k] / w['n']:7.1f}")
+    for name in ("old", "new"):
+        d = per[name]
+        print(f"{name}: mean {sum(d['sum']) / d['n']:.0f} ns, median of the runs' medians {statistics.median(d['medians']):.0f} ns")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "patch":
         patch(sys.argv[2])
@@ -271,5 +380,9 @@ if __name__ == "__main__":
         show()
     elif len(sys.argv) == 5 and sys.argv[1] == "pairs":
         pairs(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "each":
+        each(sys.argv[2])
+    elif len(sys.argv) == 5 and sys.argv[1] == "tails":
+        tails(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         sys.exit(__doc__)
