@@ -25,9 +25,11 @@ const LOST_LOOK: usize = 4;
 const LATE_LOOK: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How long a thread spins without finding work before it lets other
-/// threads of this CPU run at each look at the clock (`sched_yield`: when
-/// none waits, it returns at once). Longer than a quick call's round trip,
-/// so the common answer never waits behind it.
+/// threads of this CPU run (`sched_yield`), once a wait; it yields at each
+/// look at the clock only after a yield ran another thread (`CONTENDED`):
+/// a yield with nobody else to run costs a system call (~1 µs in a
+/// virtual machine), about a round trip. Longer than a quick call's round
+/// trip, so the common answer never waits behind it.
 const YIELD_AFTER: std::time::Duration = std::time::Duration::from_micros(4);
 
 /// How long an answer wait spins before it first looks at what its peer
@@ -43,7 +45,19 @@ const YIELD_RAN_ANOTHER: std::time::Duration = std::time::Duration::from_micros(
 fn yield_cpu() {
     let t = Instant::now();
     std::thread::yield_now();
-    CONTENDED.set(t.elapsed() >= YIELD_RAN_ANOTHER);
+    let contended = t.elapsed() >= YIELD_RAN_ANOTHER;
+    CONTENDED.set(contended);
+    #[cfg(test)]
+    YIELDS.with(|y| {
+        let (all, ran_another) = y.get();
+        y.set((all + 1, ran_another + u64::from(contended)));
+    });
+}
+
+#[cfg(test)]
+thread_local! {
+    /// This thread's yields, and those of them that ran another thread.
+    static YIELDS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 thread_local! {
@@ -84,6 +98,8 @@ pub(crate) struct Idle<'a> {
     /// Which of them a turn looks at (see `readiness`).
     sweep: Sweep,
     spin_started: Option<Instant>,
+    /// This spin yielded for its length already (see `YIELD_AFTER`).
+    yielded: bool,
     spins: u32,
     until: Option<Instant>,
     /// Never sleeps longer than this at once.
@@ -123,6 +139,7 @@ impl<'a> Idle<'a> {
             channels,
             sweep: Sweep::new(),
             spin_started: None,
+            yielded: false,
             spins: 0,
             until: None,
             park_at_most: None,
@@ -200,7 +217,10 @@ impl<'a> Idle<'a> {
             // Read the clock only every 64 spins: it costs as much as a few polls.
             // No PAUSE hint: on this hardware it costs ~40 ns, a good part of a
             // round trip, and the poll itself already paces the loop.
-            let started = *self.spin_started.get_or_insert_with(Instant::now);
+            let started = *self.spin_started.get_or_insert_with(|| {
+                self.yielded = false;
+                Instant::now()
+            });
             let share = team.cfg.share_cpu;
             if !self.spins.is_multiple_of(64) {
                 // A thread we just woke may be queued for this very CPU: let
@@ -212,8 +232,11 @@ impl<'a> Idle<'a> {
             }
             let spun = started.elapsed();
             if spun < spin && (spun < LOOK_AFTER || !self.peer_off_cpu()) {
-                // Whoever would send us work may wait for this CPU.
-                if share && (spun >= YIELD_AFTER || CONTENDED.get() || doorbell::woke_a_sleeper()) {
+                // Whoever would send us work may wait for this CPU: once a
+                // spin, then while yields show other threads want CPUs.
+                let long = spun >= YIELD_AFTER && !self.yielded;
+                if share && (long || CONTENDED.get() || doorbell::woke_a_sleeper()) {
+                    self.yielded |= long;
                     yield_cpu();
                 }
                 return;
@@ -757,6 +780,24 @@ mod tests {
     use super::*;
     use crate::runtime::Team;
     use std::time::Duration;
+
+    /// A long spin yields for its length once; it yields again only after
+    /// a yield ran another thread. It yielded at every look at the clock
+    /// (every few microseconds), and a `sched_yield` with nobody else to
+    /// run costs about a round trip in a virtual machine: 1,300-1,900
+    /// system calls in one `ferry bench rpc --only ferry.shm.arg4`.
+    #[test]
+    fn a_spin_yields_for_its_length_once_unless_others_want_the_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let team = Team::builder().runtime_dir(dir.path()).spin(Duration::from_secs(5)).start().unwrap();
+        let port = team.open_raw_port().unwrap();
+        YIELDS.set((0, 0));
+        // Nothing comes: the receive spins to its deadline (shorter than the spin).
+        assert!(port.recv_timeout(Duration::from_millis(30)).is_err());
+        let (all, ran_another) = YIELDS.get();
+        assert!(all >= 1, "a 30 ms spin did not yield once");
+        assert!(all <= 1 + ran_another, "{all} yields, {ran_another} of them ran another thread");
+    }
 
     /// A served frame's reply, corked by the thread that served it (a
     /// processor corks its TCP sends), leaves at the end of the pass that
