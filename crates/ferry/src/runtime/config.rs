@@ -237,8 +237,8 @@ impl TeamBuilder {
     /// do it). With it, a spinning thread that just woke a thread lets
     /// that thread have its CPU first (`sched_yield`: a system call, about
     /// a microsecond in a virtual machine even when nobody waits); one that
-    /// yielded to another thread, or has waited a few microseconds, yields
-    /// at each look at the clock; and a thread waiting for an answer
+    /// has waited a few microseconds yields once, and again at each look at
+    /// the clock while its yields run other threads; and a thread waiting for an answer
     /// from a team on this machine sleeps at once when that team has no
     /// thread on a CPU (its pollers do not turn, or it sleeps while CPUs
     /// are short). Off, threads spin their whole [`TeamBuilder::spin`]
