@@ -220,14 +220,23 @@ def patch(w):
     print(f"{w}: marked (build it with its own CARGO_TARGET_DIR)")
 
 
-def show():
-    names = ["handler in", "handler out", "taker", "start", "decode in", "decode out", "first poll", "respond",
-             "codec in", "codec out"]
-    order = [2, 3, 4, 8, 9, 5, 6, 0, 1, 7]
+LOG = "/tmp/ferry-stage-marks.log"
+# The server's marks in the order they come, and their names (see the module's text).
+STAGES = [2, 3, 4, 8, 9, 5, 6, 0, 1, 7]
+NAMES = {2: "taker", 3: "start", 4: "decode in", 8: "codec in", 9: "codec out", 5: "decode out",
+         6: "first poll", 0: "handler in", 1: "handler out", 7: "respond"}
+
+
+def read_log():
+    """The log's lines: the words before the marks, and the marks."""
     for line in open(LOG):
-        f = line.split()
         marks = [int(x) for x in line.split("marks [")[1].rstrip("]\n").split(", ")]
-        stages = ", ".join(f"{names[i]} {marks[i]}" for i in order if marks[i])
+        yield line.split(), marks
+
+
+def show():
+    for f, marks in read_log():
+        stages = ", ".join(f"{NAMES[i]} {marks[i]}" for i in STAGES if marks[i])
         print(f"pid {f[0]} {f[1]}: pop→push {f[3]}, push→pop {f[5]}, a waiting turn {f[7]}, seen→pop {f[9]}"
               + (f"; from the pop: {stages}" if stages else ""))
 
@@ -240,9 +249,7 @@ def run_marked(binary, case):
         pass
     subprocess.run([binary, "bench", "rpc", "--passes", "1", "--only", case], capture_output=True, check=True)
     server, client = [], []
-    for line in open(LOG):
-        f = line.split()
-        marks = [int(x) for x in line.split("marks [")[1].rstrip("]\n").split(", ")]
+    for f, marks in read_log():
         (server if marks[2] else client).append((int(f[3]), int(f[5]), marks))
     med = statistics.median
     srv, cli = med(x[0] for x in server), med(x[0] for x in client)
@@ -250,10 +257,6 @@ def run_marked(binary, case):
     stages = [med(x[2][i] for x in server) for i in STAGES]
     return {"server": srv, "client": cli, "round trip": cli + cli_wait, "transit": cli_wait - srv, "stages": stages}
 
-
-# The server's marks in the order they come (see the module's text).
-STAGES = [2, 3, 4, 8, 9, 5, 6, 0, 1, 7]
-LOG = "/tmp/ferry-stage-marks.log"
 
 
 def pairs(old, new, rounds, case="ferry.shm.arg4"):
@@ -267,12 +270,10 @@ def pairs(old, new, rounds, case="ferry.shm.arg4"):
         print("  ".join(f"{k} {a[k]:.0f}/{b[k]:.0f}" for k in keys), flush=True)
     print("new / old, median over pairs:",
           ", ".join(f"{k} {statistics.median(b[k] / a[k] for a, b in runs):.3f}" for k in keys))
-    names = {2: "taker", 3: "start", 4: "decode in", 8: "codec in", 9: "codec out", 5: "decode out",
-             6: "first poll", 0: "handler in", 1: "handler out", 7: "respond"}
     for j, mark in enumerate(STAGES):
         d = [(b["stages"][j] - (b["stages"][j - 1] if j else 0)) - (a["stages"][j] - (a["stages"][j - 1] if j else 0))
              for a, b in runs]
-        print(f"  → {names[mark]}: new − old {statistics.median(d):+.0f} cycles")
+        print(f"  → {NAMES[mark]}: new − old {statistics.median(d):+.0f} cycles")
 
 
 EACH = r"""

@@ -224,7 +224,7 @@ impl<'a> Idle<'a> {
             let share = team.cfg.share_cpu;
             if !self.spins.is_multiple_of(64) {
                 // A thread we just woke may be queued for this very CPU: let
-                // it run now (a yield that finds nobody returns at once).
+                // it run now.
                 if share && doorbell::woke_a_sleeper() {
                     yield_cpu();
                 }
