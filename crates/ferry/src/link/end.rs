@@ -5,7 +5,7 @@ use super::bytes::LinkBytes;
 use super::route::{self, Control, Effect, Hop, Router, Way};
 use super::stream::{Broken, Stream};
 use super::table::Links;
-use super::wire::{Answer, Body, Carried, Data, Frame, Queued, What};
+use super::wire::{self, Answer, Body, Carried, Data, Frame, Queued, What};
 use super::{LinkId, Side, Window};
 use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::TeamId;
@@ -76,6 +76,15 @@ struct State {
     /// Where frames are encoded before they are posted (kept: no
     /// allocation per frame).
     scratch: Vec<u8>,
+    /// The head of this end's frames to the outward router it was made
+    /// for (numbered 0): most frames' head, copied rather than encoded.
+    head: Option<(Hop, [u8; wire::HEAD])>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Messages this thread's blocked receive took at once (`End::catch_message`).
+    pub(crate) static CAUGHT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Most bytes of the encoding buffer an end keeps between frames.
@@ -153,6 +162,7 @@ impl End {
             retired: false,
             sender: None,
             scratch: Vec::new(),
+            head: None,
         };
         let hop = state.router.hop();
         Arc::new(End { id, hop, team, links, state: Mutex::new(state), receivable: AtomicBool::new(false) })
@@ -189,12 +199,22 @@ impl End {
     /// with this end's acknowledgement (under the state's lock: frames
     /// leave in order).
     fn post(&self, s: &mut State, seq: u64, body: Body<'_>) -> Result<()> {
-        let m = s.router.send(seq);
-        let route::Body::Data { toward, .. } = m.body else { unreachable!("a terminal's frame is data") };
+        let to = s.router.outward();
+        let mut head = match s.head {
+            Some((hop, head)) if hop == to => head,
+            _ => {
+                let m = s.router.send(());
+                let route::Body::Data { toward, .. } = m.body else { unreachable!("a terminal's frame is data") };
+                let head = wire::head(self.id, (to.side, to.epoch), (m.from.side, m.from.epoch), Some(toward), 0);
+                s.head = Some((to, head));
+                head
+            }
+        };
+        wire::number(&mut head, seq);
         let ack = s.stream.ack();
-        self.send(s, m.to.team, |out| {
+        self.send(s, to.team, |out| {
             // The frame's head, then its data: encoded once, in place.
-            self.frame(m.from, m.to, What::Data { toward, seq, data: &[] }).encode_into(out);
+            out.extend_from_slice(&head);
             Data { ack, body }.encode_into(out);
         })
     }
@@ -489,8 +509,10 @@ impl End {
     /// `runtime::direct_receive`): taken here if it is for this router
     /// while it is a terminal of its own (what the handler's table finds
     /// for it then: this end is registered until it moves or closes), so
-    /// without the handler's lookups; else `false`, for the handler.
-    pub(super) fn take_own(&self, kind: u8, from: TeamId, bytes: &[u8]) -> bool {
+    /// without the handler's lookups; else `false`, for the handler. The
+    /// other end's next message, due now with nothing queued before it,
+    /// goes straight to `caught` (see `catch_message`).
+    fn take_own(&self, kind: u8, from: TeamId, bytes: &[u8], caught: &mut Option<Arrived>) -> bool {
         if kind != super::wire::FRAME {
             return false;
         }
@@ -502,7 +524,52 @@ impl End {
         if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
             return false;
         }
-        self.arrive_locked(&mut s, from, f);
+        if !self.catch_message(&mut s, from, &f, caught) {
+            self.arrive_locked(&mut s, from, f);
+        }
+        true
+    }
+
+    /// The common case of `arrive_locked` → `deliver` → `take` →
+    /// `poll_recv`, in one step, for a blocked receiver: the other end's
+    /// next message, due now (in order, none early) with nothing queued
+    /// before it, goes to `caught` as it is taken — no queue, no second
+    /// lock. `false`, and nothing changed, for any other frame, and for
+    /// one that breaks the protocol: the general path takes it (and says
+    /// what is wrong with it).
+    fn catch_message(&self, s: &mut State, from: TeamId, f: &Frame<'_>, caught: &mut Option<Arrived>) -> bool {
+        let What::Data { toward, seq, data } = f.what else { return false };
+        let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
+        if !s.queue.is_empty()
+            || s.ended.is_some()
+            || s.retired
+            || !matches!(s.router.way(from, toward), Ok(Way::Deliver))
+        {
+            return false;
+        }
+        let Ok(Data { ack, body: Body::Message { checkpoint, call, bytes } }) = Data::decode(data) else {
+            return false;
+        };
+        // An `OnReceipt` message's answer goes first; an `OnDelivery` one's
+        // is its acknowledgement (both the general path's).
+        if matches!(checkpoint, Checkpoint::OnReceipt | Checkpoint::OnDelivery) {
+            return false;
+        }
+        let Some(ack_now) = s.stream.take_at_once(seq, ack, bytes.len(), s.peer_waits) else { return false };
+        (s.probed, s.peer_waits) = (false, false);
+        if !s.senders.is_empty() {
+            s.senders.drain(..).for_each(Waker::wake);
+        }
+        if checkpoint == Checkpoint::OnReturn {
+            s.unanswered.insert(call);
+        }
+        super::received_by(&self.team);
+        if ack_now {
+            self.post_control(s, Body::Credit);
+        }
+        *caught = Some(Arrived { checkpoint, call, bytes: LinkBytes::from_slice(bytes) });
+        #[cfg(test)]
+        CAUGHT.set(CAUGHT.get() + 1);
         true
     }
 
@@ -860,14 +927,19 @@ impl Link {
             let got = idle::wait_catching(
                 team,
                 |cx| self.end.poll_recv(cx),
-                |ch| match team
-                    .serve_direct(ch, &super::KINDS, &mut |kind, from, bytes| self.end.take_own(kind, from, bytes))
-                {
-                    true => match self.end.poll_recv(None) {
-                        Poll::Ready(m) => Some(m),
-                        Poll::Pending => None,
-                    },
-                    false => None,
+                |ch| {
+                    let mut caught = None;
+                    let mut mine = |kind, from, bytes: &[u8]| self.end.take_own(kind, from, bytes, &mut caught);
+                    if !team.serve_direct(ch, &super::KINDS, &mut mine) {
+                        return None;
+                    }
+                    match caught {
+                        Some(m) => Some(Ok(m)),
+                        None => match self.end.poll_recv(None) {
+                            Poll::Ready(m) => Some(m),
+                            Poll::Pending => None,
+                        },
+                    }
                 },
                 None,
             );

@@ -1,7 +1,7 @@
 #![doc = include_str!("../../../../docs/LINK.md")]
 
 mod bytes;
-mod end;
+pub(crate) mod end;
 pub(crate) mod route;
 #[cfg(all(test, not(loom)))]
 mod route_model;

@@ -117,6 +117,34 @@ impl Stream {
         Ok(false)
     }
 
+    /// The common case of [`Stream::arrive`], [`Stream::took_ack`],
+    /// [`Stream::received`] and [`Stream::consumed`] in one step, for a
+    /// message its receiver takes at once: taken if the frame `seq` is
+    /// the one due with none early (so that nothing comes due after it),
+    /// `ack` is one those would take and a message of `len` bytes is
+    /// within the window; then whether to acknowledge now (see
+    /// `consumed`). `None`, and nothing changed, otherwise: the caller
+    /// takes the frame step by step, which says what is wrong with it.
+    pub fn take_at_once(&mut self, seq: u64, ack: Count, len: usize, peer_waits: bool) -> Option<bool> {
+        let fits = seq == self.next_in
+            && self.early.is_empty()
+            && ack.messages >= self.granted.messages
+            && ack.bytes >= self.granted.bytes
+            && ack.messages <= self.sent.messages
+            && ack.bytes <= self.sent.bytes
+            && len as u64 <= self.window_in.largest
+            && self.window_in.messages >= 1
+            && self.received == self.consumed;
+        if !fits {
+            return None;
+        }
+        self.next_in += 1;
+        self.granted = ack;
+        let got = Count { messages: self.received.messages + 1, bytes: self.received.bytes + len as u64 };
+        (self.received, self.consumed) = (got, got);
+        Some(peer_waits || self.owes_half())
+    }
+
     /// Its numbers, in words (`Team::link_diagnostics`).
     pub fn describe(&self) -> String {
         let early: Vec<u64> = self.early.keys().copied().take(4).collect();

@@ -149,22 +149,12 @@ impl Frame<'_> {
     /// with empty `data` followed by [`Data::encode_into`] is the frame
     /// with that data, encoded once).
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        let seq = match self.what {
-            What::Data { seq, .. } => seq,
-            What::Control(_) => 0,
+        let (seq, class) = match self.what {
+            What::Data { toward, seq, .. } => (seq, Some(toward)),
+            What::Control(_) => (0, None),
         };
         // The head in one piece (one copy into `out`).
-        let mut head = [0u8; HEAD];
-        head[..Route::LEN].copy_from_slice(&Route { id: self.link.0, seq }.encode());
-        for (at, (side, epoch)) in [(Route::LEN, self.to), (Route::LEN + 5, self.from)] {
-            head[at] = side as u8;
-            head[at + 1..at + 5].copy_from_slice(&epoch.to_le_bytes());
-        }
-        head[HEAD - 1] = match &self.what {
-            What::Data { toward, .. } => 1 + *toward as u8,
-            What::Control(_) => 0,
-        };
-        out.extend_from_slice(&head);
+        out.extend_from_slice(&head(self.link, self.to, self.from, class, seq));
         match &self.what {
             What::Data { data, .. } => out.extend_from_slice(data),
             What::Control(c) => encode_control(c, out),
@@ -187,6 +177,25 @@ impl Frame<'_> {
         };
         Ok(Frame { link: LinkId(route.id), to, from, what })
     }
+}
+
+/// A frame's head: its route (the link and `seq`), the router it goes to
+/// and the one it comes from, its class (a data frame's: the side it goes
+/// toward; a routers' message: none).
+pub(crate) fn head(link: LinkId, to: (Side, u32), from: (Side, u32), class: Option<Side>, seq: u64) -> [u8; HEAD] {
+    let mut head = [0u8; HEAD];
+    head[..Route::LEN].copy_from_slice(&Route { id: link.0, seq }.encode());
+    for (at, (side, epoch)) in [(Route::LEN, to), (Route::LEN + 5, from)] {
+        head[at] = side as u8;
+        head[at + 1..at + 5].copy_from_slice(&epoch.to_le_bytes());
+    }
+    head[HEAD - 1] = class.map_or(0, |toward| 1 + toward as u8);
+    head
+}
+
+/// Sets the number in a data frame's `head`.
+pub(crate) fn number(head: &mut [u8; HEAD], seq: u64) {
+    head[16..Route::LEN].copy_from_slice(&seq.to_le_bytes());
 }
 
 /// A router's 15 bytes: node u16, team u32, incarnation u32, side u8, epoch u32.

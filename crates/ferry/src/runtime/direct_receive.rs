@@ -359,15 +359,18 @@ mod tests {
         let (here, there) = links(&a, &b, 1).remove(0);
         // (60 messages in all: within the link's window, 64, as `here`'s
         // thread never takes the credit `there` sends back.)
-        let (before, own_before) = (super::DIRECT.get(), super::OWN.get());
+        let caught = || crate::link::end::CAUGHT.get();
+        let (before, own_before, caught_before) = (super::DIRECT.get(), super::OWN.get(), caught());
         for i in 0..30u8 {
             here.send_bytes(&[i], Checkpoint::Immediate).unwrap();
             assert_eq!(there.recv_bytes_blocking().unwrap().value, [i]);
         }
         let (direct, own) = (super::DIRECT.get() - before, super::OWN.get() - own_before);
         assert!(direct >= 25, "{direct} of 30 taken directly");
-        // By the end itself, without the links' handler.
+        // By the end itself, without the links' handler, and each handed
+        // to the receive as it was taken (no queue).
         assert_eq!(own, direct);
+        assert_eq!(caught() - caught_before, own);
         for i in 0..30u8 {
             here.send_bytes(&[i], Checkpoint::Immediate).unwrap();
         }
