@@ -924,7 +924,7 @@ impl Link {
             // A link frame at the head of a channel goes straight to its
             // end (see `runtime::direct_receive`).
             let team = &self.end.team;
-            let got = idle::wait_catching(
+            let m = idle::wait_catching_in_sweep(
                 team,
                 |cx| self.end.poll_recv(cx),
                 |ch| {
@@ -941,9 +941,7 @@ impl Link {
                         },
                     }
                 },
-                None,
             );
-            let Some(m) = got else { unreachable!("a wait with no deadline ends only when ready") };
             return Ok(self.message(m?));
         }
         idle::block_on(&self.end.team, self.recv_bytes())

@@ -410,6 +410,28 @@ mod tests {
         assert_eq!(super::OWN.get() - own_before, 1);
     }
 
+    /// A turn's sweep offers a waiting thread's catch each channel's head
+    /// frame before it drains the channel (`Sweep::progress`): a frame
+    /// that came during the turn still goes the catch's way.
+    #[test]
+    fn a_sweep_offers_the_head_frame_to_a_waiting_catch_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = teams(dir.path());
+        let (here, there) = links(&a, &b, 1).remove(0);
+        here.send_bytes(b"x", Checkpoint::Immediate).unwrap();
+        let team = &b.inner;
+        let channels = team.channels.snapshot();
+        let (mut offered, before) = (0, super::DIRECT.get());
+        let mut catch = |ch: &std::sync::Arc<super::Channel>| {
+            offered += 1;
+            // Declined by the taker: the links' handler queues it at its end.
+            team.serve_direct(ch, &crate::link::KINDS, &mut |_, _, _| false)
+        };
+        assert!(crate::runtime::readiness::Sweep::new().progress(team, &channels, Some(&mut catch)));
+        assert_eq!((offered, super::DIRECT.get() - before), (1, 1), "the frame was drained past the catch");
+        assert_eq!(there.recv_bytes_blocking().unwrap().value, b"x");
+    }
+
     /// Messages to one blocked port arriving one at a time on one channel
     /// leave no other port's message waiting in another: every few
     /// catches the thread drains every channel. (Without that, 64 catches

@@ -5,7 +5,7 @@
 use super::channel::Channel;
 use super::channel_list::Snapshot;
 use super::handoff;
-use super::readiness::{self, Sweep};
+use super::readiness::{self, Catch, Sweep};
 use super::TeamInner;
 use crate::transport::cork;
 use crate::transport::doorbell::{self, Doorbell};
@@ -187,6 +187,13 @@ impl<'a> Idle<'a> {
     /// is checked again after this thread has announced it will sleep, and
     /// `parked(true)`/`parked(false)` bracket the sleep, so wakers know to ring.
     pub fn step(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool)) {
+        self.step_catching(ready, parked, None)
+    }
+
+    /// [`Idle::step`] for a thread that can take what it waits for straight
+    /// from a channel: its turn's sweep offers `catch` each channel's head
+    /// frame first (see `Sweep::progress`).
+    pub fn step_catching(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool), catch: Option<Catch<'_>>) {
         let team = self.team;
         // `has_ready` first: with no task ready, `user_code`'s leaving and
         // re-entering the pollers (two locked instructions) would buy nothing.
@@ -201,7 +208,7 @@ impl<'a> Idle<'a> {
         // costs as much as a poll, and a busy channel must not starve them.
         let fired = self.spins.is_multiple_of(16) && team.timers.fire();
         team.channels.refresh(&mut self.channels);
-        if self.sweep.progress(team, &self.channels) || fired {
+        if self.sweep.progress(team, &self.channels, catch) || fired {
             if self.rung_for_nothing && HANDED.replace(false) {
                 // Rung awake only to hand a parked thread of this team its
                 // answer: that thread's work, not this one's. It earns no
@@ -601,7 +608,24 @@ pub(crate) fn wait_catching<T>(
     catch: impl FnMut(&Arc<Channel>) -> Option<T>,
     until: Option<Instant>,
 ) -> Option<T> {
-    wait(team, attempt, Some(catch), until)
+    wait(team, attempt, Some(catch), until, false)
+}
+
+/// [`wait_catching`] whose turns offer `catch` a channel's head frame again
+/// before they drain the channel, so that a frame that came during the
+/// turn is caught too: for a receiver whose frames cost much more when
+/// drained than when caught (a link end's: the links' handler looks its
+/// router up and queues the message at the end; a port's inbox is cheap,
+/// and the second look would cost its ping-pong more than it saves).
+pub(crate) fn wait_catching_in_sweep<T>(
+    team: &TeamInner,
+    attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
+    catch: impl FnMut(&Arc<Channel>) -> Option<T>,
+) -> T {
+    match wait(team, attempt, Some(catch), None, true) {
+        Some(v) => v,
+        None => unreachable!("a wait with no deadline ends only when ready"),
+    }
 }
 
 /// Waits on this thread for `attempt` to be ready, driving the team's
@@ -610,7 +634,7 @@ pub(crate) fn wait_catching<T>(
 /// waker (taken only then). So a message that arrives while the thread
 /// spins costs no waker traffic at all.
 pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>) -> T {
-    match wait(team, attempt, None::<fn(&Arc<Channel>) -> Option<T>>, None) {
+    match wait(team, attempt, None::<fn(&Arc<Channel>) -> Option<T>>, None, false) {
         Some(v) => v,
         None => unreachable!("a wait with no deadline ends only when ready"),
     }
@@ -621,6 +645,7 @@ fn wait<T>(
     attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
     mut catch: Option<impl FnMut(&Arc<Channel>) -> Option<T>>,
     until: Option<Instant>,
+    in_sweep: bool,
 ) -> Option<T> {
     let attempt = std::cell::RefCell::new(attempt);
     if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
@@ -640,7 +665,17 @@ fn wait<T>(
             return Some(v);
         }
         CAUGHT.set(0);
-        idle.step(
+        let mut caught = None;
+        let mut offer = catch.as_mut().filter(|_| in_sweep).map(|c| {
+            |ch: &Arc<Channel>| match c(ch) {
+                Some(v) => {
+                    caught = Some(v);
+                    true
+                }
+                None => false,
+            }
+        });
+        idle.step_catching(
             &|| {
                 let (tw, waker) = sleeper().waker();
                 // Only a wake after this registration may stop the park.
@@ -655,8 +690,9 @@ fn wait<T>(
                 }
             },
             &|p| sleeper().waker().0.parked.store(p, Ordering::SeqCst),
+            offer.as_mut().map(|o| o as Catch<'_>),
         );
-        if let Some(v) = got.take() {
+        if let Some(v) = caught.take().or_else(|| got.take()) {
             return Some(v);
         }
         if let Poll::Ready(v) = (attempt.borrow_mut())(None) {

@@ -60,6 +60,10 @@ impl Hot {
     }
 }
 
+/// A waiting thread's offer to take a channel's head frame itself:
+/// whether it took it (see [`Sweep::progress`]).
+pub(crate) type Catch<'c> = &'c mut dyn FnMut(&Arc<Channel>) -> bool;
+
 thread_local! {
     /// This thread's place in the sweep, kept from one wait to the next.
     static CURSOR: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
@@ -98,7 +102,12 @@ impl Sweep {
     /// One turn's look at `channels`: all of them if few, else the hot
     /// ones and the next window of the rest. Returns whether anything was
     /// received.
-    pub fn progress(&mut self, team: &TeamInner, channels: &Snapshot) -> bool {
+    ///
+    /// With few, a waiting thread's `catch` (see `idle::wait_catching`) is
+    /// offered each channel's head frame before the channel is drained: a
+    /// frame that came since the turn's first look is still caught, not
+    /// drained past its waiting receiver (a third of a ping-pong's were).
+    pub fn progress(&mut self, team: &TeamInner, channels: &Snapshot, catch: Option<Catch<'_>>) -> bool {
         let n = channels.len();
         if n <= ALL_UP_TO {
             if n == 0 {
@@ -108,7 +117,16 @@ impl Sweep {
             // first, and its peer woken first, so a fixed order would favour
             // the same peers turn after turn.
             let (front, back) = channels.split_at(self.next(n));
-            return team.progress_on(back) | team.progress_on(front);
+            let Some(catch) = catch else { return team.progress_on(back) | team.progress_on(front) };
+            let mut did = false;
+            for ch in back.iter().chain(front) {
+                // (An idle channel costs the one look `progress_one` makes.)
+                if ch.needs_attention() {
+                    did |= ch.transport.more_at_hand() && catch(ch);
+                    did |= team.progress_one(ch);
+                }
+            }
+            return did;
         }
         let hot = &team.hot;
         let epoch = channels.epoch();
