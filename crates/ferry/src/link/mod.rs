@@ -26,13 +26,18 @@ thread_local! {
 
 /// Notes that `team` took a message on this thread: a link end decoded
 /// from it becomes `team`'s (no atomic operation while it stays the same team).
-#[inline]
+#[inline(always)]
 pub(crate) fn received_by(team: &Arc<TeamInner>) {
-    let addr = Arc::as_ptr(team) as usize;
-    if RECEIVER_ADDR.get() != addr {
-        RECEIVER_ADDR.set(addr);
-        RECEIVER.with(|r| *r.borrow_mut() = Arc::downgrade(team));
+    if RECEIVER_ADDR.get() != Arc::as_ptr(team) as usize {
+        remember_receiver(team);
     }
+}
+
+/// `received_by`'s rare part, kept out of every receive's code.
+#[inline(never)]
+fn remember_receiver(team: &Arc<TeamInner>) {
+    RECEIVER_ADDR.set(Arc::as_ptr(team) as usize);
+    RECEIVER.with(|r| *r.borrow_mut() = Arc::downgrade(team));
 }
 
 /// The team that took a message on this thread last, if it lives.

@@ -411,7 +411,7 @@ mod tests {
     }
 
     /// A turn's sweep offers a waiting thread's catch each channel's head
-    /// frame before it drains the channel (`Sweep::progress`): a frame
+    /// frame before it drains the channel (`Sweep::progress_catching`): a frame
     /// that came during the turn still goes the catch's way.
     #[test]
     fn a_sweep_offers_the_head_frame_to_a_waiting_catch_first() {
@@ -427,7 +427,7 @@ mod tests {
             // Declined by the taker: the links' handler queues it at its end.
             team.serve_direct(ch, &crate::link::KINDS, &mut |_, _, _| false)
         };
-        assert!(crate::runtime::readiness::Sweep::new().progress(team, &channels, Some(&mut catch)));
+        assert!(crate::runtime::readiness::Sweep::new().progress_catching(team, &channels, &mut catch));
         assert_eq!((offered, super::DIRECT.get() - before), (1, 1), "the frame was drained past the catch");
         assert_eq!(there.recv_bytes_blocking().unwrap().value, b"x");
     }

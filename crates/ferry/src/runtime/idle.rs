@@ -192,7 +192,7 @@ impl<'a> Idle<'a> {
 
     /// [`Idle::step`] for a thread that can take what it waits for straight
     /// from a channel: its turn's sweep offers `catch` each channel's head
-    /// frame first (see `Sweep::progress`).
+    /// frame first (see `Sweep::progress_catching`).
     pub fn step_catching(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool), catch: Option<Catch<'_>>) {
         let team = self.team;
         // `has_ready` first: with no task ready, `user_code`'s leaving and
@@ -208,7 +208,11 @@ impl<'a> Idle<'a> {
         // costs as much as a poll, and a busy channel must not starve them.
         let fired = self.spins.is_multiple_of(16) && team.timers.fire();
         team.channels.refresh(&mut self.channels);
-        if self.sweep.progress(team, &self.channels, catch) || fired {
+        let received = match catch {
+            None => self.sweep.progress(team, &self.channels),
+            Some(catch) => self.sweep.progress_catching(team, &self.channels, catch),
+        };
+        if received || fired {
             if self.rung_for_nothing && HANDED.replace(false) {
                 // Rung awake only to hand a parked thread of this team its
                 // answer: that thread's work, not this one's. It earns no
@@ -640,6 +644,7 @@ pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Co
     }
 }
 
+/// (`in_sweep`: see [`wait_catching_in_sweep`].)
 fn wait<T>(
     team: &TeamInner,
     attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
@@ -665,34 +670,31 @@ fn wait<T>(
             return Some(v);
         }
         CAUGHT.set(0);
-        let mut caught = None;
-        let mut offer = catch.as_mut().filter(|_| in_sweep).map(|c| {
-            |ch: &Arc<Channel>| match c(ch) {
-                Some(v) => {
-                    caught = Some(v);
+        let ready = || {
+            let (tw, waker) = sleeper().waker();
+            // Only a wake after this registration may stop the park.
+            tw.woken.store(false, Ordering::SeqCst);
+            let mut cx = Context::from_waker(waker);
+            match (attempt.borrow_mut())(Some(&mut cx)) {
+                Poll::Ready(v) => {
+                    got.set(Some(v));
                     true
                 }
-                None => false,
+                Poll::Pending => tw.woken.load(Ordering::SeqCst),
             }
-        });
-        idle.step_catching(
-            &|| {
-                let (tw, waker) = sleeper().waker();
-                // Only a wake after this registration may stop the park.
-                tw.woken.store(false, Ordering::SeqCst);
-                let mut cx = Context::from_waker(waker);
-                match (attempt.borrow_mut())(Some(&mut cx)) {
-                    Poll::Ready(v) => {
-                        got.set(Some(v));
-                        true
-                    }
-                    Poll::Pending => tw.woken.load(Ordering::SeqCst),
+        };
+        let parked = |p| sleeper().waker().0.parked.store(p, Ordering::SeqCst);
+        match catch.as_mut().filter(|_| in_sweep) {
+            None => idle.step(&ready, &parked),
+            Some(c) => {
+                let mut caught = None;
+                idle.step_catching(&ready, &parked, Some(&mut |ch| c(ch).map(|v| caught = Some(v)).is_some()));
+                if caught.is_some() {
+                    return caught;
                 }
-            },
-            &|p| sleeper().waker().0.parked.store(p, Ordering::SeqCst),
-            offer.as_mut().map(|o| o as Catch<'_>),
-        );
-        if let Some(v) = caught.take().or_else(|| got.take()) {
+            }
+        }
+        if let Some(v) = got.take() {
             return Some(v);
         }
         if let Poll::Ready(v) = (attempt.borrow_mut())(None) {

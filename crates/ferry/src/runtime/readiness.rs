@@ -102,12 +102,7 @@ impl Sweep {
     /// One turn's look at `channels`: all of them if few, else the hot
     /// ones and the next window of the rest. Returns whether anything was
     /// received.
-    ///
-    /// With few, a waiting thread's `catch` (see `idle::wait_catching`) is
-    /// offered each channel's head frame before the channel is drained: a
-    /// frame that came since the turn's first look is still caught, not
-    /// drained past its waiting receiver (a third of a ping-pong's were).
-    pub fn progress(&mut self, team: &TeamInner, channels: &Snapshot, catch: Option<Catch<'_>>) -> bool {
+    pub fn progress(&mut self, team: &TeamInner, channels: &Snapshot) -> bool {
         let n = channels.len();
         if n <= ALL_UP_TO {
             if n == 0 {
@@ -117,16 +112,7 @@ impl Sweep {
             // first, and its peer woken first, so a fixed order would favour
             // the same peers turn after turn.
             let (front, back) = channels.split_at(self.next(n));
-            let Some(catch) = catch else { return team.progress_on(back) | team.progress_on(front) };
-            let mut did = false;
-            for ch in back.iter().chain(front) {
-                // (An idle channel costs the one look `progress_one` makes.)
-                if ch.needs_attention() {
-                    did |= ch.transport.more_at_hand() && catch(ch);
-                    did |= team.progress_one(ch);
-                }
-            }
-            return did;
+            return team.progress_on(back) | team.progress_on(front);
         }
         let hot = &team.hot;
         let epoch = channels.epoch();
@@ -146,6 +132,29 @@ impl Sweep {
             if !looked.contains(&i) && team.progress_one(&channels[i]) {
                 hot.mark(epoch, i);
                 did = true;
+            }
+        }
+        did
+    }
+
+    /// [`Sweep::progress`] for a waiting thread that takes what it waits
+    /// for straight from a channel (see `idle::wait_catching_in_sweep`):
+    /// with few channels, `catch` is offered each channel's head frame
+    /// before the channel is drained, so a frame that came since the
+    /// turn's first look is still caught, not drained past its waiting
+    /// receiver (a third of a link ping-pong's were).
+    pub fn progress_catching(&mut self, team: &TeamInner, channels: &Snapshot, catch: Catch<'_>) -> bool {
+        let n = channels.len();
+        if n > ALL_UP_TO || n == 0 {
+            return self.progress(team, channels);
+        }
+        let (front, back) = channels.split_at(self.next(n));
+        let mut did = false;
+        for ch in back.iter().chain(front) {
+            // (An idle channel costs the one look `progress_one` makes.)
+            if ch.needs_attention() {
+                did |= ch.transport.more_at_hand() && catch(ch);
+                did |= team.progress_one(ch);
             }
         }
         did
