@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 const KEY: &[u8] = b"a cluster key of more than 16 bytes";
 
-/// A free loopback address (bound and released: a later bind may race, rarely).
+/// A free loopback address (see `common::free_loopback_addr`).
 fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    common::free_loopback_addr()
 }
 
 /// A cluster of `n` nodes on loopback; node `i + 1` listens on `addrs[i]`.

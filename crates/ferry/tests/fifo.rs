@@ -187,8 +187,7 @@ fn four_producer_processes_lose_nothing_and_keep_their_order() {
 fn producers_in_four_processes_and_on_another_node_lose_nothing() {
     let _one = ONE_AT_A_TIME.lock();
     let dir = tempfile::tempdir().unwrap();
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let ports = [free(), free()];
+    let ports = [common::free_port(), common::free_port()];
     std::fs::write(dir.path().join("key"), b"the fifo test's cluster key").unwrap();
     for (node, peer) in [(1, 2), (2, 1)] {
         let file = format!(

@@ -963,8 +963,7 @@ fn tcp_attack(victim_addr: SocketAddr, victim: TeamId, echo: EndpointId, calc: E
 fn a_hostile_peer_hurts_only_itself() {
     let mut rng = Rng::new(seed());
     let (dir1, dir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (addr1, addr2) = (free(), free());
+    let (addr1, addr2) = (common::free_loopback_addr(), common::free_loopback_addr());
     let env = |cmd: &mut std::process::Command| {
         cmd.env("HOSTILE_ADDR1", addr1.to_string()).env("HOSTILE_ADDR2", addr2.to_string());
     };
@@ -1133,8 +1132,7 @@ enum Target {
 
 fn never_reading_caller(target: Target) {
     let dir = tempfile::tempdir().unwrap();
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (addr1, addr2) = (free(), free());
+    let (addr1, addr2) = (common::free_loopback_addr(), common::free_loopback_addr());
     let mut victim = Child::spawn_with("victim", dir.path(), |cmd| {
         cmd.env("HOSTILE_ADDR1", addr1.to_string()).env("HOSTILE_ADDR2", addr2.to_string());
     });

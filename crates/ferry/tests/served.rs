@@ -271,7 +271,7 @@ fn a_handler_posting_to_a_team_not_bound_yet_never_waits() {
     // Node 2 of the cluster: a socket that takes connections and never
     // answers (its handshake times out, after 5 s).
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let listen = common::free_loopback_addr();
     let cluster = ferry::Cluster {
         node: 1,
         listen,

@@ -296,8 +296,7 @@ const EACH: u8 = 50;
 /// Writes the files of a cluster of two nodes on loopback in `dir`:
 /// `1.cluster` and `2.cluster`, and the nodes' runtime dirs `1` and `2`.
 fn loopback_cluster(dir: &Path) {
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let ports = [free(), free()];
+    let ports = [common::free_port(), common::free_port()];
     std::fs::write(dir.join("key"), b"the signal test's cluster key").unwrap();
     for (node, peer) in [(1, 2), (2, 1)] {
         let file = format!(

@@ -110,7 +110,7 @@ impl Pair {
     /// Both sides as threads of this process.
     fn run_here(self, a: impl FnOnce(&Side) + Send, b: impl FnOnce(&Side) + Send) {
         let dir = tempfile::tempdir().unwrap();
-        let ports = [free_port(), free_port()];
+        let ports = [super::free_port(), super::free_port()];
         let start = |tweak: &Tweak, node: usize| {
             let mut b = base().runtime_dir(dir.path());
             if self.placement == Placement::LoopbackNodes {
@@ -133,11 +133,6 @@ impl Pair {
             }
         });
     }
-}
-
-/// A port of loopback free when asked.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Node `node` (1 or 2) of a cluster of two on loopback, at `ports`.
