@@ -15,6 +15,24 @@ use std::time::{Duration, Instant};
 
 pub mod fuzz;
 
+/// A loopback address free now, whose port no other caller in this
+/// process was given. A cluster's teams listen on their node's port with
+/// `SO_REUSEPORT`: two tests running at once that were handed the same
+/// port (freed by the first before its team bound it) would share it, and
+/// the kernel would spread one test's name queries and binds over the
+/// other's teams (a name "not found" that was bound).
+pub fn free_loopback_addr() -> std::net::SocketAddr {
+    static GIVEN: parking_lot::Mutex<std::collections::BTreeSet<u16>> =
+        parking_lot::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let addr =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port").local_addr().expect("its address");
+        if GIVEN.lock().insert(addr.port()) {
+            return addr;
+        }
+    }
+}
+
 pub use crate::id::Addr;
 pub use crate::names::etcd::{compact as etcd_compact, revoke_lease as etcd_revoke_lease, EtcdNames};
 pub use crate::transport::doorbell::{Doorbell, DOORBELL_LEN};

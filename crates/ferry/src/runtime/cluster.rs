@@ -283,28 +283,12 @@ impl Cluster {
     }
 }
 
-/// A loopback address free now, whose port no other test of this process
-/// was given: nodes listen with `SO_REUSEPORT`, so two tests handed the
-/// same port (freed by the first before its team bound it) would share it,
-/// each test's queries spread over the other's teams (for the runtime's tests).
-#[cfg(test)]
-pub(crate) fn free_loopback_addr() -> SocketAddr {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        if GIVEN.lock().unwrap().insert(addr.port()) {
-            return addr;
-        }
-    }
-}
-
 /// Nodes 1 and 2 of a cluster on loopback, each the other's peer, on
 /// ports free when made, sharing a test key (for the runtime's tests).
 #[cfg(test)]
 pub(crate) fn loopback_pair() -> [Cluster; 2] {
     let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
-    let addrs = [free_loopback_addr(), free_loopback_addr()];
+    let addrs = [crate::testing::free_loopback_addr(), crate::testing::free_loopback_addr()];
     [1u16, 2].map(|node| Cluster {
         node,
         listen: addrs[node as usize - 1],

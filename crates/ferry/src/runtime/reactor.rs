@@ -812,7 +812,7 @@ mod tests {
     #[test]
     fn a_connection_handed_over_as_the_reactor_looks_is_taken() {
         let key: Arc<[u8]> = Arc::from(&b"a cluster key of more than 16 bytes"[..]);
-        let free = crate::runtime::cluster::free_loopback_addr;
+        let free = crate::testing::free_loopback_addr;
         // Node 1's address in node 2's cluster is the test's, which plays X.
         let x = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let (listen1, listen2) = (free(), free());

@@ -12,22 +12,9 @@ pub mod pair;
 pub mod segment;
 pub mod typed;
 
-/// A loopback address free now, whose port no other test of this process
-/// was given. A cluster's teams listen on their node's port with
-/// `SO_REUSEPORT`: two tests running at once that were handed the same
-/// port (freed by the first before its team bound it) would share it, and
-/// the kernel would spread one test's name queries and binds over the
-/// other's teams (a name "not found" that was bound).
-pub fn free_loopback_addr() -> std::net::SocketAddr {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        if GIVEN.lock().unwrap().insert(addr.port()) {
-            return addr;
-        }
-    }
-}
+/// A loopback address no other test of this process was given (see
+/// `ferry::testing::free_loopback_addr`).
+pub use ferry::testing::free_loopback_addr;
 
 /// [`free_loopback_addr`]'s port.
 pub fn free_port() -> u16 {
