@@ -1,7 +1,7 @@
 #![doc = include_str!("../../../../docs/LINK.md")]
 
 mod bytes;
-pub(crate) mod end;
+mod end;
 pub(crate) mod route;
 #[cfg(all(test, not(loom)))]
 mod route_model;
@@ -10,6 +10,8 @@ mod table;
 pub(crate) mod wire;
 
 pub use bytes::LinkBytes;
+#[cfg(test)]
+pub(crate) use end::CAUGHT;
 pub use end::{Link, LinkMessage};
 pub use table::{LinkListener, LinkRouters};
 

@@ -359,7 +359,7 @@ mod tests {
         let (here, there) = links(&a, &b, 1).remove(0);
         // (60 messages in all: within the link's window, 64, as `here`'s
         // thread never takes the credit `there` sends back.)
-        let caught = || crate::link::end::CAUGHT.get();
+        let caught = || crate::link::CAUGHT.get();
         let (before, own_before, caught_before) = (super::DIRECT.get(), super::OWN.get(), caught());
         for i in 0..30u8 {
             here.send_bytes(&[i], Checkpoint::Immediate).unwrap();

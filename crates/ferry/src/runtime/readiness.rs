@@ -61,7 +61,7 @@ impl Hot {
 }
 
 /// A waiting thread's offer to take a channel's head frame itself:
-/// whether it took it (see [`Sweep::progress`]).
+/// whether it took it (see [`Sweep::progress_catching`]).
 pub(crate) type Catch<'c> = &'c mut dyn FnMut(&Arc<Channel>) -> bool;
 
 thread_local! {
