@@ -20,7 +20,8 @@
 //! (served by its runtime), `tcp-get-nodeadline` the same without the
 //! operations' default deadline. `rtt_instructions N link` bounces an
 //! 8-byte message on a link between two teams as `bounce` does on ports
-//! (`ferry.shm.link.fresh`'s path without its spinning). `rtt_instructions
+//! (`ferry.shm.link.fresh`'s path without its spinning;
+//! `linkB`: a message of B bytes). `rtt_instructions
 //! N tasks` bounces one between two tasks of one team, driven by this
 //! thread's `block_on` (`ferry.inproc.tasks`' path without a processor).
 
@@ -52,7 +53,8 @@ fn main() {
         Some("tcp") => return tcp(n),
         Some(op @ ("tcp-null" | "tcp-get" | "tcp-get-nodeadline")) => return tcp_one_by_one(n, op),
         Some("inproc") => return inproc(n),
-        Some("link") => return link(n),
+        Some("link") => return link(n, 8),
+        Some(arg) if arg.starts_with("link") => return link(n, arg[4..].parse().expect("linkB: B, a number of bytes")),
         Some("tasks") => return tasks(n, 0),
         Some("tasks-proc") => return tasks(n, 1),
         _ => {}
@@ -122,7 +124,7 @@ fn tasks(n: usize, processors: usize) {
 /// `n` round trips of an 8-byte message on a link between two teams with
 /// no processor, this thread playing both ends (each blocking receive
 /// drives its team).
-fn link(n: usize) {
+fn link(n: usize, size: usize) {
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let a = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
@@ -135,7 +137,7 @@ fn link(n: usize) {
         let there = listener.accept_blocking().unwrap();
         (opening.join().unwrap(), there)
     });
-    let msg = [7u8; 8];
+    let msg = vec![7u8; size];
     for _ in 0..n {
         here.send_bytes(&msg, Checkpoint::Immediate).unwrap();
         let m = there.recv_bytes_blocking().unwrap();

@@ -5,7 +5,7 @@ use super::bytes::LinkBytes;
 use super::route::{self, Control, Effect, Hop, Router, Way};
 use super::stream::{Broken, Stream};
 use super::table::Links;
-use super::wire::{self, Answer, Body, Carried, Data, Frame, Queued, What};
+use super::wire::{self, Answer, Body, Carried, Data, Frame, Queued, What, HEAD};
 use super::{LinkId, Side, Window};
 use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::TeamId;
@@ -211,12 +211,13 @@ impl End {
             }
         };
         wire::number(&mut head, seq);
-        let ack = s.stream.ack();
-        self.send(s, to.team, |out| {
-            // The frame's head, then its data: encoded once, in place.
-            out.extend_from_slice(&head);
-            Data { ack, body }.encode_into(out);
-        })
+        // The frame's head and its data's, then the data's bytes: written
+        // into the channel as two pieces, never joined here.
+        let (data, len, bytes) = Data { ack: s.stream.ack(), body }.encode_head();
+        let mut prefix = [0u8; wire::FRAMING];
+        prefix[..HEAD].copy_from_slice(&head);
+        prefix[HEAD..].copy_from_slice(&data);
+        self.sender(s, to.team)?.post_parts(&prefix[..HEAD + len], bytes)
     }
 
     /// A frame of this link from router `from` to router `to`.
@@ -230,15 +231,23 @@ impl End {
         let mut frame = std::mem::take(&mut s.scratch);
         frame.clear();
         encode(&mut frame);
-        let sender = match &s.sender {
-            Some((team, sender)) if *team == to => Ok(sender),
-            _ => self.links.sender(to).map(|sender| &s.sender.insert((to, sender)).1),
-        };
-        let sent = sender.and_then(|sender| sender.post(&frame));
+        let sent = self.sender(s, to).and_then(|sender| sender.post(&frame));
         if frame.capacity() <= KEPT_SCRATCH {
             s.scratch = frame;
         }
         sent
+    }
+
+    /// The sender of link frames to team `to`: the one used last, if it
+    /// is that team's.
+    fn sender<'s>(&self, s: &'s mut State, to: TeamId) -> Result<&'s crate::port::RawSender> {
+        if !matches!(&s.sender, Some((team, _)) if *team == to) {
+            s.sender = Some((to, self.links.sender(to)?));
+        }
+        match &s.sender {
+            Some((_, sender)) => Ok(sender),
+            None => unreachable!("set above"),
+        }
     }
 
     /// Passes a frame on to the router `to`; one it cannot reach is lost

@@ -398,7 +398,7 @@ mod tests {
         let what = wire::What::Data { toward: Side::A, seq: 0, data: &[] };
         wire::Frame { link: here.id(), to: (Side::A, 0), from: (Side::B, 0), what }.encode_into(&mut frame);
         let body = wire::Body::Message { checkpoint: Checkpoint::Immediate, call: 0, bytes: b"forged" };
-        wire::Data { ack: Default::default(), body }.encode_into(&mut frame);
+        frame.extend(wire::Data { ack: Default::default(), body }.encode());
         let forger = stranger.frame_sender(a.id().endpoint(0).unwrap(), wire::FRAME).unwrap();
         forger.send(&frame, Checkpoint::OnReceipt).unwrap();
         let t = Instant::now();

@@ -125,9 +125,13 @@ const GONE: u8 = 11;
 /// Bytes of a frame's head: route, the two routers, the class.
 pub(crate) const HEAD: usize = Route::LEN + 5 + 5 + 1;
 
+/// Bytes of a message's (or an answer's) data before its bytes: the op,
+/// the acknowledgement, the checkpoint (or answer) and the call.
+pub(crate) const DATA_HEAD: usize = 1 + 16 + 1 + 4;
+
 /// Bytes a message's (or an answer's) frame adds to it: the head, then
-/// the op, the acknowledgement, the checkpoint (or answer) and the call.
-pub(crate) const FRAMING: usize = HEAD + 1 + 16 + 1 + 4;
+/// its data's.
+pub(crate) const FRAMING: usize = HEAD + DATA_HEAD;
 
 fn side(b: u8) -> Result<Side, FrameError> {
     match b {
@@ -146,7 +150,7 @@ impl Frame<'_> {
     }
 
     /// Appends its bytes to `out` (a data frame's bytes come last: a frame
-    /// with empty `data` followed by [`Data::encode_into`] is the frame
+    /// with empty `data` followed by [`Data::encode_head`]'s pieces is the frame
     /// with that data, encoded once).
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         let (seq, class) = match self.what {
@@ -268,27 +272,21 @@ fn decode_control(b: &[u8]) -> Result<Control, FrameError> {
     })
 }
 
-impl Data<'_> {
+impl<'a> Data<'a> {
     /// Its bytes (a data frame's `data`; the runtime writes them in place
-    /// with [`Data::encode_into`]).
+    /// with [`Data::encode_head`]).
     #[cfg(any(test, feature = "testing"))]
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.encode_into(&mut out);
-        out
+        let (head, len, bytes) = self.encode_head();
+        [&head[..len], bytes].concat()
     }
 
-    /// Appends its bytes to `out`.
+    /// Its bytes in two pieces: the first `len` bytes of `head` (the op,
+    /// the acknowledgement and, for a message or an answer, its tag and
+    /// call number), then the message's (or answer's) bytes.
     #[inline]
-    pub fn encode_into(&self, out: &mut Vec<u8>) {
-        let extra = match &self.body {
-            Body::Message { bytes, .. } | Body::Answer { bytes, .. } => 5 + bytes.len(),
-            Body::Credit | Body::Probe | Body::Close => 0,
-        };
-        out.reserve(17 + extra);
-        // The op, the acknowledgement and (a message's or an answer's) tag
-        // and call number, in one piece; then the bytes.
-        let mut head = [0u8; 22];
+    pub fn encode_head(&self) -> ([u8; DATA_HEAD], usize, &'a [u8]) {
+        let mut head = [0u8; DATA_HEAD];
         let (op, tagged) = match self.body {
             Body::Message { checkpoint, call, bytes } => (MESSAGE, Some((checkpoint as u8, call, bytes))),
             Body::Answer { call, answer, bytes } => (ANSWER, Some((answer as u8, call, bytes))),
@@ -303,10 +301,9 @@ impl Data<'_> {
             Some((tag, call, bytes)) => {
                 head[17] = tag;
                 head[18..22].copy_from_slice(&call.to_le_bytes());
-                out.extend_from_slice(&head);
-                out.extend_from_slice(bytes);
+                (head, DATA_HEAD, bytes)
             }
-            None => out.extend_from_slice(&head[..17]),
+            None => (head, 17, &[]),
         }
     }
 

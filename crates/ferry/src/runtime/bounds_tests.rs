@@ -414,7 +414,8 @@ fn two_teams_flooding_each_other_both_finish() {
 /// long as it takes. They were dropped — taken for `Immediate` sends,
 /// which fail with `WouldBlock` when the outbox finds no room — whenever
 /// a pass over the outbox met a full ring, so a link's frames went missing
-/// in the middle of its stream.
+/// in the middle of its stream. Frames posted in two pieces
+/// (`RawSender::post_parts`) arrive whole, in order, either way.
 #[test]
 fn posted_frames_wait_for_room_and_none_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
@@ -427,7 +428,13 @@ fn posted_frames_wait_for_room_and_none_is_dropped() {
     // Two 4 KiB rings hold about 85 frames each: most wait in the outbox.
     const POSTED: u64 = 1_000;
     for i in 0..POSTED {
-        sender.post(&i.to_le_bytes()).unwrap();
+        // Every other frame in two pieces (a link's head, then its bytes):
+        // written as one where it goes, or joined where it waits.
+        let bytes = i.to_le_bytes();
+        match i % 2 {
+            0 => sender.post(&bytes).unwrap(),
+            _ => sender.post_parts(&bytes[..3], &bytes[3..]).unwrap(),
+        }
     }
     let next = AtomicUsize::new(0);
     peer.read_until(

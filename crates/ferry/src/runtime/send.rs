@@ -15,6 +15,7 @@ use super::team::TeamInner;
 use crate::error::{Error, Result};
 use crate::id::EndpointId;
 use crate::transport::{SendError, Staged};
+use crate::wire::codec::Sink;
 use crate::wire::{flags, Checkpoint, Header, Kind, NackReason};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -483,20 +484,36 @@ impl TeamInner {
     /// or queued in the channel's outbox behind what waits there, in order.
     /// No task hand-off: the caller may hold its primitive's locks, which
     /// the frame's handler takes.
-    pub fn post(&self, ch: &Channel, header: Header, payload: &[u8]) -> Result<()> {
-        self.answer(ch, header, payload)
+    /// Its payload is `prefix` then `rest` (a primitive's frame head, then
+    /// its caller's bytes), joined only if the frame cannot go at once.
+    pub fn post(&self, ch: &Channel, header: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
+        let len = prefix.len() + rest.len();
+        self.check_size(ch, len)?;
+        // The common case first, as in `answer`.
+        if len <= ch.max_payload && !ch.outbox.is_used() && ch.flush_backlog() {
+            match ch.transport.try_send_parts(&header, prefix, rest) {
+                Ok(()) => return Ok(()),
+                Err(SendError::Closed) => return Err(self.gone_error(ch)),
+                Err(_) => {}
+            }
+        }
+        // The two pieces written one after the other where the frame goes:
+        // into the staged place for a large one, never joined here first.
+        let write = |sink: &mut dyn Sink| sink.put(prefix).and_then(|()| sink.put(rest));
+        self.reply_queued(ch, header, Out::Encoded { len, write: &write })
     }
 
     /// [`TeamInner::post`] to a team whose channel `bind` is making (on a
     /// blocking thread): the frame waits in the bind and goes first once
     /// bound; this thread never waits.
-    pub fn post_when_bound(&self, bind: &Binding, header: Header, payload: &[u8]) -> Result<()> {
+    pub fn post_when_bound(&self, bind: &Binding, header: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
+        let payload = [prefix, rest].concat();
         if payload.len() > self.cfg.max_message {
             return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
         match bind.join(|| Queued::never_refused(header, Load::Bytes(payload.to_vec()))) {
             // Bound meanwhile (`join` queued nothing): posted as usual.
-            Some(Ok(ch)) => self.post(&ch, header, payload),
+            Some(Ok(ch)) => self.post(&ch, header, &payload, &[]),
             Some(Err(e)) => Err(e),
             None => Ok(()),
         }

@@ -234,15 +234,22 @@ impl RawSender {
     /// the channel is gone (`PeerGone`), the team is out of reach
     /// (`NoSuchTeam`), or the frame is too large (`TooLarge`).
     pub fn post(&self, bytes: &[u8]) -> Result<()> {
+        self.post_parts(&[], bytes)
+    }
+
+    /// [`RawSender::post`] of the frame `prefix` then `rest` (a head of the
+    /// primitive's own, then its caller's bytes), written where it goes
+    /// without joining them first where the transport can.
+    pub fn post_parts(&self, prefix: &[u8], rest: &[u8]) -> Result<()> {
         let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to().addr(), 0);
         let ch = match self.cached() {
             Some(ch) => ch,
             None => match self.uncached_route(false)? {
                 Route::Ready(ch) => ch,
-                Route::Binding(bind) => return self.team.post_when_bound(&bind, h, bytes),
+                Route::Binding(bind) => return self.team.post_when_bound(&bind, h, prefix, rest),
             },
         };
-        self.team.post(&ch, h, bytes)
+        self.team.post(&ch, h, prefix, rest)
     }
 
     /// The liveness of the peer this sender's channel reaches (`None`

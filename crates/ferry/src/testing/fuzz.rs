@@ -621,7 +621,7 @@ pub fn shm_ring(data: &[u8]) {
                     head[..2].copy_from_slice(&input.array::<2>());
                 }
                 let payload = input.bytes(n);
-                let _ = peer.push(&head, payload);
+                let _ = peer.push(&head, [payload]);
             }
             ring_op::RECV => {
                 let policy = input.byte();
@@ -706,7 +706,7 @@ pub fn shm_ring(data: &[u8]) {
                 h.len = descriptor.len() as u32;
                 let mut head = [0u8; HEADER_LEN];
                 h.encode(&mut head);
-                let _ = peer.push(&head, &descriptor);
+                let _ = peer.push(&head, [&descriptor]);
             }
             ring_op::SCRIBBLE_AREA => {
                 let at = input.u16() as usize * 16 % area as usize;

@@ -324,6 +324,13 @@ pub trait Transport: Send + Sync {
     /// Wakes the receiving team if it sleeps.
     fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError>;
 
+    /// [`Transport::try_send`] of the payload `prefix` then `rest` (a
+    /// primitive's frame head, then its caller's bytes), written where the
+    /// frame goes without joining them first where the transport can.
+    fn try_send_parts(&self, header: &Header, prefix: &[u8], rest: &[u8]) -> Result<(), SendError> {
+        self.try_send(header, &[prefix, rest].concat())
+    }
+
     /// Asks to be woken (through this team's doorbell) when the peer next
     /// frees space. That wake-up consumes the request (and wakes every
     /// writer of this end waiting then); another writer's successful

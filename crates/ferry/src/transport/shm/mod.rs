@@ -491,14 +491,15 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
 
     /// Writes one frame (its payload at most `max_payload`), as is.
     #[inline]
-    fn push_frame(&self, mut h: Header, payload: &[u8]) -> Result<(), SendError> {
-        if payload.len() > self.max_payload {
+    fn push_frame<const K: usize>(&self, mut h: Header, payload: [&[u8]; K]) -> Result<(), SendError> {
+        let len = payload.iter().map(|p| p.len()).sum::<usize>();
+        if len > self.max_payload {
             return Err(SendError::TooLarge);
         }
         if self.closed.load(Ordering::Relaxed) {
             return Err(SendError::Closed);
         }
-        h.len = payload.len() as u32;
+        h.len = len as u32;
         let mut head = [0u8; HEADER_LEN];
         h.encode(&mut head);
         match self.producer.lock().push(&head, payload) {
@@ -565,7 +566,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
                 let mut h = h;
                 h.len = area::DESCRIPTOR_LEN as u32;
                 h.encode(&mut head);
-                if producer.push(&head, &r.encode()).is_err() {
+                if producer.push(&head, [&r.encode()]).is_err() {
                     // Full: be woken when the peer makes room (Corrupt: the next send closes).
                     self.want_space();
                     break;
@@ -690,7 +691,7 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         };
         let mut h = *header;
         h.flags |= flags::DETACHED;
-        self.push_frame(h, &range.range.encode())?;
+        self.push_frame(h, [&range.range.encode()])?;
         range.sent = true;
         *staged = None;
         Ok(())
@@ -701,7 +702,14 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         let mut h = *header;
         // Only `try_send_staged` says a payload is a descriptor.
         h.flags &= !flags::DETACHED;
-        self.push_frame(h, payload)
+        self.push_frame(h, [payload])
+    }
+
+    #[inline]
+    fn try_send_parts(&self, header: &Header, prefix: &[u8], rest: &[u8]) -> Result<(), SendError> {
+        let mut h = *header;
+        h.flags &= !flags::DETACHED;
+        self.push_frame(h, [prefix, rest])
     }
     fn want_space(&self) {
         // SeqCst (so Release): the reader's swap that takes it then sees

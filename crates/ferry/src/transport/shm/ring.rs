@@ -192,14 +192,15 @@ impl<M: RingMemory> Producer<M> {
         Producer { mem, tail: pos, cached_head: pos }
     }
 
-    /// Writes one record whose body is `head` then `rest` (a frame's
-    /// header, then its payload); the body must be at most `max_body(cap)`
-    /// bytes (checked by the caller). `head`'s size is known here, so it
-    /// goes into the ring as a few register moves, not a `memcpy` call:
-    /// as if the caller had written it in place.
-    pub fn push<const N: usize>(&mut self, head: &[u8; N], rest: &[u8]) -> Result<(), RingError> {
+    /// Writes one record whose body is `head` then the `rest` one after
+    /// the other (a frame's header, then its payload, which may come in
+    /// pieces: a primitive's head, then its caller's bytes); the body must
+    /// be at most `max_body(cap)` bytes (checked by the caller). `head`'s
+    /// size is known here, so it goes into the ring as a few register
+    /// moves, not a `memcpy` call: as if the caller had written it in place.
+    pub fn push<const N: usize, const K: usize>(&mut self, head: &[u8; N], rest: [&[u8]; K]) -> Result<(), RingError> {
         let cap = self.mem.cap();
-        let body = N + rest.len();
+        let body = N + rest.iter().map(|r| r.len()).sum::<usize>();
         debug_assert!(body <= RingMem::max_body(cap));
         let len = STAMP + body;
         let need = cells_for(len);
@@ -227,7 +228,11 @@ impl<M: RingMemory> Producer<M> {
         // below publishes it.
         unsafe {
             self.mem.copy_in(pos + STAMP, head);
-            self.mem.copy_in(pos + STAMP + N, rest);
+            let mut at = pos + STAMP + N;
+            for r in rest {
+                self.mem.copy_in(at, r);
+                at += r.len();
+            }
         }
         let stamp = (lap(cap, self.tail) << 32) | len as u64;
         self.mem.stamp(pos).store(stamp, Ordering::Release);
@@ -390,7 +395,7 @@ mod tests {
         let (_m, mut p, mut c) = ring();
         for i in 0..1000u32 {
             let body = vec![i as u8; (i % 200) as usize];
-            p.push(&i.to_le_bytes(), &body).unwrap();
+            p.push(&i.to_le_bytes(), [&body]).unwrap();
             let got = pop(&mut c).unwrap();
             assert_eq!(&got[..4], &i.to_le_bytes());
             assert_eq!(&got[4..], &body[..]);
@@ -403,19 +408,19 @@ mod tests {
         let (_m, mut p, mut c) = ring();
         let body = [7u8; 200]; // 256-byte records: 4 fit in 1024
         for _ in 0..4 {
-            p.push(&[], &body).unwrap();
+            p.push(&[], [&body]).unwrap();
         }
-        assert_eq!(p.push(&[], &body), Err(RingError::Full));
+        assert_eq!(p.push(&[], [&body]), Err(RingError::Full));
         assert!(pop(&mut c).is_some());
-        assert_eq!(p.push(&[], &body), Err(RingError::Full), "room is made only at release");
+        assert_eq!(p.push(&[], [&body]), Err(RingError::Full), "room is made only at release");
         assert!(c.release());
-        p.push(&[], &body).unwrap();
+        p.push(&[], [&body]).unwrap();
     }
 
     #[test]
     fn refused_record_stays() {
         let (_m, mut p, mut c) = ring();
-        p.push(b"x", &[]).unwrap();
+        p.push(b"x", []).unwrap();
         assert_eq!(c.pop(&mut |_| false), Ok(Some(false)));
         assert_eq!(pop(&mut c).unwrap(), b"x");
     }
@@ -441,10 +446,10 @@ mod tests {
     fn producer_rejects_a_head_past_its_tail() {
         let (m, mut p, _c) = ring();
         for _ in 0..4 {
-            p.push(&[0u8; 200], &[]).unwrap();
+            p.push(&[0u8; 200], []).unwrap();
         }
         m.head.store(1 << 40, Ordering::Relaxed);
-        assert!(matches!(p.push(&[0u8; 200], &[]), Err(RingError::Corrupt(_))));
+        assert!(matches!(p.push(&[0u8; 200], []), Err(RingError::Corrupt(_))));
     }
 
     #[test]
@@ -462,7 +467,7 @@ mod tests {
         // 1 cell, then 4-cell records from cell 1: the fourth would cross
         // the end (cell 13 of 16), so it is padded to cell 0.
         for (i, len) in [50usize, 200, 200, 200, 200].into_iter().enumerate() {
-            p.push(&[], &vec![i as u8; len]).unwrap();
+            p.push(&[], [&vec![i as u8; len]]).unwrap();
             assert_eq!(pop(&mut c).unwrap(), vec![i as u8; len]);
         }
         assert_eq!(c.next(), 1024 + 4 * 64);
@@ -484,7 +489,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for i in 0..N {
-                    while p.push(&i.to_le_bytes(), &body(i)) == Err(RingError::Full) {
+                    while p.push(&i.to_le_bytes(), [&body(i)]) == Err(RingError::Full) {
                         assert!(std::time::Instant::now() < until, "the ring stayed full at record {i}");
                         std::thread::yield_now();
                     }

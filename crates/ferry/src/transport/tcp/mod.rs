@@ -736,7 +736,7 @@ impl TcpEnd {
 
     /// Queues one frame (taking its credit) and writes what the socket
     /// takes. A large payload comes in `owned` (taken only on success).
-    fn send_frame(&self, h: &Header, payload: &[u8], owned: &mut Option<Vec<u8>>) -> Result<(), SendError> {
+    fn send_frame(&self, h: &Header, payload: &[&[u8]], owned: &mut Option<Vec<u8>>) -> Result<(), SendError> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(SendError::Closed);
         }
@@ -766,12 +766,12 @@ impl TcpEnd {
                 // Small frames share a buffer, so a burst goes out in one write.
                 Some(last) if last.len() < BATCH => {
                     last.extend_from_slice(&head);
-                    last.extend_from_slice(payload);
+                    payload.iter().for_each(|p| last.extend_from_slice(p));
                 }
                 _ => {
-                    let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
+                    let mut v = Vec::with_capacity(HEADER_LEN + h.len as usize);
                     v.extend_from_slice(&head);
-                    v.extend_from_slice(payload);
+                    payload.iter().for_each(|p| v.extend_from_slice(p));
                     tx.out.push_back(v);
                 }
             },
@@ -1145,7 +1145,18 @@ impl Transport for TcpEnd {
         let mut h = *header;
         h.flags &= !flags::DETACHED;
         h.len = payload.len() as u32;
-        self.send_frame(&h, payload, &mut None)
+        self.send_frame(&h, &[payload], &mut None)
+    }
+
+    fn try_send_parts(&self, header: &Header, prefix: &[u8], rest: &[u8]) -> Result<(), SendError> {
+        let len = prefix.len() + rest.len();
+        if len > self.max_payload {
+            return Err(SendError::TooLarge);
+        }
+        let mut h = *header;
+        h.flags &= !flags::DETACHED;
+        h.len = len as u32;
+        self.send_frame(&h, &[prefix, rest], &mut None)
     }
 
     fn want_space(&self) {
