@@ -77,8 +77,9 @@ struct State {
     /// allocation per frame).
     scratch: Vec<u8>,
     /// The head of this end's frames to the outward router it was made
-    /// for (numbered 0): most frames' head, copied rather than encoded.
-    head: Option<(Hop, [u8; wire::HEAD])>,
+    /// for, and room for their data's: each frame numbers and fills it in
+    /// place rather than encoding it.
+    prefix: Option<(Hop, [u8; wire::FRAMING])>,
 }
 
 #[cfg(test)]
@@ -162,7 +163,7 @@ impl End {
             retired: false,
             sender: None,
             scratch: Vec::new(),
-            head: None,
+            prefix: None,
         };
         let hop = state.router.hop();
         Arc::new(End { id, hop, team, links, state: Mutex::new(state), receivable: AtomicBool::new(false) })
@@ -200,24 +201,29 @@ impl End {
     /// leave in order).
     fn post(&self, s: &mut State, seq: u64, body: Body<'_>) -> Result<()> {
         let to = s.router.outward();
-        let mut head = match s.head {
-            Some((hop, head)) if hop == to => head,
-            _ => {
-                let m = s.router.send(());
-                let route::Body::Data { toward, .. } = m.body else { unreachable!("a terminal's frame is data") };
-                let head = wire::head(self.id, (to.side, to.epoch), (m.from.side, m.from.epoch), Some(toward), 0);
-                s.head = Some((to, head));
-                head
-            }
-        };
-        wire::number(&mut head, seq);
-        // The frame's head and its data's, then the data's bytes: written
-        // into the channel as two pieces, never joined here.
-        let (data, len, bytes) = Data { ack: s.stream.ack(), body }.encode_head();
-        let mut prefix = [0u8; wire::FRAMING];
-        prefix[..HEAD].copy_from_slice(&head);
-        prefix[HEAD..].copy_from_slice(&data);
-        self.sender(s, to.team)?.post_parts(&prefix[..HEAD + len], bytes)
+        if !matches!(&s.prefix, Some((hop, _)) if *hop == to) {
+            let m = s.router.send(());
+            let route::Body::Data { toward, .. } = m.body else { unreachable!("a terminal's frame is data") };
+            let mut prefix = [0u8; wire::FRAMING];
+            prefix[..HEAD].copy_from_slice(&wire::head(
+                self.id,
+                (to.side, to.epoch),
+                (m.from.side, m.from.epoch),
+                Some(toward),
+                0,
+            ));
+            s.prefix = Some((to, prefix));
+        }
+        let ack = s.stream.ack();
+        let State { prefix, sender, .. } = s;
+        let Some((_, prefix)) = prefix else { unreachable!("made above") };
+        // The frame's head and its data's, numbered and filled in where
+        // they are kept, then the data's bytes: written into the channel
+        // as two pieces, never joined here.
+        wire::number(prefix, seq);
+        let data = (&mut prefix[HEAD..]).try_into().expect("a prefix is a head and a data head");
+        let (len, bytes) = Data { ack, body }.encode_head_into(data);
+        self.sender_in(sender, to.team)?.post_parts(&prefix[..HEAD + len], bytes)
     }
 
     /// A frame of this link from router `from` to router `to`.
@@ -231,20 +237,24 @@ impl End {
         let mut frame = std::mem::take(&mut s.scratch);
         frame.clear();
         encode(&mut frame);
-        let sent = self.sender(s, to).and_then(|sender| sender.post(&frame));
+        let sent = self.sender_in(&mut s.sender, to).and_then(|sender| sender.post(&frame));
         if frame.capacity() <= KEPT_SCRATCH {
             s.scratch = frame;
         }
         sent
     }
 
-    /// The sender of link frames to team `to`: the one used last, if it
-    /// is that team's.
-    fn sender<'s>(&self, s: &'s mut State, to: TeamId) -> Result<&'s crate::port::RawSender> {
-        if !matches!(&s.sender, Some((team, _)) if *team == to) {
-            s.sender = Some((to, self.links.sender(to)?));
+    /// The sender of link frames to team `to`: the one used last (kept in
+    /// `kept`), if it is that team's.
+    fn sender_in<'s>(
+        &self,
+        kept: &'s mut Option<(TeamId, crate::port::RawSender)>,
+        to: TeamId,
+    ) -> Result<&'s crate::port::RawSender> {
+        if !matches!(kept, Some((team, _)) if *team == to) {
+            *kept = Some((to, self.links.sender(to)?));
         }
-        match &s.sender {
+        match kept {
             Some((_, sender)) => Ok(sender),
             None => unreachable!("set above"),
         }
@@ -897,6 +907,13 @@ impl Link {
                 return sent.map(|_| Vec::new());
             }
         }
+        self.send_bytes_waiting(bytes, checkpoint)
+    }
+
+    /// [`Link::send_bytes`] past its first try: kept out of line, so the
+    /// common `Immediate` send does not set up the blocking one's frame.
+    #[inline(never)]
+    fn send_bytes_waiting(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {
         idle::block_on(&self.end.team, self.send_bytes_async(bytes, checkpoint))
     }
 

@@ -197,9 +197,9 @@ pub(crate) fn head(link: LinkId, to: (Side, u32), from: (Side, u32), class: Opti
     head
 }
 
-/// Sets the number in a data frame's `head`.
-pub(crate) fn number(head: &mut [u8; HEAD], seq: u64) {
-    head[16..Route::LEN].copy_from_slice(&seq.to_le_bytes());
+/// Sets the number in the head of a data frame's `prefix`.
+pub(crate) fn number(prefix: &mut [u8; FRAMING], seq: u64) {
+    prefix[16..Route::LEN].copy_from_slice(&seq.to_le_bytes());
 }
 
 /// A router's 15 bytes: node u16, team u32, incarnation u32, side u8, epoch u32.
@@ -284,9 +284,17 @@ impl<'a> Data<'a> {
     /// Its bytes in two pieces: the first `len` bytes of `head` (the op,
     /// the acknowledgement and, for a message or an answer, its tag and
     /// call number), then the message's (or answer's) bytes.
-    #[inline]
+    #[cfg(any(test, feature = "testing"))]
     pub fn encode_head(&self) -> ([u8; DATA_HEAD], usize, &'a [u8]) {
         let mut head = [0u8; DATA_HEAD];
+        let (len, bytes) = self.encode_head_into(&mut head);
+        (head, len, bytes)
+    }
+
+    /// [`Data::encode_head`] into `head`: returns how many of its bytes
+    /// it wrote, and the bytes that follow them.
+    #[inline]
+    pub fn encode_head_into(&self, head: &mut [u8; DATA_HEAD]) -> (usize, &'a [u8]) {
         let (op, tagged) = match self.body {
             Body::Message { checkpoint, call, bytes } => (MESSAGE, Some((checkpoint as u8, call, bytes))),
             Body::Answer { call, answer, bytes } => (ANSWER, Some((answer as u8, call, bytes))),
@@ -301,9 +309,9 @@ impl<'a> Data<'a> {
             Some((tag, call, bytes)) => {
                 head[17] = tag;
                 head[18..22].copy_from_slice(&call.to_le_bytes());
-                (head, DATA_HEAD, bytes)
+                (DATA_HEAD, bytes)
             }
-            None => (head, 17, &[]),
+            None => (17, &[]),
         }
     }
 
