@@ -10,7 +10,7 @@ mod table;
 pub(crate) mod wire;
 
 pub use bytes::LinkBytes;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(crate) use end::CAUGHT;
 pub use end::{Link, LinkMessage};
 pub use table::{LinkListener, LinkRouters};

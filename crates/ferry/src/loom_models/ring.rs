@@ -30,7 +30,7 @@ fn loom_ring_records_arrive_whole_in_order_once() {
             for i in 0..LENS.len() {
                 let b = body(i);
                 // Two parts split inside the second cell's first word.
-                while let Err(e) = producer.push::<60>(b[..60].try_into().unwrap(), &b[60..]) {
+                while let Err(e) = producer.push::<60, 1>(b[..60].try_into().unwrap(), [&b[60..]]) {
                     assert_eq!(e, RingError::Full);
                     thread::yield_now();
                 }
