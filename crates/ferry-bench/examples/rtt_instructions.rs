@@ -16,7 +16,8 @@
 //! loopback, both teams in blocking mode (no spinning: what is counted is
 //! the calls' work, system calls included, which `strace -c -f` counts).
 //! `rtt_instructions N tcp-null` makes N null calls one after the other on
-//! the same two nodes; `tcp-get` N 8-byte gets of a region of node 2
+//! the same two nodes; `oneway` N one-way messages in bursts of 64
+//! (`ferry.shm.oneway`'s path; instructions per message); `tcp-get` N 8-byte gets of a region of node 2
 //! (served by its runtime), `tcp-get-nodeadline` the same without the
 //! operations' default deadline. `rtt_instructions N link` bounces an
 //! 8-byte message on a link between two teams as `bounce` does on ports
@@ -53,6 +54,7 @@ fn main() {
         Some("tcp") => return tcp(n),
         Some(op @ ("tcp-null" | "tcp-get" | "tcp-get-nodeadline")) => return tcp_one_by_one(n, op),
         Some("inproc") => return inproc(n),
+        Some("oneway") => return oneway(n),
         Some("link") => return link(n, 8),
         Some(arg) if arg.starts_with("link") => return link(n, arg[4..].parse().expect("linkB: B, a number of bytes")),
         Some("tasks") => return tasks(n, 0),
@@ -81,6 +83,30 @@ fn bounce(n: usize, a: &Team, b: &Team) {
         to_a.send(m.payload(), Checkpoint::Immediate).unwrap();
         pa.recv_blocking().unwrap();
     }
+}
+
+/// `n` 8-byte messages one way between two teams, in bursts of 64 sent
+/// then 64 received: `ferry.shm.oneway`'s per-message work (count per
+/// message, not per round trip).
+fn oneway(n: usize) {
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
+    let b = Team::builder().runtime_dir(&dir).processors(0).start().unwrap();
+    let pb = b.open_raw_port().unwrap();
+    let to_b = a.raw_sender(pb.id());
+    let msg = [7u8; 8];
+    for _ in 0..n / 64 {
+        for _ in 0..64 {
+            to_b.send(&msg, Checkpoint::Immediate).unwrap();
+        }
+        for _ in 0..64 {
+            pb.recv_blocking().unwrap();
+        }
+    }
+    a.shutdown();
+    b.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A port round trip inside one team (the loop-back channel), one thread
