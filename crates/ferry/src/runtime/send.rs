@@ -483,9 +483,9 @@ impl TeamInner {
     /// (a primitive's own flow control bounds what it posts): written now,
     /// or queued in the channel's outbox behind what waits there, in order.
     /// No task hand-off: the caller may hold its primitive's locks, which
-    /// the frame's handler takes.
-    /// Its payload is `prefix` then `rest` (a primitive's frame head, then
-    /// its caller's bytes), joined only if the frame cannot go at once.
+    /// the frame's handler takes. Its payload is `prefix` then `rest` (a
+    /// primitive's frame head, then its caller's bytes), written as two
+    /// pieces wherever it goes.
     pub fn post(&self, ch: &Channel, header: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
         let len = prefix.len() + rest.len();
         self.check_size(ch, len)?;
@@ -511,7 +511,7 @@ impl TeamInner {
         if payload.len() > self.cfg.max_message {
             return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
         }
-        match bind.join(|| Queued::never_refused(header, Load::Bytes(payload.to_vec()))) {
+        match bind.join(|| Queued::never_refused(header, Load::Bytes(payload.clone()))) {
             // Bound meanwhile (`join` queued nothing): posted as usual.
             Some(Ok(ch)) => self.post(&ch, header, &payload, &[]),
             Some(Err(e)) => Err(e),

@@ -1139,13 +1139,7 @@ impl Transport for TcpEnd {
     }
 
     fn try_send(&self, header: &Header, payload: &[u8]) -> Result<(), SendError> {
-        if payload.len() > self.max_payload {
-            return Err(SendError::TooLarge);
-        }
-        let mut h = *header;
-        h.flags &= !flags::DETACHED;
-        h.len = payload.len() as u32;
-        self.send_frame(&h, &[payload], &mut None)
+        self.try_send_parts(header, &[], payload)
     }
 
     fn try_send_parts(&self, header: &Header, prefix: &[u8], rest: &[u8]) -> Result<(), SendError> {
