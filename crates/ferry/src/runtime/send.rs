@@ -507,13 +507,13 @@ impl TeamInner {
     /// blocking thread): the frame waits in the bind and goes first once
     /// bound; this thread never waits.
     pub fn post_when_bound(&self, bind: &Binding, header: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
-        let payload = [prefix, rest].concat();
-        if payload.len() > self.cfg.max_message {
-            return Err(Error::TooLarge { len: payload.len(), max: self.cfg.max_message });
+        let len = prefix.len() + rest.len();
+        if len > self.cfg.max_message {
+            return Err(Error::TooLarge { len, max: self.cfg.max_message });
         }
-        match bind.join(|| Queued::never_refused(header, Load::Bytes(payload.clone()))) {
+        match bind.join(|| Queued::never_refused(header, Load::Bytes([prefix, rest].concat()))) {
             // Bound meanwhile (`join` queued nothing): posted as usual.
-            Some(Ok(ch)) => self.post(&ch, header, &payload, &[]),
+            Some(Ok(ch)) => self.post(&ch, header, prefix, rest),
             Some(Err(e)) => Err(e),
             None => Ok(()),
         }
