@@ -203,8 +203,10 @@ impl TeamBuilder {
     /// other work for the team waits before a replacement processor is
     /// started to do that work (default 2 ms; 100 µs to 1 min). A handler
     /// that blocks (a `std::thread::sleep`, a synchronous file read) then
-    /// delays the team's other calls by about this much, not by its own
-    /// length; it should still use [`Team::spawn_blocking`](crate::Team::spawn_blocking).
+    /// delays the team's other calls by this much to five times as much
+    /// (the watcher looks every `handoff_after` while a processor is
+    /// inside user code, four times as seldom while none is), not by its
+    /// own length; it should still use [`Team::spawn_blocking`](crate::Team::spawn_blocking).
     pub fn handoff_after(mut self, d: Duration) -> Self {
         self.cfg.handoff_after = d;
         self

@@ -9,8 +9,11 @@
 //!    it writes its slot's count, with plain stores: nothing on the hot
 //!    path but two of them.
 //! 2. A watcher thread per team looks at the counts every
-//!    `handoff_after` while a processor is awake. While all are parked it
-//!    sleeps; the first processor to wake pokes it.
+//!    `handoff_after` while a processor is inside user code, and
+//!    [`QUIET`] times as seldom while all awake ones are outside it: each
+//!    look takes a CPU from a spinning thread for a moment (on a machine
+//!    whose CPUs all spin, 500 looks a second cost calls 2 %). While all
+//!    are parked it sleeps; the first processor to wake pokes it.
 //! 3. A processor whose odd count did not move for a whole look, while the
 //!    team has work waiting (a frame, a ready task, a corked reply), is
 //!    stuck: the watcher marks it and starts a replacement processor, at
@@ -32,6 +35,11 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How many times `handoff_after` the watcher sleeps after a look that
+/// found no processor inside user code: a processor that blocks just after
+/// such a look is replaced within `(QUIET + 1) × handoff_after`.
+pub(crate) const QUIET: u32 = 4;
 
 /// A direct call waiting in a processor's batch.
 pub(crate) type DirectCall = (Direct, Incoming, Place);
@@ -59,6 +67,8 @@ pub(crate) struct Handoff {
     running: AtomicUsize,
     /// Replacements ever started (`Team::handoffs`).
     started: AtomicU64,
+    /// The watcher's looks so far.
+    looks: AtomicU64,
     /// How the watcher sleeps and the processors wake it.
     bell: WatcherBell,
     /// The cap was met once (logged once).
@@ -91,6 +101,7 @@ impl Handoff {
             stuck: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             started: AtomicU64::new(0),
+            looks: AtomicU64::new(0),
             bell: WatcherBell::new(),
             capped: AtomicBool::new(false),
         }
@@ -322,23 +333,30 @@ mod loom_handoff;
 pub(crate) fn watch(team: Arc<TeamInner>) {
     let h = &team.handoff;
     let mut last: Vec<u32> = vec![0; h.slots.len()];
+    let mut look = h.after;
     while !team.is_shut_down() {
         // 1. Sleep: a look's length while a processor is awake, else until
         //    poked.
-        h.bell.sleep(h.after, || team.is_shut_down());
+        h.bell.sleep(look, || team.is_shut_down());
         if team.is_shut_down() {
             break;
         }
-        // 2. Look: who stayed inside one piece of user code since the last look.
+        // 2. Look: who stayed inside one piece of user code since the last
+        //    look; the next look comes soon only if someone is inside now.
+        h.looks.fetch_add(1, Ordering::Relaxed);
         let mut found = None;
+        let mut inside = false;
         for (i, s) in h.slots.iter().enumerate() {
             let e = s.epoch.load(Ordering::Relaxed);
-            let stayed = e % 2 == 1 && e == last[i] && s.taken.load(Ordering::Acquire);
+            let taken = s.taken.load(Ordering::Acquire);
+            let stayed = e % 2 == 1 && e == last[i] && taken;
+            inside |= e % 2 == 1 && taken;
             last[i] = e;
             if stayed && !s.stuck.load(Ordering::Relaxed) && found.is_none() {
                 found = Some(i);
             }
         }
+        look = if inside { h.after } else { h.after * QUIET };
         // 3. Stuck while work waits: a replacement takes over.
         let Some(i) = found else { continue };
         if !team.work_waits() {
@@ -381,6 +399,45 @@ mod tests {
         h.stuck.store(0, Ordering::Relaxed);
         assert!(h.retire());
         assert_eq!(h.running.load(Ordering::Relaxed), 0);
+    }
+
+    /// The watcher looks every `handoff_after` while a processor is inside
+    /// user code, and `QUIET` times as seldom while the awake ones all
+    /// poll: each look takes a spinning thread's CPU for a moment.
+    #[test]
+    fn the_watcher_looks_seldom_while_no_processor_is_in_user_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let after = Duration::from_millis(5);
+        // Spinning for long: the processor stays awake, polling.
+        let team = crate::Team::builder()
+            .runtime_dir(dir.path())
+            .processors(1)
+            .spin(Duration::from_secs(5))
+            .handoff_after(after)
+            .start()
+            .unwrap();
+        let looks = || team.inner.handoff.looks.load(Ordering::Relaxed);
+        let window = Duration::from_millis(400);
+        std::thread::sleep(Duration::from_millis(50));
+        let before = looks();
+        std::thread::sleep(window);
+        let polling = looks() - before;
+        // Inside user code (a task that blocks) for the same time.
+        let (tx, rx) = std::sync::mpsc::channel();
+        team.spawn(async move {
+            let _ = tx.send(());
+            std::thread::sleep(Duration::from_millis(450));
+        });
+        rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let before = looks();
+        std::thread::sleep(window);
+        let inside = looks() - before;
+        team.shutdown();
+        let every_after = window.as_millis() as u64 / after.as_millis() as u64;
+        // (A loaded machine makes looks late: fewer, never more.)
+        assert!(polling <= every_after / 2, "{polling} looks in {window:?} while polling");
+        assert!(inside >= every_after / 4, "{inside} looks in {window:?} inside user code");
     }
 
     #[test]

@@ -37,6 +37,14 @@ const YIELD_AFTER: std::time::Duration = std::time::Duration::from_micros(4);
 /// the common answer never pays for the look (cache lines the peer writes).
 const LOOK_AFTER: std::time::Duration = std::time::Duration::from_micros(2);
 
+/// How long a peer's pollers' beat must stand still before an answer wait
+/// takes them for off a CPU (`Idle::peer_off_cpu`): longer than another
+/// thread of theirs borrowing their CPU for a moment (their hand-off
+/// watcher's look: up to ~50 µs in a virtual machine), which sleeping
+/// would only turn into a wake-up of ours; far shorter than a scheduler's
+/// slice, what a pollers' thread waiting for a CPU waits.
+const STALE_FOR: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// A `sched_yield` that took longer than this ran another thread.
 const YIELD_RAN_ANOTHER: std::time::Duration = std::time::Duration::from_micros(2);
 
@@ -113,6 +121,8 @@ pub(crate) struct Idle<'a> {
     watch_peer: bool,
     /// The peer's beat at the last look.
     peer_beat: Option<u32>,
+    /// When (into the spin) the peer's beat was first seen standing still.
+    stale_since: Option<std::time::Duration>,
     /// Rung awake, and found nothing of its own since: another thread took
     /// what the ring was for, or this one only handed a parked thread its
     /// answer. Spinning on would only take a CPU from the threads that do
@@ -147,6 +157,7 @@ impl<'a> Idle<'a> {
             peer: None,
             watch_peer: false,
             peer_beat: None,
+            stale_since: None,
             rung_for_nothing: false,
         }
     }
@@ -230,6 +241,7 @@ impl<'a> Idle<'a> {
             // round trip, and the poll itself already paces the loop.
             let started = *self.spin_started.get_or_insert_with(|| {
                 self.yielded = false;
+                self.stale_since = None;
                 Instant::now()
             });
             let share = team.cfg.share_cpu;
@@ -242,7 +254,7 @@ impl<'a> Idle<'a> {
                 return;
             }
             let spun = started.elapsed();
-            if spun < spin && (spun < LOOK_AFTER || !self.peer_off_cpu()) {
+            if spun < spin && (spun < LOOK_AFTER || !self.peer_off_cpu(spun)) {
                 // Whoever would send us work may wait for this CPU: once a
                 // spin, then while yields show other threads want CPUs.
                 let long = spun >= YIELD_AFTER && !self.yielded;
@@ -357,12 +369,12 @@ impl<'a> Idle<'a> {
     /// Whether the peer this answer wait most likely waits on (the one
     /// this thread last sent to) has no thread on a CPU: all asleep while
     /// CPUs are short (the thread our message woke needs one), or pollers
-    /// whose beat has not moved since the last look (they wait for one —
+    /// whose beat has stood still for `STALE_FOR` (they wait for one —
     /// perhaps the one this thread spins on). Spinning then only delays
     /// the answer: the caller sleeps instead. A peer running user code
     /// (our handler, likely) is on a CPU. Looked at every 64 turns once
-    /// `LOOK_AFTER` passed.
-    fn peer_off_cpu(&mut self) -> bool {
+    /// `LOOK_AFTER` passed; `spun` is how long this wait has spun.
+    fn peer_off_cpu(&mut self, spun: std::time::Duration) -> bool {
         if !self.watch_peer {
             return false;
         }
@@ -371,16 +383,37 @@ impl<'a> Idle<'a> {
             return false;
         };
         let last = std::mem::replace(&mut self.peer_beat, now.beat);
-        match (now.running, now.polling) {
-            // Every thread it counts sleeps (a thread of its own between
-            // two waits counts nowhere: then it is on a CPU, as far as we
-            // know), and a thread woke needs a CPU: ours, if others wait
-            // for it. (With a CPU to spare, the woken thread gets it: we
-            // spin on, else two teams would wake each other for good.)
-            (0, 0) => now.sleeping > 0 && CONTENDED.get(),
-            (0, _) => now.beat.is_some() && now.beat == last,
-            _ => false,
+        off_cpu(&now, last, &mut self.stale_since, spun, CONTENDED.get())
+    }
+}
+
+/// `Idle::peer_off_cpu`'s verdict on what the peer's state page says
+/// (`now`; `last`: its beat at the previous look; `stale_since`: when this
+/// wait first saw the beat stand still; `contended`: this thread's CPU is).
+fn off_cpu(
+    now: &doorbell::Activity,
+    last: Option<u32>,
+    stale_since: &mut Option<std::time::Duration>,
+    spun: std::time::Duration,
+    contended: bool,
+) -> bool {
+    match (now.running, now.polling) {
+        // Every thread it counts sleeps (a thread of its own between two
+        // waits counts nowhere: then it is on a CPU, as far as we know),
+        // and a thread woke needs a CPU: ours, if others wait for it.
+        // (With a CPU to spare, the woken thread gets it: we spin on, else
+        // two teams would wake each other for good.)
+        (0, 0) => now.sleeping > 0 && contended,
+        // A beat that stopped only a moment ago is a thread of theirs that
+        // borrowed the CPU (their watcher): it comes back at once.
+        (0, _) if now.beat.is_some() && now.beat == last => {
+            spun.saturating_sub(*stale_since.get_or_insert(spun)) >= STALE_FOR
         }
+        (0, _) => {
+            *stale_since = None;
+            false
+        }
+        _ => false,
     }
 }
 
@@ -979,6 +1012,31 @@ mod tests {
             assert!(matches!(waiter.join().unwrap(), Err(crate::Error::DeadlineExceeded)));
             assert_eq!(slept, !busy, "busy-poll {busy}: the waiting thread slept: {slept}");
         }
+    }
+
+    /// A peer's pollers whose beat stands still for a moment (another
+    /// thread of theirs borrowed their CPU: their hand-off watcher's look)
+    /// are not taken for off a CPU: only a beat still for `STALE_FOR` is.
+    /// (Before, one look that found the beat still sent the caller to
+    /// sleep, and the answer then waited for a wake-up: 20-50 µs, ~500
+    /// times a second while the peer's watcher looked every 2 ms.)
+    #[test]
+    fn a_peer_beat_still_for_a_moment_is_not_off_cpu() {
+        let polling = |beat| doorbell::Activity { polling: 1, running: 0, sleeping: 0, beat: Some(beat) };
+        let us = Duration::from_micros;
+        let mut since = None;
+        assert!(!off_cpu(&polling(7), Some(6), &mut since, us(3), false), "the beat moved");
+        assert!(!off_cpu(&polling(7), Some(7), &mut since, us(4), false), "still for a moment");
+        assert!(!off_cpu(&polling(7), Some(7), &mut since, us(40), false), "still for 36 µs");
+        assert!(off_cpu(&polling(7), Some(7), &mut since, us(60), false), "still for 56 µs");
+        assert!(!off_cpu(&polling(8), Some(7), &mut since, us(61), false), "moving again");
+        assert!(!off_cpu(&polling(8), Some(8), &mut since, us(100), false), "still again, for a moment");
+        // Running user code, it is on a CPU; all asleep, it needs one only if CPUs are short.
+        let running = doorbell::Activity { polling: 0, running: 1, sleeping: 0, beat: Some(8) };
+        assert!(!off_cpu(&running, Some(8), &mut None, us(1000), true));
+        let asleep = doorbell::Activity { polling: 0, running: 0, sleeping: 1, beat: Some(8) };
+        assert!(!off_cpu(&asleep, Some(8), &mut None, us(3), false));
+        assert!(off_cpu(&asleep, Some(8), &mut None, us(3), true));
     }
 
     /// An idle wake-up (a park timeout with nothing rung) sleeps again at
