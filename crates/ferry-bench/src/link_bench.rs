@@ -77,15 +77,21 @@ fn repaired(team: &Team) {
     }
 }
 
-/// Round trips of 8 bytes on `link` (the child echoes them).
-fn ping(link: &Link, p: &Params) -> Vec<f64> {
+/// Round trips of 8 bytes on `link` (the child echoes them), timed as
+/// what they are set beside is: over shared memory the mean of each round
+/// (as `ferry.shm.spin`), over TCP each round trip on its own (as
+/// `ferry.tcp.busypoll.null`: a p50 of single calls, which a round's mean
+/// would not be where a few calls are slow).
+fn ping(link: &Link, p: &Params, net: Net) -> Vec<f64> {
     let msg = [7u8; 8];
-    let samples = p.measure(p.iters, |n| {
-        for _ in 0..n {
-            link.send_bytes(&msg, Checkpoint::Immediate).unwrap();
-            link.recv_bytes_blocking().unwrap();
-        }
-    });
+    let once = || {
+        link.send_bytes(&msg, Checkpoint::Immediate).unwrap();
+        link.recv_bytes_blocking().unwrap();
+    };
+    let samples = match net {
+        Net::Shm => p.measure(p.iters, |n| (0..n).for_each(|_| once())),
+        Net::Tcp => p.measure_each(crate::tcp::calls(p), once),
+    };
     link.send_bytes(STOP, Checkpoint::Immediate).unwrap();
     samples
 }
@@ -124,7 +130,7 @@ fn parent_side(peer: &Peer, net: Net) -> ParentSide {
 
 fn fresh_parent(peer: &mut Peer, p: &Params, net: Net) -> Vec<f64> {
     let ((team, _dir), _port, _there, link) = parent_side(peer, net);
-    let samples = ping(&link, p);
+    let samples = ping(&link, p, net);
     team.shutdown();
     samples
 }
@@ -142,7 +148,7 @@ fn moved_parent(peer: &mut Peer, p: &Params, net: Net) -> Vec<f64> {
     there.send(&link, Checkpoint::OnReceipt).unwrap();
     let link = port.recv_timeout(PATIENCE).unwrap().into_value();
     repaired(&team);
-    let samples = ping(&link, p);
+    let samples = ping(&link, p, net);
     team.shutdown();
     samples
 }
