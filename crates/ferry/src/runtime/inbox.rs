@@ -7,8 +7,12 @@ use crate::rpc::Place;
 use crate::transport::doorbell::Doorbell;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+
+/// `Inbox::shadow`'s bit for a closed inbox.
+const CLOSED: usize = 1 << (usize::BITS - 1);
 
 /// What a message costs against an inbox's byte bound.
 pub(crate) trait Cost {
@@ -31,6 +35,13 @@ pub(crate) type Direct<M> = Arc<dyn Taker<M>>;
 
 pub(crate) struct Inbox<M> {
     state: Mutex<State<M>>,
+    /// The queue's length, and `CLOSED`, as of the state's last change
+    /// (stored under its lock): what a look without the lock reads — a
+    /// spinning receiver's at each turn, a direct receive's (the lock is
+    /// two locked instructions, each a full barrier, per message). A look
+    /// may be stale; a wait registers its waker under the lock, so it
+    /// never misses a message for good.
+    shadow: AtomicUsize,
     /// Most messages queued.
     capacity: usize,
     /// Most bytes queued (the sum of the costs the offers named).
@@ -71,7 +82,14 @@ impl<M: Cost> Inbox<M> {
             refused: false,
             direct: None,
         };
-        Inbox { state: Mutex::new(state), capacity, byte_capacity, doorbell }
+        Inbox { state: Mutex::new(state), shadow: AtomicUsize::new(0), capacity, byte_capacity, doorbell }
+    }
+
+    /// Publishes `s`'s length and closedness for looks without the lock
+    /// (called under it, after every change of either).
+    fn publish(&self, s: &State<M>) {
+        let closed = if s.closed { CLOSED } else { 0 };
+        self.shadow.store(s.queue.len() | closed, Ordering::Release);
     }
 
     /// Queues the message `make` builds, which costs `cost` bytes, if there
@@ -119,6 +137,7 @@ impl<M: Cost> Inbox<M> {
         debug_assert_eq!(m.cost(), cost, "an offer named another cost than its message's");
         s.queue.push_back(m);
         s.bytes += cost;
+        self.publish(&s);
         // Woken under the lock, draining in place: the vector keeps its buffer.
         if !s.waiters.is_empty() {
             for w in s.waiters.drain(..) {
@@ -135,8 +154,13 @@ impl<M: Cost> Inbox<M> {
         }
     }
 
-    /// Pops a message without registering anyone: `Ready(None)` once closed and empty.
+    /// Pops a message without registering anyone: `Ready(None)` once closed
+    /// and empty. An inbox that looks empty and open is `Pending` without
+    /// the lock.
     pub fn poll_pop_now(&self) -> Poll<Option<M>> {
+        if self.shadow.load(Ordering::Acquire) == 0 {
+            return Poll::Pending;
+        }
         let mut s = self.state.lock();
         if let Some(m) = self.pop_front(&mut s) {
             return Poll::Ready(Some(m));
@@ -153,6 +177,7 @@ impl<M: Cost> Inbox<M> {
     fn pop_front(&self, s: &mut State<M>) -> Option<M> {
         let m = s.queue.pop_front()?;
         s.bytes -= m.cost();
+        self.publish(s);
         if s.refused {
             s.refused = false;
             self.doorbell.ring_now();
@@ -196,8 +221,11 @@ impl<M: Cost> Inbox<M> {
         self.state.lock().queue.len()
     }
 
+    /// Whether the queue looks empty, without the lock: a message queued
+    /// meanwhile (by a channel whose order the caller does not hold) may
+    /// not show yet.
     pub fn is_empty(&self) -> bool {
-        self.state.lock().queue.is_empty()
+        self.shadow.load(Ordering::Acquire) & !CLOSED == 0
     }
 
     /// The bytes queued: the sum of the queued messages' costs.
@@ -223,6 +251,7 @@ impl<M: Cost> Inbox<M> {
         let waiters = std::mem::take(&mut s.waiters);
         let left = s.queue.drain(..).collect();
         s.bytes = 0;
+        self.publish(&s);
         drop(s);
         drop(direct);
         for w in waiters {
@@ -291,6 +320,23 @@ mod tests {
         assert_eq!((i.len(), i.bytes()), (2, 200));
         assert_eq!(i.close(), vec![M(1, 100), M(2, 100)]);
         assert_eq!(i.bytes(), 0);
+    }
+
+    /// The look without the lock (`poll_pop_now`, `is_empty`) follows every
+    /// change under it: an offer, a pop, a close with messages left.
+    #[test]
+    fn a_look_without_the_lock_sees_what_the_lock_guards() {
+        let i = inbox(8, 1000);
+        assert!(i.is_empty() && i.poll_pop_now().is_pending());
+        assert!(offer(&i, 10, 1) && offer(&i, 10, 2));
+        assert!(!i.is_empty());
+        assert_eq!(i.poll_pop_now(), Poll::Ready(Some(M(1, 10))));
+        assert_eq!(i.poll_pop_now(), Poll::Ready(Some(M(2, 10))));
+        assert!(i.is_empty() && i.poll_pop_now().is_pending(), "empty again");
+        assert!(offer(&i, 10, 3));
+        assert_eq!(i.close(), vec![M(3, 10)]);
+        assert!(i.is_empty());
+        assert_eq!(i.poll_pop_now(), Poll::Ready(None), "closed: not pending");
     }
 
     /// A direct taker admitting with places of a gate of `max`.
