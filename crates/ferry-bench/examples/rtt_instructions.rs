@@ -16,10 +16,11 @@
 //! loopback, both teams in blocking mode (no spinning: what is counted is
 //! the calls' work, system calls included, which `strace -c -f` counts).
 //! `rtt_instructions N tcp-null` makes N null calls one after the other on
-//! the same two nodes; `oneway` N one-way messages in bursts of 64
-//! (`ferry.shm.oneway`'s path; instructions per message); `tcp-get` N 8-byte gets of a region of node 2
+//! the same two nodes; `tcp-get` N 8-byte gets of a region of node 2
 //! (served by its runtime), `tcp-get-nodeadline` the same without the
-//! operations' default deadline. `rtt_instructions N link` bounces an
+//! operations' default deadline. `rtt_instructions N oneway` sends N
+//! one-way messages in bursts of 64 (`ferry.shm.oneway`'s path; count
+//! per message). `rtt_instructions N link` bounces an
 //! 8-byte message on a link between two teams as `bounce` does on ports
 //! (`ferry.shm.link.fresh`'s path without its spinning;
 //! `linkB`: a message of B bytes). `rtt_instructions
