@@ -432,6 +432,41 @@ mod tests {
         assert_eq!(there.recv_bytes_blocking().unwrap().value, b"x");
     }
 
+    /// A catch in the sweep ends the turn at once: the waiting thread goes
+    /// back to its caller with what it caught, and the channels' other
+    /// work (this channel's release, other channels' frames) waits for its
+    /// next turn or another thread. (Driving them first put that work on
+    /// every link message's path: 0.944 × the link round trip without it.)
+    #[test]
+    fn a_catch_in_the_sweep_ends_the_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = teams(dir.path());
+        let c = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
+        let port = b.open_raw_port().unwrap();
+        for from in [&a, &c] {
+            from.raw_sender(port.id()).send(b"bind", Checkpoint::Immediate).unwrap();
+            assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
+        }
+        for from in [&a, &c] {
+            from.raw_sender(port.id()).send(b"x", Checkpoint::Immediate).unwrap();
+        }
+        let team = &b.inner;
+        let channels = team.channels.snapshot();
+        let waiting = |channels: &crate::runtime::channel_list::Snapshot| {
+            channels.iter().filter(|ch| ch.transport.has_frame()).count()
+        };
+        assert_eq!(waiting(&channels), 2);
+        let mut offered = 0;
+        // Says it took the first frame offered (and leaves it where it is).
+        let mut catch = |_: &std::sync::Arc<super::Channel>| {
+            offered += 1;
+            true
+        };
+        assert!(crate::runtime::readiness::Sweep::new().progress_catching(team, &channels, &mut catch));
+        assert_eq!(offered, 1);
+        assert_eq!(waiting(&channels), 2, "the sweep went on after its catch");
+    }
+
     /// Messages to one blocked port arriving one at a time on one channel
     /// leave no other port's message waiting in another: every few
     /// catches the thread drains every channel. (Without that, 64 catches

@@ -142,7 +142,11 @@ impl Sweep {
     /// with few channels, `catch` is offered each channel's head frame
     /// before the channel is drained, so a frame that came since the
     /// turn's first look is still caught, not drained past its waiting
-    /// receiver (a third of a link ping-pong's were).
+    /// receiver (a third of a link ping-pong's were). A catch ends the
+    /// turn: what the channels still ask (this one's release, the others'
+    /// frames) waits for the next turn, off the caught message's way to
+    /// its receiver; the start rotates, so every channel is driven within
+    /// as many turns as there are channels.
     pub fn progress_catching(&mut self, team: &TeamInner, channels: &Snapshot, catch: Catch<'_>) -> bool {
         let n = channels.len();
         if n > ALL_UP_TO || n == 0 {
@@ -153,7 +157,9 @@ impl Sweep {
         for ch in back.iter().chain(front) {
             // (An idle channel costs the one look `progress_one` makes.)
             if ch.needs_attention() {
-                did |= ch.transport.more_at_hand() && catch(ch);
+                if ch.transport.more_at_hand() && catch(ch) {
+                    return true;
+                }
                 did |= team.progress_one(ch);
             }
         }
