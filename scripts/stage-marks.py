@@ -35,6 +35,22 @@ call's mean goes, by the call's length:
     scripts/ab-pairs.py /tmp/t-old/release/ferry /tmp/t-new/release/ferry rpc ferry.shm.arg4.each 40
     scripts/stage-marks.py tails /tmp/t-old/release/ferry /tmp/t-new/release/ferry 8
 
+`patch-hops WORKTREE` marks a port's and a link's ping-pong instead (not
+with `patch`): from the pop, 8 the message caught (a port's `Incoming`
+built; a link end's lock taken), 9 a link's `catch_message` done, 0/1 a
+port's ring read done and `after_drain` done, 6/7 `Idle`'s drop begun
+and done, 2 the receive returned, 3 the send called, 4 a link's frame
+head written, 5 the team's send (`send_message`, `post`); the turn is
+timed at `Idle::step_catching`. `hops BINARY ROUNDS` runs `ferry.shm.spin`
+and `ferry.shm.link.fresh` in turn and gives, per case, the median
+pop→push (one side's work between the message it took and the one it
+sent), the round trip, and the stages of the runs in the fastest quarter
+(the two vCPUs change speed from run to run; compare runs of one speed):
+
+    git worktree add /tmp/wt-hops HEAD && scripts/stage-marks.py patch-hops /tmp/wt-hops
+    (cd /tmp/wt-hops && CARGO_TARGET_DIR=/tmp/t-hops cargo build --release -p ferry-cli)
+    scripts/stage-marks.py hops /tmp/t-hops/release/ferry 6
+
 `pairs` runs the two marked builds in turn, ROUNDS times each, and gives
 per pair new / old of the server's path, the client's, the round trip
 and the transit (the client's push→pop less the server's path: both
@@ -163,16 +179,9 @@ def edit_either(path, choices, optional=False):
 
 def patch(w):
     src = f"{w}/crates/ferry/src"
-    open(f"{src}/transport/shm/stage_marks.rs", "w").write(PROBE)
-    edit(f"{src}/transport/shm/mod.rs", [("pub mod ring;", "pub mod ring;\npub(crate) mod stage_marks;")])
+    patch_common(src)
     with open(f"{src}/lib.rs", "a") as f:
         f.write(f"#[doc(hidden)]\npub use transport::shm::stage_marks::mark as __stage_mark;\n")
-    stamp = "        self.mem.stamp(pos).store(stamp, Ordering::Release);\n        self.tail += need as u64;"
-    body = "            let body = len - STAMP;\n"
-    edit(f"{src}/transport/shm/ring.rs", [
-        (stamp, stamp.replace("\n        self.tail", "\n        super::stage_marks::event(true);\n        self.tail")),
-        (body, body + "            super::stage_marks::event(false);\n"),
-    ])
     taker = "    fn take(&self, m: crate::runtime::channel::Incoming, place: Place) {\n"
     dispatch = "    let t = cost::record(Side::Server, Stage::Dispatch, call.arrived);\n"
     poll = "    let mut cx = std::task::Context::from_waker(Waker::noop());\n    match Pin::new(&mut work).poll(&mut cx) {\n"
@@ -218,6 +227,89 @@ def patch(w):
         "        let r = answer(&data);\n        ferry::__stage_mark(1);\n        r\n    }",
     )])
     print(f"{w}: marked (build it with its own CARGO_TARGET_DIR)")
+
+
+def patch_common(src):
+    """The probe module and the ring's push and pop events."""
+    open(f"{src}/transport/shm/stage_marks.rs", "w").write(PROBE)
+    edit(f"{src}/transport/shm/mod.rs", [("pub mod ring;", "pub mod ring;\npub(crate) mod stage_marks;")])
+    stamp = "        self.mem.stamp(pos).store(stamp, Ordering::Release);\n        self.tail += need as u64;"
+    body = "            let body = len - STAMP;\n"
+    edit(f"{src}/transport/shm/ring.rs", [
+        (stamp, stamp.replace("\n        self.tail", "\n        super::stage_marks::event(true);\n        self.tail")),
+        (body, body + "            super::stage_marks::event(false);\n"),
+    ])
+
+
+def patch_hops(w):
+    """Marks a port's and a link's ping-pong (see the module's text)."""
+    src = f"{w}/crates/ferry/src"
+    patch_common(src)
+    m = lambda i, indent: f"{' ' * indent}{MARK}({i});\n"
+    step = "    pub fn step_catching(&mut self, ready: &dyn Fn() -> bool, parked: &dyn Fn(bool), catch: Option<Catch<'_>>) {\n"
+    drop = "    fn drop(&mut self) {\n        POLLING.set(self.outer);\n"
+    dropped = "            if wake {\n                self.team.doorbell.ring_one();\n            }\n        }\n"
+    edit(f"{src}/runtime/idle.rs", [
+        (step, step + "        crate::transport::shm::stage_marks::tick();\n"),
+        (drop, drop.replace("        POLLING", m(6, 8) + "        POLLING")),
+        (dropped, dropped + m(7, 8)),
+    ])
+    busy = "    fn progress_busy(&self, ch: &Arc<Channel>) -> bool {\n"
+    edit(f"{src}/runtime/dispatch.rs", [(busy, busy + "        crate::transport::shm::stage_marks::seen();\n")])
+    caught = "                caught = Some(incoming(ch, h, Payload::from_slice(p), since));\n"
+    burst = "        let burst = caught.is_some() && ch.transport.more_at_hand();\n        self.after_drain(ch, rx, drained);\n"
+    edit(f"{src}/runtime/direct_receive.rs", [
+        (caught, caught + m(8, 16)),
+        (burst, m(0, 8) + burst + m(1, 8)),
+    ])
+    returned = "        // Not `ok_or(Error::Shutdown)`: that builds (and drops) the error at every receive.\n"
+    send = "        if checkpoint == Checkpoint::Immediate && self.timeout.is_none() {\n            if let Some(ch) = self.cached() {\n"
+    edit(f"{src}/port/mod.rs", [(returned, returned + m(2, 8)), (send, send.replace("            if let", m(3, 12) + "            if let"))])
+    size = "    ) -> Result<()> {\n        self.check_size(ch, payload.len())?;\n"
+    edit(f"{src}/runtime/send.rs", [(size, size.replace("        self.check", m(5, 8) + "        self.check"))])
+    post = "        self.team.post(&ch, h, prefix, rest)\n    }\n"
+    edit(f"{src}/runtime/served.rs", [(post, m(5, 8) + post)])
+    locked = "        let mut s = self.state.lock();\n        if s.router.is_proxy() || s.moved.is_some()"
+    catch = "        if !self.catch_message(&mut s, from, &f, caught) {\n"
+    back = "            return Ok(self.message(m?));\n        }\n        idle::block_on(&self.end.team, self.recv_bytes())"
+    sent = "    pub fn send_bytes(&self, bytes: &[u8], checkpoint: Checkpoint) -> Result<Vec<u8>> {\n"
+    head = "        self.sender_in(sender, to.team)?.post_parts(&prefix[..HEAD + len], bytes)\n"
+    edit(f"{src}/link/end.rs", [
+        (locked, locked.replace("        if s.router", m(8, 8) + "        if s.router")),
+        (catch, "        let c = self.catch_message(&mut s, from, &f, caught);\n" + m(9, 8) + "        if !c {\n"),
+        (back, m(2, 12) + back),
+        (sent, sent + m(3, 8)),
+        (head, m(4, 8) + head),
+    ])
+    print(f"{w}: hops marked (build it with its own CARGO_TARGET_DIR)")
+
+
+HOPS = [8, 9, 0, 1, 6, 7, 2, 3, 4, 5]
+HOP_NAMES = {8: "caught", 9: "link caught", 0: "ring read", 1: "after drain", 6: "Idle drop", 7: "Idle dropped",
+             2: "returned", 3: "send", 4: "link head", 5: "team's send"}
+
+
+def hops(binary, rounds):
+    """Port and link ping-pongs in turn; per case the median pop→push and
+    round trip, and the stages (cycles from the pop) of the fastest
+    quarter of the runs' lines."""
+    cases = [("pingpong", "ferry.shm.spin"), ("links", "ferry.shm.link.fresh")]
+    lines = {case: [] for _, case in cases}
+    for _ in range(rounds):
+        for suite, case in cases:
+            try:
+                os.remove(LOG)
+            except FileNotFoundError:
+                pass
+            subprocess.run([binary, "bench", suite, "--passes", "1", "--only", case], capture_output=True, check=True)
+            lines[case] += [(int(f[3]), int(f[5]), marks) for f, marks in read_log()]
+    for case, got in lines.items():
+        got.sort(key=lambda x: x[0])
+        fast = got[: max(1, len(got) // 4)]
+        med = statistics.median
+        stages = ", ".join(f"{HOP_NAMES[i]} {med(x[2][i] for x in fast):.0f}" for i in HOPS if med(x[2][i] for x in fast))
+        print(f"{case}: pop→push {med(x[0] for x in got):.0f} (fastest quarter {med(x[0] for x in fast):.0f}), "
+              f"round trip {med(x[0] + x[1] for x in got):.0f}; fastest quarter, from the pop: {stages}")
 
 
 LOG = "/tmp/ferry-stage-marks.log"
@@ -377,6 +469,10 @@ def tails(old, new, runs, case="ferry.shm.arg4.each"):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "patch":
         patch(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "patch-hops":
+        patch_hops(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "hops":
+        hops(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) == 2 and sys.argv[1] == "show":
         show()
     elif len(sys.argv) == 5 and sys.argv[1] == "pairs":
