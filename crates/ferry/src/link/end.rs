@@ -950,7 +950,7 @@ impl Link {
             // A link frame at the head of a channel goes straight to its
             // end (see `runtime::direct_receive`).
             let team = &self.end.team;
-            let m = idle::wait_catching_in_sweep(
+            let m = idle::wait_catching(
                 team,
                 |cx| self.end.poll_recv(cx),
                 |ch| {
@@ -967,7 +967,9 @@ impl Link {
                         },
                     }
                 },
+                None,
             );
+            let Some(m) = m else { unreachable!("a wait with no deadline ends only when ready") };
             return Ok(self.message(m?));
         }
         idle::block_on(&self.end.team, self.recv_bytes())

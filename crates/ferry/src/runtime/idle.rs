@@ -628,41 +628,30 @@ fn catch_on<T>(channels: &Snapshot, catch: &mut impl FnMut(&Arc<Channel>) -> Opt
 }
 
 /// Most waits in a row a thread ends by a catch (see [`wait_catching`]).
-const CATCH_STREAK: u32 = 16;
+pub(super) const CATCH_STREAK: u32 = 16;
 
 thread_local! {
     /// Waits this thread ended by a catch since its last full turn.
-    static CAUGHT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    pub(super) static CAUGHT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// [`wait_until`] for a thread that can take what it waits for straight
 /// from a channel (see `direct_receive`): each turn first offers `catch`
-/// every channel with a frame (if the team has few), then drives them all.
-/// `None` once `until` has passed.
+/// every channel with a frame (if the team has few), then drives them
+/// all, offering `catch` each channel's head frame again before it drains
+/// the channel (`Sweep::progress_catching`): a frame that came during the
+/// turn is caught too, and the turn ends there. (Drained, a port's
+/// message goes through its inbox and a link's through the links'
+/// handler, and the turn goes on over the other channels first: 0.92 × a
+/// port's round trip, 0.94 × a link's, when caught.) `None` once `until`
+/// has passed.
 pub(crate) fn wait_catching<T>(
     team: &TeamInner,
     attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
     catch: impl FnMut(&Arc<Channel>) -> Option<T>,
     until: Option<Instant>,
 ) -> Option<T> {
-    wait(team, attempt, Some(catch), until, false)
-}
-
-/// [`wait_catching`] whose turns offer `catch` a channel's head frame again
-/// before they drain the channel, so that a frame that came during the
-/// turn is caught too: for a receiver whose frames cost much more when
-/// drained than when caught (a link end's: the links' handler looks its
-/// router up and queues the message at the end; a port's inbox is cheap,
-/// and the second look would cost its ping-pong more than it saves).
-pub(crate) fn wait_catching_in_sweep<T>(
-    team: &TeamInner,
-    attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
-    catch: impl FnMut(&Arc<Channel>) -> Option<T>,
-) -> T {
-    match wait(team, attempt, Some(catch), None, true) {
-        Some(v) => v,
-        None => unreachable!("a wait with no deadline ends only when ready"),
-    }
+    wait(team, attempt, Some(catch), until)
 }
 
 /// Waits on this thread for `attempt` to be ready, driving the team's
@@ -671,19 +660,17 @@ pub(crate) fn wait_catching_in_sweep<T>(
 /// waker (taken only then). So a message that arrives while the thread
 /// spins costs no waker traffic at all.
 pub(crate) fn wait_until<T>(team: &TeamInner, attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>) -> T {
-    match wait(team, attempt, None::<fn(&Arc<Channel>) -> Option<T>>, None, false) {
+    match wait(team, attempt, None::<fn(&Arc<Channel>) -> Option<T>>, None) {
         Some(v) => v,
         None => unreachable!("a wait with no deadline ends only when ready"),
     }
 }
 
-/// (`in_sweep`: see [`wait_catching_in_sweep`].)
 fn wait<T>(
     team: &TeamInner,
     attempt: impl FnMut(Option<&mut Context<'_>>) -> Poll<T>,
     mut catch: Option<impl FnMut(&Arc<Channel>) -> Option<T>>,
     until: Option<Instant>,
-    in_sweep: bool,
 ) -> Option<T> {
     let attempt = std::cell::RefCell::new(attempt);
     if let Poll::Ready(v) = (attempt.borrow_mut())(None) {
@@ -717,7 +704,7 @@ fn wait<T>(
             }
         };
         let parked = |p| sleeper().waker().0.parked.store(p, Ordering::SeqCst);
-        match catch.as_mut().filter(|_| in_sweep) {
+        match catch.as_mut() {
             None => idle.step(&ready, &parked),
             Some(c) => {
                 let mut caught = None;

@@ -138,7 +138,7 @@ impl Sweep {
     }
 
     /// [`Sweep::progress`] for a waiting thread that takes what it waits
-    /// for straight from a channel (see `idle::wait_catching_in_sweep`):
+    /// for straight from a channel (see `idle::wait_catching`):
     /// with few channels, `catch` is offered each channel's head frame
     /// before the channel is drained, so a frame that came since the
     /// turn's first look is still caught, not drained past its waiting
