@@ -442,10 +442,7 @@ mod tests {
     fn a_blocked_port_catches_its_message_in_the_sweep() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = teams(dir.path());
-        let port = b.open_raw_port().unwrap();
-        let to = a.raw_sender(port.id());
-        to.send(b"bind", Checkpoint::Immediate).unwrap();
-        assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
+        let (port, to) = bound_port(&a, &b);
         to.send(b"x", Checkpoint::Immediate).unwrap();
         crate::runtime::idle::CAUGHT.set(crate::runtime::idle::CATCH_STREAK);
         let before = super::DIRECT.get();
@@ -463,13 +460,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = teams(dir.path());
         let c = Team::builder().runtime_dir(dir.path()).processors(0).start().unwrap();
-        let port = b.open_raw_port().unwrap();
-        for from in [&a, &c] {
-            from.raw_sender(port.id()).send(b"bind", Checkpoint::Immediate).unwrap();
-            assert_eq!(port.recv_blocking().unwrap().payload(), b"bind");
-        }
-        for from in [&a, &c] {
-            from.raw_sender(port.id()).send(b"x", Checkpoint::Immediate).unwrap();
+        // A frame on each of two channels.
+        let bound = [bound_port(&a, &b), bound_port(&c, &b)];
+        for (_, to) in &bound {
+            to.send(b"x", Checkpoint::Immediate).unwrap();
         }
         let team = &b.inner;
         let channels = team.channels.snapshot();
