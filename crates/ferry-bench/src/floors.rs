@@ -5,6 +5,9 @@
 //! * `floor.spin.two_line` — one line per direction; each side spins only
 //!   on the line the other writes. ferry's baseline.
 //! * `floor.futex` — both sides sleep in FUTEX_WAIT: two wake-ups per trip.
+//! * `floor.eventfd` — as `floor.futex`, with the wake-up a parked ferry
+//!   thread gets: an `eventfd` write, an edge-triggered `epoll_wait`
+//!   (`ferry.shm.parked`'s mechanism, without ferry's work around it).
 //! * `floor.uds` — 8 bytes each way over a Unix stream socket, blocking.
 //! * `floor.ring.oneway` — one-way messages through a single-producer
 //!   single-consumer ring of 48-byte records in shared memory: one publish
@@ -34,6 +37,7 @@ pub fn cases() -> Vec<Case> {
         Case::new("floor.spin.one_line", one_line_parent, one_line_child),
         Case::new("floor.spin.two_line", two_line_parent, two_line_child),
         Case::new("floor.futex", futex_parent, futex_child),
+        Case::new("floor.eventfd", eventfd_parent, eventfd_child),
         Case::new("floor.uds", uds_parent, uds_child),
         Case::new("floor.ring.oneway", ring_parent, ring_child),
     ]
@@ -213,6 +217,86 @@ fn futex_child(ctx: &ChildCtx) {
         }
         resp.store(v, Release);
         futex::wake(resp, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+        last = v;
+    }
+}
+
+// --- floor.eventfd -------------------------------------------------------
+// As floor.futex, but each side sleeps in `epoll_wait` on an eventfd of
+// its own (edge-triggered, exclusive, never read: ferry's wake-up lines,
+// `transport::doorbell`), and the writer of a word writes 1 to the other
+// side's eventfd. The parent makes both and sends them to the child.
+
+/// An epoll set watching `line` as ferry's sleeping threads watch a line.
+fn eventfd_sleep_set(line: &rustix::fd::OwnedFd) -> rustix::fd::OwnedFd {
+    use rustix::event::epoll;
+    let set = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
+    let flags = epoll::EventFlags::IN | epoll::EventFlags::ET | epoll::EventFlags::EXCLUSIVE;
+    epoll::add(&set, line, epoll::EventData::new_u64(0), flags).expect("epoll_ctl");
+    set
+}
+
+/// Sleeps on `set` until it is rung or `timeout` passes: whether it passed.
+fn eventfd_wait(set: &rustix::fd::OwnedFd, timeout: Option<&rustix::event::Timespec>) -> bool {
+    let mut events = [std::mem::MaybeUninit::uninit(); 4];
+    match rustix::event::epoll::wait(set, &mut events[..], timeout) {
+        Ok((ready, _)) => ready.is_empty(),
+        Err(Errno::INTR) => false,
+        Err(e) => panic!("epoll_wait: {e}"),
+    }
+}
+
+fn eventfd_ring(line: &rustix::fd::OwnedFd) {
+    rustix::io::write(line, &1u64.to_ne_bytes()).expect("eventfd write");
+}
+
+fn eventfd_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    use rustix::event::{eventfd, EventfdFlags};
+    let (req, resp) = (peer.shm.atomic_u32(REQ), peer.shm.atomic_u32(RESP));
+    let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
+    let (to_child, to_parent) = (eventfd(0, flags).expect("eventfd"), eventfd(0, flags).expect("eventfd"));
+    peer.send_fd(rustix::fd::AsFd::as_fd(&to_child)).expect("send the child's line");
+    peer.send_fd(rustix::fd::AsFd::as_fd(&to_parent)).expect("send the parent's line");
+    let set = eventfd_sleep_set(&to_parent);
+    // Sleep at most this long before checking that the child is alive.
+    let tick = rustix::event::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+    let mut v = 0;
+    let samples = p.measure(p.iters_div(SLOW_DIV), |n| {
+        for _ in 0..n {
+            v += 1;
+            req.store(v, Release);
+            eventfd_ring(&to_child);
+            let mut started = None;
+            while resp.load(Acquire) != v {
+                if eventfd_wait(&set, Some(&tick)) {
+                    peer.check_progress(&mut started);
+                }
+            }
+        }
+    });
+    req.store(STOP32, Release);
+    eventfd_ring(&to_child);
+    samples
+}
+
+fn eventfd_child(ctx: &ChildCtx) {
+    let (req, resp) = (ctx.shm.atomic_u32(REQ), ctx.shm.atomic_u32(RESP));
+    let mine = ctx.recv_fd().expect("the child's line");
+    let to_parent = ctx.recv_fd().expect("the parent's line");
+    let set = eventfd_sleep_set(&mine);
+    let mut last = 0;
+    loop {
+        let v = req.load(Acquire);
+        if v == last {
+            // The parent's death kills this process (PDEATHSIG): no timeout.
+            let _ = eventfd_wait(&set, None);
+            continue;
+        }
+        if v == STOP32 {
+            return;
+        }
+        resp.store(v, Release);
+        eventfd_ring(&to_parent);
         last = v;
     }
 }
