@@ -15,9 +15,11 @@
 //!   message; `ferry.shm.oneway`'s floor).
 
 use std::io::{Read, Write};
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
 
+use rustix::fd::{AsFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::thread::futex;
 
@@ -164,71 +166,95 @@ pub(crate) fn two_line_child(ctx: &ChildCtx) {
     }
 }
 
-// --- floor.futex ---------------------------------------------------------
-// As two_line, but each side sleeps in FUTEX_WAIT on the word the other
-// writes, and the writer FUTEX_WAKEs it. Shared (not PRIVATE) futexes, as
-// the words live in memory shared between processes.
+// --- floor.futex and floor.eventfd --------------------------------------
+// As two_line, but each side sleeps until the word the other writes moves,
+// and the writer wakes it: with FUTEX_WAIT and FUTEX_WAKE (`floor.futex`;
+// shared, not PRIVATE, futexes, as the words live in memory shared
+// between processes), or in `epoll_wait` on an eventfd of its own that
+// the writer writes 1 to (`floor.eventfd`: edge-triggered, exclusive,
+// never read, as ferry's wake-up lines in `transport::doorbell`; the
+// parent makes both eventfds and sends them to the child).
 
 const STOP32: u32 = u32::MAX;
 
-fn futex_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+/// How long the parent sleeps at most before checking that the child is
+/// alive. (The parent's death kills the child, PDEATHSIG: it never times out.)
+const TICK: futex::Timespec = futex::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+
+/// The parent's side of a sleeping floor: `wake(word)` after writing a
+/// word; `sleep(word, seen, tick)` while the word still reads `seen`, for
+/// at most [`TICK`] if `tick`, returning whether that passed.
+fn sleeping_parent(
+    peer: &mut Peer,
+    p: &Params,
+    wake: impl Fn(&AtomicU32),
+    sleep: impl Fn(&AtomicU32, u32, bool) -> bool,
+) -> Vec<f64> {
     let (req, resp) = (peer.shm.atomic_u32(REQ), peer.shm.atomic_u32(RESP));
-    // Sleep at most this long before checking that the child is alive.
-    let tick = futex::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
     let mut v = 0;
     let samples = p.measure(p.iters_div(SLOW_DIV), |n| {
         for _ in 0..n {
             v += 1;
             req.store(v, Release);
-            futex::wake(req, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+            wake(req);
             let mut started = None;
             loop {
                 let seen = resp.load(Acquire);
                 if seen == v {
                     break;
                 }
-                match futex::wait(resp, futex::Flags::empty(), seen, Some(&tick)) {
-                    Err(Errno::TIMEDOUT) => peer.check_progress(&mut started),
-                    Ok(()) | Err(Errno::AGAIN | Errno::INTR) => {}
-                    Err(e) => panic!("FUTEX_WAIT: {e}"),
+                if sleep(resp, seen, true) {
+                    peer.check_progress(&mut started);
                 }
             }
         }
     });
     req.store(STOP32, Release);
-    futex::wake(req, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+    wake(req);
     samples
 }
 
-fn futex_child(ctx: &ChildCtx) {
+/// The child's side of a sleeping floor (see [`sleeping_parent`]).
+fn sleeping_child(ctx: &ChildCtx, wake: impl Fn(&AtomicU32), sleep: impl Fn(&AtomicU32, u32, bool) -> bool) {
     let (req, resp) = (ctx.shm.atomic_u32(REQ), ctx.shm.atomic_u32(RESP));
     let mut last = 0;
     loop {
         let v = req.load(Acquire);
         if v == last {
-            // The parent's death kills this process (PDEATHSIG): no timeout.
-            match futex::wait(req, futex::Flags::empty(), last, None) {
-                Ok(()) | Err(Errno::AGAIN | Errno::INTR) => continue,
-                Err(e) => panic!("FUTEX_WAIT: {e}"),
-            }
+            let _ = sleep(req, last, false);
+            continue;
         }
         if v == STOP32 {
             return;
         }
         resp.store(v, Release);
-        futex::wake(resp, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+        wake(resp);
         last = v;
     }
 }
 
-// --- floor.eventfd -------------------------------------------------------
-// As floor.futex, but each side sleeps in `epoll_wait` on an eventfd of
-// its own (edge-triggered, exclusive, never read: ferry's wake-up lines,
-// `transport::doorbell`), and the writer of a word writes 1 to the other
-// side's eventfd. The parent makes both and sends them to the child.
+fn futex_wake(word: &AtomicU32) {
+    futex::wake(word, futex::Flags::empty(), 1).expect("FUTEX_WAKE");
+}
+
+fn futex_sleep(word: &AtomicU32, seen: u32, tick: bool) -> bool {
+    match futex::wait(word, futex::Flags::empty(), seen, tick.then_some(&TICK)) {
+        Err(Errno::TIMEDOUT) => true,
+        Ok(()) | Err(Errno::AGAIN | Errno::INTR) => false,
+        Err(e) => panic!("FUTEX_WAIT: {e}"),
+    }
+}
+
+fn futex_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
+    sleeping_parent(peer, p, futex_wake, futex_sleep)
+}
+
+fn futex_child(ctx: &ChildCtx) {
+    sleeping_child(ctx, futex_wake, futex_sleep)
+}
 
 /// An epoll set watching `line` as ferry's sleeping threads watch a line.
-fn eventfd_sleep_set(line: &rustix::fd::OwnedFd) -> rustix::fd::OwnedFd {
+fn eventfd_sleep_set(line: &OwnedFd) -> OwnedFd {
     use rustix::event::epoll;
     let set = epoll::create(epoll::CreateFlags::CLOEXEC).expect("epoll_create");
     let flags = epoll::EventFlags::IN | epoll::EventFlags::ET | epoll::EventFlags::EXCLUSIVE;
@@ -236,69 +262,35 @@ fn eventfd_sleep_set(line: &rustix::fd::OwnedFd) -> rustix::fd::OwnedFd {
     set
 }
 
-/// Sleeps on `set` until it is rung or `timeout` passes: whether it passed.
-fn eventfd_wait(set: &rustix::fd::OwnedFd, timeout: Option<&rustix::event::Timespec>) -> bool {
+/// Sleeps on `set` until it is rung, or [`TICK`] passes if `tick`: whether it passed.
+fn eventfd_sleep(set: &OwnedFd, tick: bool) -> bool {
     let mut events = [std::mem::MaybeUninit::uninit(); 4];
-    match rustix::event::epoll::wait(set, &mut events[..], timeout) {
+    match rustix::event::epoll::wait(set, &mut events[..], tick.then_some(&TICK)) {
         Ok((ready, _)) => ready.is_empty(),
         Err(Errno::INTR) => false,
         Err(e) => panic!("epoll_wait: {e}"),
     }
 }
 
-fn eventfd_ring(line: &rustix::fd::OwnedFd) {
+fn eventfd_ring(line: &OwnedFd) {
     rustix::io::write(line, &1u64.to_ne_bytes()).expect("eventfd write");
 }
 
 fn eventfd_parent(peer: &mut Peer, p: &Params) -> Vec<f64> {
     use rustix::event::{eventfd, EventfdFlags};
-    let (req, resp) = (peer.shm.atomic_u32(REQ), peer.shm.atomic_u32(RESP));
     let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
     let (to_child, to_parent) = (eventfd(0, flags).expect("eventfd"), eventfd(0, flags).expect("eventfd"));
-    peer.send_fd(rustix::fd::AsFd::as_fd(&to_child)).expect("send the child's line");
-    peer.send_fd(rustix::fd::AsFd::as_fd(&to_parent)).expect("send the parent's line");
+    peer.send_fd(to_child.as_fd()).expect("send the child's line");
+    peer.send_fd(to_parent.as_fd()).expect("send the parent's line");
     let set = eventfd_sleep_set(&to_parent);
-    // Sleep at most this long before checking that the child is alive.
-    let tick = rustix::event::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
-    let mut v = 0;
-    let samples = p.measure(p.iters_div(SLOW_DIV), |n| {
-        for _ in 0..n {
-            v += 1;
-            req.store(v, Release);
-            eventfd_ring(&to_child);
-            let mut started = None;
-            while resp.load(Acquire) != v {
-                if eventfd_wait(&set, Some(&tick)) {
-                    peer.check_progress(&mut started);
-                }
-            }
-        }
-    });
-    req.store(STOP32, Release);
-    eventfd_ring(&to_child);
-    samples
+    sleeping_parent(peer, p, |_| eventfd_ring(&to_child), |_, _, tick| eventfd_sleep(&set, tick))
 }
 
 fn eventfd_child(ctx: &ChildCtx) {
-    let (req, resp) = (ctx.shm.atomic_u32(REQ), ctx.shm.atomic_u32(RESP));
     let mine = ctx.recv_fd().expect("the child's line");
     let to_parent = ctx.recv_fd().expect("the parent's line");
     let set = eventfd_sleep_set(&mine);
-    let mut last = 0;
-    loop {
-        let v = req.load(Acquire);
-        if v == last {
-            // The parent's death kills this process (PDEATHSIG): no timeout.
-            let _ = eventfd_wait(&set, None);
-            continue;
-        }
-        if v == STOP32 {
-            return;
-        }
-        resp.store(v, Release);
-        eventfd_ring(&to_parent);
-        last = v;
-    }
+    sleeping_child(ctx, |_| eventfd_ring(&to_parent), |_, _, tick| eventfd_sleep(&set, tick))
 }
 
 // --- floor.uds -----------------------------------------------------------
