@@ -36,8 +36,11 @@ pub enum Response {
     /// A small response's bytes, held inline: no allocation per reply.
     Inline(InlineBytes),
     /// Sends the reply of the call it is given.
-    Value(Box<dyn FnOnce(IncomingCall) -> Result<()> + Send>),
+    Value(SendReply),
 }
+
+/// [`Response::Value`]'s sender: answers the call it is given, in place.
+pub type SendReply = Box<dyn FnOnce(&mut IncomingCall) -> Result<()> + Send>;
 
 impl Response {
     /// A status byte then `value`: encoded now if small, else kept to be
@@ -240,7 +243,10 @@ pub struct IncomingCall {
     hook: Option<CancelGuard>,
     /// Explicit receipt: cancels the token at the caller's deadline.
     deadline_watch: Option<DeadlineWatch>,
-    service: Arc<ServiceDescriptor>,
+    /// For [`IncomingCall::method_name`]: set when the call is accepted
+    /// (explicit receipt). A call served implicitly never shows it, and
+    /// would pay a shared count's two locked instructions for it.
+    service: Option<Arc<ServiceDescriptor>>,
     /// A retryable call: where its reply is remembered, under which key.
     once: Option<(Arc<Once>, OnceKey)>,
 }
@@ -370,7 +376,8 @@ impl IncomingCall {
 
     /// The method's name (`"?"` for a number the service does not have).
     pub fn method_name(&self) -> &str {
-        self.service.methods.get(self.method as usize).map_or("?", |m| m.name.as_str())
+        let method = self.service.as_ref().and_then(|s| s.methods.get(self.method as usize));
+        method.map_or("?", |m| m.name.as_str())
     }
 
     /// The encoded arguments (generated clients send a tuple of them):
@@ -460,30 +467,36 @@ impl IncomingCall {
 
     /// Answers with a result (a large one encoded straight where its
     /// reply is staged).
-    pub fn reply_ok<R: Serialize + ?Sized>(self, value: &R) -> Result<()> {
+    pub fn reply_ok<R: Serialize + ?Sized>(mut self, value: &R) -> Result<()> {
         self.reply_encoded(envelope::OK, value, "result")
     }
 
     /// Answers with the handler's own error (`RpcError::Remote` at the caller).
-    pub fn reply_err<E: Serialize + ?Sized>(self, err: &E) -> Result<()> {
+    pub fn reply_err<E: Serialize + ?Sized>(mut self, err: &E) -> Result<()> {
         self.reply_encoded(envelope::REMOTE, err, "error")
     }
 
     /// Answers with a handler's response.
-    pub fn respond(self, response: Response) -> Result<()> {
+    pub fn respond(mut self, response: Response) -> Result<()> {
+        self.respond_now(response)
+    }
+
+    /// [`IncomingCall::respond`] in place (the call is large: each move of
+    /// it is a copy on every call's path).
+    fn respond_now(&mut self, response: Response) -> Result<()> {
         match response {
-            Response::Bytes(b) => self.reply_raw(&b),
-            Response::Inline(b) => self.reply_raw(b.as_slice()),
+            Response::Bytes(b) => self.reply_now(&b),
+            Response::Inline(b) => self.reply_now(b.as_slice()),
             Response::Value(send) => send(self),
         }
     }
 
     /// Answers with status `code` then `value`, encoded where the reply is
     /// staged; a value that does not encode is answered `CODEC`.
-    fn reply_encoded<T: Serialize + ?Sized>(mut self, code: u8, value: &T, what: &str) -> Result<()> {
+    fn reply_encoded<T: Serialize + ?Sized>(&mut self, code: u8, value: &T, what: &str) -> Result<()> {
         if self.once.is_some() || self.responder.is_none() {
             // Remembered for repeats (or not sent at all): as bytes.
-            return self.reply_raw(&envelope::encoded(code, value, what));
+            return self.reply_now(&envelope::encoded(code, value, what));
         }
         let Some(mut responder) = self.responder.take() else { return Ok(()) };
         match out::encoded_after(&[code], value, &mut Vec::new(), |o| responder.reply_out(o)).and_then(|r| r) {
@@ -622,6 +635,7 @@ impl ServiceEndpoint {
                     continue;
                 }
                 let mut c = c;
+                c.service = Some(self.descriptor.clone());
                 c.watch_cancel(&self.team);
                 c.watch_deadline(&self.team);
                 return Ok(c);
@@ -664,17 +678,31 @@ impl ServiceEndpoint {
         let g = gate.clone();
         let task = team.exec.spawn(async move {
             while let Ok((r, place)) = endpoint.next_call(&g).await {
-                endpoint.handle(&handler, r, place);
+                endpoint.handle(&handler, &mut Some(r), place);
             }
         });
         Serving { task, inbox, gate }
     }
 
-    /// Implicit receipt of one request (or batch), which holds `place` until it is answered.
-    fn handle<D: Dispatch>(&self, handler: &Arc<D>, r: Received, place: Place) {
-        match r {
-            Received::One(c) => run_or_spawn(&self.team, handler, c, place),
-            Received::Batch(v) => {
+    /// Implicit receipt of one request (or batch), which holds `place` until
+    /// it is answered. A single call is run where it lies, and is moved only
+    /// if its handler has to wait (it is large: each move of it is a copy on
+    /// every call's path).
+    fn handle<D: Dispatch>(&self, handler: &Arc<D>, r: &mut Option<Received>, place: Place) {
+        if let Some(Received::One(call)) = r {
+            let Some((work, t)) = run_now(&self.team, handler, call) else { return };
+            if let Some(Received::One(call)) = r.take() {
+                let finish = finish_call(self.team.clone(), call, work, t);
+                drop(self.team.exec.spawn(async move {
+                    finish.await;
+                    drop(place);
+                }));
+            }
+            return;
+        }
+        match r.take() {
+            None | Some(Received::One(_)) => {}
+            Some(Received::Batch(v)) => {
                 let (inner, h) = (self.team.clone(), handler.clone());
                 drop(self.team.exec.spawn(async move {
                     for c in v {
@@ -811,7 +839,7 @@ impl ServiceEndpoint {
             arrived: None,
             hook: None,
             deadline_watch: None,
-            service: self.descriptor.clone(),
+            service: None,
             once: None,
         }
     }
@@ -834,9 +862,8 @@ impl<D: Dispatch> crate::runtime::inbox::Taker<crate::runtime::channel::Incoming
 
     fn take(&self, m: crate::runtime::channel::Incoming, place: Place) {
         let e = &self.endpoint;
-        if let Some(r) = e.parse(crate::port::take(&e.team, m)) {
-            e.handle(&self.handler, r, place);
-        }
+        let mut r = e.parse(crate::port::take(&e.team, m));
+        e.handle(&self.handler, &mut r, place);
     }
 }
 
@@ -882,8 +909,14 @@ impl Drop for Serving {
 /// Implicit receipt without paying for a task when none is needed: the
 /// handler is polled once here; only if it has to wait does it get a task
 /// of its own (and the cancel and deadline watch that goes with it).
-fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, mut call: IncomingCall, place: Place) {
-    let Some((mut work, t)) = start(team, handler, &mut call) else { return };
+/// Starts a call and polls its handler once; answers it if that is
+/// enough, else gives back the handler's work for a task to finish.
+fn run_now<D: Dispatch>(
+    team: &Arc<TeamInner>,
+    handler: &Arc<D>,
+    call: &mut IncomingCall,
+) -> Option<(Work, Option<Instant>)> {
+    let (mut work, t) = start(team, handler, call)?;
     // A no-op waker: if the handler is not done, its task polls it again at
     // once with a real waker, and futures must use the latest one.
     let mut cx = std::task::Context::from_waker(Waker::noop());
@@ -891,16 +924,11 @@ fn run_or_spawn<D: Dispatch>(team: &Arc<TeamInner>, handler: &Arc<D>, mut call: 
         Poll::Ready(r) => {
             let response = handler_response(r);
             let t = cost::record(Side::Server, Stage::Handler, t);
-            let _ = call.respond(response);
+            let _ = call.respond_now(response);
             cost::record(Side::Server, Stage::Reply, t);
+            None
         }
-        Poll::Pending => {
-            let finish = finish_call(team.clone(), call, work, t);
-            drop(team.exec.spawn(async move {
-                finish.await;
-                drop(place);
-            }))
-        }
+        Poll::Pending => Some((work, t)),
     }
 }
 
@@ -977,7 +1005,7 @@ async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Wor
     };
     drop(work);
     let t = cost::record(Side::Server, Stage::Handler, t);
-    let _ = call.respond(response);
+    let _ = call.respond_now(response);
     cost::record(Side::Server, Stage::Reply, t);
 }
 

@@ -165,7 +165,10 @@ impl<'a> Idle<'a> {
     /// A wait for an answer (a call's reply, a message): in busy-poll mode
     /// (`TeamBuilder::busy_poll`) it never parks; else it spins only while
     /// the peer it waits on is on a CPU (`TeamBuilder::share_cpu`).
-    pub fn for_answer(mut self) -> Idle<'a> {
+    ///
+    /// Set in place, as `until` is: an `Idle` is large, and a wait is on
+    /// every call's path (a builder that moves it would copy it twice).
+    pub fn for_answer(&mut self) -> &mut Self {
         self.busy = self.team.cfg.busy_poll;
         self.watch_peer = self.team.cfg.share_cpu && !self.busy;
         self
@@ -188,7 +191,7 @@ impl<'a> Idle<'a> {
     }
 
     /// Never sleeps past `deadline`.
-    pub fn until(mut self, deadline: Option<Instant>) -> Idle<'a> {
+    pub fn until(&mut self, deadline: Option<Instant>) -> &mut Self {
         self.until = deadline;
         self
     }
@@ -576,7 +579,8 @@ pub(crate) fn block_on_until<F: Future>(team: &TeamInner, fut: F, until: Option<
     if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
         return v;
     }
-    let mut idle = Idle::new(team).for_answer().until(until);
+    let mut idle = Idle::new(team);
+    idle.for_answer().until(until);
     let due = |until: Option<Instant>| until.is_some_and(|at| Instant::now() >= at);
     // An answer at the head of a channel goes straight to its call (see
     // `direct_receive`); if it was ours, the waker says so.
@@ -684,7 +688,8 @@ fn wait<T>(
     if let Some(v) = catch.as_mut().and_then(|c| catch_on(&channels, c)) {
         return Some(v);
     }
-    let mut idle = Idle::with_channels(team, channels).for_answer().until(until);
+    let mut idle = Idle::with_channels(team, channels);
+    idle.for_answer().until(until);
     loop {
         if let Some(v) = catch.as_mut().and_then(|c| idle.catch(c)) {
             return Some(v);

@@ -162,7 +162,8 @@ impl TeamInner {
         if let Some(r) = outcome(attempt()) {
             return r;
         }
-        let mut idle = idle::Idle::new(self).until(deadline);
+        let mut idle = idle::Idle::new(self);
+        idle.until(deadline);
         loop {
             if self.is_shut_down() {
                 return Err(Error::Shutdown);
