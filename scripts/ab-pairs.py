@@ -59,4 +59,5 @@ def main():
           f"{statistics.median(b):.1f} ns (new)")
 
 
-main()
+if __name__ == "__main__":
+    main()
