@@ -906,11 +906,10 @@ impl Drop for Serving {
     }
 }
 
-/// Implicit receipt without paying for a task when none is needed: the
-/// handler is polled once here; only if it has to wait does it get a task
-/// of its own (and the cancel and deadline watch that goes with it).
-/// Starts a call and polls its handler once; answers it if that is
-/// enough, else gives back the handler's work for a task to finish.
+/// Implicit receipt without paying for a task when none is needed: starts
+/// the call and polls its handler once, and answers it if that is enough;
+/// else gives back the handler's work, for a task of its own to finish
+/// (with the cancel and deadline watch that go with it).
 fn run_now<D: Dispatch>(
     team: &Arc<TeamInner>,
     handler: &Arc<D>,
