@@ -25,7 +25,8 @@ pub use client::{CallFuture, Client};
 pub use descriptor::{MethodDescriptor, ServiceDescriptor, CODEC};
 pub(crate) use gate::Place;
 pub use server::{
-    Args, CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, Response, ServiceEndpoint, Serving, RETRY_WINDOW,
+    Args, CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, Response, SendReply, ServiceEndpoint, Serving,
+    RETRY_WINDOW,
 };
 
 use crate::id::TeamId;
