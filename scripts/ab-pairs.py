@@ -23,6 +23,9 @@ import subprocess
 import sys
 
 
+# One short run of a case, the default bench args.
+DEFAULT_ARGS = ["--passes", "1", "--rounds", "5", "--warmup", "2"]
+
 # Suites that run all their cases (no `--only`).
 WHOLE = {"large"}
 
@@ -45,7 +48,7 @@ def main():
         sys.exit(__doc__)
     base, new, suite, case = sys.argv[1:5]
     pairs = int(sys.argv[5]) if len(sys.argv) > 5 else 40
-    extra = sys.argv[6:] or ["--passes", "1", "--rounds", "5", "--warmup", "2"]
+    extra = sys.argv[6:] or DEFAULT_ARGS
     ratios, a, b = [], [], []
     for i in range(pairs):
         order = [(base, a), (new, b)] if i % 2 == 0 else [(new, b), (base, a)]

@@ -23,6 +23,7 @@ import glob
 import os
 import pathlib
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def link(tree, prefix, n):
                    CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=str(wrapper))
         subprocess.run(["cargo", "build", "--release", "-p", "ferry-cli"], cwd=tree, env=env, check=True)
         out = f"{prefix}-{seed}"
-        subprocess.run(["cp", f"{target}/release/ferry", out], check=True)
+        shutil.copy(f"{target}/release/ferry", out)
         print(out)
 
 
@@ -79,7 +80,7 @@ def main():
         link(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif len(sys.argv) >= 6 and sys.argv[1] == "run":
         rounds = int(sys.argv[6]) if len(sys.argv) > 6 else 12
-        extra = sys.argv[7:] or ["--passes", "1", "--rounds", "5", "--warmup", "2"]
+        extra = sys.argv[7:] or ab.DEFAULT_ARGS
         run(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], rounds, extra)
     else:
         sys.exit(__doc__)
