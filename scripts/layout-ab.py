@@ -29,6 +29,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+sys.dont_write_bytecode = True  # no __pycache__ left in scripts/
 ab = __import__("ab-pairs")
 
 LINKER = """#!/bin/sh
