@@ -26,6 +26,9 @@
 //! `linkB`: a message of B bytes). `rtt_instructions
 //! N tasks` bounces one between two tasks of one team, driven by this
 //! thread's `block_on` (`ferry.inproc.tasks`' path without a processor).
+//! `rtt_instructions N tasks8` makes N null calls from 8 tasks on a client
+//! team's processor to a server with one processor (`ferry.shm.tasks8`'s
+//! path; `--separate-threads=yes` parts the client's work from the server's).
 
 use ferry::{Checkpoint, Team};
 
@@ -60,6 +63,7 @@ fn main() {
         Some(arg) if arg.starts_with("link") => return link(n, arg[4..].parse().expect("linkB: B, a number of bytes")),
         Some("tasks") => return tasks(n, 0),
         Some("tasks-proc") => return tasks(n, 1),
+        Some("tasks8") => return calling_tasks(n, 8),
         _ => {}
     }
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
@@ -194,6 +198,35 @@ fn rpc(n: usize, arg: Option<usize>) {
         } else {
             c.null_blocking().unwrap();
         }
+    }
+    drop((c, serving));
+    client.shutdown();
+    server.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `n` null calls from `t` tasks of a client team with one processor (this
+/// thread waits for them as `ferry.shm.tasks8` does) to a server team
+/// with one processor.
+fn calling_tasks(n: usize, t: usize) {
+    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Team::builder().runtime_dir(&dir).processors(1).blocking().start().unwrap();
+    let client = Team::builder().runtime_dir(&dir).processors(1).blocking().start().unwrap();
+    let serving = NullServer::serve(&server, "null", NullImpl).unwrap();
+    let c = NullClient::bind(&client, "null").unwrap();
+    let (done, wait) = std::sync::mpsc::channel();
+    for _ in 0..t {
+        let (c, done) = (c.clone(), done.clone());
+        drop(client.spawn(async move {
+            for _ in 0..n / t {
+                c.null().await.unwrap();
+            }
+            done.send(()).unwrap();
+        }));
+    }
+    for _ in 0..t {
+        wait.recv().unwrap();
     }
     drop((c, serving));
     client.shutdown();
