@@ -487,17 +487,26 @@ impl TeamInner {
     /// the frame's handler takes. Its payload is `prefix` then `rest` (a
     /// primitive's frame head, then its caller's bytes), written as two
     /// pieces wherever it goes.
+    #[inline]
     pub fn post(&self, ch: &Channel, header: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
         let len = prefix.len() + rest.len();
-        self.check_size(ch, len)?;
-        // The common case first, as in `answer`.
-        if len <= ch.max_payload && !ch.outbox.is_used() && ch.flush_backlog() {
+        // The common case first, in line (a link's every frame): a frame
+        // that fits, on a channel where nothing waits before it.
+        if len <= ch.max_payload && len <= self.cfg.max_message && !ch.outbox.is_used() && ch.flush_backlog() {
             match ch.transport.try_send_parts(&header, prefix, rest) {
                 Ok(()) => return Ok(()),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
                 Err(_) => {}
             }
         }
+        self.post_queued(ch, header, prefix, rest)
+    }
+
+    /// [`TeamInner::post`] past its first try: a large frame, or one behind others.
+    #[inline(never)]
+    fn post_queued(&self, ch: &Channel, header: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
+        let len = prefix.len() + rest.len();
+        self.check_size(ch, len)?;
         // The two pieces written one after the other where the frame goes:
         // into the staged place for a large one, never joined here first.
         let write = |sink: &mut dyn Sink| sink.put(prefix).and_then(|()| sink.put(rest));

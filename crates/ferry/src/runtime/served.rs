@@ -240,6 +240,7 @@ impl RawSender {
     /// [`RawSender::post`] of the frame `prefix` then `rest` (a head of the
     /// primitive's own, then its caller's bytes), written where it goes
     /// without joining them first where the transport can.
+    #[inline]
     pub fn post_parts(&self, prefix: &[u8], rest: &[u8]) -> Result<()> {
         let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to().addr(), 0);
         let ch = match self.cached() {
