@@ -18,6 +18,10 @@ is printed too, which shows how far layout alone moves the case.
     scripts/layout-ab.py run 'OLD_PREFIX-[0-9]*' 'NEW_PREFIX-[0-9]*' SUITE CASE [ROUNDS] [bench args...]
     scripts/layout-ab.py link /tmp/wt-old /tmp/old 5 && scripts/layout-ab.py link . /tmp/new 5
     scripts/layout-ab.py run '/tmp/old-[0-9]*' '/tmp/new-[0-9]*' rpc ferry.shm.arg4 12
+
+A bisection: check each commit out in one worktree and link it with
+LAYOUT_AB_TARGET set to one directory for all of them (each builds what
+changed since the last), then `run` its layouts against the base's.
 """
 import glob
 import os
@@ -42,7 +46,9 @@ def link(tree, prefix, n):
     wrapper = pathlib.Path(f"{prefix}-linker.sh")
     wrapper.write_text(LINKER)
     wrapper.chmod(0o755)
-    target = f"{prefix}-target"
+    # One target directory for several trees (a bisection's commits, checked
+    # out in turn in one worktree) builds only what changed between them.
+    target = os.environ.get("LAYOUT_AB_TARGET", f"{prefix}-target")
     for seed in range(1, n + 1):
         # Touched: the binary is linked again (only its own crate recompiles).
         pathlib.Path(tree, "crates/ferry-cli/src/main.rs").touch()
