@@ -230,6 +230,7 @@ impl<D: Clone> Router<D> {
     /// Where a frame of the ends' own from `from`, going to side
     /// `toward`, goes from here ([`Router::receive`]'s part for such
     /// frames: its caller may so take one without copying it first).
+    #[inline(always)]
     pub fn way(&self, from: Hop, toward: Side) -> Result<Way, OffRoute> {
         if !self.takes_from(from) {
             return Err(OFF_ROUTE);

@@ -125,6 +125,7 @@ impl Stream {
     /// within the window; then whether to acknowledge now (see
     /// `consumed`). `None`, and nothing changed, otherwise: the caller
     /// takes the frame step by step, which says what is wrong with it.
+    #[inline(always)]
     pub fn take_at_once(&mut self, seq: u64, ack: Count, len: usize, peer_waits: bool) -> Option<bool> {
         let fits = seq == self.next_in
             && self.early.is_empty()

@@ -316,7 +316,7 @@ impl<'a> Data<'a> {
     }
 
     /// The end's frame `b` holds.
-    #[inline]
+    #[inline(always)]
     pub fn decode(b: &[u8]) -> Result<Data<'_>, FrameError> {
         let short = || FrameError::Short(b.len());
         let (head, rest) = b.split_at_checked(17).ok_or_else(short)?;
