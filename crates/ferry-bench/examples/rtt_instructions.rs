@@ -182,52 +182,53 @@ fn link(n: usize, size: usize) {
 }
 
 fn rpc(n: usize, arg: Option<usize>) {
-    let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     // One processor serves; this thread calls. Callgrind runs threads one
     // at a time, so the count is the work of both sides, spins included:
     // compare builds with each other, not with the port figure.
-    let server = Team::builder().runtime_dir(&dir).processors(1).blocking().start().unwrap();
-    let client = Team::builder().runtime_dir(&dir).processors(0).blocking().start().unwrap();
-    let serving = NullServer::serve(&server, "null", NullImpl).unwrap();
-    let c = NullClient::bind(&client, "null").unwrap();
-    let data = serde_bytes::ByteBuf::from(vec![1u8; arg.unwrap_or(0)]);
-    for _ in 0..n {
-        if arg.is_some() {
-            assert_eq!(c.arg_blocking(data.clone()).unwrap(), data.len() as u64);
-        } else {
-            c.null_blocking().unwrap();
+    with_null_service(0, |_, c| {
+        let data = serde_bytes::ByteBuf::from(vec![1u8; arg.unwrap_or(0)]);
+        for _ in 0..n {
+            if arg.is_some() {
+                assert_eq!(c.arg_blocking(data.clone()).unwrap(), data.len() as u64);
+            } else {
+                c.null_blocking().unwrap();
+            }
         }
-    }
-    drop((c, serving));
-    client.shutdown();
-    server.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
+    });
 }
 
 /// `n` null calls from `t` tasks of a client team with one processor (this
 /// thread waits for them as `ferry.shm.tasks8` does) to a server team
 /// with one processor.
 fn calling_tasks(n: usize, t: usize) {
+    with_null_service(1, |client, c| {
+        let (done, wait) = std::sync::mpsc::channel();
+        for _ in 0..t {
+            let (c, done) = (c.clone(), done.clone());
+            drop(client.spawn(async move {
+                for _ in 0..n / t {
+                    c.null().await.unwrap();
+                }
+                done.send(()).unwrap();
+            }));
+        }
+        for _ in 0..t {
+            wait.recv().unwrap();
+        }
+    });
+}
+
+/// Runs `calls` with a client team of `client_processors` processors
+/// bound to `Null` on a server team with one processor (blocking mode,
+/// both), then shuts both down.
+fn with_null_service(client_processors: usize, calls: impl FnOnce(&Team, &NullClient)) {
     let dir = std::env::temp_dir().join(format!("ferry-rtt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let server = Team::builder().runtime_dir(&dir).processors(1).blocking().start().unwrap();
-    let client = Team::builder().runtime_dir(&dir).processors(1).blocking().start().unwrap();
+    let client = Team::builder().runtime_dir(&dir).processors(client_processors).blocking().start().unwrap();
     let serving = NullServer::serve(&server, "null", NullImpl).unwrap();
     let c = NullClient::bind(&client, "null").unwrap();
-    let (done, wait) = std::sync::mpsc::channel();
-    for _ in 0..t {
-        let (c, done) = (c.clone(), done.clone());
-        drop(client.spawn(async move {
-            for _ in 0..n / t {
-                c.null().await.unwrap();
-            }
-            done.send(()).unwrap();
-        }));
-    }
-    for _ in 0..t {
-        wait.recv().unwrap();
-    }
+    calls(&client, &c);
     drop((c, serving));
     client.shutdown();
     server.shutdown();
