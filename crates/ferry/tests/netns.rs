@@ -612,7 +612,11 @@ fn a_link_cut_mid_call_without_a_deadline_fails_after_the_peer_timeout() {
 
 /// Regression (issue 15, defect 12): a look-up asked the other nodes one
 /// after the other, each for up to 5 s, so with node b's link cut a name on
-/// node c took 5 s to find. The nodes are now asked at once.
+/// node c took 5 s to find. The nodes are now asked at once: the look-up
+/// takes c's answer plus the 200 ms it waits for the lower-numbered b
+/// (`PASS_OVER`), about 0.25 s. The bound sits well below the defect's 5 s
+/// and well above that: a CI run once took over 1 s (a loaded machine, or
+/// a SYN retransmitted after 1 s).
 #[test]
 #[ignore = "run by scripts/netns-test.sh, which makes the namespaces"]
 fn a_lookup_is_not_delayed_by_a_node_whose_link_is_cut() {
@@ -623,8 +627,8 @@ fn a_lookup_is_not_delayed_by_a_node_whose_link_is_cut() {
     let answer = ask(&mut client, &format!("lookup calc {}", c.calc), START);
     let took = t0.elapsed();
     set_link("b", "up");
-    assert_eq!(answer, "ok");
-    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert_eq!(answer, "ok", "after {took:?}");
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
 }
 
 /// Regression (issue 15, defect 10): a node holding the cluster key could
