@@ -17,9 +17,10 @@
 //! and the runtime checks that a frame's addresses name the channel's two
 //! teams.
 //!
-//! Slots below [`LINK_SLOTS`] name endpoints; the upper half of the slot
-//! space is kept. (It was meant for link ids; a link's id is 128 bits of
-//! its own instead, carried in its frames' route: `crate::link::LinkId`.)
+//! Slots below [`LINK_SLOTS`] name endpoints; the upper half names a
+//! link's routers in their frames' headers (`LINK_SLOTS + handle`, see
+//! `docs/LINK.md`, "Wire"). A link's id is 128 bits of its own, carried
+//! in its full frames' route: `crate::link::LinkId`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -28,7 +29,7 @@ use std::str::FromStr;
 pub const MAX_TEAM: u32 = (1 << 24) - 1;
 /// Largest slot number (24 bits).
 pub const MAX_SLOT: u32 = (1 << 24) - 1;
-/// First slot of the range kept for link ids; endpoints use `1..LINK_SLOTS`.
+/// First slot of the range that names link routers; endpoints use `1..LINK_SLOTS`.
 pub const LINK_SLOTS: u32 = 1 << 23;
 
 /// One incarnation of one process: which node, which team number on it, which run.

@@ -4,19 +4,19 @@
 use super::bytes::LinkBytes;
 use super::route::{self, Control, Effect, Hop, Router, Way};
 use super::stream::{Broken, Stream};
-use super::table::Links;
-use super::wire::{self, Answer, Body, Carried, Data, Frame, Queued, What, HEAD};
+use super::table::{self, Links};
+use super::wire::{self, Answer, Body, Carried, Data, Frame, Queued, Short, What, HEAD};
 use super::{LinkId, Side, Window};
 use crate::error::{Error, Refusal, Result, Violation};
 use crate::id::TeamId;
 use crate::runtime::{idle, Sleep, TeamInner};
-use crate::wire::{codec, Checkpoint};
+use crate::wire::{codec, Checkpoint, Header, Kind};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -41,6 +41,9 @@ pub(super) struct End {
     /// end ended): a receive that only looks (a spinning wait's) reads it
     /// without the state's lock. Changed under that lock.
     receivable: AtomicBool,
+    /// This router's handle in its team's table (0 before it is there):
+    /// what short frames to it name (`wire::Short`).
+    handle: AtomicU32,
 }
 
 /// A frame of an end's own on its route: its number and bytes (`wire::Data`).
@@ -80,12 +83,26 @@ struct State {
     /// for, and room for their data's: each frame numbers and fills it in
     /// place rather than encoding it.
     prefix: Option<(Hop, [u8; wire::FRAMING])>,
+    /// The handles of routers next to this one (learnt from their full
+    /// frames' headers), the last few: a short frame is taken from a
+    /// router known so, and goes to one.
+    known: Vec<(Hop, u32)>,
+    /// The outward router this terminal's short frames go to, and its
+    /// handle: set as a full frame goes to it (which tells it this
+    /// router's handle) once its handle is known here.
+    short_to: Option<(Hop, u32)>,
 }
+
+/// Most neighbours' handles a router remembers: two neighbours, and the
+/// ones a bypass replaces them with.
+const MOST_KNOWN: usize = 4;
 
 #[cfg(test)]
 thread_local! {
     /// Messages this thread's blocked receive took at once (`End::catch_message`).
     pub(crate) static CAUGHT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Short frames this thread took for a router (`wire::Short`).
+    pub(crate) static SHORTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Most bytes of the encoding buffer an end keeps between frames.
@@ -164,9 +181,37 @@ impl End {
             sender: None,
             scratch: Vec::new(),
             prefix: None,
+            known: Vec::new(),
+            short_to: None,
         };
         let hop = state.router.hop();
-        Arc::new(End { id, hop, team, links, state: Mutex::new(state), receivable: AtomicBool::new(false) })
+        Arc::new(End {
+            id,
+            hop,
+            team,
+            links,
+            state: Mutex::new(state),
+            receivable: AtomicBool::new(false),
+            handle: AtomicU32::new(0),
+        })
+    }
+
+    /// Its handle (0: none yet).
+    pub fn handle(&self) -> u32 {
+        self.handle.load(Ordering::Relaxed)
+    }
+
+    /// Set by its team's table as it enters it.
+    pub fn set_handle(&self, handle: u32) {
+        self.handle.store(handle, Ordering::Relaxed);
+    }
+
+    /// The slot naming this router in its frames' headers (0 without a handle).
+    fn slot(&self) -> u32 {
+        match self.handle() {
+            0 => 0,
+            h => table::slot(h),
+        }
     }
 
     pub fn is_proxy(&self) -> bool {
@@ -204,7 +249,16 @@ impl End {
     #[inline(always)]
     fn post(&self, s: &mut State, seq: u64, body: Body<'_>) -> Result<()> {
         let to = s.router.outward();
-        if !matches!(&s.prefix, Some((hop, _)) if *hop == to) {
+        // A small message to a router that knows this one's handle, and
+        // whose handle this one knows, goes as a short frame (no
+        // acknowledgement: `Credit`s carry it, see `Stream::consumed`).
+        let short = match body {
+            Body::Message { checkpoint: Checkpoint::Immediate, bytes, .. } if bytes.len() <= wire::SHORT_MAX => {
+                s.short_to.filter(|(hop, _)| *hop == to).map(|(_, h)| h)
+            }
+            _ => None,
+        };
+        if short.is_none() && !matches!(&s.prefix, Some((hop, _)) if *hop == to) {
             let m = s.router.send(());
             let route::Body::Data { toward, .. } = m.body else { unreachable!("a terminal's frame is data") };
             let mut prefix = [0u8; wire::FRAMING];
@@ -217,16 +271,32 @@ impl End {
             ));
             s.prefix = Some((to, prefix));
         }
-        let ack = s.stream.ack();
-        let State { prefix, sender, .. } = s;
-        let Some((_, prefix)) = prefix else { unreachable!("made above") };
-        // The frame's head and its data's, numbered and filled in where
-        // they are kept, then the data's bytes: written into the channel
-        // as two pieces, never joined here.
-        wire::number(prefix, seq);
-        let data = (&mut prefix[HEAD..]).try_into().expect("a prefix is a head and a data head");
-        let (len, bytes) = Data { ack, body }.encode_head_into(data);
-        self.sender_in(sender, to.team)?.post_parts(&prefix[..HEAD + len], bytes)
+        let ack = if short.is_none() { Some(s.stream.ack()) } else { None };
+        let State { prefix, sender, known, short_to, .. } = s;
+        let seq_head = Short::head(seq);
+        // A short frame: its number, then the message's bytes. A full one:
+        // its head and its data's, numbered and filled in where they are
+        // kept, then the data's bytes. Either is written into the channel
+        // as two pieces, never joined here (one call below: in line once).
+        let (kind, dst, head, bytes) = match (short, prefix) {
+            (Some(h), _) => {
+                let Body::Message { bytes, .. } = body else { unreachable!("only a message goes short") };
+                (wire::SHORT, table::slot(h), &seq_head[..], bytes)
+            }
+            (None, Some((_, prefix))) => {
+                wire::number(prefix, seq);
+                let data = (&mut prefix[HEAD..]).try_into().expect("a prefix is a head and a data head");
+                let (len, bytes) = Data { ack, body }.encode_head_into(data);
+                (wire::FRAME, 0, &prefix[..HEAD + len], bytes)
+            }
+            (None, None) => unreachable!("made above"),
+        };
+        self.sender_in(sender, to.team)?.post_parts_as(kind, self.slot(), dst, head, bytes)?;
+        if short.is_none() {
+            // Its header told `to` this router's handle.
+            *short_to = known.iter().find(|(hop, _)| *hop == to).copied();
+        }
+        Ok(())
     }
 
     /// A frame of this link from router `from` to router `to`.
@@ -240,7 +310,10 @@ impl End {
         let mut frame = std::mem::take(&mut s.scratch);
         frame.clear();
         encode(&mut frame);
-        let sent = self.sender_in(&mut s.sender, to).and_then(|sender| sender.post(&frame));
+        let slot = self.slot();
+        let sent = self
+            .sender_in(&mut s.sender, to)
+            .and_then(|sender| sender.post_parts_as(wire::FRAME, slot, 0, &[], &frame));
         if frame.capacity() <= KEPT_SCRATCH {
             s.scratch = frame;
         }
@@ -522,12 +595,38 @@ impl End {
         fits
     }
 
-    /// A frame for this router came from team `from` (the handler's part).
-    pub fn arrive(&self, from: TeamId, f: Frame<'_>) {
-        self.arrive_locked(&mut self.state.lock(), from, f)
+    /// A frame for this router came from team `from`, whose header named
+    /// the sending router's handle `src` (the handler's part).
+    pub fn arrive(&self, from: TeamId, src: Option<u32>, f: Frame<'_>) {
+        let mut s = self.state.lock();
+        learn(&mut s.known, Hop { team: from, side: f.from.0, epoch: f.from.1 }, src);
+        self.arrive_locked(&mut s, from, f)
     }
 
-    /// A served frame of kind `kind` from team `from`, offered to this
+    /// A short frame for this router came from team `from`, whose header
+    /// named the sending router's handle `src` (the handler's part): the
+    /// frame that router sends toward the other side, if this router
+    /// knows it (else it is off its route).
+    pub fn arrive_short(&self, from: TeamId, src: Option<u32>, short: Short<'_>) {
+        let mut s = self.state.lock();
+        #[cfg(test)]
+        SHORTS.set(SHORTS.get() + 1);
+        match sender_of(&s.known, from, src) {
+            Some(hop) if short.bytes.len() <= wire::SHORT_MAX => self.arrive_bare(&mut s, hop, short),
+            _ => self.links.off_route(from, "a short frame from a router not known here"),
+        }
+    }
+
+    /// A short frame from the router `hop`, as the full frame it stands
+    /// for (its message bare: `Data::bare`).
+    fn arrive_bare(&self, s: &mut State, hop: Hop, short: Short<'_>) {
+        let mut data = [0u8; 1 + wire::SHORT_MAX];
+        let n = wire::bare_into(&mut data, short.bytes);
+        let what = What::Data { toward: hop.side.other(), seq: short.seq, data: &data[..n] };
+        self.arrive_locked(s, hop.team, self.frame(hop, self.hop, what))
+    }
+
+    /// A served frame (its header `h`) from team `from`, offered to this
     /// end's blocked receiver before the links' handler (see
     /// `runtime::direct_receive`): taken here if it is for this router
     /// while it is a terminal of its own (what the handler's table finds
@@ -539,35 +638,70 @@ impl End {
     /// `Data::decode`, `Stream::take_at_once`): a caught message's whole
     /// path is then one function (65 fewer instructions per round trip).
     #[inline(always)]
-    fn take_own(&self, kind: u8, from: TeamId, bytes: &[u8], caught: &mut Option<Arrived>) -> bool {
-        if kind != super::wire::FRAME {
-            return false;
+    fn take_own(&self, h: &Header, from: TeamId, bytes: &[u8], caught: &mut Option<Arrived>) -> bool {
+        match h.kind {
+            Kind::Served(wire::SHORT) => {
+                let Ok(short) = Short::decode(bytes) else { return false };
+                if table::handle(h.dst.slot()) != Some(self.handle()) || short.bytes.len() > wire::SHORT_MAX {
+                    return false;
+                }
+                let mut s = self.state.lock();
+                let Some(hop) = sender_of(&s.known, from, table::handle(h.src.slot())) else { return false };
+                if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
+                    return false;
+                }
+                #[cfg(test)]
+                SHORTS.set(SHORTS.get() + 1);
+                let toward = hop.side.other();
+                if !self.catch_message(&mut s, hop, toward, short.seq, Data::bare(short.bytes), caught) {
+                    self.arrive_bare(&mut s, hop, short);
+                }
+                true
+            }
+            Kind::Served(wire::FRAME) => {
+                let Ok(f) = Frame::decode(bytes) else { return false };
+                if f.link != self.id || f.to != (self.hop.side, self.hop.epoch) {
+                    return false;
+                }
+                let mut s = self.state.lock();
+                if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
+                    return false;
+                }
+                let hop = Hop { team: from, side: f.from.0, epoch: f.from.1 };
+                learn(&mut s.known, hop, table::handle(h.src.slot()));
+                if let What::Data { toward, seq, data } = f.what {
+                    if let Ok(data) = Data::decode(data) {
+                        if self.catch_message(&mut s, hop, toward, seq, data, caught) {
+                            return true;
+                        }
+                    }
+                }
+                self.arrive_locked(&mut s, from, f);
+                true
+            }
+            _ => false,
         }
-        let Ok(f) = Frame::decode(bytes) else { return false };
-        if f.link != self.id || f.to != (self.hop.side, self.hop.epoch) {
-            return false;
-        }
-        let mut s = self.state.lock();
-        if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
-            return false;
-        }
-        if !self.catch_message(&mut s, from, &f, caught) {
-            self.arrive_locked(&mut s, from, f);
-        }
-        true
     }
 
     /// The common case of `arrive_locked` → `deliver` → `take` →
     /// `poll_recv`, in one step, for a blocked receiver: the other end's
-    /// next message, due now (in order, none early) with nothing queued
+    /// next message (`data`, numbered `seq`, from router `from` toward
+    /// side `toward`), due now (in order, none early) with nothing queued
     /// before it, goes to `caught` as it is taken — no queue, no second
     /// lock. `false`, and nothing changed, for any other frame, and for
     /// one that breaks the protocol: the general path takes it (and says
     /// what is wrong with it).
     #[inline(always)]
-    fn catch_message(&self, s: &mut State, from: TeamId, f: &Frame<'_>, caught: &mut Option<Arrived>) -> bool {
-        let What::Data { toward, seq, data } = f.what else { return false };
-        let from = Hop { team: from, side: f.from.0, epoch: f.from.1 };
+    fn catch_message(
+        &self,
+        s: &mut State,
+        from: Hop,
+        toward: Side,
+        seq: u64,
+        data: Data<'_>,
+        caught: &mut Option<Arrived>,
+    ) -> bool {
+        let Data { ack, body: Body::Message { checkpoint, call, bytes } } = data else { return false };
         if !s.queue.is_empty()
             || s.ended.is_some()
             || s.retired
@@ -575,9 +709,6 @@ impl End {
         {
             return false;
         }
-        let Ok(Data { ack, body: Body::Message { checkpoint, call, bytes } }) = Data::decode(data) else {
-            return false;
-        };
         // An `OnReceipt` message's answer goes first; an `OnDelivery` one's
         // is its acknowledgement (both the general path's).
         if matches!(checkpoint, Checkpoint::OnReceipt | Checkpoint::OnDelivery) {
@@ -964,7 +1095,7 @@ impl Link {
                 |cx| self.end.poll_recv(cx),
                 |ch| {
                     let mut caught = None;
-                    let mut mine = |kind, from, bytes: &[u8]| self.end.take_own(kind, from, bytes, &mut caught);
+                    let mut mine = |h: &_, from, bytes: &[u8]| self.end.take_own(h, from, bytes, &mut caught);
                     if !team.serve_direct(ch, &super::KINDS, &mut mine) {
                         return None;
                     }
@@ -1070,6 +1201,27 @@ impl std::fmt::Debug for Link {
     }
 }
 
+/// Remembers that router `hop` has handle `handle` (from its full frame's
+/// header), among the last `MOST_KNOWN`.
+fn learn(known: &mut Vec<(Hop, u32)>, hop: Hop, handle: Option<u32>) {
+    let Some(handle) = handle else { return };
+    match known.iter_mut().find(|(h, _)| *h == hop) {
+        Some(k) => k.1 = handle,
+        None => {
+            if known.len() == MOST_KNOWN {
+                known.remove(0);
+            }
+            known.push((hop, handle));
+        }
+    }
+}
+
+/// The router of team `from` whose handle is `src`, if it is known here.
+fn sender_of(known: &[(Hop, u32)], from: TeamId, src: Option<u32>) -> Option<Hop> {
+    let src = src?;
+    known.iter().find(|(h, k)| h.team == from && *k == src).map(|(h, _)| *h)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -1102,7 +1254,7 @@ mod tests {
         let adopter = End::with(c.link, team.inner.clone(), links.clone(), router, c.stream);
         links.register(&team.inner, &adopter).unwrap();
         let adopt = What::Control(Control::Adopt { token: c.moved.token });
-        proxy.arrive(team.id(), Frame { link: c.link, to: (Side::B, 1), from: (Side::B, 2), what: adopt });
+        proxy.arrive(team.id(), None, Frame { link: c.link, to: (Side::B, 1), from: (Side::B, 2), what: adopt });
         let got = adopter.into_link().with_timeout(Duration::from_secs(5)).recv_blocking::<u64>();
         assert!(matches!(got, Err(Error::PeerGone { .. })), "the adopter waits: {got:?}");
         drop(a);

@@ -10,9 +10,9 @@ mod table;
 pub(crate) mod wire;
 
 pub use bytes::LinkBytes;
-#[cfg(all(test, not(loom)))]
-pub(crate) use end::CAUGHT;
 pub use end::{Link, LinkMessage};
+#[cfg(all(test, not(loom)))]
+pub(crate) use end::{CAUGHT, SHORTS};
 pub use table::{LinkListener, LinkRouters};
 
 use crate::runtime::TeamInner;

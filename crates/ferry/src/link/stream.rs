@@ -126,7 +126,9 @@ impl Stream {
     /// `consumed`). `None`, and nothing changed, otherwise: the caller
     /// takes the frame step by step, which says what is wrong with it.
     #[inline(always)]
-    pub fn take_at_once(&mut self, seq: u64, ack: Count, len: usize, peer_waits: bool) -> Option<bool> {
+    pub fn take_at_once(&mut self, seq: u64, ack: Option<Count>, len: usize, peer_waits: bool) -> Option<bool> {
+        // A bare message acknowledges nothing: the grant stays.
+        let ack = ack.unwrap_or(self.granted);
         let fits = seq == self.next_in
             && self.early.is_empty()
             && ack.messages >= self.granted.messages
@@ -181,8 +183,10 @@ impl Stream {
         }
     }
 
-    /// A due frame's acknowledgement: what the peer consumed of ours.
-    pub fn took_ack(&mut self, ack: Count) -> Result<(), Broken> {
+    /// A due frame's acknowledgement: what the peer consumed of ours (a
+    /// bare message carries none).
+    pub fn took_ack(&mut self, ack: Option<Count>) -> Result<(), Broken> {
+        let Some(ack) = ack else { return Ok(()) };
         if ack.messages < self.granted.messages || ack.bytes < self.granted.bytes {
             return Err(Broken("an acknowledgement went back".into()));
         }
@@ -314,10 +318,10 @@ mod tests {
             s.send_message(10);
         }
         assert!(!s.may_send(10), "past four messages");
-        s.took_ack(Count { messages: 2, bytes: 20 }).unwrap();
+        s.took_ack(Some(Count { messages: 2, bytes: 20 })).unwrap();
         assert!(s.may_send(10));
-        assert!(s.took_ack(Count { messages: 1, bytes: 10 }).is_err(), "acknowledgements only grow");
-        assert!(s.took_ack(Count { messages: 9, bytes: 90 }).is_err(), "nor pass what was sent");
+        assert!(s.took_ack(Some(Count { messages: 1, bytes: 10 })).is_err(), "acknowledgements only grow");
+        assert!(s.took_ack(Some(Count { messages: 9, bytes: 90 })).is_err(), "nor pass what was sent");
         // A message larger than the window goes alone.
         let mut s = Stream::new(W, W);
         assert!(s.may_send(500));

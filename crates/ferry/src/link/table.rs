@@ -25,12 +25,60 @@ static LINKS: PerTeam<Links> = PerTeam::new(KINDS);
 /// How long `link_to` waits for the listener's team to answer.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A team's routers, by link, side and epoch (what full frames name) and
+/// by handle (what short frames name: `wire::Short`).
+#[derive(Default)]
+struct Routers {
+    /// (Peers choose the ids looked up here: the hash is seeded per
+    /// process, not a fixed one as FxHash.)
+    by_key: foldhash::HashMap<(LinkId, Side, u32), Arc<End>>,
+    /// Slot `h - 1` holds the router whose handle is `h`.
+    by_handle: Vec<Option<Arc<End>>>,
+    /// Handles given back, for the next routers.
+    free: Vec<u32>,
+}
+
+impl Routers {
+    fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Adds `end` and gives it a handle. (Below `LINK_SLOTS`: `max_links`
+    /// is at most `MAX_REGIONS`, far fewer.)
+    fn insert(&mut self, end: Arc<End>) {
+        let handle = self.free.pop().unwrap_or_else(|| {
+            self.by_handle.push(None);
+            self.by_handle.len() as u32
+        });
+        end.set_handle(handle);
+        self.by_handle[handle as usize - 1] = Some(end.clone());
+        self.by_key.insert((end.id, end.hop.side, end.hop.epoch), end);
+    }
+
+    fn remove(&mut self, key: (LinkId, Side, u32)) {
+        if let Some(end) = self.by_key.remove(&key) {
+            let handle = end.handle();
+            if let Some(slot) = self.by_handle.get_mut((handle as usize).wrapping_sub(1)) {
+                *slot = None;
+                self.free.push(handle);
+            }
+        }
+    }
+
+    /// The router whose handle is `handle`.
+    fn by_handle(&self, handle: u32) -> Option<Arc<End>> {
+        self.by_handle.get((handle as usize).wrapping_sub(1))?.clone()
+    }
+
+    fn all(&self) -> Vec<Arc<End>> {
+        self.by_key.values().cloned().collect()
+    }
+}
+
 pub(super) struct Links {
     team: Weak<TeamInner>,
-    /// Routers by link, side and epoch: the ends this team holds, and the
-    /// proxies ends that moved away left. (Peers choose the ids looked up
-    /// here: the hash is seeded per process, not a fixed one as FxHash.)
-    ends: Mutex<foldhash::HashMap<(LinkId, Side, u32), Arc<End>>>,
+    /// The ends this team holds, and the proxies ends that moved away left.
+    ends: Mutex<Routers>,
     /// Senders of link frames, by team.
     senders: Mutex<HashMap<TeamId, RawSender>>,
     listeners: Mutex<HashMap<u32, Arc<Listening>>>,
@@ -78,7 +126,7 @@ impl Links {
             return Err(Error::LimitReached { limit: Limit::Links, max: team.cfg.max_links as u64 });
         }
         let end = End::new(id, side, team.clone(), self.clone(), peer, Links::window(team), window_out);
-        ends.insert((id, side, 0), end.clone());
+        ends.insert(end.clone());
         Ok(end)
     }
 
@@ -90,16 +138,15 @@ impl Links {
         if ends.len() >= team.cfg.max_links {
             return Err(Error::LimitReached { limit: Limit::Links, max: team.cfg.max_links as u64 });
         }
-        let key = (end.id, end.hop.side, end.hop.epoch);
-        if ends.contains_key(&key) {
+        if ends.by_key.contains_key(&(end.id, end.hop.side, end.hop.epoch)) {
             return Err(Error::Codec(format!("{} arrived twice", end.id)));
         }
-        ends.insert(key, end.clone());
+        ends.insert(end.clone());
         Ok(())
     }
 
     pub fn forget(&self, id: LinkId, hop: Hop) {
-        self.ends.lock().remove(&(id, hop.side, hop.epoch));
+        self.ends.lock().remove((id, hop.side, hop.epoch));
     }
 
     /// A sender of link frames to `team` (`Shutdown` once this team left).
@@ -141,6 +188,12 @@ impl Links {
         answer
     }
 
+    /// A frame refused for coming off its link's route: counted and logged.
+    pub(super) fn off_route(&self, from: TeamId, what: &str) {
+        self.off_route.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%from, what, "a link's frame off its route");
+    }
+
     /// A frame for a router that is not here (gone, or never here): its
     /// sender learns that its route broke here (`Gone`) — an end that
     /// adopted its place after its proxy gave up, say, would otherwise
@@ -156,6 +209,17 @@ impl Links {
     }
 }
 
+/// The router handle a frame's slot names (`LINK_SLOTS + handle`), if
+/// it names one.
+pub(super) fn handle(slot: u32) -> Option<u32> {
+    slot.checked_sub(crate::id::LINK_SLOTS).filter(|&h| h != 0)
+}
+
+/// The slot that names router handle `handle` (at most `MAX_REGIONS`).
+pub(super) fn slot(handle: u32) -> u32 {
+    crate::id::LINK_SLOTS + handle
+}
+
 impl FrameHandler for Links {
     fn serve(&self, frame: ServedFrame<'_>) {
         let from = frame.from().team_id();
@@ -165,10 +229,21 @@ impl FrameHandler for Links {
                     Ok(f) => f,
                     Err(e) => return tracing::warn!(%from, error = %e, "a malformed link frame"),
                 };
-                let end = self.ends.lock().get(&(f.link, f.to.0, f.to.1)).cloned();
+                let end = self.ends.lock().by_key.get(&(f.link, f.to.0, f.to.1)).cloned();
                 match end {
-                    Some(end) => end.arrive(from, f),
+                    Some(end) => end.arrive(from, handle(frame.from().slot()), f),
                     None => self.no_router(from, &f),
+                }
+            }),
+            wire::SHORT => frame.with_payload(|b| {
+                let short = match wire::Short::decode(b) {
+                    Ok(f) => f,
+                    Err(e) => return tracing::warn!(%from, error = %e, "a malformed short link frame"),
+                };
+                let (src, dst) = (handle(frame.from().slot()), handle(frame.slot()));
+                match dst.and_then(|h| self.ends.lock().by_handle(h)) {
+                    Some(end) => end.arrive_short(from, src, short),
+                    None => self.off_route(from, "a short frame for no router here"),
                 }
             }),
             wire::OPEN => {
@@ -182,7 +257,7 @@ impl FrameHandler for Links {
     }
 
     fn peer_gone(&self, peer: TeamId) {
-        let ends: Vec<_> = self.ends.lock().values().cloned().collect();
+        let ends = self.ends.lock().all();
         for end in ends {
             end.peer_gone(peer);
         }
@@ -303,7 +378,7 @@ impl Team {
         let Some(links) = LINKS.find(self.id()) else { return LinkRouters::default() };
         // Not under the table's lock: an end's lock is taken before it
         // (a router that retires leaves the table under its own lock).
-        let ends: Vec<_> = links.ends.lock().values().cloned().collect();
+        let ends = links.ends.lock().all();
         let proxies = ends.iter().filter(|e| e.is_proxy()).count();
         LinkRouters { ends: ends.len() - proxies, proxies, off_route: links.off_route.load(Ordering::Relaxed) }
     }
@@ -314,7 +389,7 @@ impl Team {
     pub fn link_diagnostics(&self) -> Vec<(LinkId, String)> {
         let Some(links) = LINKS.find(self.id()) else { return Vec::new() };
         // Not under the table's lock (as in `link_routers`).
-        let ends: Vec<_> = links.ends.lock().values().cloned().collect();
+        let ends = links.ends.lock().all();
         ends.iter().map(|e| (e.id, e.diagnostics())).collect()
     }
 
@@ -398,7 +473,7 @@ mod tests {
         let what = wire::What::Data { toward: Side::A, seq: 0, data: &[] };
         wire::Frame { link: here.id(), to: (Side::A, 0), from: (Side::B, 0), what }.encode_into(&mut frame);
         let body = wire::Body::Message { checkpoint: Checkpoint::Immediate, call: 0, bytes: b"forged" };
-        frame.extend(wire::Data { ack: Default::default(), body }.encode());
+        frame.extend(wire::Data { ack: Some(Default::default()), body }.encode());
         let forger = stranger.frame_sender(a.id().endpoint(0).unwrap(), wire::FRAME).unwrap();
         forger.send(&frame, Checkpoint::OnReceipt).unwrap();
         let t = Instant::now();
@@ -407,6 +482,17 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(here.try_recv::<String>().is_none(), "the end took the forged frame");
+        // A short frame naming the end's handle, as from B's end's
+        // handle: the stranger's team is not where that router is.
+        let off = a.link_routers().off_route;
+        let handle = |h| crate::id::LINK_SLOTS + h;
+        forger.post_parts_as(wire::SHORT, handle(1), handle(1), &wire::Short::head(0), b"forged").unwrap();
+        let t = Instant::now();
+        while a.link_routers().off_route == off {
+            assert!(t.elapsed() < Duration::from_secs(5), "the forged short frame was not refused");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(here.try_recv::<String>().is_none(), "the end took the forged short frame");
         // The link's own message 0 is taken as usual.
         there.send(&"real", Checkpoint::Immediate).unwrap();
         assert_eq!(here.with_timeout(Duration::from_secs(5)).recv_blocking::<String>().unwrap().value, "real");

@@ -12,6 +12,43 @@ use crate::wire::{Checkpoint, Route};
 pub(crate) const FRAME: u8 = 88;
 /// Served kind of an opening: a link made by `Team::link_to`, for a listener.
 pub(crate) const OPEN: u8 = 89;
+/// Served kind of a short frame: a small `Immediate` message between two
+/// routers that know each other's handles (see [`Short`]).
+pub(crate) const SHORT: u8 = 90;
+
+/// Largest message sent in a short frame. A short frame exists to keep a
+/// small message's ring record in one 64-byte line (a second line costs
+/// a port's round trip 12 %: `docs/PERFORMANCE.md`); past this size the
+/// full frame's 57 bytes of framing matter little.
+pub(crate) const SHORT_MAX: usize = 64;
+
+/// A short frame: a message with checkpoint `Immediate`, numbered `seq`,
+/// carrying no acknowledgement, from one router to the next. Its
+/// header names both routers by their handles (the slots
+/// `LINK_SLOTS + handle` of their teams: `src` the sender's, `dst` the
+/// receiver's); its payload is `seq` (u64, little-endian), then the
+/// message's bytes. The receiver knows the sender's handle from a full
+/// frame the sender sent it first (its header's `src`), and so which
+/// router sent it: the frame is that router's frame toward the other side.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Short<'a> {
+    pub seq: u64,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> Short<'a> {
+    /// The short frame `b` (a payload) holds.
+    #[inline(always)]
+    pub fn decode(b: &'a [u8]) -> Result<Short<'a>, FrameError> {
+        let (seq, bytes) = b.split_at_checked(8).ok_or(FrameError::Short(b.len()))?;
+        Ok(Short { seq: le64(seq), bytes })
+    }
+
+    /// Its payload's bytes before the message's.
+    pub fn head(seq: u64) -> [u8; 8] {
+        seq.to_le_bytes()
+    }
+}
 
 /// One frame of a link between two of its routers (`super::route`):
 /// the router it goes to and the one it comes from (each a side and an
@@ -41,8 +78,8 @@ pub(crate) enum What<'a> {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Data<'a> {
     /// What its sender has consumed of the other direction (its credit,
-    /// carried by every frame).
-    pub ack: Count,
+    /// carried by every frame but a bare message).
+    pub ack: Option<Count>,
     pub body: Body<'a>,
 }
 
@@ -108,6 +145,10 @@ const ANSWER: u8 = 2;
 const CREDIT: u8 = 3;
 const CLOSE: u8 = 4;
 const PROBE: u8 = 5;
+/// A message `Immediate` without an acknowledgement (a short frame's,
+/// when a router passes it on or keeps it for its turn): the op, then
+/// the bytes.
+const BARE: u8 = 6;
 
 /// The routers' messages' op bytes.
 const ADOPT: u8 = 1;
@@ -295,6 +336,11 @@ impl<'a> Data<'a> {
     /// it wrote, and the bytes that follow them.
     #[inline]
     pub fn encode_head_into(&self, head: &mut [u8; DATA_HEAD]) -> (usize, &'a [u8]) {
+        let Some(ack) = self.ack else {
+            // Only a message `Immediate` goes bare (`Data::bare`).
+            head[0] = BARE;
+            return (1, if let Body::Message { bytes, .. } = self.body { bytes } else { &[] });
+        };
         let (op, tagged) = match self.body {
             Body::Message { checkpoint, call, bytes } => (MESSAGE, Some((checkpoint as u8, call, bytes))),
             Body::Answer { call, answer, bytes } => (ANSWER, Some((answer as u8, call, bytes))),
@@ -303,8 +349,8 @@ impl<'a> Data<'a> {
             Body::Close => (CLOSE, None),
         };
         head[0] = op;
-        head[1..9].copy_from_slice(&self.ack.messages.to_le_bytes());
-        head[9..17].copy_from_slice(&self.ack.bytes.to_le_bytes());
+        head[1..9].copy_from_slice(&ack.messages.to_le_bytes());
+        head[9..17].copy_from_slice(&ack.bytes.to_le_bytes());
         match tagged {
             Some((tag, call, bytes)) => {
                 head[17] = tag;
@@ -319,6 +365,9 @@ impl<'a> Data<'a> {
     #[inline(always)]
     pub fn decode(b: &[u8]) -> Result<Data<'_>, FrameError> {
         let short = || FrameError::Short(b.len());
+        if let [BARE, bytes @ ..] = b {
+            return Ok(Data::bare(bytes));
+        }
         let (head, rest) = b.split_at_checked(17).ok_or_else(short)?;
         let ack = Count { messages: le64(&head[1..9]), bytes: le64(&head[9..17]) };
         let tagged = |rest: &'_ [u8]| -> Result<(u8, u32), FrameError> {
@@ -355,7 +404,12 @@ impl<'a> Data<'a> {
             }
             op => return Err(FrameError::Op(op)),
         };
-        Ok(Data { ack, body })
+        Ok(Data { ack: Some(ack), body })
+    }
+
+    /// A message `Immediate` without an acknowledgement: a short frame's.
+    pub fn bare(bytes: &'a [u8]) -> Data<'a> {
+        Data { ack: None, body: Body::Message { checkpoint: Checkpoint::Immediate, call: 0, bytes } }
     }
 }
 
@@ -365,6 +419,14 @@ fn le64(b: &[u8]) -> u64 {
 
 fn le32(b: &[u8]) -> u32 {
     u32::from_le_bytes(b.try_into().expect("4 bytes"))
+}
+
+/// Writes a bare message's data (`Data::bare(bytes)`) into `out`, which
+/// holds it; returns its length.
+pub(crate) fn bare_into(out: &mut [u8], bytes: &[u8]) -> usize {
+    out[0] = BARE;
+    out[1..=bytes.len()].copy_from_slice(bytes);
+    1 + bytes.len()
 }
 
 /// A reader of bytes a peer sent: `None` once they run out.
@@ -533,7 +595,7 @@ mod tests {
     }
 
     fn data(body: Body<'_>) -> Vec<u8> {
-        let d = Data { ack: Count { messages: 3, bytes: 99 }, body };
+        let d = Data { ack: Some(Count { messages: 3, bytes: 99 }), body };
         let bytes = d.encode();
         assert_eq!(Data::decode(&bytes).unwrap(), d);
         bytes
@@ -568,6 +630,22 @@ mod tests {
         }
     }
 
+    /// A short frame's message goes on as a bare one (no
+    /// acknowledgement): the op, then the bytes.
+    #[test]
+    fn bare_messages_and_short_frames_round_trip() {
+        let d = Data::bare(b"8 bytes!");
+        let bytes = d.encode();
+        assert_eq!(bytes, [&[BARE][..], b"8 bytes!"].concat());
+        assert_eq!(Data::decode(&bytes).unwrap(), d);
+        round_trip(What::Data { toward: Side::A, seq: 7, data: &bytes });
+        let payload = [&Short::head(1 << 40)[..], b"hi"].concat();
+        assert_eq!(Short::decode(&payload).unwrap(), Short { seq: 1 << 40, bytes: b"hi" });
+        for n in 0..8 {
+            assert_eq!(Short::decode(&payload[..n]), Err(FrameError::Short(n)));
+        }
+    }
+
     #[test]
     fn bad_bytes_are_refused() {
         let f = Frame { link: LinkId(1), to: (Side::A, 0), from: (Side::B, 0), what: What::Control(Control::Done) };
@@ -580,7 +658,7 @@ mod tests {
         b[Route::LEN] = 0;
         b[HEAD - 1] = 9;
         assert_eq!(Frame::decode(&b), Err(FrameError::Class(9)));
-        let mut d = Data { ack: Count::default(), body: Body::Close }.encode();
+        let mut d = Data { ack: Some(Count::default()), body: Body::Close }.encode();
         d[0] = 9;
         assert_eq!(Data::decode(&d), Err(FrameError::Op(9)));
         let open = Open { link: LinkId(3), window: Window { messages: 4, bytes: 4096, largest: 1 << 20 } };

@@ -487,7 +487,7 @@ impl TeamInner {
     /// the frame's handler takes. Its payload is `prefix` then `rest` (a
     /// primitive's frame head, then its caller's bytes), written as two
     /// pieces wherever it goes.
-    #[inline]
+    #[inline(always)]
     pub fn post(&self, ch: &Channel, header: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
         let len = prefix.len() + rest.len();
         // The common case first, in line (a link's every frame): a frame

@@ -27,7 +27,7 @@ use super::payload::Payload;
 use super::peers::Route;
 use super::{Team, TeamInner};
 use crate::error::{Error, Result};
-use crate::id::EndpointId;
+use crate::id::{Addr, EndpointId};
 use crate::port::{RawSender, Responder};
 use crate::wire::{flags, Checkpoint, Header, Kind, NackReason, SERVED_KINDS};
 use parking_lot::RwLock;
@@ -243,6 +243,29 @@ impl RawSender {
     #[inline]
     pub fn post_parts(&self, prefix: &[u8], rest: &[u8]) -> Result<()> {
         let h = Header::new(self.form.kind, self.team.id.endpoint(0).unwrap().addr(), self.to().addr(), 0);
+        self.post_header(h, prefix, rest)
+    }
+
+    /// [`RawSender::post_parts`] of a frame of served kind `kind` from
+    /// this team's slot `src_slot` to the peer's slot `dst_slot`: for a
+    /// primitive whose objects on both sides have slots of their own (a
+    /// link's routers), which its frames name. `InvalidArgument` for a
+    /// kind that is not a served one or a slot past `MAX_SLOT`.
+    #[inline]
+    pub fn post_parts_as(&self, kind: u8, src_slot: u32, dst_slot: u32, prefix: &[u8], rest: &[u8]) -> Result<()> {
+        let (me, to) = (self.team.id, self.to());
+        let (Some(src), Some(dst), true) = (
+            Addr::new(me.node, me.team, src_slot),
+            Addr::new(to.node(), to.team(), dst_slot),
+            SERVED_KINDS.contains(&kind),
+        ) else {
+            return Err(bad_served_frame(kind, src_slot, dst_slot));
+        };
+        self.post_header(Header::new(Kind::Served(kind), src, dst, 0), prefix, rest)
+    }
+
+    #[inline(always)]
+    fn post_header(&self, h: Header, prefix: &[u8], rest: &[u8]) -> Result<()> {
         let ch = match self.cached() {
             Some(ch) => ch,
             None => match self.uncached_route(false)? {
@@ -258,6 +281,11 @@ impl RawSender {
     pub fn peer_liveness(&self) -> Option<PeerLiveness> {
         self.cached().map(|ch| PeerLiveness { gone: ch.gone.clone(), peer: ch.peer })
     }
+}
+
+#[cold]
+fn bad_served_frame(kind: u8, src_slot: u32, dst_slot: u32) -> Error {
+    Error::InvalidArgument(format!("a served frame of kind {kind} from slot {src_slot} to {dst_slot}"))
 }
 
 /// One served frame, as its handler gets it.

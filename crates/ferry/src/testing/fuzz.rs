@@ -1311,7 +1311,7 @@ pub fn call_ids(data: &[u8]) {
 /// messages within its window, consumed at once.
 pub fn link_frames(data: &[u8]) {
     use crate::link::stream::Stream;
-    use crate::link::wire::{decode_window, Body, Carried, Data, Frame, Open};
+    use crate::link::wire::{decode_window, Body, Carried, Data, Frame, Open, Short};
     use crate::link::Window;
     let mut input = Input(data);
     if input.byte() == 0 {
@@ -1321,6 +1321,9 @@ pub fn link_frames(data: &[u8]) {
         }
         if let Ok(d) = Data::decode(rest) {
             assert_eq!(d.encode(), rest, "an end's frame decodes one way only");
+        }
+        if let Ok(f) = Short::decode(rest) {
+            assert_eq!([&Short::head(f.seq)[..], f.bytes].concat(), rest, "a short frame decodes one way only");
         }
         if let Some(c) = Carried::decode(rest) {
             assert_eq!(c.encode(), rest, "a moving end decodes one way only");
@@ -1464,7 +1467,7 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             use crate::link::wire::{Answer, Body, Carried, Data, Frame, Open, Queued, What};
             use crate::link::{Count, LinkId, Side, Window};
             let link = LinkId(9 << 64 | 1);
-            let data = |body| Data { ack: Count::default(), body }.encode();
+            let data = |body| Data { ack: Some(Count::default()), body }.encode();
             let frame = |what| Frame { link, to: (Side::B, 1), from: (Side::A, 0), what }.encode();
             let message = data(Body::Message { checkpoint: Checkpoint::OnReturn, call: 1, bytes: b"hello" });
             add(
@@ -1474,6 +1477,10 @@ pub(crate) fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             );
             let answer = data(Body::Answer { call: 1, answer: Answer::Reply, bytes: b"hi" });
             add("link_frames", "answer", [&[0u8][..], &answer].concat());
+            let bare = Data::bare(b"8 bytes!").encode();
+            add("link_frames", "bare", [&[0u8][..], &bare].concat());
+            let short = [&crate::link::wire::Short::head(3)[..], b"8 bytes!"].concat();
+            add("link_frames", "short", [&[0u8][..], &short].concat());
             let hop = Hop { team: TeamId { node: 1, team: 2, incarnation: 3 }, side: Side::A, epoch: 0 };
             add("link_frames", "bypass", [&[0u8][..], &frame(What::Control(Control::Bypass { z: hop }))].concat());
             let window = Window { messages: 64, bytes: 1 << 20, largest: 1 << 20 };

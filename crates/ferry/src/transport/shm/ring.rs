@@ -198,6 +198,7 @@ impl<M: RingMemory> Producer<M> {
     /// be at most `max_body(cap)` bytes (checked by the caller). `head`'s
     /// size is known here, so it goes into the ring as a few register
     /// moves, not a `memcpy` call: as if the caller had written it in place.
+    #[inline(always)]
     pub fn push<const N: usize, const K: usize>(&mut self, head: &[u8; N], rest: [&[u8]; K]) -> Result<(), RingError> {
         let cap = self.mem.cap();
         let body = N + rest.iter().map(|r| r.len()).sum::<usize>();
