@@ -93,9 +93,10 @@ struct State {
     short_to: Option<(Hop, u32)>,
 }
 
-/// Most neighbours' handles a router remembers: two neighbours, and the
-/// ones a bypass replaces them with.
-const MOST_KNOWN: usize = 4;
+/// Most neighbours' handles a router remembers: its two neighbours, the
+/// ones bypasses replace them with, and room to spare (a neighbour
+/// forgotten while it still sends short frames would be off its route).
+const MOST_KNOWN: usize = 8;
 
 #[cfg(test)]
 thread_local! {
@@ -1202,16 +1203,15 @@ impl std::fmt::Debug for Link {
 }
 
 /// Remembers that router `hop` has handle `handle` (from its full frame's
-/// header), among the last `MOST_KNOWN`.
+/// header), among the last `MOST_KNOWN`, newest first (the router a
+/// short frame comes from is most often the newest).
 fn learn(known: &mut Vec<(Hop, u32)>, hop: Hop, handle: Option<u32>) {
     let Some(handle) = handle else { return };
     match known.iter_mut().find(|(h, _)| *h == hop) {
         Some(k) => k.1 = handle,
         None => {
-            if known.len() == MOST_KNOWN {
-                known.remove(0);
-            }
-            known.push((hop, handle));
+            known.truncate(MOST_KNOWN - 1);
+            known.insert(0, (hop, handle));
         }
     }
 }
