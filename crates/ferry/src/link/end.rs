@@ -93,6 +93,15 @@ struct State {
     short_to: Option<(Hop, u32)>,
 }
 
+impl State {
+    /// Whether this router is a terminal of its own, which its blocked
+    /// receiver may serve itself (`End::take_own`): not a proxy, not moved
+    /// away, not closed here (those go through the links' handler).
+    fn takes_own(&self) -> bool {
+        !self.router.is_proxy() && self.moved.is_none() && !matches!(self.ended, Some(Ended::Closed))
+    }
+}
+
 /// Most neighbours' handles a router remembers: its two neighbours, the
 /// ones bypasses replace them with, and room to spare (a neighbour
 /// forgotten while it still sends short frames would be off its route).
@@ -613,13 +622,14 @@ impl End {
         #[cfg(test)]
         SHORTS.set(SHORTS.get() + 1);
         match sender_of(&s.known, from, src) {
-            Some(hop) if short.bytes.len() <= wire::SHORT_MAX => self.arrive_bare(&mut s, hop, short),
-            _ => self.links.off_route(from, "a short frame from a router not known here"),
+            Some(hop) => self.arrive_bare(&mut s, hop, short),
+            None => self.links.off_route(from, "a short frame from a router not known here"),
         }
     }
 
     /// A short frame from the router `hop`, as the full frame it stands
-    /// for (its message bare: `Data::bare`).
+    /// for (its message bare: `Data::bare`; at most `SHORT_MAX` bytes, as
+    /// `Short::decode` checked).
     fn arrive_bare(&self, s: &mut State, hop: Hop, short: Short<'_>) {
         let mut data = [0u8; 1 + wire::SHORT_MAX];
         let n = wire::bare_into(&mut data, short.bytes);
@@ -643,12 +653,12 @@ impl End {
         match h.kind {
             Kind::Served(wire::SHORT) => {
                 let Ok(short) = Short::decode(bytes) else { return false };
-                if table::handle(h.dst.slot()) != Some(self.handle()) || short.bytes.len() > wire::SHORT_MAX {
+                if table::handle(h.dst.slot()) != Some(self.handle()) {
                     return false;
                 }
                 let mut s = self.state.lock();
                 let Some(hop) = sender_of(&s.known, from, table::handle(h.src.slot())) else { return false };
-                if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
+                if !s.takes_own() {
                     return false;
                 }
                 #[cfg(test)]
@@ -665,7 +675,7 @@ impl End {
                     return false;
                 }
                 let mut s = self.state.lock();
-                if s.router.is_proxy() || s.moved.is_some() || matches!(s.ended, Some(Ended::Closed)) {
+                if !s.takes_own() {
                     return false;
                 }
                 let hop = Hop { team: from, side: f.from.0, epoch: f.from.1 };

@@ -37,10 +37,14 @@ pub(crate) struct Short<'a> {
 }
 
 impl<'a> Short<'a> {
-    /// The short frame `b` (a payload) holds.
+    /// The short frame `b` (a payload) holds: its message is at most
+    /// `SHORT_MAX` bytes.
     #[inline(always)]
     pub fn decode(b: &'a [u8]) -> Result<Short<'a>, FrameError> {
         let (seq, bytes) = b.split_at_checked(8).ok_or(FrameError::Short(b.len()))?;
+        if bytes.len() > SHORT_MAX {
+            return Err(FrameError::LongShort(bytes.len()));
+        }
         Ok(Short { seq: le64(seq), bytes })
     }
 
@@ -121,6 +125,8 @@ pub(crate) enum FrameError {
     Checkpoint(u8),
     Answer(u8),
     Trailing(usize),
+    /// A short frame's message of this many bytes, past `SHORT_MAX`.
+    LongShort(usize),
     /// A routers' message numbered (only an end's frames are).
     ControlSeq(u64),
 }
@@ -135,6 +141,7 @@ impl std::fmt::Display for FrameError {
             FrameError::Checkpoint(b) => write!(f, "checkpoint byte {b}"),
             FrameError::Answer(b) => write!(f, "answer byte {b}"),
             FrameError::Trailing(n) => write!(f, "{n} bytes after a frame that has none"),
+            FrameError::LongShort(n) => write!(f, "a short frame's message of {n} bytes, past {SHORT_MAX}"),
             FrameError::ControlSeq(n) => write!(f, "a routers' message numbered {n}"),
         }
     }
@@ -644,6 +651,9 @@ mod tests {
         for n in 0..8 {
             assert_eq!(Short::decode(&payload[..n]), Err(FrameError::Short(n)));
         }
+        let long = [&Short::head(1)[..], &[0; SHORT_MAX + 1]].concat();
+        assert_eq!(Short::decode(&long), Err(FrameError::LongShort(SHORT_MAX + 1)));
+        assert!(Short::decode(&long[..8 + SHORT_MAX]).is_ok());
     }
 
     #[test]
