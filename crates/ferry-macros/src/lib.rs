@@ -186,7 +186,7 @@ fn expand(input: ItemTrait) -> syn::Result<Tokens> {
                     ::core::result::Result::Ok(v) => v,
                     ::core::result::Result::Err(e) => return e,
                 };
-                ::std::boxed::Box::pin(async move {
+                ::ferry::rpc::HandlerFuture::new(async move {
                     let r = self.0.#name(#(#pass),*).await;
                     #respond
                 })

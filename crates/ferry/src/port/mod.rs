@@ -258,17 +258,27 @@ pub(crate) async fn race<T>(fut: impl Future<Output = Result<T>>, timeout: impl 
 /// Turns a message taken from an inbox into what the receiver sees,
 /// acknowledging it if the sender asked for `OnDelivery`.
 pub(crate) fn take(team: &Arc<TeamInner>, m: Incoming) -> RawMessage {
-    crate::link::received_by(team);
     let (from, deadline, arrived) = (m.from(), m.deadline.get(), m.arrived.get());
-    let mut reply = None;
-    if let Some(ch) = m.channel {
-        match m.header.checkpoint() {
-            Checkpoint::OnDelivery => team.ack(&ch, &m.header, Checkpoint::OnDelivery),
-            Checkpoint::OnReturn => reply = Some(Responder { team: team.clone(), to: Some((m.header, ch)) }),
-            _ => {}
-        }
-    }
+    let reply = answer_owed(team, &m.header, m.channel);
     RawMessage { payload: m.payload, copied: OnceLock::new(), from, reply, deadline, arrived }
+}
+
+/// What a message `header` taken by `team` from `channel` owes its sender:
+/// the ack of its delivery, sent now (`OnDelivery`), or a reply, owed by
+/// the [`Responder`] returned (`OnReturn`). The part of [`take`] that a
+/// message's taker needs when it makes no [`RawMessage`] of it (a served
+/// call).
+pub(crate) fn answer_owed(team: &Arc<TeamInner>, header: &Header, channel: Option<Arc<Channel>>) -> Option<Responder> {
+    crate::link::received_by(team);
+    let ch = channel?;
+    match header.checkpoint() {
+        Checkpoint::OnDelivery => {
+            team.ack(&ch, header, Checkpoint::OnDelivery);
+            None
+        }
+        Checkpoint::OnReturn => Some(Responder { team: team.clone(), to: Some((*header, ch)) }),
+        _ => None,
+    }
 }
 
 /// A received raw message.

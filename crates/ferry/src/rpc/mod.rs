@@ -19,14 +19,15 @@ mod client;
 mod descriptor;
 pub(crate) mod envelope;
 pub(crate) mod gate;
+mod handler_future;
 mod server;
 
 pub use client::{CallFuture, Client};
 pub use descriptor::{MethodDescriptor, ServiceDescriptor, CODEC};
 pub(crate) use gate::Place;
+pub use handler_future::HandlerFuture;
 pub use server::{
-    Args, CancelToken, Dispatch, HandlerFuture, IncomingCall, Reply, Response, SendReply, ServiceEndpoint, Serving,
-    RETRY_WINDOW,
+    Args, CancelToken, Dispatch, IncomingCall, Reply, Response, SendReply, ServiceEndpoint, Serving, RETRY_WINDOW,
 };
 
 use crate::id::TeamId;
@@ -125,7 +126,8 @@ impl RpcError<Never> {
 #[doc(hidden)]
 pub mod __private {
     use super::envelope;
-    use super::server::{HandlerFuture, Response};
+    use super::server::Response;
+    use super::HandlerFuture;
     use serde::{de::DeserializeOwned, Serialize};
 
     /// A result: a large one is encoded where its reply is staged.
@@ -141,7 +143,7 @@ pub mod __private {
     pub fn decode<A: DeserializeOwned>(args: super::Args) -> Result<A, HandlerFuture> {
         args.decode().map_err(|e| {
             let response = envelope::status(envelope::CODEC, &format!("arguments: {e}"));
-            Box::pin(async move { Response::Bytes(response) }) as HandlerFuture
+            HandlerFuture::new(async move { Response::Bytes(response) })
         })
     }
 
@@ -152,7 +154,7 @@ pub mod __private {
 
     pub fn no_such_method(method: u32) -> HandlerFuture {
         let response = envelope::no_such_method(method);
-        Box::pin(async move { Response::Bytes(response) })
+        HandlerFuture::new(async move { Response::Bytes(response) })
     }
 
     /// Refuses an accepted call of a method the service lacks (explicit receipt).

@@ -354,13 +354,13 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Polls the inner future, turning a panic into `Err`.
-pub(crate) struct CatchUnwind<F: ?Sized>(pub AssertUnwindSafe<Pin<Box<F>>>);
+pub(crate) struct CatchUnwind<F>(pub AssertUnwindSafe<F>);
 
-impl<F: Future + ?Sized> Future for CatchUnwind<F> {
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = std::thread::Result<F::Output>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let inner = &mut self.0;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.as_mut().poll(cx))) {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut **inner).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
             Err(p) => Poll::Ready(Err(p)),
