@@ -253,30 +253,18 @@ impl TeamInner {
             ch.transport.tidy();
             return Ok(Drained::default());
         }
-        let mut d = Drained::default();
         let mut violation = None;
-        while d.taken < 64 {
+        rx.since = crate::cost::start();
+        let got = ch.transport.try_recv_many(64, &mut |h, payload| {
+            let taken = self.route(ch, rx, h, payload, &mut violation);
             rx.since = crate::cost::start();
-            let got = ch.transport.try_recv(&mut |h, payload| self.route(ch, rx, h, payload, &mut violation));
-            if let Some(v) = violation.take() {
-                return Err(v);
-            }
-            match got.map_err(|RecvError::Corrupt(v)| v)? {
-                Recv::Consumed => d.taken += 1,
-                Recv::Empty | Recv::Kept => break,
-                Recv::PeerGone => {
-                    d.peer_gone = true;
-                    break;
-                }
-            }
-            // The probe saves a receive that would find nothing (a gone
-            // peer's stream still has its end to read), and a socket read
-            // between a request and its answer.
-            if !ch.transport.more_at_hand() {
-                break;
-            }
+            taken
+        });
+        if let Some(v) = violation.take() {
+            return Err(v);
         }
-        Ok(d)
+        let (taken, last) = got.map_err(|RecvError::Corrupt(v)| v)?;
+        Ok(Drained { taken, peer_gone: last == Recv::PeerGone })
     }
 
     /// Whether frames that may need an answer must stay in `ch` for now:

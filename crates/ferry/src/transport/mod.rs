@@ -399,6 +399,34 @@ pub trait Transport: Send + Sync {
     /// record out of the ring first): handlers read it where it is.
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError>;
 
+    /// [`Transport::try_recv`] again and again while `accept` takes the
+    /// frames, at most `max` (≥ 1) of them and while more are at hand
+    /// ([`Transport::more_at_hand`]): how many it took, and what the last
+    /// receive did (`Consumed` if it stopped at `max` or with none at
+    /// hand). A drain's burst; shared memory takes it under one lock, with
+    /// one look for a writer waiting for room.
+    fn try_recv_many(
+        &self,
+        max: usize,
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+    ) -> Result<(usize, Recv), RecvError> {
+        let mut taken = 0;
+        loop {
+            match self.try_recv(accept)? {
+                Recv::Consumed => {
+                    taken += 1;
+                    // The probe saves a receive that would find nothing (a
+                    // gone peer's stream still has its end to read), and a
+                    // socket read between a request and its answer.
+                    if taken == max || !self.more_at_hand() {
+                        return Ok((taken, Recv::Consumed));
+                    }
+                }
+                last => return Ok((taken, last)),
+            }
+        }
+    }
+
     /// A descriptor that becomes readable (or hangs up) when the peer's end
     /// may be gone, for the owner's poller (a team's reactor, in epoll); call
     /// [`Transport::check_liveness`] when it fires. `None`: the transport

@@ -585,6 +585,119 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     }
 
     /// The peer gave a range of our area back.
+    /// Takes up to `max` records one after the other under one lock of
+    /// the consumer, and looks for a writer waiting for room (a full
+    /// fence) once, after the last (see [`Transport::try_recv_many`]).
+    #[inline(always)]
+    fn recv_up_to(
+        &self,
+        max: usize,
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+    ) -> Result<(usize, Recv), RecvError> {
+        // Read before the ring: a peer that wrote a last frame and then hung
+        // up must not be seen as drained before and gone after.
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.ended.load(Ordering::Relaxed) {
+            return Ok((0, Recv::PeerGone));
+        }
+        let mut bad: Option<RecvError> = None;
+        self.flush_releases();
+        let mut consumer = self.consumer.lock();
+        let mut released = consumer.release();
+        let mut taken = 0;
+        let got = loop {
+            let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
+            if matches!(got, Ok(Some(true))) {
+                taken += 1;
+                if taken < max {
+                    // The next pop releases this record first.
+                    released = true;
+                    continue;
+                }
+            }
+            break got;
+        };
+        self.rx_next.store(consumer.next(), Ordering::Relaxed);
+        self.rx_unreleased.store(consumer.has_unreleased(), Ordering::Relaxed);
+        drop(consumer);
+        if released {
+            self.wake_waiting_writer();
+        }
+        if let Some(e) = bad {
+            self.close();
+            return Err(e);
+        }
+        let last = match got {
+            Ok(None) if closed => {
+                self.ended.store(true, Ordering::Relaxed);
+                Recv::PeerGone
+            }
+            Ok(None) => Recv::Empty,
+            Ok(Some(false)) => Recv::Kept,
+            Ok(Some(true)) => Recv::Consumed,
+            Err(RingError::Corrupt(fault)) => {
+                self.close();
+                return Err(RecvError::Corrupt(Violation::Ring(fault)));
+            }
+            Err(RingError::Full) => unreachable!("the consumer never reports Full"),
+        };
+        Ok((taken, last))
+    }
+
+    /// Offers the record `body` (copied out of the ring) to `accept` as a
+    /// frame; a release of payload ranges is taken here. Whether it was
+    /// taken; a record that breaks the protocol is refused and `bad` says why.
+    #[inline(always)]
+    fn offer_record(
+        &self,
+        body: &[u8],
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+        bad: &mut Option<RecvError>,
+    ) -> bool {
+        let h = match Header::decode(body) {
+            Ok(h) => h,
+            Err(e) => {
+                *bad = Some(e.into());
+                return false;
+            }
+        };
+        let payload = &body[HEADER_LEN..];
+        if h.kind == Kind::Release {
+            return match self.take_back(payload) {
+                Ok(()) => true,
+                Err(violation) => {
+                    *bad = Some(RecvError::Corrupt(violation));
+                    false
+                }
+            };
+        }
+        if !h.detached() {
+            return accept(&h, Body::Inline(payload));
+        }
+        let lent = self.rx_area.as_ref().and_then(|area| {
+            let range = Range::decode(payload, area.size)?;
+            Some(Lent {
+                // SAFETY: `decode` checked the range lies inside the area.
+                ptr: unsafe { area.base.add(range.offset as usize) },
+                range,
+                releases: self.releases.clone(),
+                armed: true,
+                _segment: area.segment.clone(),
+            })
+        });
+        let Some(lent) = lent else {
+            *bad = Some(RecvError::Corrupt(outside_area(payload)));
+            return false;
+        };
+        let mut slot = Some(Detached::Shm(Box::new(lent)));
+        let taken = accept(&h, Body::Detached(&mut slot));
+        if let Some(Detached::Shm(mut refused)) = slot {
+            // Still ours: the frame stays, and the range is not given back.
+            refused.armed = false;
+        }
+        taken
+    }
+
     fn take_back(&self, payload: &[u8]) -> std::result::Result<(), Violation> {
         let Some(area) = &self.tx_area else { return Err(not_lent(payload)) };
         let mut alloc = area.alloc.lock();
@@ -772,83 +885,18 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
-        // Read before the ring: a peer that wrote a last frame and then hung
-        // up must not be seen as drained before and gone after.
-        let closed = self.closed.load(Ordering::Acquire);
-        if closed && self.ended.load(Ordering::Relaxed) {
-            return Ok(Recv::PeerGone);
+        match self.recv_up_to(1, accept)? {
+            (1, _) => Ok(Recv::Consumed),
+            (_, last) => Ok(last),
         }
-        let mut bad: Option<RecvError> = None;
-        self.flush_releases();
-        let mut consumer = self.consumer.lock();
-        if consumer.release() {
-            self.wake_waiting_writer();
-        }
-        let got = consumer.pop(&mut |body| {
-            let h = match Header::decode(body) {
-                Ok(h) => h,
-                Err(e) => {
-                    bad = Some(e.into());
-                    return false;
-                }
-            };
-            let payload = &body[HEADER_LEN..];
-            if h.kind == Kind::Release {
-                return match self.take_back(payload) {
-                    Ok(()) => true,
-                    Err(violation) => {
-                        bad = Some(RecvError::Corrupt(violation));
-                        false
-                    }
-                };
-            }
-            if !h.detached() {
-                return accept(&h, Body::Inline(payload));
-            }
-            let lent = self.rx_area.as_ref().and_then(|area| {
-                let range = Range::decode(payload, area.size)?;
-                Some(Lent {
-                    // SAFETY: `decode` checked the range lies inside the area.
-                    ptr: unsafe { area.base.add(range.offset as usize) },
-                    range,
-                    releases: self.releases.clone(),
-                    armed: true,
-                    _segment: area.segment.clone(),
-                })
-            });
-            let Some(lent) = lent else {
-                bad = Some(RecvError::Corrupt(outside_area(payload)));
-                return false;
-            };
-            let mut slot = Some(Detached::Shm(Box::new(lent)));
-            let taken = accept(&h, Body::Detached(&mut slot));
-            if let Some(Detached::Shm(mut refused)) = slot {
-                // Still ours: the frame stays, and the range is not given back.
-                refused.armed = false;
-            }
-            taken
-        });
-        self.rx_next.store(consumer.next(), Ordering::Relaxed);
-        self.rx_unreleased.store(consumer.has_unreleased(), Ordering::Relaxed);
-        drop(consumer);
-        if let Some(e) = bad {
-            self.close();
-            return Err(e);
-        }
-        match got {
-            Ok(None) if closed => {
-                self.ended.store(true, Ordering::Relaxed);
-                Ok(Recv::PeerGone)
-            }
-            Ok(None) => Ok(Recv::Empty),
-            Ok(Some(false)) => Ok(Recv::Kept),
-            Ok(Some(true)) => Ok(Recv::Consumed),
-            Err(RingError::Corrupt(fault)) => {
-                self.close();
-                Err(RecvError::Corrupt(Violation::Ring(fault)))
-            }
-            Err(RingError::Full) => unreachable!("the consumer never reports Full"),
-        }
+    }
+
+    fn try_recv_many(
+        &self,
+        max: usize,
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+    ) -> Result<(usize, Recv), RecvError> {
+        self.recv_up_to(max, accept)
     }
 
     fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {
