@@ -201,6 +201,13 @@ impl RawPort {
 
     /// Blocks until a message comes or `until` passes.
     fn recv_until(&self, until: Option<Instant>) -> Result<RawMessage> {
+        // A message queued already (the rest of a drained burst) is taken
+        // without setting up a wait.
+        if !self.inbox.is_empty() {
+            if let Poll::Ready(Some(m)) = self.inbox.poll_pop_now() {
+                return Ok(take(&self.team, m));
+            }
+        }
         let to = self.id.addr();
         let got = idle::wait_catching(
             &self.team,

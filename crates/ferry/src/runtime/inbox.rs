@@ -224,6 +224,7 @@ impl<M: Cost> Inbox<M> {
     /// Whether the queue looks empty, without the lock: a message queued
     /// meanwhile (by a channel whose order the caller does not hold) may
     /// not show yet.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.shadow.load(Ordering::Acquire) & !CLOSED == 0
     }
