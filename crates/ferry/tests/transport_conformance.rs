@@ -677,6 +677,47 @@ fn refused_frame_is_offered_again_first<F: Factory>() {
     assert_empty(&*pipe.b);
 }
 
+/// `try_recv_many` takes a burst in order, never more than its bound,
+/// offers each frame once, and stops at a refused frame, which is offered
+/// again first.
+fn a_burst_is_taken_in_order_up_to_its_bound<F: Factory>() {
+    let pipe = F::pipe(SMALL);
+    for i in 0..7 {
+        pipe.a.try_send(&data(i), &payload(i, 10)).unwrap();
+    }
+    let until = Instant::now() + PATIENCE;
+    let mut got = Vec::new();
+    // The sixth frame is refused once.
+    let mut refused = false;
+    while got.len() < 7 {
+        assert!(Instant::now() < until, "only {} of 7 frames came", got.len());
+        let mut offered = Vec::new();
+        let r = pipe.b.try_recv_many(3, &mut |h, p| {
+            offered.push(h.call_id);
+            if h.call_id == 5 && !refused {
+                refused = true;
+                return false;
+            }
+            got.push((h.call_id, bytes_of(p)));
+            true
+        });
+        let (taken, last) = r.expect("a receive failed");
+        assert!(taken <= 3, "{taken} frames taken in one receive bounded to 3");
+        match last {
+            Recv::Kept => assert_eq!(offered.len(), taken + 1, "a refused frame ends the burst"),
+            Recv::Consumed | Recv::Empty => assert_eq!(offered.len(), taken, "a frame was offered and not taken"),
+            Recv::PeerGone => panic!("peer gone while frames were awaited"),
+        }
+        if taken == 0 && last == Recv::Empty {
+            std::thread::yield_now();
+        }
+    }
+    assert!(refused, "the sixth frame was never offered");
+    let expected: Vec<_> = (0..7).map(|i| (i, payload(i, 10))).collect();
+    assert_eq!(got, expected);
+    assert_empty(&*pipe.b);
+}
+
 /// After `close()` an end's sends fail with `Closed`; frames already in
 /// flight are still received, also once the sending end is gone, and then
 /// the stream ends (`PeerGone`) on both sides.
@@ -1513,6 +1554,7 @@ macro_rules! every_case {
             stage_with_writes_exactly_its_length,
             refused_detached_frame_stays,
             refused_frame_is_offered_again_first,
+            a_burst_is_taken_in_order_up_to_its_bound,
             close_stops_sends_but_frames_in_flight_are_received,
             header_fields_arrive_intact,
             directions_are_independent,

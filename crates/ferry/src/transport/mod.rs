@@ -402,9 +402,9 @@ pub trait Transport: Send + Sync {
     /// [`Transport::try_recv`] again and again while `accept` takes the
     /// frames, at most `max` (≥ 1) of them and while more are at hand
     /// ([`Transport::more_at_hand`]): how many it took, and what the last
-    /// receive did (`Consumed` if it stopped at `max` or with none at
-    /// hand). A drain's burst; shared memory takes it under one lock, with
-    /// one look for a writer waiting for room.
+    /// receive did (`Consumed` if it stopped at `max`; `Consumed` or
+    /// `Empty` if none was at hand). A drain's burst; shared memory takes
+    /// it under one lock, with one look for a writer waiting for room.
     fn try_recv_many(
         &self,
         max: usize,
