@@ -18,7 +18,7 @@
 //! | [`codec`] | the payload codec's three inputs (`decode`, `decode_shared`, `decode_from`) and in-place decoding into ferry's and typical user types (byte fields, enums, maps, any value) |
 //! | [`rpc`] | the RPC envelopes: `envelope::parse` (requests, batches and their bound), `decode_response`, `decode_oneway_response`, a bind's `ServiceDescriptor` |
 //! | [`shm_handshake`] | the shared-memory bind: the acceptor's check of a hello and of the segment header, the connector's of a welcome |
-//! | [`shm_ring`] | a shared-memory end's receive (`ShmEnd::try_recv`: ring consumer, frame headers, payload descriptors, releases) on rings and areas in heap memory that a hostile peer writes at will |
+//! | [`shm_ring`] | a shared-memory end's receive (`ShmEnd::try_recv_many`, one frame or a burst: ring consumer, frame headers, payload descriptors, releases) on rings and areas in heap memory that a hostile peer writes at will |
 //! | [`shm_area`] | payload-area descriptors (`Range::decode`) and the writer's book (`Allocator`), against a model |
 //! | [`tcp_handshake`] | the TCP bind: hello, welcome, proof, verdict (also as a peer that holds the key) |
 //! | [`tcp_frames`] | a TCP end's reading side (`Rx`): frames and credit frames split off a stream read in arbitrary pieces, credit checks, frames taken and kept |
@@ -540,7 +540,7 @@ mod ring_op {
 /// length), of its payload area and of the `head` of the ring it reads,
 /// publishes records through the real producer (headers and payloads as
 /// the input says), reads what the end sends back and gives ranges back.
-/// The end runs its real code: `try_recv` (the ring consumer, header
+/// The end runs its real code: `try_recv_many` (the ring consumer, header
 /// decoding, payload descriptors, releases), `tidy`, its sends.
 ///
 /// Input: ring size (256 << (b % 5) bytes), area size (1 + b % 4 pages),
@@ -625,8 +625,10 @@ pub fn shm_ring(data: &[u8]) {
             }
             ring_op::RECV => {
                 let policy = input.byte();
+                // One frame (`try_recv`'s path) or a burst of up to 8 (a drain's).
+                let max = 1 + (policy >> 2) as usize % 8;
                 let mut scratch = Vec::new();
-                let got = end.try_recv(&mut |h, body| {
+                let got = end.try_recv_many(max, &mut |h, body| {
                     assert_ne!(h.kind, Kind::Release, "a release reached the receiver");
                     match body {
                         Body::Inline(p) => {
@@ -652,7 +654,7 @@ pub fn shm_ring(data: &[u8]) {
                     policy & 1 == 0
                 });
                 match got {
-                    Ok(Recv::Consumed | Recv::Empty | Recv::Kept | Recv::PeerGone) => {}
+                    Ok((taken, Recv::Consumed | Recv::Empty | Recv::Kept | Recv::PeerGone)) => assert!(taken <= max),
                     Err(e) => assert!(!e.to_string().is_empty()),
                 }
             }
