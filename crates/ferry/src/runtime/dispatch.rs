@@ -165,7 +165,16 @@ impl TeamInner {
             // A processor keeps the rest of a batch where a replacement can
             // take it, should one of the calls block (see `handoff`).
             Some(slot) if batch.len() > 1 && self.handoff.enabled() => {
-                slot.batch.lock().extend(batch.drain(..));
+                let mut kept = slot.batch.lock();
+                if kept.is_empty() {
+                    // The buffers trade places (no call is moved): ours
+                    // becomes the slot's queue, its empty one our spare.
+                    let queue = std::collections::VecDeque::from(std::mem::take(&mut batch));
+                    batch = Vec::from(std::mem::replace(&mut *kept, queue));
+                } else {
+                    kept.extend(batch.drain(..));
+                }
+                drop(kept);
                 run_batch(&slot.batch);
             }
             // A panic here drops the rest, and their places with them.
