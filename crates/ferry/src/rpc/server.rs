@@ -753,8 +753,7 @@ impl ServiceEndpoint {
     /// `IncomingCall` without a `RawMessage` between (a move of the
     /// payload and a drop less on every call's path).
     fn parse_incoming(&self, m: crate::runtime::channel::Incoming) -> Option<Received> {
-        let mut head = [0u8; 5];
-        let n = m.payload.read_head(&mut head);
+        let (head, n) = m.payload.head::<5>();
         let Some((method, None, at)) = envelope::call_head(&head[..n]) else {
             return self.parse(crate::port::take(&self.team, m));
         };
@@ -869,8 +868,7 @@ struct DirectCalls<D> {
 
 impl<D: Dispatch> crate::runtime::inbox::Taker<crate::runtime::channel::Incoming> for DirectCalls<D> {
     fn admit(&self, m: &crate::runtime::channel::Incoming) -> Option<Place> {
-        let mut head = [0u8; 5];
-        let n = m.payload.read_head(&mut head);
+        let (head, n) = m.payload.head::<5>();
         self.gate.try_enter(places_for(&head[..n], m.payload.len()))
     }
 

@@ -63,6 +63,23 @@ impl Payload {
 
     /// Copies the first bytes into `out` (as many as fit), without copying
     /// the rest out of a peer's area; returns how many.
+    /// The first `N` bytes (fewer if it is shorter: how many is the
+    /// second value), as [`Payload::read_head`] reads them; a small
+    /// payload's with a copy of fixed size (a few moves, not a call of
+    /// `memcpy`: a served call reads its head twice).
+    #[inline]
+    pub fn head<const N: usize>(&self) -> ([u8; N], usize) {
+        let mut out = [0u8; N];
+        if let Payload::Inline { len, bytes } = self {
+            if N <= INLINE {
+                out.copy_from_slice(&bytes[..N]);
+                return (out, N.min(*len as usize));
+            }
+        }
+        let n = self.read_head(&mut out);
+        (out, n)
+    }
+
     pub fn read_head(&self, out: &mut [u8]) -> usize {
         match (self.as_local(), self) {
             (Some(b), _) => {
@@ -175,6 +192,16 @@ impl std::fmt::Debug for Payload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_is_its_first_bytes_whatever_the_size() {
+        for n in [0, 3, 5, 6, INLINE, INLINE + 1, 1000] {
+            let v: Vec<u8> = (1..=n).map(|i| i as u8).collect();
+            let (head, got) = Payload::from_slice(&v).head::<5>();
+            assert_eq!(got, n.min(5));
+            assert_eq!(&head[..got], &v[..got]);
+        }
+    }
 
     #[test]
     fn small_inline_large_heap_same_bytes() {
