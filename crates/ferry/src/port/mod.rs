@@ -208,6 +208,14 @@ impl RawPort {
                 return Ok(take(&self.team, m));
             }
         }
+        self.recv_waiting(until)
+    }
+
+    /// [`RawPort::recv_until`] past its look at the inbox: the wait. (Out
+    /// of line: the look stays small, and a change to one leaves the
+    /// other's code as it was.)
+    #[inline(never)]
+    fn recv_waiting(&self, until: Option<Instant>) -> Result<RawMessage> {
         let to = self.id.addr();
         let got = idle::wait_catching(
             &self.team,

@@ -585,63 +585,37 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     }
 
     /// The peer gave a range of our area back.
-    /// Takes up to `max` records one after the other under one lock of
-    /// the consumer, and looks for a writer waiting for room (a full
-    /// fence) once, after the last (see [`Transport::try_recv_many`]).
+    /// What a receive found, as the transport says it (the consumer
+    /// unlocked, a protocol breach closing the end).
     #[inline(always)]
-    fn recv_up_to(
+    fn received(
         &self,
-        max: usize,
-        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
-    ) -> Result<(usize, Recv), RecvError> {
-        // Read before the ring: a peer that wrote a last frame and then hung
-        // up must not be seen as drained before and gone after.
-        let closed = self.closed.load(Ordering::Acquire);
-        if closed && self.ended.load(Ordering::Relaxed) {
-            return Ok((0, Recv::PeerGone));
-        }
-        let mut bad: Option<RecvError> = None;
-        self.flush_releases();
-        let mut consumer = self.consumer.lock();
-        let mut released = consumer.release();
-        let mut taken = 0;
-        let got = loop {
-            let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
-            if matches!(got, Ok(Some(true))) {
-                taken += 1;
-                if taken < max {
-                    // The next pop releases this record first.
-                    released = true;
-                    continue;
-                }
-            }
-            break got;
-        };
+        consumer: parking_lot::MutexGuard<'_, Consumer<M>>,
+        got: Result<Option<bool>, RingError>,
+        closed: bool,
+        bad: Option<RecvError>,
+    ) -> Result<Recv, RecvError> {
         self.rx_next.store(consumer.next(), Ordering::Relaxed);
         self.rx_unreleased.store(consumer.has_unreleased(), Ordering::Relaxed);
         drop(consumer);
-        if released {
-            self.wake_waiting_writer();
-        }
         if let Some(e) = bad {
             self.close();
             return Err(e);
         }
-        let last = match got {
+        match got {
             Ok(None) if closed => {
                 self.ended.store(true, Ordering::Relaxed);
-                Recv::PeerGone
+                Ok(Recv::PeerGone)
             }
-            Ok(None) => Recv::Empty,
-            Ok(Some(false)) => Recv::Kept,
-            Ok(Some(true)) => Recv::Consumed,
+            Ok(None) => Ok(Recv::Empty),
+            Ok(Some(false)) => Ok(Recv::Kept),
+            Ok(Some(true)) => Ok(Recv::Consumed),
             Err(RingError::Corrupt(fault)) => {
                 self.close();
-                return Err(RecvError::Corrupt(Violation::Ring(fault)));
+                Err(RecvError::Corrupt(Violation::Ring(fault)))
             }
             Err(RingError::Full) => unreachable!("the consumer never reports Full"),
-        };
-        Ok((taken, last))
+        }
     }
 
     /// Offers the record `body` (copied out of the ring) to `accept` as a
@@ -885,18 +859,58 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
-        match self.recv_up_to(1, accept)? {
-            (1, _) => Ok(Recv::Consumed),
-            (_, last) => Ok(last),
+        // Read before the ring: a peer that wrote a last frame and then hung
+        // up must not be seen as drained before and gone after.
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.ended.load(Ordering::Relaxed) {
+            return Ok(Recv::PeerGone);
         }
+        let mut bad: Option<RecvError> = None;
+        self.flush_releases();
+        let mut consumer = self.consumer.lock();
+        if consumer.release() {
+            self.wake_waiting_writer();
+        }
+        let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
+        self.received(consumer, got, closed, bad)
     }
 
+    /// The records one after the other under one lock of the consumer, and
+    /// one look for a writer waiting for room (a full fence), after the
+    /// last.
     fn try_recv_many(
         &self,
         max: usize,
         accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
     ) -> Result<(usize, Recv), RecvError> {
-        self.recv_up_to(max, accept)
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.ended.load(Ordering::Relaxed) {
+            return Ok((0, Recv::PeerGone));
+        }
+        let mut bad: Option<RecvError> = None;
+        self.flush_releases();
+        let mut consumer = self.consumer.lock();
+        let mut released = consumer.release();
+        let mut taken = 0;
+        let got = loop {
+            let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
+            if matches!(got, Ok(Some(true))) {
+                taken += 1;
+                // Another pop only if a record waits: it releases this one
+                // first, which the last of a burst leaves for the next
+                // receive (off the path from a request to its reply).
+                if taken < max && consumer.has_next() {
+                    released = true;
+                    continue;
+                }
+            }
+            break got;
+        };
+        let last = self.received(consumer, got, closed, bad);
+        if released {
+            self.wake_waiting_writer();
+        }
+        Ok((taken, last?))
     }
 
     fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {

@@ -296,6 +296,11 @@ impl<M: RingMemory> Consumer<M> {
         mem.stamp((head as usize) & (mem.cap() - 1)).load(Ordering::Relaxed) != 0
     }
 
+    /// Whether a record (or padding) waits past the ones consumed.
+    pub fn has_next(&self) -> bool {
+        Self::probe(&self.mem, self.next())
+    }
+
     /// Position of the next record to read.
     pub fn next(&self) -> u64 {
         self.head + self.unreleased as u64
