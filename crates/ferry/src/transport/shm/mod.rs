@@ -590,7 +590,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     #[inline(always)]
     fn received(
         &self,
-        consumer: parking_lot::MutexGuard<'_, Consumer<M>>,
+        consumer: crate::sync::MutexGuard<'_, Consumer<M>>,
         got: Result<Option<bool>, RingError>,
         closed: bool,
         bad: Option<RecvError>,
