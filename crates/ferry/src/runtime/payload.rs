@@ -61,8 +61,6 @@ impl Payload {
         }
     }
 
-    /// Copies the first bytes into `out` (as many as fit), without copying
-    /// the rest out of a peer's area; returns how many.
     /// The first `N` bytes (fewer if it is shorter: how many is the
     /// second value), as [`Payload::read_head`] reads them; a small
     /// payload's with a copy of fixed size (a few moves, not a call of
@@ -80,6 +78,8 @@ impl Payload {
         (out, n)
     }
 
+    /// Copies the first bytes into `out` (as many as fit), without copying
+    /// the rest out of a peer's area; returns how many.
     pub fn read_head(&self, out: &mut [u8]) -> usize {
         match (self.as_local(), self) {
             (Some(b), _) => {

@@ -584,7 +584,6 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         }
     }
 
-    /// The peer gave a range of our area back.
     /// What a receive found, as the transport says it (the consumer
     /// unlocked, a protocol breach closing the end).
     #[inline(always)]
@@ -672,6 +671,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         taken
     }
 
+    /// The peer gave a range of our area back.
     fn take_back(&self, payload: &[u8]) -> std::result::Result<(), Violation> {
         let Some(area) = &self.tx_area else { return Err(not_lent(payload)) };
         let mut alloc = area.alloc.lock();
