@@ -234,6 +234,19 @@ fn play(spec: Spec) {
     while let Ok(line) = cmd_rx.recv() {
         match line.as_str() {
             "report" => {
+                // A message's `OnDelivery` ack leaves inside `recv_blocking`,
+                // before the receiving thread counts it: its sender may have
+                // said "sent" while the count is still to come. So the
+                // report waits until the count has stood still a while.
+                let mut last = seen.lock().unwrap().received;
+                loop {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let now = seen.lock().unwrap().received;
+                    if now == last {
+                        break;
+                    }
+                    last = now;
+                }
                 let s = seen.lock().unwrap();
                 let from: Vec<Value> = s.from.iter().map(|((f, inc), v)| json!([f, inc, v.confirmed_kinds])).collect();
                 say(json!({"received": {"messages": s.received, "duplicated": s.duplicated,
