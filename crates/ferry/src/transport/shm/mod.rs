@@ -584,6 +584,24 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         }
     }
 
+    /// A receive's first steps: whether the peer had closed, read before
+    /// the ring (a peer that wrote a last frame and then hung up must not
+    /// be seen as drained before and gone after); the consumer, locked;
+    /// and whether the record consumed last was released now (the caller
+    /// then looks for a writer waiting for room). `None` once the stream
+    /// has ended.
+    #[inline(always)]
+    fn begin_recv(&self) -> Option<(bool, crate::sync::MutexGuard<'_, Consumer<M>>, bool)> {
+        let closed = self.closed.load(Ordering::Acquire);
+        if closed && self.ended.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.flush_releases();
+        let mut consumer = self.consumer.lock();
+        let released = consumer.release();
+        Some((closed, consumer, released))
+    }
+
     /// What a receive found, as the transport says it (the consumer
     /// unlocked, a protocol breach closing the end).
     #[inline(always)]
@@ -859,18 +877,11 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
-        // Read before the ring: a peer that wrote a last frame and then hung
-        // up must not be seen as drained before and gone after.
-        let closed = self.closed.load(Ordering::Acquire);
-        if closed && self.ended.load(Ordering::Relaxed) {
-            return Ok(Recv::PeerGone);
-        }
-        let mut bad: Option<RecvError> = None;
-        self.flush_releases();
-        let mut consumer = self.consumer.lock();
-        if consumer.release() {
+        let Some((closed, mut consumer, released)) = self.begin_recv() else { return Ok(Recv::PeerGone) };
+        if released {
             self.wake_waiting_writer();
         }
+        let mut bad: Option<RecvError> = None;
         let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
         self.received(consumer, got, closed, bad)
     }
@@ -883,14 +894,8 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         max: usize,
         accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
     ) -> Result<(usize, Recv), RecvError> {
-        let closed = self.closed.load(Ordering::Acquire);
-        if closed && self.ended.load(Ordering::Relaxed) {
-            return Ok((0, Recv::PeerGone));
-        }
+        let Some((closed, mut consumer, mut released)) = self.begin_recv() else { return Ok((0, Recv::PeerGone)) };
         let mut bad: Option<RecvError> = None;
-        self.flush_releases();
-        let mut consumer = self.consumer.lock();
-        let mut released = consumer.release();
         let mut taken = 0;
         let got = loop {
             let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
