@@ -33,14 +33,17 @@ WHOLE = {"large"}
 def median_ns(binary, suite, case, extra):
     only = [] if suite in WHOLE else ["--only", case]
     cmd = [binary, "bench", suite, "--json"] + only + extra
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    run = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    out = run.stdout
     report = json.loads(out[: out.rindex("}") + 1])
     # `large` nests its cases in a row per size, timed in ms.
     rows = [c for r in report["results"] for c in r.get("cases", [r])]
     for row in rows:
         if row["name"] == case:
             return row["median_ns"] if "median_ns" in row else row["ms"] * 1e6
-    sys.exit(f"{binary}: no case {case} in the report")
+    # A case that failed says why in the report's `errors` (and on stderr).
+    why = report.get("errors", {}).get(case) or run.stderr.strip()
+    sys.exit(f"{binary}: no case {case} in the report: {why}")
 
 
 def main():
