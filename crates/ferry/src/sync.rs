@@ -25,6 +25,29 @@ pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Atom
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
+/// The full fence of a Dekker step whose store was a read-modify-write
+/// (`fetch_add`, `swap`, ...): the loads after it must not be satisfied
+/// before that write is visible to every other CPU.
+///
+/// On x86-64 the read-modify-write is that fence already: its `lock`
+/// prefix drains the store buffer, and no later load passes it (Intel SDM
+/// vol. 3, "Memory Ordering in P6 and More Recent Processor Families":
+/// "reads or writes cannot be reordered with ... locked instructions";
+/// AMD's manual says the same of its locked instructions). An `mfence` after
+/// it only adds its own cost, on the path from a caught message to its
+/// answer (`Doorbell::leave_polling`: `ferry.shm.spin` 0.97–0.99 × with it
+/// left out). So there only the compiler is kept from moving loads above
+/// it, as Linux's `smp_mb__after_atomic()` does. Elsewhere, and in the
+/// loom models (which check that the steps need a fence here), it is a
+/// real `fence(SeqCst)`: the language's memory model promises no more.
+#[inline(always)]
+pub(crate) fn fence_after_rmw() {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    fence(Ordering::SeqCst);
+}
+
 #[cfg(not(loom))]
 pub(crate) use parking_lot::{Mutex, MutexGuard};
 

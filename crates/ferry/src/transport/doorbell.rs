@@ -50,7 +50,8 @@
 //! Receiving thread going to sleep (`Idle::step` with [`Doorbell::prepare_park`]):
 //!
 //! - **R1** count itself in `sleepers` and out of `pollers`;
-//! - **R2** `fence(SeqCst)`;
+//! - **R2** a full fence (`fence_after_rmw`: on x86 R1's locked
+//!   read-modify-writes are one, and only the compiler is held back);
 //! - **R3** look at every channel once more (and the caller's own condition);
 //!   if anything waits, [`Doorbell::cancel_park`] and handle it;
 //! - **R4** [`Doorbell::park`]: sleep until a line rings (take its
@@ -63,7 +64,7 @@
 //! R4 finds whether it comes before or after R4 starts waiting. A thread
 //! that stops polling without sleeping (the last poller leaving, or one
 //! about to run user code: [`Doorbell::leave_polling`], **L1** decrement
-//! `pollers`, **L2** `fence(SeqCst)`, **L3** load `sleepers`) looks at the
+//! `pollers`, **L2** a full fence, as R2's, **L3** load `sleepers`) looks at the
 //! channels once more when it was the last poller while others sleep, and
 //! wakes one sleeper if a frame waits, since its senders saw a poller and
 //! did not ring.
@@ -72,7 +73,7 @@
 //! fence of S2, R2 or L2 is removed).
 
 use crate::error::{Error, Result};
-use crate::sync::{fence, AtomicU32Ops, Ordering};
+use crate::sync::{fence, fence_after_rmw, AtomicU32Ops, Ordering};
 use crate::sys::shm::Mapping;
 use parking_lot::Mutex;
 use rustix::event::{epoll, eventfd, EventfdFlags, Timespec};
@@ -518,7 +519,7 @@ impl<M: DoorbellMemory> Doorbell<M> {
             false => self.mem.pollers().fetch_sub(1, Ordering::SeqCst),
         };
         let last = old & POLLING_MASK == 1;
-        fence(Ordering::SeqCst);
+        fence_after_rmw();
         last && self.mem.sleepers().load(Ordering::Relaxed) != 0
     }
 
@@ -545,8 +546,9 @@ impl<M: DoorbellMemory> Doorbell<M> {
         self.mem.sleepers().fetch_add(1, Ordering::SeqCst);
         self.mem.pollers().fetch_sub(1, Ordering::SeqCst);
         // R2: the caller's re-check (R3: plain loads) must not move before
-        // these stores; the Dekker pattern needs a full fence, not only SeqCst RMWs.
-        fence(Ordering::SeqCst);
+        // these stores; the Dekker pattern needs a full fence, not only
+        // SeqCst RMWs (they are one on x86: see `fence_after_rmw`).
+        fence_after_rmw();
     }
 
     /// Sleeps until a wake-up comes (one added since `prepare_park` is
@@ -568,7 +570,7 @@ impl<M: DoorbellMemory> Doorbell<M> {
             // fence keeps its loads after), so a ringer that still sees the
             // old count knows a thread it rang has yet to look.
             wakes.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
+            fence_after_rmw();
         }
         rung
     }
