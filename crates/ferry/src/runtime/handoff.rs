@@ -28,7 +28,7 @@
 use super::channel::{Direct, Incoming};
 use super::TeamInner;
 use crate::rpc::Place;
-use crate::sync::{fence, Condvar, FOR_GOOD};
+use crate::sync::{fence, fence_after_rmw, Condvar, FOR_GOOD};
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -292,7 +292,7 @@ impl WatcherBell {
             return;
         }
         self.awake.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        fence_after_rmw();
         if self.asleep.load(Ordering::SeqCst) {
             let _g = self.wake.lock();
             self.poke.notify_one();
