@@ -621,32 +621,70 @@ impl ServiceEndpoint {
     /// Explicit receipt: the next call (binds and flushes are answered here).
     pub async fn accept(&self) -> Result<IncomingCall> {
         loop {
-            if let Some(c) = self.queued.lock().pop_front() {
-                if c.method == envelope::FLUSH {
-                    c.reply_ok(&())?;
-                    continue;
-                }
-                if c.deadline.is_some_and(|d| Instant::now() >= d) {
-                    // Nobody waits for it any more.
-                    let _ = c.reply_raw(&envelope::status(envelope::DEADLINE, ""));
-                    continue;
-                }
-                let mut c = c;
-                c.service = Some(self.descriptor.clone());
-                c.watch_cancel(&self.team);
-                c.watch_deadline(&self.team);
+            if let Some(c) = self.next_queued()? {
                 return Ok(c);
             }
-            match self.next_request().await? {
-                Received::One(c) => self.queued.lock().push_back(c),
-                Received::Batch(v) => self.queued.lock().extend(v),
+            let r = self.next_request().await?;
+            if let Some(c) = self.hand_out(r)? {
+                return Ok(c);
             }
         }
     }
 
-    /// [`ServiceEndpoint::accept`], blocking this thread.
+    /// [`ServiceEndpoint::accept`], blocking this thread. It waits as a
+    /// blocked port does: a call at the head of its channel is taken
+    /// straight from there (see `direct_receive`), not through the inbox
+    /// and a waker.
     pub fn accept_blocking(&self) -> Result<IncomingCall> {
-        crate::runtime::idle::block_on(&self.team, self.accept())
+        loop {
+            if let Some(c) = self.next_queued()? {
+                return Ok(c);
+            }
+            let Some(r) = self.parse(self.port.recv_blocking()?) else { continue };
+            if let Some(c) = self.hand_out(r)? {
+                return Ok(c);
+            }
+        }
+    }
+
+    /// The next call of a batch that `accept` has not handed out yet.
+    fn next_queued(&self) -> Result<Option<IncomingCall>> {
+        while let Some(c) = self.queued.lock().pop_front() {
+            if let Some(c) = self.ready(c)? {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A request `accept` received: its call, or a batch's first (the
+    /// rest are queued for the next accepts).
+    fn hand_out(&self, r: Received) -> Result<Option<IncomingCall>> {
+        match r {
+            // A single call is handed out as it is, not through the queue.
+            Received::One(c) => self.ready(c),
+            Received::Batch(v) => {
+                self.queued.lock().extend(v);
+                self.next_queued()
+            }
+        }
+    }
+
+    /// A call made ready to hand out: `None` if it was answered here (a
+    /// flush, or a call whose deadline passed: nobody waits for it).
+    fn ready(&self, mut c: IncomingCall) -> Result<Option<IncomingCall>> {
+        if c.method == envelope::FLUSH {
+            c.reply_ok(&())?;
+            return Ok(None);
+        }
+        if c.deadline.is_some_and(|d| Instant::now() >= d) {
+            let _ = c.reply_raw(&envelope::status(envelope::DEADLINE, ""));
+            return Ok(None);
+        }
+        c.service = Some(self.descriptor.clone());
+        c.watch_cancel(&self.team);
+        c.watch_deadline(&self.team);
+        Ok(Some(c))
     }
 
     /// Implicit receipt: every call runs as a task of its own (a batch in
