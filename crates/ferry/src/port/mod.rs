@@ -415,6 +415,11 @@ impl Responder {
         Responder { team, to: Some((header, ch)) }
     }
 
+    /// The team answering.
+    pub(crate) fn team(&self) -> &Arc<TeamInner> {
+        &self.team
+    }
+
     /// The message being answered and the channel it came on.
     pub(crate) fn key(&self) -> (&Header, &Arc<Channel>) {
         let (h, ch) = self.to.as_ref().unwrap();

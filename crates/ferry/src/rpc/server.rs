@@ -21,7 +21,7 @@ use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -231,13 +231,14 @@ pub struct IncomingCall {
     from: EndpointId,
     deadline: Option<Instant>,
     responder: Option<Responder>,
-    /// Made with the cancel hook, when the call first needs them.
-    cancel: Option<CancelToken>,
+    /// Made with the cancel hook, when the call first needs them (an
+    /// accepted call's when its token is first asked for).
+    cancel: OnceLock<CancelToken>,
     /// Cost accounting: when the request reached the endpoint.
     arrived: Option<Instant>,
     /// Keeps the "peer cancelled this call" hook registered while the call
-    /// lives; made when the call first needs it (see `watch_cancel`).
-    hook: Option<CancelGuard>,
+    /// lives; made when the call first needs it (see `hooked_token`).
+    hook: OnceLock<CancelGuard>,
     /// Explicit receipt: cancels the token at the caller's deadline.
     deadline_watch: Option<DeadlineWatch>,
     /// For [`IncomingCall::method_name`]: set when the call is accepted
@@ -415,22 +416,30 @@ impl IncomingCall {
     /// passes (calls from `accept` and handlers that wait have one; a call
     /// answered at once does not).
     pub fn cancel_token(&self) -> Option<&CancelToken> {
-        self.cancel.as_ref()
+        match self.service {
+            // Accepted: made the first time it is asked for (a cancel that
+            // came before is kept for it: `Calls::early_cancels`).
+            Some(_) => Some(self.cancel.get_or_init(|| self.hooked_token())),
+            None => self.cancel.get(),
+        }
     }
 
     /// Makes the caller's cancel (a `Cancel` frame) reach the cancel token.
     /// Done lazily: a call answered at once never needs it.
-    fn watch_cancel(&mut self, team: &Arc<TeamInner>) -> CancelToken {
-        if let Some(t) = &self.cancel {
-            return t.clone();
-        }
+    fn watch_cancel(&mut self) -> CancelToken {
+        self.cancel.get_or_init(|| self.hooked_token()).clone()
+    }
+
+    /// A new cancel token that the caller's cancel reaches (its hook kept
+    /// registered while the call lives).
+    fn hooked_token(&self) -> CancelToken {
         let token = CancelToken::default();
         if let Some(r) = &self.responder {
             let (h, ch) = r.key();
             let t = token.clone();
-            self.hook = Some(team.on_cancel(ch, h.call_id, Box::new(move || t.cancel())));
+            // Set once: only this function sets it, and only from `cancel`'s initialiser.
+            let _ = self.hook.set(r.team().on_cancel(ch, h.call_id, Box::new(move || t.cancel())));
         }
-        self.cancel = Some(token.clone());
         token
     }
 
@@ -520,7 +529,7 @@ impl IncomingCall {
     /// Explicit receipt: the cancel token fires at the caller's deadline, so
     /// code holding the call sees it expire as an implicit handler would.
     fn watch_deadline(&mut self, team: &Arc<TeamInner>) {
-        let (Some(at), Some(token)) = (self.deadline, self.cancel.clone()) else { return };
+        let (Some(at), Some(token)) = (self.deadline, self.cancel.get().cloned()) else { return };
         let inner = team.clone();
         let task = team.exec.spawn(async move {
             Sleep::until(&inner, at).await;
@@ -682,8 +691,12 @@ impl ServiceEndpoint {
             return Ok(None);
         }
         c.service = Some(self.descriptor.clone());
-        c.watch_cancel(&self.team);
-        c.watch_deadline(&self.team);
+        // The cancel hook waits until the token is asked for; a deadline
+        // needs the token now, to fire it.
+        if c.deadline.is_some() {
+            c.watch_cancel();
+            c.watch_deadline(&self.team);
+        }
         Ok(Some(c))
     }
 
@@ -886,9 +899,9 @@ impl ServiceEndpoint {
             from,
             deadline,
             responder,
-            cancel: None,
+            cancel: OnceLock::new(),
             arrived: None,
-            hook: None,
+            hook: OnceLock::new(),
             deadline_watch: None,
             service: None,
             once: None,
@@ -1031,7 +1044,7 @@ async fn run_call<D: Dispatch>(team: Arc<TeamInner>, handler: Arc<D>, mut call: 
 /// `HandlerPanicked`), is cancelled by the caller, or outlives its deadline
 /// — then its future is dropped, which stops it at its next await.
 async fn finish_call(team: Arc<TeamInner>, mut call: IncomingCall, mut work: Work, t: Option<Instant>) {
-    let token = call.watch_cancel(&team);
+    let token = call.watch_cancel();
     let mut deadline = call.deadline.map(|d| Sleep::until(&team, d));
     let response = {
         let cancelled = token.cancelled();
