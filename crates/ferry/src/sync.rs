@@ -33,8 +33,9 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ato
 /// prefix drains the store buffer, and no later load passes it (Intel SDM
 /// vol. 3, "Memory Ordering in P6 and More Recent Processor Families":
 /// "reads or writes cannot be reordered with ... locked instructions";
-/// AMD's manual says the same of its locked instructions). An `mfence` after
-/// it only adds its own cost, on the path from a caught message to its
+/// AMD's manual says the same of its locked instructions). A fence after
+/// it (a `lock or` on the stack, as LLVM emits one) only adds its own
+/// locked instruction, on the path from a caught message to its
 /// answer (`Doorbell::leave_polling`: `ferry.shm.spin` 0.97–0.99 × with it
 /// left out). So there only the compiler is kept from moving loads above
 /// it, as Linux's `smp_mb__after_atomic()` does. Elsewhere, and in the

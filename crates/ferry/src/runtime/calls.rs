@@ -289,8 +289,9 @@ mod tests {
 
     /// An accepted call registers its cancel hook (a boxed closure in the
     /// team's map) only when its token is asked for: most are answered
-    /// without (`ferry.shm.explicit.null` 0.94 × without the hook). A
-    /// cancel that came first still reaches the token.
+    /// without (`ferry.shm.explicit.null` 0.94 × without the hook). (A
+    /// cancel that came first still reaches the token: the `rpc` tests'
+    /// `cancel_before_accept_is_not_lost`.)
     #[test]
     fn an_accepted_call_hooks_its_cancel_only_when_its_token_is_asked_for() {
         use crate::rpc::{Client, MethodDescriptor, Never, ServiceDescriptor, ServiceEndpoint, CODEC};
