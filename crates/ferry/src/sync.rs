@@ -71,6 +71,62 @@ impl<T> Mutex<T> {
     }
 }
 
+/// A mutex's value, reached without locking it by a caller whom a lock of
+/// its own makes the only one there (a ring's consumer, which the runtime
+/// reaches only under its channel's receive lock): the mutex's two locked
+/// instructions are saved. Debug builds lock it all the same and panic if
+/// it is held, so a broken promise shows in the tests; loom's models lock
+/// it, so they see any overlap.
+///
+/// # Safety
+/// While the returned borrow lives nothing else reaches the value: no
+/// guard of `mutex` and no other such borrow.
+#[inline]
+pub(crate) unsafe fn unlocked<T>(mutex: &Mutex<T>) -> Unlocked<'_, T> {
+    #[cfg(not(loom))]
+    return Unlocked {
+        value: mutex.data_ptr(),
+        _value: std::marker::PhantomData,
+        #[cfg(debug_assertions)]
+        _held: mutex.try_lock().expect("a mutex reached unlocked while it was held"),
+    };
+    #[cfg(loom)]
+    return mutex.lock();
+}
+
+/// A mutex's value reached without its lock (see [`unlocked`]).
+#[cfg(not(loom))]
+pub(crate) struct Unlocked<'a, T> {
+    value: *mut T,
+    /// Send and Sync as `&mut T` is.
+    _value: std::marker::PhantomData<&'a mut T>,
+    /// Debug builds hold the lock, to catch an overlap.
+    #[cfg(debug_assertions)]
+    _held: MutexGuard<'a, T>,
+}
+
+#[cfg(loom)]
+pub(crate) type Unlocked<'a, T> = MutexGuard<'a, T>;
+
+#[cfg(not(loom))]
+impl<T> std::ops::Deref for Unlocked<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the only borrow of the value (`unlocked`'s contract).
+        unsafe { &*self.value }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> std::ops::DerefMut for Unlocked<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only borrow.
+        unsafe { &mut *self.value }
+    }
+}
+
 /// A condition variable whose timed wait takes and gives back the guard.
 /// Under loom a wait of [`FOR_GOOD`] or longer is a wait for a notify (a
 /// notify that never comes is a deadlock the model reports); a shorter one

@@ -19,7 +19,7 @@
 //! channel's `rx` lock, which the direct receive holds from its look at
 //! the inbox to its take.
 
-use super::channel::{Channel, Incoming};
+use super::channel::{Channel, Incoming, RxState};
 use super::dispatch::{incoming, Drained};
 use super::endpoints::EndpointInbox;
 use super::payload::Payload;
@@ -57,7 +57,7 @@ impl TeamInner {
         }
         let mut caught = None;
         let since = crate::cost::start();
-        let drained = take_head(ch, |h, body| match body {
+        let drained = take_head(ch, &rx, |h, body| match body {
             Body::Inline(p)
                 if h.kind == Kind::Data
                     && h.dst == to
@@ -97,7 +97,7 @@ impl TeamInner {
     pub(crate) fn answer_direct(&self, ch: &Arc<Channel>) -> bool {
         let Some(rx) = ch.rx.try_lock() else { return false };
         let mut answered = false;
-        let drained = take_head(ch, |h, body| match body {
+        let drained = take_head(ch, &rx, |h, body| match body {
             Body::Inline(p)
                 if matches!(h.kind, Kind::Ack | Kind::Reply | Kind::Nack)
                     && h.flags & flags::HANDOVER == 0
@@ -134,7 +134,7 @@ impl TeamInner {
     ) -> bool {
         let Some(rx) = ch.rx.try_lock() else { return false };
         let mut served = false;
-        let drained = take_head(ch, |h, body| match (h.kind, &body) {
+        let drained = take_head(ch, &rx, |h, body| match (h.kind, &body) {
             (Kind::Served(k), Body::Inline(p))
                 if kinds.contains(&k)
                     && h.flags & flags::HANDOVER == 0
@@ -170,21 +170,26 @@ impl TeamInner {
     }
 }
 
-/// Offers `accept` the frame at the head of `ch` (its `rx` lock held),
+/// Offers `accept` the frame at the head of `ch` (its `rx` lock held: `_rx`),
 /// looking past at most [`PASSES`] frames the transport takes itself (a
 /// release) until one is offered; the receive's outcome, as a drain's.
 #[inline(always)]
 fn take_head(
     ch: &Channel,
+    _rx: &parking_lot::MutexGuard<'_, RxState>,
     mut accept: impl FnMut(&Header, Body<'_>) -> bool,
 ) -> std::result::Result<Drained, Violation> {
     let mut drained = Ok(Drained::default());
     for _ in 0..PASSES {
         let mut offered = false;
-        let got = ch.transport.try_recv(&mut |h, body| {
-            offered = true;
-            accept(h, body)
-        });
+        // SAFETY: every receive-side call on a channel's transport is made
+        // under its `rx` lock, which our caller holds (`_rx`).
+        let got = unsafe {
+            ch.transport.try_recv_serialized(&mut |h, body| {
+                offered = true;
+                accept(h, body)
+            })
+        };
         drained = Drained::of(got);
         // Taken by the transport itself (a release): look again.
         if offered || !matches!(drained, Ok(Drained { taken: 1, .. })) {
@@ -259,6 +264,34 @@ mod tests {
         let m = port.recv_blocking().unwrap();
         m.reply(b"a").unwrap();
         assert_eq!(caller.join().unwrap(), b"a");
+    }
+
+    /// A receive reaches the ring without its consumer's lock: the
+    /// channel's receive lock, which it holds, is the only one (issue 21:
+    /// "one lock or none"; the consumer's cost two locked instructions a
+    /// message).
+    #[test]
+    fn a_receive_takes_one_lock_not_the_rings_own() {
+        use crate::transport::shm::CONSUMER_LOCKS;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = teams(dir.path());
+        let (port_b, to_b) = bound_port(&a, &b);
+        let (port_a, to_a) = bound_port(&b, &a);
+        let before = CONSUMER_LOCKS.get();
+        for i in 0..50u8 {
+            to_b.send(&[i], Checkpoint::Immediate).unwrap();
+            assert_eq!(port_b.recv_blocking().unwrap().payload(), [i]);
+            to_a.send(&[i], Checkpoint::Immediate).unwrap();
+            assert_eq!(port_a.recv_blocking().unwrap().payload(), [i]);
+        }
+        // A burst, drained by the progress loop.
+        for i in 0..100u8 {
+            to_b.send(&[i], Checkpoint::Immediate).unwrap();
+        }
+        for i in 0..100u8 {
+            assert_eq!(port_b.recv_blocking().unwrap().payload(), [i]);
+        }
+        assert_eq!(CONSUMER_LOCKS.get() - before, 0, "receives locked the ring's consumer");
     }
 
     /// Messages that ask for a checkpoint or a reply are taken straight

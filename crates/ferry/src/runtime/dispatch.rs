@@ -259,16 +259,21 @@ impl TeamInner {
         }
         if !ch.transport.has_frame_or_gone() {
             // Nothing new: a good moment for the transport's deferred work.
-            ch.transport.tidy();
+            // SAFETY: under `ch.rx` (`rx`), as every receive-side call.
+            unsafe { ch.transport.tidy_serialized() };
             return Ok(Drained::default());
         }
         let mut violation = None;
         rx.since = crate::cost::start();
-        let got = ch.transport.try_recv_many(64, &mut |h, payload| {
-            let taken = self.route(ch, rx, h, payload, &mut violation);
-            rx.since = crate::cost::start();
-            taken
-        });
+        // SAFETY: every receive-side call on a channel's transport is made
+        // under its `rx` lock; `rx` is `ch`'s, held by our caller.
+        let got = unsafe {
+            ch.transport.try_recv_many_serialized(64, &mut |h, payload| {
+                let taken = self.route(ch, rx, h, payload, &mut violation);
+                rx.since = crate::cost::start();
+                taken
+            })
+        };
         if let Some(v) = violation.take() {
             return Err(v);
         }

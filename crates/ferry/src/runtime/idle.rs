@@ -432,8 +432,14 @@ impl Drop for Idle<'_> {
         if self.team.doorbell.leave_polling() {
             let mut wake = false;
             for c in self.channels.iter() {
+                // Under the receive lock, as every receive-side call (see
+                // `Transport::try_recv_serialized`): a thread that holds it
+                // tidies as it drains.
                 if c.transport.needs_tidy() {
-                    c.transport.tidy();
+                    if let Some(_rx) = c.rx.try_lock() {
+                        // SAFETY: under `c.rx`, as every receive-side call.
+                        unsafe { c.transport.tidy_serialized() };
+                    }
                 }
                 wake |= c.needs_attention();
             }

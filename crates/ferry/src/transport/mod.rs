@@ -427,6 +427,41 @@ pub trait Transport: Send + Sync {
         }
     }
 
+    /// [`Transport::try_recv`] by a caller that makes every receive-side
+    /// call on this transport (`try_recv`, `try_recv_many`, `tidy` and
+    /// their `_serialized` forms) under a lock of its own, as the runtime does under its
+    /// channel's receive lock: shared memory then skips its consumer's
+    /// lock, a locked instruction on every message's path.
+    ///
+    /// # Safety
+    /// No other receive-side call on this transport runs meanwhile.
+    #[inline]
+    unsafe fn try_recv_serialized(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
+        self.try_recv(accept)
+    }
+
+    /// [`Transport::try_recv_many`] as [`Transport::try_recv_serialized`] is `try_recv`.
+    ///
+    /// # Safety
+    /// No other receive-side call on this transport runs meanwhile.
+    #[inline]
+    unsafe fn try_recv_many_serialized(
+        &self,
+        max: usize,
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+    ) -> Result<(usize, Recv), RecvError> {
+        self.try_recv_many(max, accept)
+    }
+
+    /// [`Transport::tidy`] as [`Transport::try_recv_serialized`] is `try_recv`.
+    ///
+    /// # Safety
+    /// No other receive-side call on this transport runs meanwhile.
+    #[inline]
+    unsafe fn tidy_serialized(&self) {
+        self.tidy()
+    }
+
     /// A descriptor that becomes readable (or hangs up) when the peer's end
     /// may be gone, for the owner's poller (a team's reactor, in epoll); call
     /// [`Transport::check_liveness`] when it fires. `None`: the transport

@@ -102,6 +102,18 @@ enum Side {
     Acceptor,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Receive-side calls this thread made through a consumer's lock.
+    pub(crate) static CONSUMER_LOCKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The consumer as a receive holds it: locked, or reached unlocked (see
+/// `Transport::try_recv_serialized`).
+trait ConsumerRef<M: RingMemory>: std::ops::DerefMut<Target = Consumer<M>> {}
+
+impl<M: RingMemory, C: std::ops::DerefMut<Target = Consumer<M>>> ConsumerRef<M> for C {}
+
 /// One team's end of a shared-memory channel.
 pub struct ShmEnd<M: RingMemory = RingMem, B: DoorbellMemory = DoorbellPage> {
     producer: Mutex<Producer<M>>,
@@ -586,18 +598,19 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
 
     /// A receive's first steps: whether the peer had closed, read before
     /// the ring (a peer that wrote a last frame and then hung up must not
-    /// be seen as drained before and gone after); the consumer, locked;
-    /// and whether the record consumed last was released now (the caller
-    /// then looks for a writer waiting for room). `None` once the stream
-    /// has ended.
+    /// be seen as drained before and gone after); the consumer, as
+    /// `reach` gives it (locked, or reached unlocked by a caller that
+    /// serializes the receives); and whether the record consumed last was
+    /// released now (the caller then looks for a writer waiting for room).
+    /// `None` once the stream has ended.
     #[inline(always)]
-    fn begin_recv(&self) -> Option<(bool, crate::sync::MutexGuard<'_, Consumer<M>>, bool)> {
+    fn begin_recv<C: ConsumerRef<M>>(&self, reach: impl FnOnce() -> C) -> Option<(bool, C, bool)> {
         let closed = self.closed.load(Ordering::Acquire);
         if closed && self.ended.load(Ordering::Relaxed) {
             return None;
         }
         self.flush_releases();
-        let mut consumer = self.consumer.lock();
+        let mut consumer = reach();
         let released = consumer.release();
         Some((closed, consumer, released))
     }
@@ -607,7 +620,7 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
     #[inline(always)]
     fn received(
         &self,
-        consumer: crate::sync::MutexGuard<'_, Consumer<M>>,
+        consumer: impl ConsumerRef<M>,
         got: Result<Option<bool>, RingError>,
         closed: bool,
         bad: Option<RecvError>,
@@ -633,6 +646,79 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
             }
             Err(RingError::Full) => unreachable!("the consumer never reports Full"),
         }
+    }
+
+    /// The consumer, locked: for the safe receive-side calls (the runtime
+    /// makes the `_serialized` ones).
+    #[inline(always)]
+    fn locked_consumer(&self) -> crate::sync::MutexGuard<'_, Consumer<M>> {
+        #[cfg(test)]
+        CONSUMER_LOCKS.set(CONSUMER_LOCKS.get() + 1);
+        self.consumer.lock()
+    }
+
+    /// `tidy` with the consumer as `reach` gives it.
+    #[inline(always)]
+    fn tidy_with<C: ConsumerRef<M>>(&self, reach: impl FnOnce() -> C) {
+        let mut consumer = reach();
+        let released = consumer.release();
+        drop(consumer);
+        if released {
+            self.rx_unreleased.store(false, Ordering::Relaxed);
+            self.wake_waiting_writer();
+        }
+        self.flush_releases();
+        self.ring_held_back();
+    }
+
+    /// `try_recv` with the consumer as `reach` gives it.
+    #[inline(always)]
+    fn recv_one<C: ConsumerRef<M>>(
+        &self,
+        reach: impl FnOnce() -> C,
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+    ) -> Result<Recv, RecvError> {
+        let Some((closed, mut consumer, released)) = self.begin_recv(reach) else { return Ok(Recv::PeerGone) };
+        if released {
+            self.wake_waiting_writer();
+        }
+        let mut bad: Option<RecvError> = None;
+        let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
+        self.received(consumer, got, closed, bad)
+    }
+
+    /// `try_recv_many` with the consumer as `reach` gives it: the records
+    /// one after the other, and one look for a writer waiting for room (a
+    /// full fence) after the last.
+    #[inline(always)]
+    fn recv_many<C: ConsumerRef<M>>(
+        &self,
+        reach: impl FnOnce() -> C,
+        max: usize,
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+    ) -> Result<(usize, Recv), RecvError> {
+        let Some((closed, mut consumer, mut released)) = self.begin_recv(reach) else { return Ok((0, Recv::PeerGone)) };
+        let mut bad: Option<RecvError> = None;
+        let mut taken = 0;
+        let got = loop {
+            let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
+            if matches!(got, Ok(Some(true))) {
+                taken += 1;
+                // Another pop only if a record waits: it releases this one
+                // first, which the last of a burst leaves for the next
+                // receive (off the path from a request to its reply).
+                if taken < max && consumer.has_next() {
+                    released = true;
+                    continue;
+                }
+            }
+            break got;
+        };
+        let last = self.received(consumer, got, closed, bad);
+        if released {
+            self.wake_waiting_writer();
+        }
+        Ok((taken, last?))
     }
 
     /// Offers the record `body` (copied out of the ring) to `accept` as a
@@ -846,16 +932,12 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
     }
 
     fn tidy(&self) {
-        let mut consumer = self.consumer.lock();
-        if consumer.release() {
-            self.rx_unreleased.store(false, Ordering::Relaxed);
-            drop(consumer);
-            self.wake_waiting_writer();
-        } else {
-            drop(consumer);
-        }
-        self.flush_releases();
-        self.ring_held_back();
+        self.tidy_with(|| self.locked_consumer());
+    }
+
+    unsafe fn tidy_serialized(&self) {
+        // SAFETY: as in `try_recv_serialized`.
+        self.tidy_with(|| unsafe { crate::sync::unlocked(&self.consumer) });
     }
 
     fn cool(&self, now: std::time::Instant) -> bool {
@@ -877,45 +959,31 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     fn try_recv(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
-        let Some((closed, mut consumer, released)) = self.begin_recv() else { return Ok(Recv::PeerGone) };
-        if released {
-            self.wake_waiting_writer();
-        }
-        let mut bad: Option<RecvError> = None;
-        let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
-        self.received(consumer, got, closed, bad)
+        self.recv_one(|| self.locked_consumer(), accept)
     }
 
-    /// The records one after the other under one lock of the consumer, and
-    /// one look for a writer waiting for room (a full fence), after the
-    /// last.
     fn try_recv_many(
         &self,
         max: usize,
         accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
     ) -> Result<(usize, Recv), RecvError> {
-        let Some((closed, mut consumer, mut released)) = self.begin_recv() else { return Ok((0, Recv::PeerGone)) };
-        let mut bad: Option<RecvError> = None;
-        let mut taken = 0;
-        let got = loop {
-            let got = consumer.pop(&mut |body| self.offer_record(body, accept, &mut bad));
-            if matches!(got, Ok(Some(true))) {
-                taken += 1;
-                // Another pop only if a record waits: it releases this one
-                // first, which the last of a burst leaves for the next
-                // receive (off the path from a request to its reply).
-                if taken < max && consumer.has_next() {
-                    released = true;
-                    continue;
-                }
-            }
-            break got;
-        };
-        let last = self.received(consumer, got, closed, bad);
-        if released {
-            self.wake_waiting_writer();
-        }
-        Ok((taken, last?))
+        self.recv_many(|| self.locked_consumer(), max, accept)
+    }
+
+    #[inline]
+    unsafe fn try_recv_serialized(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
+        // SAFETY: no other receive-side call runs meanwhile (this
+        // function's contract), and only those reach the consumer.
+        self.recv_one(|| unsafe { crate::sync::unlocked(&self.consumer) }, accept)
+    }
+
+    unsafe fn try_recv_many_serialized(
+        &self,
+        max: usize,
+        accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
+    ) -> Result<(usize, Recv), RecvError> {
+        // SAFETY: as in `try_recv_serialized`.
+        self.recv_many(|| unsafe { crate::sync::unlocked(&self.consumer) }, max, accept)
     }
 
     fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {
