@@ -98,7 +98,8 @@ pub(crate) unsafe fn unlocked<T>(mutex: &Mutex<T>) -> Unlocked<'_, T> {
 #[cfg(not(loom))]
 pub(crate) struct Unlocked<'a, T> {
     value: *mut T,
-    /// Send and Sync as `&mut T` is.
+    /// Borrows the value for `'a`, as a `&mut T` would (and, as the raw
+    /// pointer makes it, stays on this thread).
     _value: std::marker::PhantomData<&'a mut T>,
     /// Debug builds hold the lock, to catch an overlap.
     #[cfg(debug_assertions)]

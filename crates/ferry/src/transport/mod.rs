@@ -429,9 +429,9 @@ pub trait Transport: Send + Sync {
 
     /// [`Transport::try_recv`] by a caller that makes every receive-side
     /// call on this transport (`try_recv`, `try_recv_many`, `tidy` and
-    /// their `_serialized` forms) under a lock of its own, as the runtime does under its
-    /// channel's receive lock: shared memory then skips its consumer's
-    /// lock, a locked instruction on every message's path.
+    /// their `_serialized` forms) under a lock of its own, as the runtime
+    /// does under its channel's receive lock: shared memory then skips its
+    /// consumer's lock, two locked instructions on every message's path.
     ///
     /// # Safety
     /// No other receive-side call on this transport runs meanwhile.
