@@ -426,7 +426,7 @@ impl IncomingCall {
 
     /// Makes the caller's cancel (a `Cancel` frame) reach the cancel token.
     /// Done lazily: a call answered at once never needs it.
-    fn watch_cancel(&mut self) -> CancelToken {
+    fn watch_cancel(&self) -> CancelToken {
         self.cancel.get_or_init(|| self.hooked_token()).clone()
     }
 

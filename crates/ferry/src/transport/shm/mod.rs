@@ -657,6 +657,18 @@ impl<M: RingMemory, B: DoorbellMemory> ShmEnd<M, B> {
         self.consumer.lock()
     }
 
+    /// The consumer, reached without its lock: for the `_serialized`
+    /// receive-side calls.
+    ///
+    /// # Safety
+    /// No other receive-side call runs meanwhile (their contract); only
+    /// those reach the consumer.
+    #[inline(always)]
+    unsafe fn serialized_consumer(&self) -> crate::sync::Unlocked<'_, Consumer<M>> {
+        // SAFETY: this function's contract.
+        unsafe { crate::sync::unlocked(&self.consumer) }
+    }
+
     /// `tidy` with the consumer as `reach` gives it.
     #[inline(always)]
     fn tidy_with<C: ConsumerRef<M>>(&self, reach: impl FnOnce() -> C) {
@@ -936,8 +948,8 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
     }
 
     unsafe fn tidy_serialized(&self) {
-        // SAFETY: as in `try_recv_serialized`.
-        self.tidy_with(|| unsafe { crate::sync::unlocked(&self.consumer) });
+        // SAFETY: this function's contract is `serialized_consumer`'s.
+        self.tidy_with(|| unsafe { self.serialized_consumer() });
     }
 
     fn cool(&self, now: std::time::Instant) -> bool {
@@ -972,9 +984,8 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
 
     #[inline]
     unsafe fn try_recv_serialized(&self, accept: &mut dyn FnMut(&Header, Body<'_>) -> bool) -> Result<Recv, RecvError> {
-        // SAFETY: no other receive-side call runs meanwhile (this
-        // function's contract), and only those reach the consumer.
-        self.recv_one(|| unsafe { crate::sync::unlocked(&self.consumer) }, accept)
+        // SAFETY: this function's contract is `serialized_consumer`'s.
+        self.recv_one(|| unsafe { self.serialized_consumer() }, accept)
     }
 
     unsafe fn try_recv_many_serialized(
@@ -982,8 +993,8 @@ impl<M: RingMemory, B: DoorbellMemory> Transport for ShmEnd<M, B> {
         max: usize,
         accept: &mut dyn FnMut(&Header, Body<'_>) -> bool,
     ) -> Result<(usize, Recv), RecvError> {
-        // SAFETY: as in `try_recv_serialized`.
-        self.recv_many(|| unsafe { crate::sync::unlocked(&self.consumer) }, max, accept)
+        // SAFETY: this function's contract is `serialized_consumer`'s.
+        self.recv_many(|| unsafe { self.serialized_consumer() }, max, accept)
     }
 
     fn liveness_fd(&self) -> Option<BorrowedFd<'_>> {
