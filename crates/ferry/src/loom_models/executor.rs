@@ -43,7 +43,7 @@ fn loom_executor_wakes_during_a_poll_queue_the_task_once() {
     check(None, || {
         let task = Arc::new(Task::<HeapBell>::finished());
         // A processor popped it and is polling it.
-        task.begin_poll();
+        assert!(task.claim());
         let wakers: Vec<_> = (0..2)
             .map(|_| {
                 let t = task.clone();
@@ -53,5 +53,39 @@ fn loom_executor_wakes_during_a_poll_queue_the_task_once() {
         let poller = task.end_poll_needs_push() as u32;
         let pushes: u32 = poller + wakers.into_iter().map(|w| w.join().unwrap()).sum::<u32>();
         assert_eq!(pushes, 1);
+    });
+}
+
+/// RUNNING is the future's lock: a processor claiming a popped task and an
+/// abort taking the future never hold it at once, and the task, woken
+/// during the abort's hold, ends up queued once at most.
+#[test]
+fn loom_executor_an_abort_and_a_poll_never_hold_the_future_at_once() {
+    check(None, || {
+        let task = Arc::new(Task::<HeapBell>::finished());
+        let inside = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let (t, i) = (task.clone(), inside.clone());
+        // The abort: holds the future while a wake comes.
+        let abort = thread::spawn(move || {
+            let Some(from) = t.hold() else { return 0 };
+            assert_eq!(i.fetch_add(1, Ordering::SeqCst), 0);
+            let woken = t.wake_needs_push() as u32;
+            i.fetch_sub(1, Ordering::SeqCst);
+            woken + t.release(from) as u32
+        });
+        // The processor that popped it (it was queued: SCHEDULED).
+        let mut pushes = 0;
+        if task.claim() {
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
+            inside.fetch_sub(1, Ordering::SeqCst);
+            pushes += task.end_poll_needs_push() as u32;
+        } else {
+            pushes += 1; // put back in the queue
+        }
+        pushes += abort.join().unwrap();
+        // In the queue at most once, and exactly when its state says
+        // SCHEDULED: the abort's wake is not lost, nor queued twice.
+        let scheduled = task.state.load(Ordering::SeqCst) & super::SCHEDULED != 0;
+        assert_eq!(pushes, scheduled as u32);
     });
 }

@@ -1,16 +1,18 @@
 //! Tasks: futures run by the team's processors.
 
 use crate::error::{Error, Result};
-use crate::sync::{fence, AtomicUsize};
+use crate::sync::{fence_after_rmw, AtomicUsize};
 use crate::transport::doorbell::{Doorbell, DoorbellMemory, DoorbellPage};
+use futures_task::ArcWake;
 use parking_lot::Mutex;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -30,17 +32,24 @@ pub(crate) struct Executor<M: DoorbellMemory = DoorbellPage> {
 }
 
 pub(crate) struct Task<M: DoorbellMemory = DoorbellPage> {
-    future: Mutex<Option<BoxFuture>>,
+    /// Touched only by the thread that holds [`RUNNING`] (see [`Task::hold`]).
+    future: UnsafeCell<Option<BoxFuture>>,
     /// [`SCHEDULED`] and [`RUNNING`] bits: see [`Task::wake_needs_push`].
     state: AtomicUsize,
     aborted: AtomicBool,
     exec: Weak<Executor<M>>,
 }
 
+// SAFETY: the future (which is `Send`) is reached only by the one thread
+// that holds the task's RUNNING bit, taken with Acquire and given back with
+// Release ([`Task::claim`], [`Task::hold`], [`Task::release`]).
+unsafe impl<M: DoorbellMemory> Sync for Task<M> {}
+
 /// The task is in the ready queue, or will be put there when its poll ends.
 const SCHEDULED: usize = 1;
-/// A thread is polling the task (it may be blocked inside that poll, in a
-/// blocking call further up its stack, for a long time).
+/// A thread holds the task's future: it is polling it (and may be blocked
+/// inside that poll, in a blocking call further up its stack, for a long
+/// time), or an abort or `clear` is taking it.
 const RUNNING: usize = 2;
 
 /// A task's life, in `state`, so that a task is in the ready queue at most
@@ -48,24 +57,63 @@ const RUNNING: usize = 2;
 /// there, unable to run it, and spin on it):
 ///
 /// 1. A wake sets SCHEDULED; it pushes the task only if neither bit was set.
-/// 2. A processor pops it and polls it with the state RUNNING (the wake
-///    that queued it is consumed; wakes from now on set SCHEDULED only).
+/// 2. A processor pops it and, in one step, takes RUNNING and clears
+///    SCHEDULED (the wake that queued it is consumed; wakes from now on set
+///    SCHEDULED only). If RUNNING was taken (an abort holds the future for a
+///    moment), it puts the task back instead.
 /// 3. The poll over, it clears RUNNING; if a wake set SCHEDULED meanwhile,
 ///    the poller pushes it (one push, whichever of 1 and 3 came last).
+///
+/// RUNNING is also the future's lock: an abort or `clear` takes it
+/// ([`Task::hold`]) to drop the future of a task that nobody polls.
 impl<M: DoorbellMemory> Task<M> {
     /// Step 1: whether this wake must push the task.
     fn wake_needs_push(&self) -> bool {
         self.state.fetch_or(SCHEDULED, Ordering::AcqRel) & (SCHEDULED | RUNNING) == 0
     }
 
-    /// Step 2.
-    fn begin_poll(&self) {
-        self.state.store(RUNNING, Ordering::Release);
+    /// Step 2: whether the popped task is now this thread's to poll.
+    fn claim(&self) -> bool {
+        self.state.compare_exchange(SCHEDULED, RUNNING, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
     /// Step 3: whether the poller must push the task again.
     fn end_poll_needs_push(&self) -> bool {
         self.state.fetch_and(!RUNNING, Ordering::AcqRel) & SCHEDULED != 0
+    }
+
+    /// Takes RUNNING outside a poll (an abort, `clear`): the state before,
+    /// or `None` if a thread holds it already.
+    fn hold(&self) -> Option<usize> {
+        let before = self.state.fetch_or(RUNNING, Ordering::Acquire);
+        (before & RUNNING == 0).then_some(before)
+    }
+
+    /// Gives back what [`Task::hold`] took; whether the task must be pushed:
+    /// a wake came meanwhile (it set SCHEDULED, but did not push, seeing
+    /// RUNNING) and the task was not queued already.
+    fn release(&self, held_from: usize) -> bool {
+        let before = self.state.fetch_and(!RUNNING, Ordering::AcqRel);
+        before & SCHEDULED != 0 && held_from & SCHEDULED == 0
+    }
+
+    /// The future, taken out by a thread that is not polling it, if no
+    /// thread is; pushes the task if a wake came meanwhile.
+    fn take_future(self: &Arc<Self>) -> Option<BoxFuture> {
+        let held_from = self.hold()?;
+        // SAFETY: this thread holds RUNNING.
+        let fut = unsafe { (*self.future.get()).take() };
+        if self.release(held_from) {
+            if let Some(exec) = self.exec.upgrade() {
+                exec.push(self.clone());
+            }
+        }
+        fut
+    }
+
+    /// Whether no thread holds the future (see [`Executor::has_runnable`]).
+    fn is_held(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & RUNNING != 0
     }
 }
 
@@ -74,7 +122,7 @@ impl<M: DoorbellMemory> Task<M> {
     #[cfg(all(test, loom))]
     pub(crate) fn finished() -> Task<M> {
         Task {
-            future: Mutex::new(None),
+            future: UnsafeCell::new(None),
             state: AtomicUsize::new(SCHEDULED),
             aborted: AtomicBool::new(false),
             exec: Weak::new(),
@@ -82,16 +130,71 @@ impl<M: DoorbellMemory> Task<M> {
     }
 }
 
-impl<M: DoorbellMemory> Wake for Task<M> {
+// futures-task's `ArcWake` rather than std's `Wake`: its `waker_ref` lends
+// a poll the task's waker without a reference count taken and dropped.
+impl<M: DoorbellMemory> ArcWake for Task<M> {
+    /// A waker given up (most are: a reply's, a message's) is what the
+    /// ready queue keeps, not a clone of it.
     fn wake(self: Arc<Self>) {
-        self.wake_by_ref()
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
         if self.wake_needs_push() {
-            if let Some(exec) = self.exec.upgrade() {
-                exec.push(self.clone());
+            let exec = Weak::as_ptr(&self.exec);
+            match processor_exec(exec) {
+                Some(exec) => exec.push(self),
+                None => {
+                    if let Some(exec) = self.exec.upgrade() {
+                        exec.push(self);
+                    }
+                }
             }
         }
+    }
+
+    fn wake_by_ref(task: &Arc<Self>) {
+        if task.wake_needs_push() {
+            match processor_exec(Weak::as_ptr(&task.exec)) {
+                Some(exec) => exec.push(task.clone()),
+                None => {
+                    if let Some(exec) = task.exec.upgrade() {
+                        exec.push(task.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The executor this thread is a processor of (see [`ProcessorOf`]).
+    static PROCESSOR_EXEC: std::cell::Cell<*const ()> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// `exec` itself if this thread is one of its processors: a wake made there
+/// (the common case: a reply or a message drained by the processor) pushes
+/// without upgrading the task's `Weak` and dropping the `Arc` (two locked
+/// instructions).
+fn processor_exec<'a, M: DoorbellMemory>(exec: *const Executor<M>) -> Option<&'a Executor<M>> {
+    // SAFETY: the thread's mark is set only while its processor loop holds
+    // an `Arc` of that executor (`ProcessorOf`), so the executor is alive for
+    // the whole of the wake. Equal addresses are the same executor: a task's
+    // `Weak` keeps its executor's allocation, so no other can take it.
+    (PROCESSOR_EXEC.get() == exec.cast()).then(|| unsafe { &*exec })
+}
+
+/// Marks this thread as a processor of one executor while alive (for
+/// [`processor_exec`]); the processor loop keeps it for as long as it holds
+/// its `Arc` of the executor.
+pub(crate) struct ProcessorOf<'a>(std::marker::PhantomData<&'a Executor>);
+
+impl<'a> ProcessorOf<'a> {
+    pub(crate) fn enter(exec: &'a Arc<Executor>) -> ProcessorOf<'a> {
+        PROCESSOR_EXEC.set(Arc::as_ptr(exec).cast());
+        ProcessorOf(std::marker::PhantomData)
+    }
+}
+
+impl Drop for ProcessorOf<'_> {
+    fn drop(&mut self) {
+        PROCESSOR_EXEC.set(std::ptr::null());
     }
 }
 
@@ -113,9 +216,10 @@ impl<M: DoorbellMemory> Executor<M> {
         }
         // Dekker with a parking processor (parked += 1 → fence in
         // `prepare_park` → `has_ready`): the store above must not pass the
-        // load below. The unlock is only a release; a locked instruction on
-        // x86, but not a full barrier on other CPUs or in the memory model.
-        fence(Ordering::SeqCst);
+        // load below. The unlock is a read-modify-write (parking_lot's
+        // release is a compare-exchange), though only a release: a full
+        // barrier on x86, not on other CPUs or in the memory model.
+        fence_after_rmw();
         if self.parked.load(Ordering::Relaxed) != 0 {
             self.doorbell.ring_now();
         }
@@ -128,7 +232,7 @@ impl<M: DoorbellMemory> Executor<M> {
     /// Whether a ready task could run here now (not one being polled further
     /// up this thread's stack).
     pub fn has_runnable(&self) -> bool {
-        self.has_ready() && self.ready.lock().iter().any(|t| !t.future.is_locked())
+        self.has_ready() && self.ready.lock().iter().any(|t| !t.is_held())
     }
 
     fn pop(&self) -> Option<Arc<Task<M>>> {
@@ -146,29 +250,25 @@ impl<M: DoorbellMemory> Executor<M> {
     /// another thread holds for a moment (an abort taking it) is put back.
     pub fn run_one(&self) -> bool {
         let Some(task) = self.pop() else { return false };
-        let Some(mut slot) = task.future.try_lock() else {
+        if !task.claim() {
             self.push(task);
             return false;
-        };
-        task.begin_poll();
-        {
-            let waker = Waker::from(task.clone());
-            let mut cx = Context::from_waker(&waker);
-            let _in_task = InTask::enter();
-            if task.aborted.load(Ordering::Acquire) {
-                // Dropping the future is the cancellation: it stops at its last await.
+        }
+        let poll = Polling { exec: self, task: &task };
+        // SAFETY: this thread holds RUNNING (`claim`) until `poll` drops.
+        let slot = unsafe { &mut *task.future.get() };
+        let waker = futures_task::waker_ref(&task);
+        let mut cx = Context::from_waker(&waker);
+        let _in_task = InTask::enter();
+        if task.aborted.load(Ordering::Acquire) {
+            // Dropping the future is the cancellation: it stops at its last await.
+            *slot = None;
+        } else if let Some(fut) = slot.as_mut() {
+            if fut.as_mut().poll(&mut cx).is_ready() {
                 *slot = None;
-            } else if let Some(fut) = slot.as_mut() {
-                if fut.as_mut().poll(&mut cx).is_ready() {
-                    *slot = None;
-                }
             }
         }
-        // Unlocked first, so whoever pops it next can run it.
-        drop(slot);
-        if task.end_poll_needs_push() {
-            self.push(task);
-        }
+        drop(poll);
         true
     }
 
@@ -184,8 +284,26 @@ impl<M: DoorbellMemory> Executor<M> {
         for t in tasks {
             // A task being polled is not waited for long: its poll may never
             // end (user code stuck on a thread that shutdown left behind).
-            let fut = t.future.try_lock_for(CLEAR_PATIENCE).and_then(|mut f| f.take());
-            drop(fut);
+            let since = std::time::Instant::now();
+            while t.is_held() && since.elapsed() < CLEAR_PATIENCE {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+            drop(t.take_future());
+        }
+    }
+}
+
+/// The end of a poll (step 3), also if the poll unwinds: RUNNING given
+/// back, the task pushed again if it was woken meanwhile.
+struct Polling<'a, M: DoorbellMemory> {
+    exec: &'a Executor<M>,
+    task: &'a Arc<Task<M>>,
+}
+
+impl<M: DoorbellMemory> Drop for Polling<'_, M> {
+    fn drop(&mut self) {
+        if self.task.end_poll_needs_push() {
+            self.exec.push(self.task.clone());
         }
     }
 }
@@ -203,7 +321,7 @@ impl Executor {
             out.lock().finish(result.map_err(|p| Error::Panicked(panic_message(&*p))));
         };
         let task = Arc::new(Task {
-            future: Mutex::new(Some(Box::pin(wrapped))),
+            future: UnsafeCell::new(Some(Box::pin(wrapped))),
             state: AtomicUsize::new(SCHEDULED),
             aborted: AtomicBool::new(false),
             exec: Arc::downgrade(self),
@@ -324,10 +442,10 @@ impl<T> AbortHandle<T> {
         if let Some(task) = self.task.upgrade() {
             task.aborted.store(true, Ordering::Release);
             self.slot.lock().finish(Err(Error::Cancelled));
-            // Dropped unlocked: its drop may shut the team down, which clears tasks.
-            let fut = task.future.try_lock().and_then(|mut f| f.take());
-            drop(fut);
-            task.wake_by_ref();
+            // Dropped after RUNNING is given back: its drop may shut the team
+            // down, which clears tasks.
+            drop(task.take_future());
+            ArcWake::wake_by_ref(&task);
         }
     }
 }

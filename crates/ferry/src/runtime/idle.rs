@@ -796,6 +796,7 @@ pub(crate) fn processor_loop(team: Arc<TeamInner>, replacement: bool) {
         team.take_over();
     }
     let exec = team.exec.clone();
+    let _processor = super::executor::ProcessorOf::enter(&exec);
     let mut ran: u32 = 0;
     'serve: while !team.is_shut_down() {
         let task = {
