@@ -176,16 +176,16 @@ impl Client {
             SCRATCH.set(payload);
             return match sent {
                 Ok(delivery) => self.waiting(delivery, None, t),
-                Err(e) => CallFuture::failed(e.into()),
+                Err(e) => CallFuture::failed(e),
             };
         }
         if let Err(e) = self.encode_request(method, args, &mut payload) {
-            return CallFuture::failed(e.into());
+            return CallFuture::failed(e);
         }
         let t = cost::record(Side::Client, Stage::Encode, t);
         let delivery = self.sender.start(Out::from(&payload[..]), Checkpoint::OnReturn, blocking);
         // A retryable call keeps its request, to send it again.
-        let again = self.retry.then(|| (self.sender.clone(), payload.clone()));
+        let again = self.retry.then(|| Box::new((self.sender.clone(), payload.clone())));
         SCRATCH.set(payload);
         self.waiting(delivery, again, t)
     }
@@ -194,18 +194,11 @@ impl Client {
     fn waiting<R: DeserializeOwned, E: DeserializeOwned>(
         &self,
         delivery: Delivery,
-        again: Option<(RawSender, Vec<u8>)>,
+        again: Option<Box<(RawSender, Vec<u8>)>>,
         t: Option<std::time::Instant>,
     ) -> CallFuture<R, E> {
         let t = cost::record(Side::Client, Stage::Send, t);
-        CallFuture {
-            team: Some(self.team.clone()),
-            delivery: Some(delivery),
-            failed: None,
-            since: t,
-            again,
-            _r: PhantomData,
-        }
+        CallFuture { delivery: Some(delivery), since: t, again, _r: PhantomData }
     }
 
     /// A synchronous call: blocks this thread (spinning, then parked) for the result.
@@ -291,22 +284,28 @@ impl Client {
 /// then cancels the call at the server. `W` is the type the result is
 /// decoded as, then converted to `R` (a wrapper such as the one that moves
 /// `[u8; N]` as bytes; the same type unless a generated stub says otherwise).
+///
+/// Kept small (it is moved into every `async` block that awaits it): a
+/// failure before the send is its delivery's outcome, and the rare parts
+/// are boxed.
 pub struct CallFuture<R, E = super::Never, W = R> {
-    team: Option<Arc<TeamInner>>,
+    /// The send and its answer; `None` once the answer was taken.
     delivery: Option<Delivery>,
-    failed: Option<RpcError<E>>,
     /// Cost accounting: when the wait for the reply began.
     since: Option<std::time::Instant>,
     /// A retryable call's sender and request, until it was sent again.
-    again: Option<(RawSender, Vec<u8>)>,
-    _r: PhantomData<fn() -> (R, W)>,
+    again: Option<Box<(RawSender, Vec<u8>)>>,
+    _r: Yields<R, E, W>,
 }
+
+/// What a [`CallFuture`] yields (`R` or `E`, decoded as `W`), as a marker.
+type Yields<R, E, W> = PhantomData<fn() -> (R, E, W)>;
 
 impl<R, E, W> Unpin for CallFuture<R, E, W> {}
 
 impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
-    fn failed(e: RpcError<E>) -> Self {
-        CallFuture { team: None, delivery: None, failed: Some(e), since: None, again: None, _r: PhantomData }
+    fn failed(e: crate::Error) -> Self {
+        CallFuture { delivery: Some(Delivery::failed(e)), since: None, again: None, _r: PhantomData }
     }
 
     /// The same call, whose result (decoded as `R`) is converted to `T`.
@@ -315,22 +314,27 @@ impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
     where
         R: Into<T>,
     {
-        let CallFuture { team, delivery, failed, since, again, _r } = self;
-        CallFuture { team, delivery, failed, since, again, _r: PhantomData }
+        let CallFuture { delivery, since, again, _r } = self;
+        CallFuture { delivery, since, again, _r: PhantomData }
     }
 }
 
 impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> CallFuture<R, E, W> {
     /// Blocks this thread until the result is there.
     pub fn wait(mut self) -> Result<R, RpcError<E>> {
-        match self.team.clone() {
+        match self.delivery.as_ref().and_then(Delivery::team).cloned() {
             Some(team) => {
                 // Its deadline ends the wait: no timer (see `Delivery::wait_here`).
                 let until = self.delivery.as_mut().and_then(|d| d.waited_on_this_thread());
                 // Polled where it is (it is `Unpin`): a move would copy it.
                 idle::block_on_until(&team, &mut self, until)
             }
-            None => Err(self.failed.unwrap_or(RpcError::Cancelled)),
+            // Not waiting for an answer (it failed before it went out): its
+            // outcome is there already.
+            None => match Pin::new(&mut self).poll(&mut Context::from_waker(std::task::Waker::noop())) {
+                Poll::Ready(r) => r,
+                Poll::Pending => Err(RpcError::Cancelled),
+            },
         }
     }
 }
@@ -338,25 +342,18 @@ impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> CallFuture<R, E, W> 
 impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> Future for CallFuture<R, E, W> {
     type Output = Result<R, RpcError<E>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(e) = self.failed.take() {
-            return Poll::Ready(Err(e));
-        }
         let Some(d) = self.delivery.as_mut() else { return Poll::Ready(Err(RpcError::Cancelled)) };
         match d.poll_payload(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(crate::Error::PeerGone { .. })) if self.again.is_some() => {
                 // The connection went before the reply: once more, over a new one.
-                let (sender, request) = self.again.take().expect("checked");
+                let (sender, request) = *self.again.take().expect("checked");
                 self.delivery = Some(sender.start(Out::Bytes(Cow::Owned(request)), Checkpoint::OnReturn, false));
                 self.poll(cx)
             }
             Poll::Ready(r) => {
                 self.delivery = None;
                 let t = cost::record(Side::Client, Stage::Poll, self.since);
-                if let Some(team) = &self.team {
-                    // A link end in the result becomes this team's (`docs/LINK.md`).
-                    crate::link::received_by(team);
-                }
                 let result = match r {
                     Ok(payload) => match payload.as_local() {
                         // Small (most answers): from the bytes, as they are.
@@ -384,6 +381,15 @@ mod tests {
     use super::*;
     use crate::rpc::descriptor::{MethodDescriptor, CODEC};
     use crate::rpc::server::ServiceEndpoint;
+
+    /// A call's future is moved into every `async` block that awaits it
+    /// (a `memcpy` a call: 304 bytes when it held its failure, its retry
+    /// state and a second reference to the team).
+    #[test]
+    fn a_call_future_stays_small() {
+        let size = std::mem::size_of::<CallFuture<()>>();
+        assert!(size <= 160, "CallFuture is {size} bytes");
+    }
 
     /// `with_timeout(Duration::MAX)` is a client with no deadline, not an
     /// `Instant` overflow at the next call.

@@ -99,6 +99,14 @@ impl Delivery {
         r.map(|p| (p, descriptors))
     }
 
+    /// The team whose answer it waits for (none once it has its outcome).
+    pub(crate) fn team(&self) -> Option<&Arc<TeamInner>> {
+        match &self.state {
+            DeliveryState::Waiting(w) => Some(&w.team),
+            _ => None,
+        }
+    }
+
     /// The outcome, if known already (an `Immediate` send, or a failure).
     pub fn take_ready(&mut self) -> Option<Result<Vec<u8>>> {
         match std::mem::replace(&mut self.state, DeliveryState::Done) {
@@ -131,6 +139,8 @@ impl Delivery {
             if let Some(t) = self.timer.take() {
                 w.team.timers.cancel(t);
             }
+            // A link end in the answer becomes this team's (`docs/LINK.md`).
+            crate::link::received_by(&w.team);
             return Poll::Ready(r);
         }
         if let Some(at) = self.deadline {
