@@ -129,10 +129,16 @@ impl Future for Delivery {
 impl Delivery {
     /// `poll` without turning a small reply into a `Vec` (RPC decodes it in place).
     pub(crate) fn poll_payload(&mut self, cx: &mut Context<'_>) -> Poll<Result<Payload>> {
-        let mut w = match std::mem::replace(&mut self.state, DeliveryState::Done) {
-            DeliveryState::Ready(r) => return Poll::Ready(r),
-            DeliveryState::Done => return Poll::Ready(Err(Error::Cancelled)),
+        // Looked at in place: a waiting send is moved out only when it ends
+        // (it is ~100 bytes, and most polls find it still waiting).
+        let w = match &mut self.state {
             DeliveryState::Waiting(w) => w,
+            _ => {
+                return Poll::Ready(match std::mem::replace(&mut self.state, DeliveryState::Done) {
+                    DeliveryState::Ready(r) => r,
+                    _ => Err(Error::Cancelled),
+                })
+            }
         };
         w.move_on(cx);
         if let Poll::Ready(r) = w.team.calls.ours.poll(w.call, cx) {
@@ -141,18 +147,20 @@ impl Delivery {
             }
             // A link end in the answer becomes this team's (`docs/LINK.md`).
             crate::link::received_by(&w.team);
+            // Ended: dropped without giving up (there is nothing to give up).
+            self.state = DeliveryState::Done;
             return Poll::Ready(r);
         }
         if let Some(at) = self.deadline {
             if Instant::now() >= at {
                 w.give_up();
+                self.state = DeliveryState::Done;
                 return Poll::Ready(Err(Error::DeadlineExceeded));
             }
             if !self.waited_here {
                 self.timer = Some(w.team.register_timer(self.timer, at, cx.waker()));
             }
         }
-        self.state = DeliveryState::Waiting(w);
         Poll::Pending
     }
 }
