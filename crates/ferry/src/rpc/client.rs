@@ -207,7 +207,8 @@ impl Client {
         method: u32,
         args: &A,
     ) -> Result<R, RpcError<E>> {
-        self.start_call(method, args, true).wait()
+        // Waited for on its client's team (no reference to it taken).
+        self.start_call(method, args, true).wait_on(&self.team)
     }
 
     /// A one-way call: no result; returns when `checkpoint` is reached
@@ -321,20 +322,28 @@ impl<R: DeserializeOwned, E: DeserializeOwned> CallFuture<R, E> {
 
 impl<R, E: DeserializeOwned, W: DeserializeOwned + Into<R>> CallFuture<R, E, W> {
     /// Blocks this thread until the result is there.
-    pub fn wait(mut self) -> Result<R, RpcError<E>> {
+    pub fn wait(self) -> Result<R, RpcError<E>> {
         match self.delivery.as_ref().and_then(Delivery::team).cloned() {
-            Some(team) => {
-                // Its deadline ends the wait: no timer (see `Delivery::wait_here`).
-                let until = self.delivery.as_mut().and_then(|d| d.waited_on_this_thread());
-                // Polled where it is (it is `Unpin`): a move would copy it.
-                idle::block_on_until(&team, &mut self, until)
-            }
-            // Not waiting for an answer (it failed before it went out): its
-            // outcome is there already.
-            None => match Pin::new(&mut self).poll(&mut Context::from_waker(std::task::Waker::noop())) {
-                Poll::Ready(r) => r,
-                Poll::Pending => Err(RpcError::Cancelled),
-            },
+            Some(team) => self.wait_on(&team),
+            None => self.wait_on_nothing(),
+        }
+    }
+
+    /// [`CallFuture::wait`] driving `team`, the team that made the call.
+    fn wait_on(mut self, team: &TeamInner) -> Result<R, RpcError<E>> {
+        let Some(d) = self.delivery.as_mut().filter(|d| d.team().is_some()) else { return self.wait_on_nothing() };
+        // Its deadline ends the wait: no timer (see `Delivery::wait_here`).
+        let until = d.waited_on_this_thread();
+        // Polled where it is (it is `Unpin`): a move would copy it.
+        idle::block_on_until(team, &mut self, until)
+    }
+
+    /// The outcome of a call that waits for no answer (it failed before it
+    /// went out): there already.
+    fn wait_on_nothing(mut self) -> Result<R, RpcError<E>> {
+        match Pin::new(&mut self).poll(&mut Context::from_waker(std::task::Waker::noop())) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(RpcError::Cancelled),
         }
     }
 }
