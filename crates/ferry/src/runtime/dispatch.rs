@@ -300,7 +300,7 @@ impl TeamInner {
     /// Handles one frame; returns false to leave it in the channel (its
     /// inbox is full and so is the channel's hold queue, or its answer
     /// would find the control backlog full).
-    fn route(
+    pub(super) fn route(
         &self,
         ch: &Arc<Channel>,
         rx: &mut RxState,

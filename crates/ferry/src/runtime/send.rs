@@ -45,7 +45,11 @@ impl TeamInner {
         // message that fits a frame with no async send queued ahead of it
         // (the same first try `attempt` makes). Full goes on to the general path.
         if payload.len() <= ch.max_payload && !ch.outbox.is_used() {
-            let first = if ch.flush_backlog() { ch.transport.try_send(&header, payload) } else { Err(SendError::Full) };
+            let first = match ch.flush_backlog() {
+                true if self.hand_over(ch, &header, payload) => Ok(()),
+                true => ch.transport.try_send(&header, payload),
+                false => Err(SendError::Full),
+            };
             if let Some(r) = self.send_outcome(ch, &header, wait, first) {
                 return r;
             }
@@ -406,6 +410,9 @@ impl TeamInner {
         self.check_size(ch, payload.len())?;
         // The common case first, as `send_message` does: it fits a frame and nothing waits.
         if payload.len() <= ch.max_payload && !ch.outbox.is_used() && ch.flush_backlog() {
+            if self.hand_over(ch, &header, payload) {
+                return Ok(());
+            }
             match ch.transport.try_send(&header, payload) {
                 Ok(()) => return Ok(()),
                 Err(SendError::Closed) => return Err(self.gone_error(ch)),
@@ -545,6 +552,38 @@ impl TeamInner {
         }
     }
 
+    /// A same-team message, handed over: with the loop-back channel's
+    /// receive side free and no frame ahead of it there (in the queue, or
+    /// held for a full inbox), it goes where a drain would put it (its
+    /// inbox, a direct taker, the call it answers) without the trip through
+    /// the channel's queue (a copy into an allocation, and a lock and two
+    /// locked counts each way). False: not handed over; send it as usual.
+    #[inline]
+    fn hand_over(&self, ch: &Channel, header: &Header, payload: &[u8]) -> bool {
+        std::ptr::eq(ch, &*self.loopback) && self.hand_over_now(header, payload)
+    }
+
+    #[inline(never)]
+    fn hand_over_now(&self, header: &Header, payload: &[u8]) -> bool {
+        let ch = &self.loopback;
+        let Some(mut rx) = ch.rx.try_lock() else { return false };
+        // (Gone: the queue refuses it, with the error it gives.)
+        if !rx.held.is_empty() || ch.transport.has_frame_or_gone() {
+            return false;
+        }
+        // The header as the queue would carry it.
+        let mut h = *header;
+        h.len = payload.len() as u32;
+        h.flags &= !flags::DETACHED;
+        let mut violation = None;
+        rx.since = crate::cost::start();
+        if !self.route(ch, &mut rx, &h, crate::transport::Body::Inline(payload), &mut violation) {
+            return false;
+        }
+        let _ = self.run_direct(rx);
+        true
+    }
+
     #[inline(never)]
     fn hand_off_now(&self, ch: &Arc<Channel>) {
         if let Some(mut rx) = ch.rx.try_lock() {
@@ -579,4 +618,38 @@ fn data_header(
     header.flags |= form.flags;
     header.budget_ns = deadline.map_or(0, budget_ns);
     header
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::transport::inproc::PUSHES;
+    use crate::{Checkpoint, Team};
+
+    /// A message between two endpoints of one team is handed over to its
+    /// endpoint, not queued on the loop-back channel. Past a full inbox
+    /// and hold queue, messages wait in that queue, and all arrive in order.
+    #[test]
+    fn a_same_team_message_is_handed_over_not_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let team =
+            Team::builder().runtime_dir(dir.path()).processors(0).inbox_capacity(4).hold_capacity(4).start().unwrap();
+        let port = team.open_raw_port().unwrap();
+        let to = team.raw_sender(port.id());
+        let before = PUSHES.get();
+        for i in 0..50u8 {
+            to.send(&[i], Checkpoint::Immediate).unwrap();
+            assert_eq!(port.recv_blocking().unwrap().payload(), [i]);
+        }
+        assert_eq!(PUSHES.get() - before, 0, "same-team messages went through the loop-back queue");
+        // Nobody receives during the burst: 4 fill the inbox; once one is
+        // held, the rest wait behind it, in the channel's queue.
+        for i in 0..20u8 {
+            to.send(&[i], Checkpoint::Immediate).unwrap();
+        }
+        assert_eq!(PUSHES.get() - before, 15);
+        for i in 0..20u8 {
+            assert_eq!(port.recv_blocking().unwrap().payload(), [i]);
+        }
+        team.shutdown();
+    }
 }

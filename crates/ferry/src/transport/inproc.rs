@@ -145,6 +145,12 @@ impl std::fmt::Debug for Handed {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Frames this thread queued (tests of the same-team hand-over, `runtime::send`).
+    pub(crate) static PUSHES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl InprocEnd {
     fn new(tx: Arc<Queue>, rx: Arc<Queue>, max_payload: usize) -> InprocEnd {
         InprocEnd { tx, rx, max_payload, closed_here: AtomicBool::new(false) }
@@ -152,6 +158,8 @@ impl InprocEnd {
 
     /// Queues one frame if both bounds allow it; gives the bytes back if not.
     fn push(&self, mut h: Header, payload: Vec<u8>) -> Result<(), (SendError, Vec<u8>)> {
+        #[cfg(test)]
+        PUSHES.set(PUSHES.get() + 1);
         h.len = payload.len() as u32;
         let (bytes, detached) = Frames::cost(&h, &payload);
         {
