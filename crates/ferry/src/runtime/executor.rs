@@ -43,7 +43,7 @@ pub(crate) struct Task<M: DoorbellMemory = DoorbellPage> {
 // SAFETY: the future (which is `Send`) is reached only by the one thread
 // that holds the task's RUNNING bit, taken with Acquire and given back with
 // Release ([`Task::claim`], [`Task::hold`], [`Task::release`]).
-unsafe impl<M: DoorbellMemory> Sync for Task<M> {}
+unsafe impl<M: DoorbellMemory> Sync for Task<M> where Weak<Executor<M>>: Sync {}
 
 /// The task is in the ready queue, or will be put there when its poll ends.
 const SCHEDULED: usize = 1;
@@ -104,14 +104,12 @@ impl<M: DoorbellMemory> Task<M> {
         // SAFETY: this thread holds RUNNING.
         let fut = unsafe { (*self.future.get()).take() };
         if self.release(held_from) {
-            if let Some(exec) = self.exec.upgrade() {
-                exec.push(self.clone());
-            }
+            self.clone().push_to_exec();
         }
         fut
     }
 
-    /// Whether no thread holds the future (see [`Executor::has_runnable`]).
+    /// Whether a thread holds the future (see [`Executor::has_runnable`]).
     fn is_held(&self) -> bool {
         self.state.load(Ordering::Relaxed) & RUNNING != 0
     }
@@ -137,26 +135,25 @@ impl<M: DoorbellMemory> ArcWake for Task<M> {
     /// ready queue keeps, not a clone of it.
     fn wake(self: Arc<Self>) {
         if self.wake_needs_push() {
-            let exec = Weak::as_ptr(&self.exec);
-            match processor_exec(exec) {
-                Some(exec) => exec.push(self),
-                None => {
-                    if let Some(exec) = self.exec.upgrade() {
-                        exec.push(self);
-                    }
-                }
-            }
+            self.push_to_exec();
         }
     }
 
     fn wake_by_ref(task: &Arc<Self>) {
         if task.wake_needs_push() {
-            match processor_exec(Weak::as_ptr(&task.exec)) {
-                Some(exec) => exec.push(task.clone()),
-                None => {
-                    if let Some(exec) = task.exec.upgrade() {
-                        exec.push(task.clone());
-                    }
+            task.clone().push_to_exec();
+        }
+    }
+}
+
+impl<M: DoorbellMemory> Task<M> {
+    /// Puts the task in its executor's ready queue, if the executor lives.
+    fn push_to_exec(self: Arc<Self>) {
+        match processor_exec(Weak::as_ptr(&self.exec)) {
+            Some(exec) => exec.push(self),
+            None => {
+                if let Some(exec) = self.exec.upgrade() {
+                    exec.push(self);
                 }
             }
         }
