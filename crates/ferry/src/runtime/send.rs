@@ -544,10 +544,13 @@ impl TeamInner {
     }
 
     /// Same-team send: the sender puts the message into its inbox itself
-    /// (task hand-off), rather than leaving it for whichever thread polls next.
+    /// (task hand-off), rather than leaving it for whichever thread polls
+    /// next. A message handed over (`hand_over`) left nothing to drain: the
+    /// channel is drained only if a frame waits in its queue or a message
+    /// is held (two lock-free looks, not the receive lock and a drain).
     #[inline]
     fn hand_off(&self, ch: &Arc<Channel>) {
-        if Arc::ptr_eq(ch, &self.loopback) {
+        if Arc::ptr_eq(ch, &self.loopback) && (ch.transport.has_frame_or_gone() || ch.held.load(Ordering::Relaxed)) {
             self.hand_off_now(ch);
         }
     }
