@@ -1,7 +1,8 @@
 //! The Serializer: rmp-serde 1.3's default encoding, byte sequences as bin.
 //!
-//! Markers come from `rmp::encode` (most compact int forms, str/bin/array/map
-//! headers) written into a small stack buffer, then put into the sink; the
+//! Heads are written in their shortest forms: those of str, bin, array and
+//! map and unsigned ints here, the others (signed ints, floats) by
+//! `rmp::encode` into a small stack buffer, then put into the sink; the
 //! bytes of a str or bin go to the sink as one `put` (a memcpy).
 
 use super::{CodecError, Sink};
@@ -15,6 +16,19 @@ const FIXARRAY: u8 = 0x90;
 const FIXMAP: u8 = 0x80;
 const FIXSTR: u8 = 0xa0;
 const BIN8: u8 = 0xc4;
+const BIN16: u8 = 0xc5;
+const BIN32: u8 = 0xc6;
+const UINT8: u8 = 0xcc;
+const UINT16: u8 = 0xcd;
+const UINT32: u8 = 0xce;
+const UINT64: u8 = 0xcf;
+const STR8: u8 = 0xd9;
+const STR16: u8 = 0xda;
+const STR32: u8 = 0xdb;
+const ARRAY16: u8 = 0xdc;
+const ARRAY32: u8 = 0xdd;
+const MAP16: u8 = 0xde;
+const MAP32: u8 = 0xdf;
 
 /// A sink that only counts (`encoded_len`).
 pub(super) struct Counter(pub(super) usize);
@@ -66,27 +80,41 @@ impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
     // The short forms below are written directly (most values are small);
     // the others through `rmp::encode`, which picks the same forms.
 
-    fn bin(&mut self, v: &[u8]) -> Res {
-        if let Ok(n) = u8::try_from(v.len()) {
-            self.put(&[BIN8, n])?;
-        } else {
-            marker!(self, rmp::encode::write_bin_len, len32(v.len())?)?;
+    /// The head of a str, bin, array or map of `len` elements or bytes in
+    /// its shortest form: one byte `fix | len` below `fix_below` (0: no
+    /// such form), else `m8` and one byte of length (`None`: no such
+    /// form), else `m16` and two, else `m32` and four (big-endian), as
+    /// `rmp::encode`'s `write_*_len` pick them. Written here, not through
+    /// `rmp`'s writers: a 256-byte argument's head cost ~60 instructions there.
+    #[inline]
+    fn len_head(&mut self, len: usize, fix: u8, fix_below: usize, m8: Option<u8>, m16: u8, m32: u8) -> Res {
+        if len < fix_below {
+            return self.put(&[fix | len as u8]);
         }
+        match m8 {
+            Some(m) if len <= 0xff => self.put(&[m, len as u8]),
+            _ if len <= 0xffff => {
+                let [a, b] = (len as u16).to_be_bytes();
+                self.put(&[m16, a, b])
+            }
+            _ => {
+                let [a, b, c, d] = len32(len)?.to_be_bytes();
+                self.put(&[m32, a, b, c, d])
+            }
+        }
+    }
+
+    fn bin(&mut self, v: &[u8]) -> Res {
+        self.len_head(v.len(), 0, 0, Some(BIN8), BIN16, BIN32)?;
         self.put(v)
     }
 
     fn array_len(&mut self, len: usize) -> Res {
-        if len < 16 {
-            return self.put(&[FIXARRAY | len as u8]);
-        }
-        marker!(self, rmp::encode::write_array_len, len32(len)?)
+        self.len_head(len, FIXARRAY, 16, None, ARRAY16, ARRAY32)
     }
 
     fn map_len(&mut self, len: usize) -> Res {
-        if len < 16 {
-            return self.put(&[FIXMAP | len as u8]);
-        }
-        marker!(self, rmp::encode::write_map_len, len32(len)?)
+        self.len_head(len, FIXMAP, 16, None, MAP16, MAP32)
     }
 
     /// A compound: with its length known, written straight; without
@@ -145,10 +173,24 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         self.serialize_u64(v.into())
     }
     fn serialize_u64(self, v: u64) -> Res {
-        if v < 128 {
-            return self.put(&[v as u8]);
+        // The shortest form, as `rmp::encode::write_uint` picks it.
+        match v {
+            0..=0x7f => self.put(&[v as u8]),
+            0x80..=0xff => self.put(&[UINT8, v as u8]),
+            0x100..=0xffff => {
+                let [a, b] = (v as u16).to_be_bytes();
+                self.put(&[UINT16, a, b])
+            }
+            0x1_0000..=0xffff_ffff => {
+                let [a, b, c, d] = (v as u32).to_be_bytes();
+                self.put(&[UINT32, a, b, c, d])
+            }
+            _ => {
+                let mut head = [UINT64; 9];
+                head[1..].copy_from_slice(&v.to_be_bytes());
+                self.put(&head)
+            }
         }
-        marker!(self, rmp::encode::write_uint, v)
     }
     fn serialize_u128(self, v: u128) -> Res {
         self.bin(&v.to_be_bytes())
@@ -163,11 +205,7 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         self.serialize_str(v.encode_utf8(&mut [0; 4]))
     }
     fn serialize_str(self, v: &str) -> Res {
-        if v.len() < 32 {
-            self.put(&[FIXSTR | v.len() as u8])?;
-        } else {
-            marker!(self, rmp::encode::write_str_len, len32(v.len())?)?;
-        }
+        self.len_head(v.len(), FIXSTR, 32, Some(STR8), STR16, STR32)?;
         self.put(v.as_bytes())
     }
     fn serialize_bytes(self, v: &[u8]) -> Res {

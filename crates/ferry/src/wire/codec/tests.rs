@@ -113,14 +113,15 @@ fn encoding_is_rmp_serdes_except_bytes() {
     same_as_rmp(&(i8::MIN, i16::MIN, i32::MAX, u8::MAX, u16::MAX, u32::MAX));
     same_as_rmp(&(1.5f32, -2.25f64, f64::INFINITY));
     same_as_rmp(&("".to_string(), "a".repeat(31), "b".repeat(32), "c".repeat(256), "d".repeat(65536)));
+    same_as_rmp(&("e".repeat(255), "f".repeat(65535)));
     same_as_rmp(&('x', '€', Some(3u8), None::<u8>));
     same_as_rmp(&everything());
     same_as_rmp(&vec![Shape::Empty, Shape::Pair(3, 4)]);
     same_as_rmp(&(Unit, Newtype(5), Tuple(1, "x".into()), ()));
     same_as_rmp(&HashMap::from([(1u8, "a".to_string())]));
     same_as_rmp(&vec![1u32; 70000]);
-    // Around the one-byte headers of arrays and maps (written without rmp).
-    for n in [15, 16] {
+    // Around each form of the heads of arrays and maps (written without rmp).
+    for n in [15, 16, 65535, 65536] {
         same_as_rmp(&vec![1u16; n]);
         same_as_rmp(&(0..n as u32).map(|k| (k, k)).collect::<std::collections::BTreeMap<_, _>>());
     }
@@ -143,7 +144,7 @@ fn byte_sequences_are_bin() {
         rmp::encode::write_bin(&mut v, &vec![7u8; n]).unwrap();
         v
     };
-    for n in [0, 1, 255, 256, 65536] {
+    for n in [0, 1, 255, 256, 65535, 65536] {
         let data = vec![7u8; n];
         assert_eq!(encode(&data).unwrap(), bin(n), "Vec<u8> of {n}");
         assert_eq!(encode(&data[..]).unwrap(), bin(n));
