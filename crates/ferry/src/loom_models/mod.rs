@@ -15,12 +15,12 @@
 //! `runtime/mod.rs`) is repeated in each model, step for step.
 //!
 //! Only built with `RUSTFLAGS="--cfg loom"`; `scripts/test.sh` runs them
-//! (about 20 s, plus 1.5 min for the build, on a shared 2-core machine):
+//! (about 40 s, plus 1.5 min for the build, on a shared 2-core machine):
 //! `RUSTFLAGS="--cfg loom" cargo test -p ferry --lib --release --target-dir target/loom loom`.
 //!
 //! | model | checks | exploration |
 //! |---|---|---|
-//! | `ring` | records (one padded past the end, one reusing released cells) arrive whole, in order, once; no payload data race | exhaustive |
+//! | `ring` | records (one padded past the end, one reusing released cells, one of a single cell copied whole) arrive whole, in order, once; no payload data race | exhaustive |
 //! | `doorbell` | a receiver parking as a frame arrives is rung | exhaustive |
 //! | `doorbell` | a sender that skips ringing again (the thread it rang has not looked yet) strands no frame | 3 preemptions |
 //! | `doorbell` | the last poller leaving rings for a frame a sender saw it poll for | 3 preemptions |

@@ -345,12 +345,21 @@ impl<M: RingMemory> Consumer<M> {
                 return Err(RingError::Corrupt(RingFault::RecordLength));
             }
             let body = len - STAMP;
+            // A record of one cell (most messages and answers) is copied
+            // whole, past its stamp: a copy of fixed size, a few moves, not
+            // a call of `memcpy`.
             self.buf.clear();
+            self.buf.reserve(CELL - STAMP);
             self.buf.reserve(body);
-            // SAFETY: [pos + STAMP, pos + len) is inside the ring (checked
-            // above), and the spare capacity holds `body` bytes.
-            unsafe { self.mem.copy_out(pos + STAMP, &mut self.buf.spare_capacity_mut()[..body]) };
-            // SAFETY: copy_out initialised the first `body` bytes.
+            let spare = self.buf.spare_capacity_mut();
+            // SAFETY: [pos + STAMP, pos + need) is inside the ring (checked
+            // above): a cell past its stamp, or the body; the spare
+            // capacity holds either.
+            match need == CELL {
+                true => unsafe { self.mem.copy_out(pos + STAMP, &mut spare[..CELL - STAMP]) },
+                false => unsafe { self.mem.copy_out(pos + STAMP, &mut spare[..body]) },
+            }
+            // SAFETY: copy_out initialised at least the first `body` bytes.
             unsafe { self.buf.set_len(body) };
             if !accept(&self.buf) {
                 return Ok(Some(false));
