@@ -349,8 +349,7 @@ impl<M: RingMemory> Consumer<M> {
             // whole, past its stamp: a copy of fixed size, a few moves, not
             // a call of `memcpy`.
             self.buf.clear();
-            self.buf.reserve(CELL - STAMP);
-            self.buf.reserve(body);
+            self.buf.reserve(body.max(CELL - STAMP));
             let spare = self.buf.spare_capacity_mut();
             // SAFETY: [pos + STAMP, pos + need) is inside the ring (checked
             // above): a cell past its stamp, or the body; the spare

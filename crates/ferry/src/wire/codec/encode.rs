@@ -77,8 +77,8 @@ impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
         self.sink.put(bytes).map_err(sink_error)
     }
 
-    // The short forms below are written directly (most values are small);
-    // the others through `rmp::encode`, which picks the same forms.
+    // Heads are written here in the forms `rmp::encode` picks (the
+    // shortest); signed ints and floats go through `rmp` itself.
 
     /// The head of a str, bin, array or map of `len` elements or bytes in
     /// its shortest form: one byte `fix | len` below `fix_below` (0: no
