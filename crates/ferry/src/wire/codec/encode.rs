@@ -1,9 +1,9 @@
 //! The Serializer: rmp-serde 1.3's default encoding, byte sequences as bin.
 //!
-//! Heads are written in their shortest forms: those of str, bin, array and
-//! map and unsigned ints here, the others (signed ints, floats) by
-//! `rmp::encode` into a small stack buffer, then put into the sink; the
-//! bytes of a str or bin go to the sink as one `put` (a memcpy).
+//! Every marker and head is written here, in the shortest form (the one
+//! `rmp::encode` picks: the codec's tests compare the bytes with
+//! rmp-serde's), as a few bytes put into the sink; the bytes of a str or
+//! bin go to the sink as one `put` (a memcpy).
 
 use super::{CodecError, Sink};
 use crate::error::{Error, Result};
@@ -22,6 +22,12 @@ const UINT8: u8 = 0xcc;
 const UINT16: u8 = 0xcd;
 const UINT32: u8 = 0xce;
 const UINT64: u8 = 0xcf;
+const INT8: u8 = 0xd0;
+const INT16: u8 = 0xd1;
+const INT32: u8 = 0xd2;
+const INT64: u8 = 0xd3;
+const FLOAT32: u8 = 0xca;
+const FLOAT64: u8 = 0xcb;
 const STR8: u8 = 0xd9;
 const STR16: u8 = 0xda;
 const STR32: u8 = 0xdb;
@@ -56,17 +62,6 @@ fn sink_error(e: Error) -> CodecError {
     }
 }
 
-/// Runs one of `rmp::encode`'s marker writers into a stack buffer and puts what it wrote.
-macro_rules! marker {
-    ($self:ident, $f:path, $($arg:expr),*) => {{
-        let mut buf = [0u8; 9];
-        let mut w = &mut buf[..];
-        $f(&mut w, $($arg),*).map_err(|e| CodecError::new(format!("cannot write a marker: {e}")))?;
-        let n = 9 - w.len();
-        $self.put(&buf[..n])
-    }};
-}
-
 fn len32(len: usize) -> std::result::Result<u32, CodecError> {
     u32::try_from(len).map_err(|_| CodecError::new(format!("a length of {len} is over MessagePack's 2^32 - 1")))
 }
@@ -77,8 +72,7 @@ impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
         self.sink.put(bytes).map_err(sink_error)
     }
 
-    // Heads are written here in the forms `rmp::encode` picks (the
-    // shortest); signed ints and floats go through `rmp` itself.
+    // Heads are written here in the forms `rmp::encode` picks (the shortest).
 
     /// The head of a str, bin, array or map of `len` elements or bytes in
     /// its shortest form: one byte `fix | len` below `fix_below` (0: no
@@ -102,6 +96,14 @@ impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
                 self.put(&[m32, a, b, c, d])
             }
         }
+    }
+
+    /// A marker and the 8 bytes of its value.
+    #[inline]
+    fn word(&mut self, marker: u8, bytes: [u8; 8]) -> Res {
+        let mut out = [marker; 9];
+        out[1..].copy_from_slice(&bytes);
+        self.put(&out)
     }
 
     fn bin(&mut self, v: &[u8]) -> Res {
@@ -158,7 +160,22 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         self.serialize_i64(v.into())
     }
     fn serialize_i64(self, v: i64) -> Res {
-        marker!(self, rmp::encode::write_sint, v)
+        // The shortest form, as `rmp::encode::write_sint` picks it: a
+        // value of 0 or more as an unsigned one.
+        match v {
+            0.. => self.serialize_u64(v as u64),
+            -32..=-1 => self.put(&[v as u8]),
+            -0x80..=-33 => self.put(&[INT8, v as u8]),
+            -0x8000..=-0x81 => {
+                let [a, b] = (v as i16).to_be_bytes();
+                self.put(&[INT16, a, b])
+            }
+            -0x8000_0000..=-0x8001 => {
+                let [a, b, c, d] = (v as i32).to_be_bytes();
+                self.put(&[INT32, a, b, c, d])
+            }
+            _ => self.word(INT64, v.to_be_bytes()),
+        }
     }
     fn serialize_i128(self, v: i128) -> Res {
         self.bin(&v.to_be_bytes())
@@ -185,21 +202,18 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
                 let [a, b, c, d] = (v as u32).to_be_bytes();
                 self.put(&[UINT32, a, b, c, d])
             }
-            _ => {
-                let mut head = [UINT64; 9];
-                head[1..].copy_from_slice(&v.to_be_bytes());
-                self.put(&head)
-            }
+            _ => self.word(UINT64, v.to_be_bytes()),
         }
     }
     fn serialize_u128(self, v: u128) -> Res {
         self.bin(&v.to_be_bytes())
     }
     fn serialize_f32(self, v: f32) -> Res {
-        marker!(self, rmp::encode::write_f32, v)
+        let [a, b, c, d] = v.to_be_bytes();
+        self.put(&[FLOAT32, a, b, c, d])
     }
     fn serialize_f64(self, v: f64) -> Res {
-        marker!(self, rmp::encode::write_f64, v)
+        self.word(FLOAT64, v.to_be_bytes())
     }
     fn serialize_char(self, v: char) -> Res {
         self.serialize_str(v.encode_utf8(&mut [0; 4]))

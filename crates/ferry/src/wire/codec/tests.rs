@@ -506,4 +506,5 @@ fn small_values_speed() {
     both!("(ByteBuf 4,)", buf4, (serde_bytes::ByteBuf,));
     both!("(ByteBuf 1000,)", buf1000, (serde_bytes::ByteBuf,));
     both!("u64", 123456u64, u64);
+    both!("(i64, f64)", (-1234567i64, 2.5f64), (i64, f64));
 }
