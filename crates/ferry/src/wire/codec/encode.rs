@@ -11,7 +11,7 @@ use serde::ser::{self, Serialize};
 
 type Res = std::result::Result<(), CodecError>;
 
-/// Markers of the short forms (the MessagePack specification's names).
+/// Markers (the MessagePack specification's names).
 const FIXARRAY: u8 = 0x90;
 const FIXMAP: u8 = 0x80;
 const FIXSTR: u8 = 0xa0;
@@ -71,8 +71,6 @@ impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
     fn put(&mut self, bytes: &[u8]) -> Res {
         self.sink.put(bytes).map_err(sink_error)
     }
-
-    // Heads are written here in the forms `rmp::encode` picks (the shortest).
 
     /// The head of a str, bin, array or map of `len` elements or bytes in
     /// its shortest form: one byte `fix | len` below `fix_below` (0: no
