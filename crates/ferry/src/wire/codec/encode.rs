@@ -85,23 +85,17 @@ impl<'a, S: Sink + ?Sized> Serializer<'a, S> {
         }
         match m8 {
             Some(m) if len <= 0xff => self.put(&[m, len as u8]),
-            _ if len <= 0xffff => {
-                let [a, b] = (len as u16).to_be_bytes();
-                self.put(&[m16, a, b])
-            }
-            _ => {
-                let [a, b, c, d] = len32(len)?.to_be_bytes();
-                self.put(&[m32, a, b, c, d])
-            }
+            _ if len <= 0xffff => self.marked(m16, (len as u16).to_be_bytes()),
+            _ => self.marked(m32, len32(len)?.to_be_bytes()),
         }
     }
 
-    /// A marker and the 8 bytes of its value.
+    /// A marker and the `N` (at most 8) big-endian bytes of its value, in one put.
     #[inline]
-    fn word(&mut self, marker: u8, bytes: [u8; 8]) -> Res {
+    fn marked<const N: usize>(&mut self, marker: u8, bytes: [u8; N]) -> Res {
         let mut out = [marker; 9];
-        out[1..].copy_from_slice(&bytes);
-        self.put(&out)
+        out[1..=N].copy_from_slice(&bytes);
+        self.put(&out[..=N])
     }
 
     fn bin(&mut self, v: &[u8]) -> Res {
@@ -164,15 +158,9 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
             0.. => self.serialize_u64(v as u64),
             -32..=-1 => self.put(&[v as u8]),
             -0x80..=-33 => self.put(&[INT8, v as u8]),
-            -0x8000..=-0x81 => {
-                let [a, b] = (v as i16).to_be_bytes();
-                self.put(&[INT16, a, b])
-            }
-            -0x8000_0000..=-0x8001 => {
-                let [a, b, c, d] = (v as i32).to_be_bytes();
-                self.put(&[INT32, a, b, c, d])
-            }
-            _ => self.word(INT64, v.to_be_bytes()),
+            -0x8000..=-0x81 => self.marked(INT16, (v as i16).to_be_bytes()),
+            -0x8000_0000..=-0x8001 => self.marked(INT32, (v as i32).to_be_bytes()),
+            _ => self.marked(INT64, v.to_be_bytes()),
         }
     }
     fn serialize_i128(self, v: i128) -> Res {
@@ -192,26 +180,19 @@ impl<'s, 'a, S: Sink + ?Sized> ser::Serializer for &'s mut Serializer<'a, S> {
         match v {
             0..=0x7f => self.put(&[v as u8]),
             0x80..=0xff => self.put(&[UINT8, v as u8]),
-            0x100..=0xffff => {
-                let [a, b] = (v as u16).to_be_bytes();
-                self.put(&[UINT16, a, b])
-            }
-            0x1_0000..=0xffff_ffff => {
-                let [a, b, c, d] = (v as u32).to_be_bytes();
-                self.put(&[UINT32, a, b, c, d])
-            }
-            _ => self.word(UINT64, v.to_be_bytes()),
+            0x100..=0xffff => self.marked(UINT16, (v as u16).to_be_bytes()),
+            0x1_0000..=0xffff_ffff => self.marked(UINT32, (v as u32).to_be_bytes()),
+            _ => self.marked(UINT64, v.to_be_bytes()),
         }
     }
     fn serialize_u128(self, v: u128) -> Res {
         self.bin(&v.to_be_bytes())
     }
     fn serialize_f32(self, v: f32) -> Res {
-        let [a, b, c, d] = v.to_be_bytes();
-        self.put(&[FLOAT32, a, b, c, d])
+        self.marked(FLOAT32, v.to_be_bytes())
     }
     fn serialize_f64(self, v: f64) -> Res {
-        self.word(FLOAT64, v.to_be_bytes())
+        self.marked(FLOAT64, v.to_be_bytes())
     }
     fn serialize_char(self, v: char) -> Res {
         self.serialize_str(v.encode_utf8(&mut [0; 4]))
